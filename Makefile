@@ -1,0 +1,25 @@
+# Two entry points (README): `make demo` runs the example end to end, `make test` runs the tests.
+# Each creates the virtual environment .venv when it is missing.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXAMPLE ?= examples/pretrain_llama_tiny_ptd.sh
+
+.PHONY: demo test bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch pinned first: the CPU wheel on disk; an unpinned torch pulls a CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[profile,test]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/tinker-opt all $(EXAMPLE) --config-path examples/config.json
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -n 2
+
+clean:
+	rm -rf $(VENV) profiled_data results

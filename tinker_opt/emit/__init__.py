@@ -1,0 +1,1 @@
+"""Writing tuned scripts and results folders."""

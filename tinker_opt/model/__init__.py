@@ -1,0 +1,1 @@
+"""Strategy space, cost model and the solvers (no torch needed here)."""

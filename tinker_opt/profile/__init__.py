@@ -1,0 +1,1 @@
+"""Profiling blocks and collectives. Only the measuring modules import torch; `store` does not."""

@@ -1,0 +1,1 @@
+"""Reading launch scripts without executing them."""

@@ -1,0 +1,183 @@
+"""The domain descriptions that every stage shares: the model, the training job and the cluster.
+
+Three separate frozen dataclasses (as Calculon separates system, application and execution):
+`ModelSpec` is what the launch script says about the network, `TrainSpec` what it says about the
+job (batch sizes, nodes, the strategy it currently uses, the framework flavour), `ClusterSpec` the
+target the search plans for. Field names follow Megatron's argument names in snake_case so that
+`inspect --json` and `meta.json` can print them as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from tinker_opt.errors import ConfigError
+from tinker_opt.model.strategy import Strategy
+
+NORMALIZATIONS = ("LayerNorm", "RMSNorm")
+PRECISIONS = ("bf16", "fp16", "fp32")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """The network as the launch script defines it (sizes in elements, not bytes)."""
+
+    num_layers: int
+    """Decoder layers that compute, net of `--noop-layers`."""
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    """Key/value head groups; equals num_attention_heads without grouped-query attention."""
+    kv_channels: int
+    """Per-head dimension (`--kv-channels`, default hidden_size / num_attention_heads)."""
+    seq_length: int
+    vocab_size: int
+    """Vocabulary before padding (`--vocab-size`, or the tokenizer's size)."""
+    padded_vocab_size: int | None = None
+    """`--padded-vocab-size` when the script fixes it; otherwise padding follows Megatron's rule."""
+    make_vocab_size_divisible_by: int = 128
+    untie_embeddings_and_output_weights: bool = False
+    swiglu: bool = False
+    normalization: str = "LayerNorm"
+    position_embedding_type: str = "learned_absolute"
+    use_flash_attn: bool = False
+    attention_dropout: float = 0.1
+    hidden_dropout: float = 0.1
+    add_bias_linear: bool = True
+    # Mixture of experts (num_experts None or 0 means a dense model).
+    num_experts: int | None = None
+    moe_router_topk: int = 2
+    moe_ffn_hidden_size: int | None = None
+    moe_shared_expert_intermediate_size: int | None = None
+    """Total width of the shared experts (n_shared_experts x moe_ffn_hidden_size), None if none."""
+    first_k_dense_replace: int = 0
+    moe_layer_freq: int = 1
+    # Multi-head latent attention and multi-token prediction (DeepSeek style).
+    multi_latent_attention: bool = False
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_head_dim: int | None = None
+    qk_pos_emb_head_dim: int | None = None
+    v_head_dim: int | None = None
+    mtp_num_layers: int = 0
+    precision: str = "bf16"
+    noop_layers: tuple[int, ...] = ()
+    """Indices of `--noop-layers` (they count in `--num-layers` of the script but do not compute)."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                     "num_query_groups", "kv_channels", "seq_length", "vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"model {name} must be a positive integer, got {value!r}")
+        if self.num_attention_heads % self.num_query_groups:
+            raise ConfigError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_query_groups ({self.num_query_groups})")
+        if self.normalization not in NORMALIZATIONS:
+            raise ConfigError(f"normalization must be one of {NORMALIZATIONS}, got {self.normalization!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.num_experts) and self.num_experts > 1
+
+    @property
+    def bytes_per_element(self) -> int:
+        """Bytes of one activation / weight element in the training precision."""
+        return 4 if self.precision == "fp32" else 2
+
+    def vocab_size_for(self, tp: int) -> int:
+        """Vocabulary after Megatron's padding: a multiple of make_vocab_size_divisible_by x tp."""
+        if self.padded_vocab_size:
+            return self.padded_vocab_size
+        multiple = self.make_vocab_size_divisible_by * tp
+        return -(-self.vocab_size // multiple) * multiple
+
+    def layer_kinds(self) -> tuple[str, ...]:
+        """'dense' or 'moe' for each computing layer, in order (Megatron's first-k-dense and layer-freq rules)."""
+        if not self.is_moe:
+            return ("dense",) * self.num_layers
+        freq = self.moe_layer_freq if self.moe_layer_freq and self.moe_layer_freq > 0 else 1
+        first_dense = max(self.first_k_dense_replace, 0)
+        return tuple(
+            "dense" if (i < first_dense or i % freq != 0) else "moe" for i in range(self.num_layers))
+
+    def layer_block_names(self) -> tuple[str, ...]:
+        """Block names of blocks.csv for the decoder layers: `layer`, or `layer.dense` / `layer.moe`."""
+        kinds = sorted(set(self.layer_kinds()))
+        if len(kinds) == 1:
+            return ("layer",)
+        return tuple(f"layer.{kind}" for kind in kinds)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["noop_layers"] = list(self.noop_layers)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown model key(s) {unknown}; expected some of {sorted(known)}")
+        values = dict(data)
+        values["noop_layers"] = tuple(values.get("noop_layers") or ())
+        return cls(**values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameworkInfo:
+    """Which framework and version the script is written for, and how it launches."""
+
+    flavour: str = "mcore"
+    """`legacy` (ModelLink / MindSpeed-LLM legacy models), `mcore` (MindSpeed-LLM mcore) or `megatron` (NVIDIA)."""
+    version: str | None = None
+    """Framework version (Tinker's values 1.0, 1.1, 1.2, 1.0.0, 2.0.0, 2.3.0, ...), None if unknown."""
+    launcher: str = "torchrun"
+    """torchrun | torch.distributed.launch | torch.distributed.run | msrun | deepspeed."""
+    entry: str = "pretrain_gpt.py"
+    """The training entry script as written in the launch line."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainSpec:
+    """The training job as the launch script runs it today."""
+
+    micro_batch_size: int
+    global_batch_size: int
+    nnodes: int
+    nproc_per_node: int
+    strategy: Strategy
+    """The strategy the script currently uses."""
+    framework: FrameworkInfo = field(default_factory=FrameworkInfo)
+    is_full_tune: bool = False
+    loads_checkpoint: bool = False
+    """The script passes `--load`: changing tp / pp / ep then needs a checkpoint conversion."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterSpec:
+    """The target cluster the search plans for."""
+
+    num_nodes: int
+    devices_per_node: int
+    memory_limit_mb: float
+    """Per-device budget in MB (2**20 bytes) for the modelled memory (weights, gradients, optimizer
+    states, activations, transient peaks); leave the framework's own overhead outside it."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_nodes", "devices_per_node"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if not self.memory_limit_mb or self.memory_limit_mb <= 0:
+            raise ConfigError(f"memory_limit must be a positive number of MB, got {self.memory_limit_mb!r}")
+
+    @property
+    def num_devices(self) -> int:
+        return self.num_nodes * self.devices_per_node
