@@ -19,7 +19,9 @@ from tinker_opt.script.shell import (Arith, CmdSub, Command, Lit, Param, Word, a
 _DECLARE = {"export", "declare", "typeset", "local", "readonly"}
 _SKIP_KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "time",
                   "fi", "done", "esac"}
-_IFS = " \t\n"
+_ENVIRONMENT_RE = re.compile(r"^(PATH|LD_LIBRARY_PATH|PYTHONPATH|HOME|PWD|USER|HOSTNAME|SHELL|"
+                             r"ASCEND_\w+|CUDA_\w+|SLURM_\w+|OMPI_\w+|PMI_\w+)$")
+"""Variables the environment provides: reading them unset is normal, not worth a warning."""
 
 
 @dataclass(frozen=True)
@@ -205,7 +207,10 @@ class _Walker:
         if not words:
             return
         head = words[0].literal_text()
-        if head in ("for", "case", "function", "select"):
+        if head in ("for", "select") and len(words) > 1 and words[1].literal_text():
+            self._loop_variable(words)
+            return
+        if head in ("case", "function"):
             return
         if head in _DECLARE:
             for word in words[1:]:
@@ -222,6 +227,14 @@ class _Walker:
         for word in words[assigns:]:
             fields.extend(self.expand_word(word))
         self.out.commands.append(ExecutedCommand(command, tuple(fields)))
+
+    def _loop_variable(self, words: list[Word]) -> None:
+        """`for NAME in items`: NAME takes the first item (the loop body is read once)."""
+        fields: list[Field] = []
+        for word in words[3:]:
+            fields.extend(self.expand_word(word))
+        segs = fields[0] if fields else ()
+        self.out.variables[words[1].literal_text()] = Scalar(tuple(segs), None)
 
     def _assign(self, word: Word) -> None:
         split = split_assignment(word)
@@ -349,7 +362,7 @@ class _Walker:
     def _undefined(self, part: Param) -> None:
         if part.name.isdigit():
             self._warn(f"undef:{part.name}", f"positional parameter ${part.name} is not given; read as empty")
-        elif part.name not in "@*?$!-":
+        elif part.name not in "@*?$!-" and not _ENVIRONMENT_RE.match(part.name):
             line = self.out.text.count("\n", 0, part.start) + 1
             self._warn(f"undef:{part.name}", f"variable {part.name} is not set (first used on line "
                                              f"{line}); read as empty")
