@@ -9,6 +9,7 @@ or one level up (the reference itself) when that variable is shared with other u
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -99,12 +100,24 @@ def _line_bounds(text: str, start: int, end: int) -> tuple[int, int]:
     return line_start, (len(text) if line_end < 0 else line_end)
 
 
-def removal(text: str, occurrence: ArgOccurrence) -> Edit:
+def _unset_references_after(text: str, end: int, expansion: Expansion | None) -> int:
+    """Extend past `${UNSET}` references right after a valueless flag (they were its value)."""
+    while expansion is not None:
+        match = re.match(r"[ \t]+\$\{?([A-Za-z_]\w*)\}?", text[end:])
+        if not match or match.group(1) in expansion.variables:
+            break
+        end += match.end()
+    return end
+
+
+def removal(text: str, occurrence: ArgOccurrence, expansion: Expansion | None = None) -> Edit:
     """Remove a flag and its values; the whole line when nothing else is on it."""
     loc = locate((occurrence.flag,) + occurrence.values)
     if loc is None:
         raise ScriptError(f"cannot remove {occurrence.name}: its text is computed by the script; "
                           "remove it by hand")
+    if not occurrence.values:
+        loc = Location(loc.start, _unset_references_after(text, loc.end, expansion), loc.path)
     line_start, line_end = _line_bounds(text, loc.start, loc.end)
     before, after = text[line_start:loc.start], text[loc.end:line_end]
     continued = after.strip() == "\\"

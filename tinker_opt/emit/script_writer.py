@@ -87,15 +87,21 @@ def _launcher_field(info: ScriptInfo):
     return None
 
 
-def _apply_cluster(text: str, nnodes: int, nproc: int) -> str:
+def _apply_cluster(text: str, nnodes: int, nproc: int) -> tuple[str, list[str]]:
     """Make the launcher's node and device counts the target's, one count at a time."""
     info = read_script_text(text)
+    warnings: list[str] = []
     for names, value in _cluster_targets(info, nnodes, nproc):
         edit = _cluster_edit(text, info, names, value)
         if edit is not None:
+            old = text[edit.start:edit.end]
+            if old and not old.isdigit():
+                line = text.count("\n", 0, edit.start) + 1
+                warnings.append(f"line {line}: the count {old} was computed by the script; "
+                                f"replaced by {value} for {names[0].lstrip('@')}")
             text = script_edit.apply_edits(text, [edit])
             info = read_script_text(text)
-    return text
+    return text, warnings
 
 
 def _with_header(text: str, header: Sequence[str]) -> str:
@@ -134,7 +140,7 @@ def apply_strategy(text: str, strategy: Strategy, *, nnodes: int, nproc_per_node
     info = read_script_text(text)
     vr = versions.resolve(version, text, info.train.framework.flavour)
     target = expressible_strategy(strategy, info, vr, world=nnodes * nproc_per_node)
-    tuned = _apply_cluster(text, nnodes, nproc_per_node)
+    tuned, warnings = _apply_cluster(text, nnodes, nproc_per_node)
     tuned_info = read_script_text(tuned)
     tuned = script_edit.apply_edits(tuned, plan_strategy_edits(tuned, tuned_info, target, vr))
     tuned = _with_header(tuned, header)
@@ -144,4 +150,4 @@ def apply_strategy(text: str, strategy: Strategy, *, nnodes: int, nproc_per_node
         raise ScriptError(f"the tuned script reads back as {got[0].label()} on {got[1]}x{got[2]} "
                           f"devices instead of {target.label()} on {nnodes}x{nproc_per_node}; this "
                           "script's layout is beyond the writer: set the flags by hand")
-    return AppliedScript(tuned, tuple(_checkpoint_warning(info, target)))
+    return AppliedScript(tuned, tuple(warnings + _checkpoint_warning(info, target)))

@@ -26,6 +26,10 @@ CP_COMPANIONS = CP_RING_ONLY + CP_ULYSSES_ONLY + CP_ADAPTIVE_ONLY + (
     "--ulysses-degree-in-cp", "--cp-comm-type", "--hierarchical-context-parallel-sizes")
 RECOMPUTE_FULL_ONLY = ("--recompute-method", "--recompute-num-layers",
                        "--enable-recompute-layers-per-pp-rank")
+RECOMPUTE_OWNED = ("--recompute-granularity", "--recompute-activations", "--recompute-modules",
+                   *RECOMPUTE_FULL_ONLY)
+"""What the strategy's recompute knob owns; MindSpeed's extra memory features
+(`--recompute-activation-function`, `--recompute-norm`, `--swap-attention`, ...) stay as written."""
 DIST_OPT_COMPANIONS = ("--overlap-param-gather", "--overlap-param-gather-with-optimizer-step")
 _ANCHORS = {
     "parallel": ("--pipeline-model-parallel-size", "--tensor-model-parallel-size",
@@ -63,10 +67,7 @@ class _Plan:
         for occurrence in self.launch.args:
             if occurrence.name in flags:
                 self.removed.add(id(occurrence))
-                self.edits.append(script_edit.removal(self.text, occurrence))
-
-    def remove_prefix(self, prefix: str) -> None:
-        self.remove(*{arg.name for arg in self.launch.args if arg.name.startswith(prefix)})
+                self.edits.append(script_edit.removal(self.text, occurrence, self.info.expansion))
 
     def _add(self, group: str, flag_text: str) -> None:
         flag = flag_text.split()[0]
@@ -159,8 +160,7 @@ def _pipeline_layout(plan: _Plan, s: Strategy) -> None:
 
 def _recompute(plan: _Plan, s: Strategy) -> None:
     if s.recompute == "none":
-        plan.remove_prefix("--recompute-")
-        plan.remove("--enable-recompute-layers-per-pp-rank")
+        plan.remove(*RECOMPUTE_OWNED)
         return
     if s.recompute == "selective":
         plan.remove(*RECOMPUTE_FULL_ONLY)
@@ -184,7 +184,8 @@ def plan_strategy_edits(text: str, info: ScriptInfo, s: Strategy,
     plan.value("--pipeline-model-parallel-size", s.pp, default=1)
     _context_parallel(plan, s)
     _experts(plan, s)
-    plan.switch("--sequence-parallel", s.sp)
+    if s.tp > 1:  # with tp = 1 the flag has no effect (Megatron turns it off): leave it as it is
+        plan.switch("--sequence-parallel", s.sp)
     _pipeline_layout(plan, s)
     plan.switch("--use-distributed-optimizer", s.dist_opt)
     if not s.dist_opt:
