@@ -135,7 +135,8 @@ class TermBuilder:
         layer = {name: np.array([per_kind[k][name] for k in self.kinds], dtype=np.int64)
                  for name in next(iter(per_kind.values()))}
         stage = self._stage_terms(s, num_micro)
-        estimated = any(t["estimated"] for t in per_kind.values()) or stage.pop("estimated")
+        stage_estimated = stage.pop("estimated")
+        estimated = stage_estimated or any(t["estimated"] for t in per_kind.values())
         return SplitCoefficients(
             outer=s, num_layers=L, num_stages=p, vpp=v, num_microbatches=num_micro,
             layer_time_ns=layer["time"], layer_comm_ns=layer["comm"],
