@@ -1,0 +1,131 @@
+"""What a script can express of a strategy: the normal form the writer writes and the reader reads.
+
+`expressible_strategy` checks a strategy against the script's model, the target cluster and the
+framework version, and returns the strategy the tuned script will read back (see
+tinker_opt/script/strategy_args.py for the reading rules). It raises StrategyError naming the rule
+or the missing flag.
+"""
+
+from __future__ import annotations
+
+from tinker_opt.errors import StrategyError
+from tinker_opt.model.strategy import Strategy
+from tinker_opt.script import versions
+from tinker_opt.script.reader import ScriptInfo
+from tinker_opt.script.strategy_args import DEFAULT_CP_ALGO, VPP_LAYERS_FLAG, VPP_SIZE_FLAGS
+from tinker_opt.script.versions import CP_ALGO_SINCE, VersionRange, flag_allowed
+
+
+def _needs(flag: str, purpose: str, info: ScriptInfo, vr: VersionRange) -> None:
+    """StrategyError when the script lacks `flag` and the version cannot have it."""
+    if info.launch.has(flag) or flag_allowed(flag, vr):
+        return
+    since = versions.FLAG_SINCE[flag].get(vr.family)
+    where = f"added in {versions.format_version(vr.family, since)}" if since else "never available"
+    framework = "Megatron-LM" if vr.family == versions.MEGATRON else "MindSpeed-LLM"
+    raise StrategyError(f"{purpose} needs {flag}, which {framework} {vr.label} lacks ({where}); "
+                        "choose a strategy without it or pass a newer --version")
+
+
+def _check_model(s: Strategy, info: ScriptInfo, world: int) -> None:
+    model = info.model
+    if s.world_size != world:
+        raise StrategyError(f"tp x pp x cp x dp = {s.tp}x{s.pp}x{s.cp}x{s.dp} = {s.world_size} but the "
+                            f"cluster has {world} devices; make dp = {world} / (tp x pp x cp)")
+    if model.num_attention_heads % s.tp or model.num_query_groups % s.tp:
+        raise StrategyError(f"num_attention_heads ({model.num_attention_heads}) and num_query_groups "
+                            f"({model.num_query_groups}) must be multiples of tp ({s.tp})")
+    if not model.is_moe and s.ep > 1:
+        raise StrategyError(f"ep = {s.ep} but the model has no experts (--num-experts); use ep = 1")
+    if model.is_moe and model.num_experts % s.ep:
+        raise StrategyError(f"num_experts ({model.num_experts}) must be a multiple of ep ({s.ep})")
+
+
+def _layers(s: Strategy, total: int, info: ScriptInfo, vr: VersionRange) -> None:
+    if s.num_layer_list is not None:
+        if sum(s.num_layer_list) != total:
+            raise StrategyError(f"num_layer_list sums to {sum(s.num_layer_list)} but --num-layers is "
+                                f"{total} (noop layers included); make them equal")
+        if s.vpp > 1:
+            raise StrategyError("num_layer_list cannot be combined with a virtual pipeline (vpp > 1); "
+                                "use one of them")
+    elif total % s.pp:
+        raise StrategyError(f"--num-layers {total} is not divisible by pp ({s.pp}); give a "
+                            "num_layer_list or choose a pp that divides it")
+    if s.vpp > 1:
+        if s.pp < 2 or total % (s.pp * s.vpp):
+            raise StrategyError(f"vpp = {s.vpp} needs pp > 1 and --num-layers {total} divisible by "
+                                f"pp x vpp = {s.pp * s.vpp}")
+        if not any(info.launch.has(flag) for flag in VPP_SIZE_FLAGS):
+            _needs(VPP_LAYERS_FLAG, f"vpp = {s.vpp}", info, vr)
+
+
+def _layer_list(s: Strategy, info: ScriptInfo, vr: VersionRange) -> tuple[int, ...] | None:
+    layers = s.num_layer_list
+    if layers is None or vr.family != versions.MEGATRON:
+        if layers is not None:
+            _needs("--num-layer-list", "num_layer_list", info, vr)
+        return layers
+    if s.pp == 1:
+        return None
+    middle = layers[1:-1]
+    if len(set(middle)) > 1:
+        raise StrategyError(f"Megatron-LM can only give the first and last stages their own layer "
+                            f"counts; num_layer_list {list(layers)} has unequal middle stages")
+    _needs("--decoder-first-pipeline-num-layers", "num_layer_list", info, vr)
+    return layers
+
+
+def _cp_algo(s: Strategy, info: ScriptInfo, vr: VersionRange) -> str | None:
+    if s.cp == 1:
+        return None
+    _needs("--context-parallel-size", f"cp = {s.cp}", info, vr)
+    algo = s.cp_algo or DEFAULT_CP_ALGO
+    if vr.family == versions.MEGATRON:
+        if algo != DEFAULT_CP_ALGO:
+            raise StrategyError(f"cp_algo {algo} is MindSpeed-LLM only; Megatron-LM runs ring "
+                                f"attention: use cp_algo {DEFAULT_CP_ALGO}")
+        return algo
+    since = CP_ALGO_SINCE.get(algo)
+    if since is None or not vr.allows(since):
+        raise StrategyError(f"cp_algo {algo} is not available in MindSpeed-LLM {vr.label}; use "
+                            f"ulysses_cp_algo, megatron_cp_algo or hybrid_cp_algo")
+    return algo
+
+
+def _etp(s: Strategy, info: ScriptInfo, vr: VersionRange) -> int | None:
+    if not info.model.is_moe or s.etp is None:
+        return None
+    if info.launch.has("--expert-tensor-parallel-size") or \
+            flag_allowed("--expert-tensor-parallel-size", vr):
+        return s.etp
+    if s.etp == s.tp:
+        return None  # the default: no flag needed
+    if s.etp == 1 and info.launch.has("--moe-tp-extend-ep"):
+        return 1
+    _needs("--expert-tensor-parallel-size", f"etp = {s.etp}", info, vr)
+    return s.etp
+
+
+def _recompute(s: Strategy, stage_layers: int) -> dict:
+    if s.recompute != "full":
+        return {"recompute_method": None, "recompute_num_layers": None}
+    method = s.recompute_method or "uniform"
+    default_layers = 1 if method == "uniform" else stage_layers
+    return {"recompute_method": method, "recompute_num_layers": s.recompute_num_layers or default_layers}
+
+
+def expressible_strategy(strategy: Strategy, info: ScriptInfo, vr: VersionRange, *,
+                         world: int) -> Strategy:
+    """The strategy as the tuned script will express it; StrategyError when it cannot."""
+    total = info.num_layers_in_script
+    _check_model(strategy, info, world)
+    _layers(strategy, total, info, vr)
+    layer_list = _layer_list(strategy, info, vr)
+    if strategy.ep > 1:
+        _needs("--expert-model-parallel-size", f"ep = {strategy.ep}", info, vr)
+    stage_layers = max(layer_list) if layer_list else total // strategy.pp
+    return strategy.replace(
+        sp=strategy.sp and strategy.tp > 1, cp_algo=_cp_algo(strategy, info, vr),
+        etp=_etp(strategy, info, vr), num_layer_list=layer_list,
+        **_recompute(strategy, stage_layers // strategy.vpp))

@@ -1,0 +1,153 @@
+"""Writing a launch script back with a new strategy: `apply_strategy`.
+
+Arguments change, whole lines do not: a value held by a variable used only there changes at the
+assignment (`TP=8`), a shared one at its reference (`${TP}` -> `4`); flags the strategy needs are
+added next to the other parallel flags (in whichever group holds them, or on the launch line);
+flags it turns off are removed with their companions; node and device counts follow the target.
+Everything else, the shebang on line 1 included, stays byte for byte. The result is read back and
+must give exactly the expressible strategy (else ScriptError: the layout is beyond this writer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from tinker_opt.emit import script_edit
+from tinker_opt.emit.expressible import expressible_strategy
+from tinker_opt.emit.strategy_plan import plan_strategy_edits
+from tinker_opt.errors import ScriptError
+from tinker_opt.model.strategy import Strategy
+from tinker_opt.script import versions
+from tinker_opt.script.expand import Scalar
+from tinker_opt.script.reader import ScriptInfo, read_script_text
+
+HEADER_PREFIX = "# tinker-opt: "
+
+
+@dataclass(frozen=True)
+class AppliedScript:
+    """The tuned script's text and what the user should know about it."""
+
+    text: str
+    warnings: tuple[str, ...]
+
+
+def _cluster_targets(info: ScriptInfo, nnodes: int, nproc: int) -> list[tuple[tuple[str, ...], int]]:
+    """(launcher flag spellings, wanted value), in the order to fix them."""
+    launcher = info.launch.launcher
+    if launcher == "msrun":
+        return [(("--local_worker_num",), nproc), (("@NNODES",), nnodes),
+                (("--worker_num",), nnodes * nproc)]
+    if launcher == "deepspeed":
+        return [(("--num_nodes",), nnodes), (("--num_gpus",), nproc)]
+    return [(("--nnodes",), nnodes), (("--nproc_per_node", "--nproc-per-node"), nproc)]
+
+
+_FALLBACK_VARIABLES = {"--nnodes": ("NNODES", "NUM_NODES"), "--num_nodes": ("NNODES", "NUM_NODES"),
+                       "--nproc_per_node": ("NPUS_PER_NODE", "GPUS_PER_NODE"),
+                       "--num_gpus": ("NPUS_PER_NODE", "GPUS_PER_NODE"),
+                       "--local_worker_num": ("NPUS_PER_NODE", "GPUS_PER_NODE"),
+                       "@NNODES": ("NNODES", "NUM_NODES")}
+"""Variables that hold a count when the launcher has no flag for it (`@NNODES`: msrun's nodes)."""
+
+
+def _cluster_edit(text: str, info: ScriptInfo, names: tuple[str, ...], value: int):
+    """One edit making the launcher's count `value`, or None when it already is."""
+    occurrence = next((arg for arg in reversed(info.launch.launcher_args) if arg.name in names), None)
+    if occurrence is not None:
+        current = (occurrence.value_text or "").split(":")[-1]
+        if current == str(value):
+            return None
+        return script_edit.value_edit(text, occurrence, str(value), info.expansion,
+                                      prefer_assignment=True)
+    for variable in _FALLBACK_VARIABLES.get(names[0], ()):
+        assigned = info.expansion.variables.get(variable)
+        if isinstance(assigned, Scalar) and assigned.segs:
+            loc = script_edit.locate((assigned.segs,))
+            current = "".join(seg.text for seg in assigned.segs).strip()
+            if current == str(value):
+                return None
+            if loc is not None:
+                return script_edit.Edit(loc.start, loc.end, str(value))
+    if names[0].startswith("@"):
+        return None
+    launcher = _launcher_field(info) or info.launch.command.fields[0]
+    return script_edit.insertion_after_field(launcher, [f"{names[0]} {value}"])
+
+
+def _launcher_field(info: ScriptInfo):
+    """The last launcher word (`torchrun`, or the module of `python -m ...`)."""
+    fields = info.launch.command.fields
+    for i, fld in enumerate(fields):
+        text = "".join(seg.text for seg in fld)
+        if text.rsplit("/", 1)[-1] in ("torchrun", "msrun", "deepspeed") or \
+                text in ("torch.distributed.launch", "torch.distributed.run"):
+            return fields[i]
+    return None
+
+
+def _apply_cluster(text: str, nnodes: int, nproc: int) -> tuple[str, list[str]]:
+    """Make the launcher's node and device counts the target's, one count at a time."""
+    info = read_script_text(text)
+    warnings: list[str] = []
+    for names, value in _cluster_targets(info, nnodes, nproc):
+        edit = _cluster_edit(text, info, names, value)
+        if edit is not None:
+            old = text[edit.start:edit.end]
+            if old and not old.isdigit():
+                line = text.count("\n", 0, edit.start) + 1
+                warnings.append(f"line {line}: the count {old} was computed by the script; "
+                                f"replaced by {value} for {names[0].lstrip('@')}")
+            text = script_edit.apply_edits(text, [edit])
+            info = read_script_text(text)
+    return text, warnings
+
+
+def _with_header(text: str, header: Sequence[str]) -> str:
+    """Put the header comment block right after the shebang, replacing an earlier tinker-opt block."""
+    lines = text.splitlines(keepends=True)
+    at = 1 if lines and lines[0].startswith("#!") else 0
+    end = at
+    while end < len(lines) and lines[end].startswith(HEADER_PREFIX):
+        end += 1
+    newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+    if at == 1 and not lines[0].endswith("\n"):
+        lines[0] += newline
+    block = [HEADER_PREFIX + " ".join(str(h).split()) + newline for h in header]
+    return "".join(lines[:at] + block + lines[end:])
+
+
+def _checkpoint_warning(info: ScriptInfo, target: Strategy) -> list[str]:
+    old = info.train.strategy
+    if not info.train.loads_checkpoint or (old.tp, old.pp, old.ep) == (target.tp, target.pp, target.ep):
+        return []
+    return [f"the script loads a checkpoint (--load) saved with tp={old.tp} pp={old.pp} ep={old.ep}; "
+            f"the new strategy uses tp={target.tp} pp={target.pp} ep={target.ep}: convert the "
+            f"checkpoint first (convert_ckpt.py --target-tensor-parallel-size {target.tp} "
+            f"--target-pipeline-parallel-size {target.pp}"
+            + (f" --target-expert-parallel-size {target.ep})" if info.model.is_moe else ")")]
+
+
+def apply_strategy(text: str, strategy: Strategy, *, nnodes: int, nproc_per_node: int,
+                   version: str | None = None, header: Sequence[str] = ()) -> AppliedScript:
+    """The script text with `strategy` on `nnodes` x `nproc_per_node` devices.
+
+    `version` is the framework version (Tinker's 1.0, 1.1, 1.2, 1.0.0, 2.0.0, 2.3.0, ... or a
+    Megatron core version); without it the script's own flags bound it and the writer is
+    permissive. Raises StrategyError when the strategy breaks a rule or needs a missing flag.
+    """
+    info = read_script_text(text)
+    vr = versions.resolve(version, text, info.train.framework.flavour)
+    target = expressible_strategy(strategy, info, vr, world=nnodes * nproc_per_node)
+    tuned, warnings = _apply_cluster(text, nnodes, nproc_per_node)
+    tuned_info = read_script_text(tuned)
+    tuned = script_edit.apply_edits(tuned, plan_strategy_edits(tuned, tuned_info, target, vr))
+    tuned = _with_header(tuned, header)
+    check = read_script_text(tuned)
+    got = (check.train.strategy, check.train.nnodes, check.train.nproc_per_node)
+    if got != (target, nnodes, nproc_per_node):
+        raise ScriptError(f"the tuned script reads back as {got[0].label()} on {got[1]}x{got[2]} "
+                          f"devices instead of {target.label()} on {nnodes}x{nproc_per_node}; this "
+                          "script's layout is beyond the writer: set the flags by hand")
+    return AppliedScript(tuned, tuple(warnings + _checkpoint_warning(info, target)))

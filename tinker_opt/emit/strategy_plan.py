@@ -1,0 +1,195 @@
+"""The flag changes that put a (normalised) strategy into a script, as source edits.
+
+One method per knob says which flags it owns: the value to set, the switch to add or remove, and
+the companions that only make sense with it (context-parallel options with cp > 1, overlap of the
+parameter all-gather with the distributed optimizer, the recompute method with full recompute).
+New flags go next to the group that already holds their kind (parallel sizes, MoE, recompute).
+"""
+
+from __future__ import annotations
+
+from tinker_opt.emit import script_edit
+from tinker_opt.emit.script_edit import Edit
+from tinker_opt.errors import StrategyError
+from tinker_opt.model.strategy import Strategy
+from tinker_opt.script import versions
+from tinker_opt.script.launch import ArgOccurrence
+from tinker_opt.script.reader import ScriptInfo
+from tinker_opt.script.strategy_args import DEFAULT_CP_ALGO, VPP_LAYERS_FLAG, VPP_SIZE_FLAGS
+
+CP_RING_ONLY = ("--use-cp-send-recv-overlap", "--cp-attention-mask-type", "--cp-window-size",
+                "--use-fused-ring-attention-update")
+CP_ULYSSES_ONLY = ("--kv-head-repeat-before-uly-alltoall",)
+CP_ADAPTIVE_ONLY = ("--adaptive-cp-dynamic-attn-mask", "--adaptive-cp-only-reschedule",
+                    "--adaptive-cp-manually-set-mask-list")
+CP_COMPANIONS = CP_RING_ONLY + CP_ULYSSES_ONLY + CP_ADAPTIVE_ONLY + (
+    "--ulysses-degree-in-cp", "--cp-comm-type", "--hierarchical-context-parallel-sizes")
+RECOMPUTE_FULL_ONLY = ("--recompute-method", "--recompute-num-layers",
+                       "--enable-recompute-layers-per-pp-rank")
+RECOMPUTE_OWNED = ("--recompute-granularity", "--recompute-activations", "--recompute-modules",
+                   *RECOMPUTE_FULL_ONLY)
+"""What the strategy's recompute knob owns; MindSpeed's extra memory features
+(`--recompute-activation-function`, `--recompute-norm`, `--swap-attention`, ...) stay as written."""
+DIST_OPT_COMPANIONS = ("--overlap-param-gather", "--overlap-param-gather-with-optimizer-step")
+_ANCHORS = {
+    "parallel": ("--pipeline-model-parallel-size", "--tensor-model-parallel-size",
+                 "--context-parallel-size", "--sequence-parallel", "--micro-batch-size",
+                 "--num-layers"),
+    "moe": ("--expert-model-parallel-size", "--expert-tensor-parallel-size", "--num-experts"),
+    "recompute": ("--recompute-granularity", "--recompute-activations"),
+}
+
+
+class _Plan:
+    def __init__(self, text: str, info: ScriptInfo, vr: versions.VersionRange) -> None:
+        self.text, self.info, self.vr = text, info, vr
+        self.launch = info.launch
+        self.edits: list[Edit] = []
+        self.removed: set[int] = set()
+        self.additions: dict[str, list[str]] = {}
+
+    def value(self, flag: str, value: object, *, default: object = None, group: str = "parallel") -> None:
+        found = self.launch.occurrences(flag)
+        for occurrence in found:
+            edit = script_edit.value_edit(self.text, occurrence, str(value), self.info.expansion)
+            if edit is not None:
+                self.edits.append(edit)
+        if not found and (default is None or str(value) != str(default)):
+            self._add(group, f"{flag} {value}")
+
+    def switch(self, flag: str, on: bool, group: str = "parallel") -> None:
+        if on and not self.launch.has(flag):
+            self._add(group, flag)
+        elif not on:
+            self.remove(flag)
+
+    def remove(self, *flags: str) -> None:
+        for occurrence in self.launch.args:
+            if occurrence.name in flags:
+                self.removed.add(id(occurrence))
+                self.edits.append(script_edit.removal(self.text, occurrence, self.info.expansion))
+
+    def _add(self, group: str, flag_text: str) -> None:
+        flag = flag_text.split()[0]
+        if not versions.flag_allowed(flag, self.vr):
+            raise StrategyError(f"the strategy needs {flag}, which {self.vr.label} lacks; "
+                                "choose a strategy without it or pass a newer --version")
+        self.additions.setdefault(group, []).append(flag_text)
+
+    def _anchor(self, group: str) -> ArgOccurrence | None:
+        for name in _ANCHORS[group] + _ANCHORS["parallel"]:
+            for occurrence in reversed(self.launch.occurrences(name)):
+                if id(occurrence) not in self.removed:
+                    return occurrence
+        return None
+
+    def finish(self) -> list[Edit]:
+        for group, flags in self.additions.items():
+            anchor = self._anchor(group)
+            if anchor is None:
+                self.edits.append(script_edit.insertion_after_field(self.launch.entry, flags))
+            else:
+                self.edits.append(script_edit.insertion(self.text, anchor, flags))
+        return self.edits
+
+
+def _context_parallel(plan: _Plan, s: Strategy) -> None:
+    if s.cp > 1 or plan.launch.has("--context-parallel-size"):
+        plan.value("--context-parallel-size", s.cp, default=1)
+    if s.cp == 1:
+        plan.remove("--context-parallel-algo", *CP_COMPANIONS)
+        return
+    if plan.vr.family == versions.MEGATRON:
+        return
+    algo = s.cp_algo
+    plan.value("--context-parallel-algo", algo, default=DEFAULT_CP_ALGO)
+    if algo not in ("megatron_cp_algo", "hybrid_cp_algo", "adaptive_cp_algo"):
+        plan.remove(*CP_RING_ONLY)
+    if algo not in ("ulysses_cp_algo", "hybrid_cp_algo"):
+        plan.remove(*CP_ULYSSES_ONLY)
+    if algo != "adaptive_cp_algo":
+        plan.remove(*CP_ADAPTIVE_ONLY)
+    if algo == "hybrid_cp_algo":
+        current = plan.launch.value("--ulysses-degree-in-cp")
+        degree = int(current) if current and current.isdigit() and s.cp % int(current) == 0 else \
+            (2 if s.cp % 2 == 0 else s.cp)  # ulysses x ring = cp
+        plan.value("--ulysses-degree-in-cp", degree)
+    else:
+        plan.remove("--ulysses-degree-in-cp")
+
+
+def _experts(plan: _Plan, s: Strategy) -> None:
+    if not plan.info.model.is_moe:
+        if plan.launch.has("--expert-model-parallel-size"):
+            plan.value("--expert-model-parallel-size", 1)
+        return
+    plan.value("--expert-model-parallel-size", s.ep, default=1, group="moe")
+    extend = plan.launch.has("--moe-tp-extend-ep")
+    if s.etp is None:
+        plan.remove("--expert-tensor-parallel-size", "--moe-tp-extend-ep")
+    elif s.etp == 1 and extend and not plan.launch.has("--expert-tensor-parallel-size"):
+        return
+    else:
+        if s.etp != 1:
+            plan.remove("--moe-tp-extend-ep")
+        plan.value("--expert-tensor-parallel-size", s.etp, group="moe")
+
+
+def _pipeline_layout(plan: _Plan, s: Strategy) -> None:
+    if s.vpp > 1:
+        size_flag = next((f for f in VPP_SIZE_FLAGS if plan.launch.has(f)), None)
+        if size_flag is not None:
+            plan.value(size_flag, s.vpp)
+            plan.remove(VPP_LAYERS_FLAG)
+        else:
+            plan.value(VPP_LAYERS_FLAG, plan.info.num_layers_in_script // (s.pp * s.vpp))
+    else:
+        plan.remove(VPP_LAYERS_FLAG, *VPP_SIZE_FLAGS)
+    layers = s.num_layer_list
+    if plan.vr.family == versions.MEGATRON:
+        if layers is None:
+            plan.remove("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers")
+        else:
+            plan.value("--decoder-first-pipeline-num-layers", layers[0])
+            plan.value("--decoder-last-pipeline-num-layers", layers[-1])
+    elif layers is None:
+        plan.remove("--num-layer-list")
+    else:
+        plan.value("--num-layer-list", ",".join(str(n) for n in layers))
+
+
+def _recompute(plan: _Plan, s: Strategy) -> None:
+    if s.recompute == "none":
+        plan.remove(*RECOMPUTE_OWNED)
+        return
+    if s.recompute == "selective":
+        plan.remove(*RECOMPUTE_FULL_ONLY)
+        if plan.launch.has("--recompute-activations"):
+            if plan.launch.value("--recompute-granularity") not in (None, "selective"):
+                plan.remove("--recompute-granularity")
+            return
+        plan.value("--recompute-granularity", "selective", group="recompute")
+        return
+    plan.remove("--recompute-activations", "--recompute-modules")
+    plan.value("--recompute-granularity", "full", group="recompute")
+    plan.value("--recompute-method", s.recompute_method, group="recompute")
+    plan.value("--recompute-num-layers", s.recompute_num_layers, group="recompute")
+
+
+def plan_strategy_edits(text: str, info: ScriptInfo, s: Strategy,
+                        vr: versions.VersionRange) -> list[Edit]:
+    """Edits that make the script run the (expressible) strategy `s`."""
+    plan = _Plan(text, info, vr)
+    plan.value("--tensor-model-parallel-size", s.tp, default=1)
+    plan.value("--pipeline-model-parallel-size", s.pp, default=1)
+    _context_parallel(plan, s)
+    _experts(plan, s)
+    if s.tp > 1:  # with tp = 1 the flag has no effect (Megatron turns it off): leave it as it is
+        plan.switch("--sequence-parallel", s.sp)
+    _pipeline_layout(plan, s)
+    plan.switch("--use-distributed-optimizer", s.dist_opt)
+    if not s.dist_opt:
+        plan.remove(*DIST_OPT_COMPANIONS)
+    plan.value("--micro-batch-size", s.mbs, default=1)
+    _recompute(plan, s)
+    return plan.finish()

@@ -1,0 +1,174 @@
+"""Reading a launch script: `read_script` -> ScriptInfo (ModelSpec + TrainSpec + warnings).
+
+Nothing in the script is executed: shell.py lexes it, expand.py expands it in order, launch.py
+finds the training launch, model_args.py / strategy_args.py turn its arguments into the specs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tinker_opt.errors import ScriptError
+from tinker_opt.script import versions
+from tinker_opt.script.expand import Expansion, Scalar, expand_script
+from tinker_opt.script.launch import Launch, find_launch
+from tinker_opt.script.model_args import int_value, read_model, script_num_layers
+from tinker_opt.script.shell import ShellSyntaxError
+from tinker_opt.script.strategy_args import read_strategy
+from tinker_opt.specs import FrameworkInfo, ModelSpec, TrainSpec
+
+# Flags and names only MindSpeed-LLM / ModelLink scripts use (Megatron-LM has none of them).
+_MINDSPEED_MARKERS = re.compile(
+    r"NPUS_PER_NODE|HCCL_|ASCEND|--use-fused-rmsnorm|--use-fused-swiglu|"
+    r"--use-fused-rotary-pos-emb|--use-mc2|--use-ascend-mc2|--tokenizer-name-or-path|PretrainedFromHF|"
+    r"--context-parallel-algo|--num-layer-list|posttrain_gpt|\bmsrun\b|--noop-layers|"
+    r"--reuse-fp32-param|--moe-permutation-async-comm|pretrain_llama\.py|--prompt-type|"
+    r"--is-instruction-dataset|--moe-tp-extend-ep|npu")
+_LORA_FLAGS = ("--lora-r", "--lora-alpha", "--lora-target-modules")
+_SIZE_RE = re.compile(r"^(\d+(?:point\d+|\.\d+)?|\d+x\d+(?:point\d+)?)([bmt])$", re.I)
+_NAME_PREFIXES = {"pretrain", "tune", "train", "posttrain", "finetune", "sft", "dpo", "run",
+                  "launch", "examples", "example", "prm", "rm", "orm", "ppo", "grpo", "lora", "full"}
+
+
+@dataclass(frozen=True)
+class ScriptInfo:
+    """What a launch script says: the model, the job, and where each argument came from."""
+
+    path: Path | None
+    text: str
+    model: ModelSpec
+    train: TrainSpec
+    warnings: tuple[str, ...]
+    num_layers_in_script: int
+    """`--num-layers` as written (noop layers included): the L of the vpp and layer-list flags."""
+    versions: versions.VersionRange
+    launch: Launch = field(repr=False, compare=False)
+    expansion: Expansion = field(repr=False, compare=False)
+
+
+def _flavour(text: str, launch: Launch) -> str:
+    if _MINDSPEED_MARKERS.search(text):
+        return "mcore" if launch.has("--use-mcore-models") else "legacy"
+    return "megatron"
+
+
+def _variable_int(expansion: Expansion, *names: str) -> int | None:
+    for name in names:
+        value = expansion.variables.get(name)
+        if isinstance(value, Scalar):
+            text = "".join(seg.text for seg in value.segs).strip()
+            if text.isdigit():
+                return int(text)
+    return None
+
+
+def _cluster(launch: Launch, expansion: Expansion, warn) -> tuple[int, int]:
+    """(nnodes, nproc_per_node) from the launcher's arguments, else the usual variables."""
+    def number(text: str | None) -> int | None:
+        if text is None:
+            return None
+        text = text.split(":")[-1]  # torchrun's elastic MIN:MAX
+        return int(text) if text.isdigit() else None
+    if launch.launcher == "msrun":
+        world = number(launch.launcher_value("--worker_num"))
+        local = number(launch.launcher_value("--local_worker_num"))
+        nodes = world // local if world and local and world % local == 0 else None
+    else:
+        nodes = number(launch.launcher_value("--nnodes", "--num_nodes"))
+        local = number(launch.launcher_value("--nproc_per_node", "--nproc-per-node", "--num_gpus"))
+    nodes = nodes or _variable_int(expansion, "NNODES", "NUM_NODES")
+    local = local or _variable_int(expansion, "NPUS_PER_NODE", "GPUS_PER_NODE")
+    if not nodes or not local:
+        warn("node or device count not found on the launcher line; read as "
+             f"{nodes or 1} node(s) x {local or 1} device(s)")
+    return nodes or 1, local or 1
+
+
+def _is_full_tune(name: str, launch: Launch) -> bool:
+    """File name with "tune" and "full", a posttrain entry, or --finetune; LoRA is not a full tune."""
+    stem = name.lower()
+    entry = launch.entry_source.rsplit("/", 1)[-1]
+    tune = ("tune" in stem and "full" in stem) or entry.startswith(("posttrain", "postrain")) \
+        or launch.has("--finetune")
+    return tune and not any(launch.has(flag) for flag in _LORA_FLAGS)
+
+
+def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = None) -> ScriptInfo:
+    """Read a launch script given as text (see `read_script`)."""
+    warnings: list[str] = []
+    try:
+        expansion = expand_script(text, name)
+    except ShellSyntaxError as exc:
+        raise ScriptError(f"{name}: {exc}; fix the shell syntax (bash -n {name} shows it)") from None
+    if "\r\n" in text:
+        warnings.append("the script has CRLF line endings; bash on Linux needs LF (dos2unix)")
+    warnings.extend(expansion.warnings)
+    launch = find_launch(expansion)
+    warn = warnings.append
+    model = read_model(launch, warn)
+    nodes, local = _cluster(launch, expansion, warn)
+    flavour = _flavour(text, launch)
+    total = script_num_layers(launch)
+    strategy = read_strategy(launch, world=nodes * local, total_layers=total, is_moe=model.is_moe,
+                             megatron=flavour == "megatron", warn=warn)
+    version_range = versions.resolve(None, text, flavour)
+    framework = FrameworkInfo(flavour=flavour, version=version_range.describe() if
+                              version_range.exact else None, launcher=launch.launcher,
+                              entry=launch.entry_source)
+    mbs = int_value(launch, "--micro-batch-size", 1)
+    train = TrainSpec(micro_batch_size=mbs, nnodes=nodes, nproc_per_node=local, strategy=strategy,
+                      global_batch_size=int_value(launch, "--global-batch-size", mbs * strategy.dp),
+                      framework=framework, is_full_tune=_is_full_tune(name, launch),
+                      loads_checkpoint=launch.has("--load"))
+    return ScriptInfo(path=path, text=text, model=model, train=train, warnings=tuple(warnings),
+                      num_layers_in_script=total, versions=version_range, launch=launch,
+                      expansion=expansion)
+
+
+def read_script(path: str | Path) -> ScriptInfo:
+    """Read a launch script file without executing it; ScriptError names what is wrong."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        raise ScriptError(f"launch script {path} not found; check the path") from None
+    except IsADirectoryError:
+        raise ScriptError(f"{path} is a folder; give the launch script (.sh) inside it") from None
+    except UnicodeDecodeError:
+        raise ScriptError(f"{path} is not UTF-8 text; convert it (iconv -f GBK -t UTF-8)") from None
+    except OSError as exc:
+        raise ScriptError(f"cannot read launch script {path}: {exc.strerror}; check its permissions") \
+            from None
+    return read_script_text(text, path.name, path=path)
+
+
+def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
+    """The `inspect --json` object: model, cluster, strategy and framework."""
+    model = info.model.to_dict()
+    model["micro_batch_size"] = info.train.micro_batch_size
+    model["global_batch_size"] = info.train.global_batch_size
+    fw = info.train.framework
+    framework = {"flavour": fw.flavour, "version": fw.version, "version_range": info.versions.describe(),
+                 "launcher": fw.launcher, "entry": fw.entry, "is_full_tune": info.train.is_full_tune,
+                 "loads_checkpoint": info.train.loads_checkpoint}
+    return {"model": model,
+            "cluster": {"nnodes": info.train.nnodes, "nproc_per_node": info.train.nproc_per_node},
+            "strategy": info.train.strategy.to_dict(), "framework": framework}
+
+
+def labels_from_filename(path: str | Path) -> tuple[str, str]:
+    """(model name, size label) from a script name: `pretrain_llama2_7b_ptd.sh` -> ("llama2", "7b")."""
+    stem = Path(path).name
+    stem = stem[:-3] if stem.endswith(".sh") else stem
+    tokens = [t for t in re.split(r"[_\-\s]+", stem.strip()) if t]
+    for i, token in enumerate(tokens):
+        match = _SIZE_RE.match(token)
+        if match:
+            size = (match.group(1).lower().replace("point", ".") + match.group(2)).lower()
+            names = [t for t in tokens[:i] if t.lower() not in _NAME_PREFIXES]
+            return ("_".join(names).lower() or "model"), size
+    return "model", "unknown"

@@ -1,0 +1,438 @@
+"""A bash lexer for launch scripts: words and simple commands with source offsets, nothing executed.
+
+Launch scripts are bash programs, but only a small part of bash matters for reading them:
+assignments (scalars, arrays, `export`), parameter expansion (`$V`, `${V}`, `${V:-d}`,
+`${A[@]}`, `${#A[@]}`), `$((...))`, quotes, backslash continuations, comments and heredocs.
+This module turns the text into `Command`s made of `Word`s whose parts remember where they
+sit in the source, so the writer can later change one argument and keep every other byte.
+Command substitutions are recognised (their extent) but never run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?=)")
+_BRACE_RE = re.compile(
+    r"^(?P<len>#)?(?P<keys>!)?(?P<name>[A-Za-z_][A-Za-z0-9_]*|\d+|[@*#?$!0-])"
+    r"(?:\[(?P<index>[^\]]*)\])?(?P<rest>.*)$", re.S)
+_BLANK = " \t\r"
+_WORD_END = set(" \t\r\n;&|<>()")
+_SPECIAL_PARAMS = "@*#?$!-0123456789"
+
+
+@dataclass(frozen=True)
+class Lit:
+    """Literal text; `text == source[start:end]` unless it came from an escape (`\\$`)."""
+
+    text: str
+    start: int
+    end: int
+    quoted: bool
+
+
+@dataclass(frozen=True)
+class Param:
+    """A parameter expansion `$NAME` or `${...}` at source span [start, end)."""
+
+    name: str
+    start: int
+    end: int
+    quoted: bool
+    op: str = ""
+    """'' plain; ':-' '-' ':=' '=' ':+' '+' ':?' '?' with `arg`; 'len' for ${#V}; 'keys' for ${!A[@]};
+    'other' for pattern operators (read as the plain value)."""
+    index: str | None = None
+    arg: tuple = ()
+
+
+@dataclass(frozen=True)
+class Arith:
+    """`$((expr))`; evaluated at expansion time."""
+
+    expr: str
+    start: int
+    end: int
+    quoted: bool
+
+
+@dataclass(frozen=True)
+class CmdSub:
+    """`$(...)` or a backquoted command: recognised, never run (expands to nothing)."""
+
+    start: int
+    end: int
+    quoted: bool
+
+
+@dataclass(frozen=True)
+class Word:
+    """One shell word: its parts, its source span, and for `NAME=( ... )` the array elements."""
+
+    parts: tuple
+    start: int
+    end: int
+    array: tuple["Word", ...] | None = None
+
+    def literal_text(self) -> str | None:
+        """The word's text when it is made of literals only (keywords, launcher names)."""
+        if not all(isinstance(p, Lit) for p in self.parts):
+            return None
+        return "".join(p.text for p in self.parts)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One simple command: its words, in order, and the source line where it starts."""
+
+    words: tuple[Word, ...]
+    line: int
+
+
+@dataclass
+class _State:
+    heredocs: list[tuple[str, bool]] = field(default_factory=list)
+
+
+class ShellSyntaxError(ValueError):
+    """The text is not bash this lexer can follow (unterminated quote, ...)."""
+
+
+class _Lexer:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+        self.state = _State()
+        self.commands: list[Command] = []
+
+    # ---- top level -------------------------------------------------------------------------
+    def run(self) -> list[Command]:
+        words: list[Word] = []
+        start_line = 1
+        while self.pos < len(self.text):
+            ch = self.text[self.pos]
+            if ch in _BLANK:
+                self.pos += 1
+            elif self.text.startswith("\\\n", self.pos):
+                self.pos += 2
+            elif ch == "#" and self._at_word_start():
+                self._skip_comment()
+            elif ch == "\n" or ch in ";&|()":
+                self._flush(words, start_line)
+                words = []
+                self.pos += 1
+                if ch == "\n" and self.state.heredocs:
+                    self._skip_heredocs()
+                start_line = self.text.count("\n", 0, self.pos) + 1
+            elif ch in "<>":
+                self._redirection()
+            else:
+                word = self._word()
+                if self.pos < len(self.text) and self.text[self.pos] in "<>" and \
+                        re.fullmatch(r"\d+", word.literal_text() or ""):
+                    continue  # a file-descriptor prefix such as 2>&1
+                if not words:
+                    start_line = self.text.count("\n", 0, word.start) + 1
+                words.append(word)
+        self._flush(words, start_line)
+        return self.commands
+
+    def _flush(self, words: list[Word], line: int) -> None:
+        if words:
+            self.commands.append(Command(tuple(words), line))
+
+    def _at_word_start(self) -> bool:
+        return self.pos == 0 or self.text[self.pos - 1] in " \t\r\n;&|()"
+
+    def _skip_comment(self) -> None:
+        end = self.text.find("\n", self.pos)
+        self.pos = len(self.text) if end < 0 else end
+
+    def _redirection(self) -> None:
+        match = re.match(r"<<<|<<-|<<|>>|>&|<&|&>|>\||<>|>|<", self.text[self.pos:])
+        op = match.group(0)
+        self.pos += len(op)
+        while self.pos < len(self.text) and self.text[self.pos] in _BLANK:
+            self.pos += 1
+        if self.pos >= len(self.text) or self.text[self.pos] in "\n;|&":
+            return
+        target = self._word()
+        if op in ("<<", "<<-"):
+            raw = self.text[target.start:target.end]
+            self.state.heredocs.append((raw.replace("'", "").replace('"', "").replace("\\", ""),
+                                        op == "<<-"))
+
+    def _skip_heredocs(self) -> None:
+        for delimiter, strip_tabs in self.state.heredocs:
+            while self.pos < len(self.text):
+                end = self.text.find("\n", self.pos)
+                end = len(self.text) if end < 0 else end
+                line = self.text[self.pos:end].rstrip("\r")
+                self.pos = min(end + 1, len(self.text))
+                if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                    break
+        self.state.heredocs = []
+
+    # ---- words -----------------------------------------------------------------------------
+    def _word(self) -> Word:
+        start = self.pos
+        parts: list = []
+        run_start = self.pos
+        text = self.text
+        while self.pos < len(text):
+            ch = text[self.pos]
+            if ch in _WORD_END:
+                if ch == "(" and self._is_array_open(parts, run_start):
+                    self._close_run(parts, run_start)
+                    return self._array_word(start, parts)
+                break
+            if ch in "\\'\"$`":
+                self._close_run(parts, run_start)
+                self._special(parts, quoted=False)
+                run_start = self.pos
+            else:
+                self.pos += 1
+        self._close_run(parts, run_start)
+        return Word(tuple(parts), start, self.pos)
+
+    def _close_run(self, parts: list, run_start: int) -> None:
+        if self.pos > run_start:
+            parts.append(Lit(self.text[run_start:self.pos], run_start, self.pos, False))
+
+    def _is_array_open(self, parts: list, run_start: int) -> bool:
+        pending = self.text[run_start:self.pos]
+        head = "".join(p.text for p in parts if isinstance(p, Lit)) + pending
+        only_lits = all(isinstance(p, Lit) for p in parts)
+        return only_lits and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\+?=", head) is not None
+
+    def _array_word(self, start: int, parts: list) -> Word:
+        self.pos += 1  # the "("
+        elements: list[Word] = []
+        while True:
+            if self.pos >= len(self.text):
+                raise ShellSyntaxError(f"array starting at offset {start} has no closing ')'")
+            ch = self.text[self.pos]
+            if ch in _BLANK or ch == "\n":
+                self.pos += 1
+            elif self.text.startswith("\\\n", self.pos):
+                self.pos += 2
+            elif ch == "#" and self._at_word_start():
+                self._skip_comment()
+            elif ch == ")":
+                self.pos += 1
+                return Word(tuple(parts), start, self.pos, tuple(elements))
+            else:
+                elements.append(self._word())
+                if self.pos < len(self.text) and self.text[self.pos] in ";&|<>(":
+                    raise ShellSyntaxError(f"unexpected {self.text[self.pos]!r} inside an array")
+
+    def _special(self, parts: list, quoted: bool) -> None:
+        """One escape, quoted string, expansion or command substitution at self.pos."""
+        text, pos = self.text, self.pos
+        ch = text[pos]
+        if ch == "\\":
+            if text.startswith("\\\n", pos):
+                self.pos += 2
+            else:
+                parts.append(Lit(text[pos + 1:pos + 2], pos, pos + 2, True))
+                self.pos += 2
+        elif ch == "'":
+            end = text.find("'", pos + 1)
+            if end < 0:
+                raise ShellSyntaxError(f"unterminated single quote at line {text.count(chr(10), 0, pos) + 1}")
+            parts.append(Lit(text[pos + 1:end], pos + 1, end, True))
+            self.pos = end + 1
+        elif ch == '"':
+            self._double_quoted(parts)
+        elif ch == "`":
+            end = self._backquote_end(pos)
+            parts.append(CmdSub(pos, end, quoted))
+            self.pos = end
+        else:
+            self._dollar(parts, quoted)
+
+    def _double_quoted(self, parts: list) -> None:
+        text = self.text
+        open_pos = self.pos
+        self.pos += 1
+        if self.pos < len(text) and text[self.pos] == '"':
+            parts.append(Lit("", self.pos, self.pos, True))  # "" makes an empty word
+        run_start = self.pos
+        while True:
+            if self.pos >= len(text):
+                line = text.count("\n", 0, open_pos) + 1
+                raise ShellSyntaxError(f"unterminated double quote opened at line {line}")
+            ch = text[self.pos]
+            if ch == '"':
+                self._close_quoted_run(parts, run_start)
+                self.pos += 1
+                return
+            if ch == "\\" and text[self.pos + 1:self.pos + 2] in ("$", "`", '"', "\\", "\n"):
+                self._close_quoted_run(parts, run_start)
+                if text[self.pos + 1] != "\n":
+                    parts.append(Lit(text[self.pos + 1], self.pos, self.pos + 2, True))
+                self.pos += 2
+                run_start = self.pos
+            elif ch in "$`":
+                self._close_quoted_run(parts, run_start)
+                self._special(parts, quoted=True)
+                run_start = self.pos
+            else:
+                self.pos += 1
+
+    def _close_quoted_run(self, parts: list, run_start: int) -> None:
+        if self.pos > run_start:
+            parts.append(Lit(self.text[run_start:self.pos], run_start, self.pos, True))
+
+    def _backquote_end(self, pos: int) -> int:
+        i = pos + 1
+        while i < len(self.text):
+            if self.text[i] == "\\":
+                i += 2
+                continue
+            if self.text[i] == "`":
+                return i + 1
+            i += 1
+        raise ShellSyntaxError(f"unterminated backquote at line {self.text.count(chr(10), 0, pos) + 1}")
+
+    def _dollar(self, parts: list, quoted: bool) -> None:
+        text, pos = self.text, self.pos
+        nxt = text[pos + 1:pos + 2]
+        if text.startswith("$((", pos):
+            end = self._arith_end(pos)
+            parts.append(Arith(text[pos + 3:end - 2], pos, end, quoted))
+            self.pos = end
+        elif nxt == "(":
+            end = self._matching(pos + 1, "(", ")")
+            parts.append(CmdSub(pos, end, quoted))
+            self.pos = end
+        elif nxt == "{":
+            end = self._matching(pos + 1, "{", "}")
+            parts.append(self._brace_param(pos, end, quoted))
+            self.pos = end
+        elif nxt == "'" and not quoted:
+            end = text.find("'", pos + 2)
+            end = len(text) if end < 0 else end
+            parts.append(Lit(text[pos + 2:end], pos + 2, end, True))
+            self.pos = end + 1
+        elif nxt and (nxt in _SPECIAL_PARAMS):
+            parts.append(Param(nxt, pos, pos + 2, quoted))
+            self.pos = pos + 2
+        else:
+            match = _NAME_RE.match(text, pos + 1)
+            if match:
+                parts.append(Param(match.group(0), pos, match.end(), quoted))
+                self.pos = match.end()
+            else:
+                parts.append(Lit("$", pos, pos + 1, quoted))
+                self.pos = pos + 1
+
+    def _arith_end(self, pos: int) -> int:
+        depth = 0
+        i = pos + 3
+        while i < len(self.text):
+            ch = self.text[i]
+            if ch == "(":
+                depth += 1
+            elif ch == ")":
+                if depth == 0 and self.text[i + 1:i + 2] == ")":
+                    return i + 2
+                depth -= 1
+            i += 1
+        raise ShellSyntaxError(f"unterminated $(( at line {self.text.count(chr(10), 0, pos) + 1}")
+
+    def _matching(self, open_pos: int, opener: str, closer: str) -> int:
+        """Offset just past the `closer` matching text[open_pos], skipping quotes."""
+        depth = 0
+        i = open_pos
+        text = self.text
+        while i < len(text):
+            ch = text[i]
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == "'" and opener == "(":
+                i = text.find("'", i + 1) + 1 or len(text)
+                continue
+            if ch == opener:
+                depth += 1
+            elif ch == closer:
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+            i += 1
+        line = text.count("\n", 0, open_pos) + 1
+        raise ShellSyntaxError(f"unterminated ${opener} at line {line}")
+
+    def _brace_param(self, pos: int, end: int, quoted: bool) -> Param:
+        inner_start = pos + 2
+        inner = self.text[inner_start:end - 1]
+        match = _BRACE_RE.match(inner)
+        if not match:
+            return Param("", pos, end, quoted, op="other")
+        name, index, rest = match.group("name"), match.group("index"), match.group("rest")
+        if match.group("len"):
+            return Param(name, pos, end, quoted, op="len", index=index)
+        if match.group("keys"):
+            return Param(name, pos, end, quoted, op="keys", index=index)
+        op_match = re.match(r":-|:=|:\+|:\?|-|=|\+|\?", rest)
+        if not rest:
+            return Param(name, pos, end, quoted, index=index)
+        if not op_match:
+            return Param(name, pos, end, quoted, op="other", index=index)
+        op = op_match.group(0)
+        arg_start = inner_start + match.start("rest") + len(op)
+        return Param(name, pos, end, quoted, op=op, index=index,
+                     arg=self._parse_region(arg_start, end - 1, quoted))
+
+    def _parse_region(self, start: int, end: int, quoted: bool) -> tuple:
+        """Parts of the text [start, end) of a `${V:-word}` default (quotes allowed, blanks literal)."""
+        sub = _Lexer(self.text[:end])
+        sub.pos = start
+        parts: list = []
+        run_start = start
+        while sub.pos < end:
+            if sub.text[sub.pos] in "\\'\"$`":
+                if sub.pos > run_start:
+                    parts.append(Lit(sub.text[run_start:sub.pos], run_start, sub.pos, quoted))
+                sub._special(parts, quoted)
+                run_start = sub.pos
+            else:
+                sub.pos += 1
+        if end > run_start:
+            parts.append(Lit(sub.text[run_start:end], run_start, end, quoted))
+        return tuple(parts)
+
+
+def parse_commands(text: str) -> list[Command]:
+    """Split a bash script into simple commands made of source-located words."""
+    return _Lexer(text).run()
+
+
+def split_assignment(word: Word) -> tuple[str, str, tuple] | None:
+    """`(name, op, value_parts)` when the word is `NAME=value` / `NAME+=value`, else None."""
+    if not word.parts or not isinstance(word.parts[0], Lit) or word.parts[0].quoted:
+        return None
+    first = word.parts[0]
+    match = _ASSIGN_RE.match(first.text)
+    if not match:
+        return None
+    cut = match.end()
+    rest = first.text[cut:]
+    head = (Lit(rest, first.start + cut, first.end, False),) if rest else ()
+    return match.group(1), match.group(2), head + word.parts[1:]
+
+
+def iter_params(parts: tuple):
+    """Every Param in the parts, including those nested in `${V:-...}` defaults."""
+    for part in parts:
+        if isinstance(part, Param):
+            yield part
+            yield from iter_params(part.arg)
+
+
+def arith_names(expr: str) -> list[str]:
+    """Variable names an arithmetic expression reads (`$V`, `${V}` or bare `V`)."""
+    return re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expr)

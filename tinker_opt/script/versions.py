@@ -1,0 +1,165 @@
+"""Framework flavours and versions, and which parallel flags each version has.
+
+MindSpeed-LLM versions follow its release tags: Tinker's `1.0`, `1.1`, `1.2` are ModelLink
+1.0.RC1..RC3, then `1.0.0`, `2.0.0` ... `2.3.0`, `26.0.0`. Megatron-LM versions are the core tags
+(`core_v0.10.0` or `0.10`). A version is kept as a sortable key; when the user does not give one,
+the script's flags bound it from below and above (a flag introduced at 2.2.0 proves >= 2.2.0, a
+flag renamed away at 2.2.0 proves < 2.2.0) and a flag is allowed unless the bounds exclude it.
+Sources: the flag-by-version tables of reference/script-conventions.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tinker_opt.errors import ConfigError
+
+MINDSPEED = "mindspeed"
+MEGATRON = "megatron"
+PRE_MODELLINK = (0, 0, 0)
+"""Pre-1.0 ModelLink (2023, `pretrain_llama.py`)."""
+_RC = {"1": (0, 9, 1), "2": (0, 9, 2), "3": (0, 9, 3)}
+_TINKER = {"1.0": (0, 9, 1), "1.1": (0, 9, 2), "1.2": (0, 9, 3)}
+_LATEST = (999,)
+
+# Flag -> first version that has it, per family (absent: every version has it).
+FLAG_SINCE: dict[str, dict[str, tuple[int, ...] | None]] = {
+    "--context-parallel-size": {MINDSPEED: (0, 9, 3), MEGATRON: (0, 5)},
+    "--context-parallel-algo": {MINDSPEED: (0, 9, 3), MEGATRON: None},
+    "--expert-model-parallel-size": {MINDSPEED: (0, 9, 1), MEGATRON: (0, 4)},
+    "--expert-tensor-parallel-size": {MINDSPEED: (2, 2, 0), MEGATRON: (0, 10)},
+    "--moe-tp-extend-ep": {MINDSPEED: (2, 0, 0), MEGATRON: None},
+    "--num-layers-per-virtual-pipeline-stage": {MINDSPEED: (0, 9, 2), MEGATRON: (0, 0)},
+    "--num-layer-list": {MINDSPEED: (0, 9, 1), MEGATRON: None},
+    "--decoder-first-pipeline-num-layers": {MINDSPEED: None, MEGATRON: (0, 10)},
+    "--decoder-last-pipeline-num-layers": {MINDSPEED: None, MEGATRON: (0, 10)},
+}
+"""None means the family never has the flag."""
+
+CP_ALGO_SINCE: dict[str, tuple[int, ...]] = {
+    "megatron_cp_algo": (0, 9, 3), "ulysses_cp_algo": (0, 9, 3), "hybrid_cp_algo": (0, 9, 3),
+    "adaptive_cp_algo": (2, 0, 0), "kvallgather_cp_algo": (26, 1, 0)}
+
+# Evidence in a script: (pattern, family, lower bound or None, upper bound (exclusive) or None).
+_EVIDENCE = (
+    (r"--use-mcore-models\b", MINDSPEED, (0, 9, 3), None),
+    (r"--context-parallel-algo\b", MINDSPEED, (0, 9, 3), None),
+    (r"\bposttrain_gpt\.py\b", MINDSPEED, (1, 0, 0), None),
+    (r"--(moe-tp-extend-ep|noop-layers|schedules-method|moe-alltoall-overlap-comm)\b", MINDSPEED,
+     (2, 0, 0), None),
+    (r"(^|\s)msrun\s|--use-ascend-coc\b", MINDSPEED, (2, 1, 0), None),
+    (r"--(moe-ffn-hidden-size|use-ascend-mc2|moe-router-num-groups|moe-router-group-topk)\b",
+     MINDSPEED, (2, 2, 0), None),
+    (r"kvallgather_cp_algo", MINDSPEED, (26, 1, 0), None),
+    (r"--(moe-intermediate-size|topk-group|n-group|routed-scaling-factor)\b", MINDSPEED, None,
+     (2, 2, 0)),
+    (r"--use-mc2\b", MINDSPEED, None, (2, 2, 0)),
+    (r"--(moe-train-capacity-factor|noisy[-_]gate[-_]policy)\b", MINDSPEED, None, (1, 0, 0)),
+    (r"\bpretrain_llama\.py\b|--DDP-impl\b", MINDSPEED, PRE_MODELLINK, (0, 9, 1)),
+    (r"--(expert-tensor-parallel-size|decoder-first-pipeline-num-layers|cp-comm-type)\b",
+     MEGATRON, (0, 10), None),
+    (r"--(recompute-modules|pipeline-model-parallel-layout|num-virtual-stages-per-pipeline-rank)\b",
+     MEGATRON, (0, 13), None),
+    (r"--(pipeline-model-parallel-split-rank|standalone-embedding-stage)\b", MEGATRON, None,
+     (0, 11)),
+)
+
+
+@dataclass(frozen=True)
+class VersionRange:
+    """What is known of the framework version: exact (user-given) or bounds from the script."""
+
+    family: str
+    low: tuple[int, ...] | None = None
+    high: tuple[int, ...] | None = None
+    """Exclusive upper bound."""
+    exact: tuple[int, ...] | None = None
+
+    def allows(self, since: tuple[int, ...] | None) -> bool:
+        """Whether a flag that first appears at `since` may exist in this version."""
+        if since is None:
+            return False
+        if self.exact is not None:
+            return self.exact >= since
+        return self.high is None or since < self.high
+
+    def describe(self) -> str | None:
+        """`2.2.0`, `>=2.2.0`, `<2.2.0`, `>=1.0.RC3,<2.2.0` or None when nothing is known."""
+        if self.exact is not None:
+            return format_version(self.family, self.exact)
+        parts = []
+        if self.low is not None:
+            parts.append(">=" + format_version(self.family, self.low))
+        if self.high is not None:
+            parts.append("<" + format_version(self.family, self.high))
+        return ",".join(parts) or None
+
+    @property
+    def label(self) -> str:
+        return self.describe() or "unknown version"
+
+
+def format_version(family: str, key: tuple[int, ...]) -> str:
+    if key == _LATEST:
+        return "master" if family == MINDSPEED else "main"
+    if family == MEGATRON:
+        return "core_v" + ".".join(str(k) for k in key)
+    if key == PRE_MODELLINK:
+        return "pre-1.0 ModelLink"
+    if key[:2] == (0, 9):
+        return f"1.0.RC{key[2]}"
+    return ".".join(str(k) for k in key)
+
+
+def parse_version(text: str, family: str) -> tuple[str, tuple[int, ...]]:
+    """(family, key) of a user-given version; ConfigError for an unknown spelling."""
+    raw = text.strip().lower().lstrip("v")
+    if raw in ("master", "main", "latest"):
+        return family, _LATEST
+    if raw in _TINKER:
+        return MINDSPEED, _TINKER[raw]
+    match = re.fullmatch(r"1\.0\.rc(\d)(\.0)?", raw)
+    if match and match.group(1) in _RC:
+        return MINDSPEED, _RC[match.group(1)]
+    match = re.fullmatch(r"(core_[rv])?(\d+)\.(\d+)(?:\.(\d+))?", raw)
+    if not match:
+        raise ConfigError(
+            f"unknown framework version {text!r}; use a MindSpeed-LLM version (1.0, 1.1, 1.2, "
+            "1.0.0, 2.0.0 ... 2.3.0, 26.0.0) or a Megatron-LM core version (core_v0.10.0)")
+    key = tuple(int(g) for g in match.groups()[1:] if g is not None)
+    if match.group(1) or key[0] == 0:
+        return MEGATRON, key[:2]
+    return MINDSPEED, key + (0,) * (3 - len(key))
+
+
+def detect_range(text: str, family: str) -> VersionRange:
+    """Bounds on the version from the flags a script uses (family from the flavour)."""
+    low: tuple[int, ...] | None = None
+    high: tuple[int, ...] | None = None
+    for pattern, fam, lo, hi in _EVIDENCE:
+        if fam != family or not re.search(pattern, text, re.M):
+            continue
+        if lo is not None and (low is None or lo > low):
+            low = lo
+        if hi is not None and (high is None or hi < high):
+            high = hi
+    if low is not None and high is not None and low >= high:
+        high = None  # contradictory evidence: stay permissive
+    return VersionRange(family, low, high)
+
+
+def resolve(version: str | None, text: str, flavour: str) -> VersionRange:
+    """The version to write for: the user's (exact) or the script's bounds."""
+    family = MEGATRON if flavour == MEGATRON else MINDSPEED
+    if version is None:
+        return detect_range(text, family)
+    fam, key = parse_version(version, family)
+    return VersionRange(fam, exact=key)
+
+
+def flag_allowed(flag: str, versions: VersionRange) -> bool:
+    table = FLAG_SINCE.get(flag)
+    if table is None:
+        return True
+    return versions.allows(table.get(versions.family))
