@@ -22,7 +22,7 @@ TP=2
 PP=2
 MBS=1
 GBS=64
-SEQ_LEN=1024
+SEQ_LEN=512
 
 DISTRIBUTED_ARGS="
     --nproc_per_node $NPUS_PER_NODE \
@@ -38,8 +38,8 @@ GPT_ARGS="
     --pipeline-model-parallel-size ${PP} \
     --sequence-parallel \
     --num-layers 8 \
-    --hidden-size 512 \
-    --ffn-hidden-size 1376 \
+    --hidden-size 256 \
+    --ffn-hidden-size 688 \
     --num-attention-heads 8 \
     --group-query-attention \
     --num-query-groups 4 \

@@ -67,9 +67,10 @@ def _search(values: dict[str, Any], quiet: bool) -> Path:
     log = RunLog(echo=None if quiet else lambda line: err_console.print(line, markup=False, highlight=False))
     with console.status(f"solving with {values['solver']}", spinner="dots") if not quiet else _null():
         outcome = run_search_step(values, log=log)
-    if not quiet:
+    if quiet:
         for warning in outcome.warnings:
-            err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}")
+            err_console.print(warning, markup=False, highlight=False)
+    if not quiet:
         gap = "" if outcome.gap is None else f", gap {outcome.gap:.2%}"
         console.print(strategies_table(outcome.top, f"top strategies ({outcome.solver}: {outcome.status}{gap}, "
                                                     f"{outcome.solve_time_s:.2f} s)"))

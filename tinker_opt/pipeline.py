@@ -131,7 +131,7 @@ def build_cost_model(profiled, cluster: ClusterSpec, global_batch_size: int, val
                                   hardware=hardware, inter_node_bandwidth_gbs=values.get("inter_node_bandwidth"))
 
 
-def run_search_step(values: dict[str, Any], *, log: RunLog, progress: Progress | None = None) -> SearchOutcome:
+def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
     """Load a profile, solve, and write the results folder."""
     from tinker_opt.emit.results import RunLabels, SearchReport, check_writable, write_results_folder
     from tinker_opt.model.search import SearchSpace, search
@@ -151,12 +151,12 @@ def run_search_step(values: dict[str, Any], *, log: RunLog, progress: Progress |
                           memory_limit_mb=values["memory_limit"])
     cost_model = build_cost_model(profiled, cluster, values["global_batch_size"], values)
     for warning in cost_model.warnings:
-        log(f"WARNING: {warning}")
+        log(warning)
     log(f"searching {cluster.num_devices} devices ({cluster.num_nodes} nodes x {cluster.devices_per_node}), "
         f"global batch {values['global_batch_size']}, memory limit {cluster.memory_limit_mb:g} MB, solver {values['solver']}")
     space = SearchSpace(max_mbs=values["max_mbs"]) if values.get("max_mbs") else None
     result = search(cost_model, solver=values["solver"], time_limit_s=values["time_limit"], cpus=values["cpus"],
-                    top_k=values["top_k"], space=space, progress=progress)
+                    top_k=values["top_k"], space=space, progress=log)
     log(f"{result.solver}: {result.status}, objective {result.objective_ms:.3f} ms, bound "
         f"{result.bound_ms:.3f} ms, gap {result.gap:.2%}, {result.solve_time_s:.2f} s")
     top = [evaluation.to_dict() for evaluation in result.top]

@@ -81,7 +81,7 @@ def script_header(rank: int, evaluation: dict[str, Any], report: SearchReport) -
     """The comment block recorded at the top of a tuned script."""
     strategy = json.dumps(evaluation["strategy"], separators=(", ", ": "))
     return [
-        f"tinker-opt: tuned strategy rank {rank} of {len(report.top)} "
+        f"tuned strategy rank {rank} of {len(report.top)} "
         f"({report.solver}, {report.status}, solved in {report.solve_time_s:.2f} s)",
         f"strategy: {strategy}",
         f"modelled iteration time {evaluation['iteration_time_ms']:.1f} ms, peak memory "
@@ -108,7 +108,11 @@ def results_frame(report: SearchReport, script_names: Sequence[str | None]) -> p
         row["estimated"] = evaluation.get("estimated", False)
         row["script"] = name or ""
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    for column in ("recompute_num_layers", "etp"):
+        if column in frame:
+            frame[column] = frame[column].astype("Int64")
+    return frame
 
 
 def summary_dict(report: SearchReport) -> dict[str, Any]:

@@ -6,19 +6,19 @@ from typing import Any, Sequence
 
 from rich.table import Table
 
+from tinker_opt.model.strategy import Strategy
+
 
 def strategies_table(evaluations: Sequence[dict[str, Any]], title: str) -> Table:
+    """One row per strategy: its short label, the layer split and the modelled figures."""
     table = Table(title=title)
-    for column in ("#", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "dist-opt", "mbs", "recompute",
-                   "layers/stage", "time (ms)", "memory (MB)", "tokens/s/dev"):
-        table.add_column(column, justify="right")
+    for column, justify in (("#", "right"), ("strategy", "left"), ("layers/stage", "left"),
+                            ("time (ms)", "right"), ("memory (MB)", "right"), ("tokens/s/dev", "right")):
+        table.add_column(column, justify=justify)
     for rank, evaluation in enumerate(evaluations, start=1):
-        s = evaluation["strategy"]
-        recompute = s["recompute"] if s["recompute"] != "full" else f"full {s['recompute_num_layers'] or ''}".strip()
+        strategy = Strategy.from_dict(evaluation["strategy"]).replace(num_layer_list=None)
         table.add_row(
-            str(rank), str(s["tp"]), str(s["pp"]), str(s["dp"]), str(s["cp"]), str(s["ep"]), str(s["vpp"]),
-            "on" if s["sp"] else "off", "on" if s["dist_opt"] else "off", str(s["mbs"]), recompute,
-            ",".join(str(st["layers"]) for st in evaluation["stages"]),
+            str(rank), strategy.label(), ",".join(str(st["layers"]) for st in evaluation["stages"]),
             f"{evaluation['iteration_time_ms']:.1f}", f"{evaluation['peak_memory_mb']:.0f}",
             f"{evaluation['tokens_per_s_per_device']:.0f}")
     return table
