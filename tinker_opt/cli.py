@@ -24,7 +24,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="Find the fastest parallel strategy for a Megatron-LM / MindSpeed-LLM launch script.")
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def _opt(section: str, key: str, *extra: str) -> Any:
@@ -316,7 +316,8 @@ def main() -> None:
     try:
         app()
     except TinkerError as exc:
-        err_console.print(f"[bold red]error:[/bold red] {exc}", markup=True, highlight=False)
+        message = " ".join(str(exc).split())
+        sys.stderr.write(f"error: {message}\n")
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -1,0 +1,57 @@
+"""Test support for the CLI tests: running the tool in a subprocess, a profile folder on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tinker_opt.profile.store import write_blocks_csv, write_comm_csv, write_meta
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "pretrain_llama_tiny_ptd.sh"
+EXAMPLE_CONFIG = ROOT / "examples" / "config.json"
+
+
+def run_cli(*args: str, cwd: Path | None = None, block_torch: bool = False) -> subprocess.CompletedProcess:
+    """Run `tinker-opt ARGS` as a user would (fresh interpreter); optionally with torch unimportable."""
+    prelude = "import sys; sys.modules['torch'] = None; " if block_torch else ""
+    code = prelude + "import sys; from tinker_opt.cli import main; sys.argv = ['tinker-opt'] + sys.argv[1:]; main()"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def write_synthetic_profile(folder: Path, script: Path = EXAMPLE) -> Path:
+    """A profiled-data folder for the example model from the formula-based test profile."""
+    from model_support import synthetic_profile
+    from tinker_opt.script.reader import read_script
+
+    model = read_script(script).model
+    profiled = synthetic_profile(model, tps=(1, 2, 4), cps=(1,), eps=(1,), mbss=(1, 2, 4))
+    folder.mkdir(parents=True, exist_ok=True)
+    write_blocks_csv(folder, profiled.blocks)
+    write_comm_csv(folder, profiled.comm)
+    write_meta(folder, {"model": model.to_dict(), "device": "synthetic", "script_path": str(script),
+                        "model_name": "llama", "model_size": "tiny"})
+    return folder
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    """Exit code 2, no traceback, one final stderr line 'error: ...' holding the fragments.
+
+    Progress lines may precede it (they are not part of the error); the error itself is one line.
+    """
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], (fragment, errors[0])
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))

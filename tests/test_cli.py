@@ -1,0 +1,196 @@
+"""The command line as a user meets it: verbs, outputs, Tinker spellings and bad input."""
+
+import json
+import subprocess
+
+import pandas as pd
+import pytest
+
+from cli_support import (EXAMPLE, EXAMPLE_CONFIG, assert_one_line_error, read_json, run_cli,
+                         write_synthetic_profile)
+
+
+@pytest.fixture(scope="module")
+def profile_dir(tmp_path_factory):
+    return write_synthetic_profile(tmp_path_factory.mktemp("prof") / "profiled-data-llama-tiny-test")
+
+
+@pytest.fixture(scope="module")
+def search_run(profile_dir, tmp_path_factory):
+    """One search over the synthetic profile of the example, Tinker spellings for the options."""
+    out = tmp_path_factory.mktemp("results")
+    result = run_cli("search", "--profiled_data_path", str(profile_dir), "--global_batch_size", "64",
+                     "--num_nodes", "2", "--num_npus_per_node", "8", "--memory_limit", "60000",
+                     "--output_dir", str(out), "--quiet")
+    assert result.returncode == 0, result.stderr
+    folders = list(out.iterdir())
+    assert len(folders) == 1
+    return folders[0]
+
+
+def test_search_writes_results_folder(search_run):
+    """results.csv reads back, summary.json has the interface keys, every config passes bash -n."""
+    frame = pd.read_csv(search_run / "results.csv")
+    assert len(frame) == 10 and list(frame["rank"]) == list(range(1, 11))
+    summary = read_json(search_run / "summary.json")
+    assert summary["status"] == "optimal" and summary["solver"] == "cpsat"
+    assert summary["best"] == summary["top"][0]
+    assert {"strategy", "iteration_time_ms", "peak_memory_mb", "tokens_per_s_per_device", "stages"} <= set(summary["best"])
+    configs = sorted((search_run / "configs").glob("*.sh"))
+    assert len(configs) == 10
+    for config in configs:
+        assert subprocess.run(["bash", "-n", str(config)]).returncode == 0, config
+    assert (search_run / "search.log").read_text().strip()
+    assert (search_run / "best_stages.png").exists() and (search_run / "candidates_time_vs_memory.png").exists()
+
+
+def test_tuned_script_holds_best_strategy(search_run):
+    """The rank-1 script, read back, carries the best strategy and the target cluster."""
+    from tinker_opt.model.strategy import Strategy
+    from tinker_opt.script.reader import read_script
+
+    best = Strategy.from_dict(read_json(search_run / "summary.json"))
+    rank1 = next((search_run / "configs").glob("*-rank1_*.sh"))
+    info = read_script(rank1)
+    assert info.train.strategy == best
+    assert (info.train.nnodes, info.train.nproc_per_node) == (2, 8)
+
+
+def test_simulate_json_matches_search(profile_dir, search_run):
+    """simulate --strategy summary.json --json reproduces the search's best evaluation."""
+    result = run_cli("simulate", "--profiled-data-path", str(profile_dir), "--strategy", str(search_run / "summary.json"),
+                     "--global-batch-size", "64", "--num-nodes", "2", "--memory-limit", "60000", "--json")
+    assert result.returncode == 0, result.stderr
+    evaluation = json.loads(result.stdout)
+    best = read_json(search_run / "summary.json")["best"]
+    assert evaluation["strategy"] == best["strategy"]
+    assert evaluation["iteration_time_ms"] == pytest.approx(best["iteration_time_ms"])
+
+
+def test_simulate_tinker_flags(profile_dir):
+    """Tinker's --simu_* flags give a per-stage table."""
+    result = run_cli("simulate", "--profiled_data_path", str(profile_dir), "--global_batch_size", "64",
+                     "--num_nodes", "2", "--simu_tp", "2", "--simu_pp", "2", "--simu_sp", "1",
+                     "--micro_batch_size", "1", "--num_layer_list", "5,3", "--detail")
+    assert result.returncode == 0, result.stderr
+    assert "per-stage breakdown" in result.stdout and "tp2-pp2-dp4" in result.stdout
+
+
+def test_search_and_simulate_run_without_torch(profile_dir, tmp_path):
+    """search and simulate never import torch."""
+    sim = run_cli("simulate", "--profiled-data-path", str(profile_dir), "--global-batch-size", "64",
+                  "--num-nodes", "1", "--simu-tp", "2", "--json", block_torch=True)
+    assert sim.returncode == 0, sim.stderr
+    found = run_cli("search", "--profiled-data-path", str(profile_dir), "--global-batch-size", "64",
+                    "--num-nodes", "1", "--output-dir", str(tmp_path), "--top-k", "2", "--quiet", block_torch=True)
+    assert found.returncode == 0, found.stderr
+    inspected = run_cli("inspect", str(EXAMPLE), "--json", block_torch=True)
+    assert inspected.returncode == 0 and json.loads(inspected.stdout)["model"]["num_layers"] == 8
+
+
+def test_apply_never_overwrites_input(tmp_path, search_run):
+    """apply refuses the input as output and an existing file without --force."""
+    script = tmp_path / "s.sh"
+    script.write_text(EXAMPLE.read_text())
+    same = run_cli("apply", str(script), str(search_run / "summary.json"), "-o", str(script))
+    assert_one_line_error(same, "input script")
+    out = tmp_path / "tuned.sh"
+    assert run_cli("apply", str(script), str(search_run / "summary.json"), "-o", str(out)).returncode == 0
+    assert subprocess.run(["bash", "-n", str(out)]).returncode == 0
+    assert_one_line_error(run_cli("apply", str(script), str(search_run / "summary.json"), "-o", str(out)), "exists")
+    assert script.read_text() == EXAMPLE.read_text()
+
+
+@pytest.mark.parametrize("verb", ["profile", "search", "simulate", "all", "inspect", "apply"])
+def test_every_verb_has_help(verb):
+    """--help works for every verb and shows Tinker's spellings where they exist."""
+    result = run_cli(verb, "--help")
+    assert result.returncode == 0
+    if verb in ("search", "all"):
+        assert "--global_batch_size" in result.stdout and "--memory_limit" in result.stdout
+
+
+# ---- bad input: one line naming the problem and the fix, exit 2, nothing half-written ----
+
+def test_missing_script(tmp_path):
+    assert_one_line_error(run_cli("all", str(tmp_path / "nope.sh")), "nope.sh")
+
+
+def test_script_without_launch_line(tmp_path):
+    script = tmp_path / "pretrain_x_1b.sh"
+    script.write_text("#!/bin/bash\nTP=1\necho hello\n")
+    assert_one_line_error(run_cli("inspect", str(script)), "launch")
+
+
+def test_config_not_json(tmp_path):
+    bad = tmp_path / "cfg.json"
+    bad.write_text("{not json")
+    assert_one_line_error(run_cli("all", str(EXAMPLE), "--config-path", str(bad)), "not valid JSON")
+
+
+def test_unknown_config_key(tmp_path):
+    bad = tmp_path / "cfg.json"
+    bad.write_text(json.dumps({"search": {"gbs": 8}}))
+    assert_one_line_error(run_cli("search", "--config-path", str(bad)), "search.gbs")
+
+
+def test_negative_size(profile_dir):
+    assert_one_line_error(run_cli("search", "--profiled-data-path", str(profile_dir), "--global-batch-size", "-8"),
+                          "global_batch_size", "positive")
+
+
+def test_global_batch_not_divisible(profile_dir):
+    result = run_cli("simulate", "--profiled-data-path", str(profile_dir), "--global-batch-size", "63",
+                     "--num-nodes", "1", "--simu-tp", "1")
+    assert_one_line_error(result, "63")
+
+
+def test_memory_limit_nothing_fits(profile_dir, tmp_path):
+    result = run_cli("search", "--profiled-data-path", str(profile_dir), "--global-batch-size", "64",
+                     "--num-nodes", "2", "--memory-limit", "1", "--output-dir", str(tmp_path / "out"), "--quiet")
+    assert_one_line_error(result, "MB")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_profiled_data_path_missing(tmp_path):
+    assert_one_line_error(run_cli("search", "--profiled-data-path", str(tmp_path / "absent"),
+                                  "--global-batch-size", "8", "--num-nodes", "1"), "does not exist")
+
+
+def test_profiled_data_lacks_table(tmp_path, profile_dir):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "meta.json").write_text((profile_dir / "meta.json").read_text())
+    assert_one_line_error(run_cli("search", "--profiled-data-path", str(broken), "--global-batch-size", "8",
+                                  "--num-nodes", "1"), "blocks.csv")
+
+
+def test_corrupt_csv(tmp_path, profile_dir):
+    broken = write_synthetic_profile(tmp_path / "corrupt")
+    text = (broken / "blocks.csv").read_text().splitlines()
+    text[3] = text[3].replace(",", ",abc,", 1)
+    (broken / "blocks.csv").write_text("\n".join(text) + "\n")
+    result = run_cli("search", "--profiled-data-path", str(broken), "--global-batch-size", "8", "--num-nodes", "1")
+    assert_one_line_error(result, "blocks.csv")
+
+
+def test_output_folder_not_writable(tmp_path, profile_dir):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = run_cli("search", "--profiled-data-path", str(profile_dir), "--global-batch-size", "64",
+                     "--num-nodes", "1", "--output-dir", str(blocker))
+    assert_one_line_error(result, "cannot be written")
+
+
+def test_all_end_to_end_on_cpu(tmp_path):
+    """`all` on the example with a real (restricted) CPU profile writes profile and results folders."""
+    result = run_cli("all", str(EXAMPLE), "--config-path", str(EXAMPLE_CONFIG), "--prof-tp", "1,2",
+                     "--max-mbs", "1", "--device", "cpu", "--save-path", str(tmp_path / "prof"),
+                     "--output-dir", str(tmp_path / "results"), "--memory-limit", "60000", "--top-k", "3",
+                     "--quiet", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    profile = next((tmp_path / "prof").iterdir())
+    assert {"blocks.csv", "comm.csv", "meta.json", "profile.log"} <= {p.name for p in profile.iterdir()}
+    results = next((tmp_path / "results").iterdir())
+    assert len(list((results / "configs").glob("*.sh"))) == 3
+    assert read_json(results / "summary.json")["best"]["strategy"]["tp"] in (1, 2)
