@@ -298,6 +298,9 @@ def run_profile(model: ModelSpec, settings: ProfileSettings, out_dir: Path, *, t
     device = detect_device(settings.device)
     started, clock = datetime.now().isoformat(timespec="seconds"), time.perf_counter()
     logger(f"profiling into {out_dir} with {dataclasses.asdict(settings)}")
+    if not (out_dir / store.META_FILE).exists():  # provisional, so that an interrupted run can resume
+        store.write_meta(out_dir, {"tool": "tinker-opt", "format_version": 1, "model": model.to_dict(),
+                                   "started": started, "finished": None})
     rows = profile_blocks(model, settings, out_dir, device, train=train, progress=progress, log=logger)
     comm_source = _profile_comm(settings, device, out_dir, logger)
     seconds = time.perf_counter() - clock
