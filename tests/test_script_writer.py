@@ -266,3 +266,14 @@ def test_write_script_keeps_bytes_and_mode(tmp_path):
     source.chmod(0o750)
     out = write_script(tmp_path / "out" / "tuned.sh", "a\r\nb\n", source=source)
     assert out.read_bytes() == b"a\r\nb\n" and (out.stat().st_mode & 0o777) == 0o750
+
+
+def test_crlf_script_round_trips_with_crlf_lines():
+    """A CRLF script is read (with a warning) and new lines keep CRLF endings."""
+    text = text_of("pretrain_llama2_7b_ptd.sh").replace("\n", "\r\n")
+    assert any("CRLF" in w for w in read_script_text(text).warnings)
+    strategy = Strategy(tp=2, pp=2, dp=2, cp=2, sp=True, recompute="full", recompute_method="block",
+                        recompute_num_layers=2)
+    out = apply_strategy(text, strategy, nnodes=2, nproc_per_node=8, header=["x"])
+    assert read_script_text(out.text).train.strategy == strategy.replace(cp_algo="megatron_cp_algo")
+    assert "\n" not in out.text.replace("\r\n", "")
