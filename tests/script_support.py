@@ -74,7 +74,7 @@ def _owned(token: str) -> bool:
 def strategies_for(draw, info: ScriptInfo):
     """(strategy, nnodes, nproc_per_node, expected read-back) valid for the fixture's model."""
     model, launch = info.model, info.launch
-    vr = info.versions
+    vr = info.version_range
     allowed = lambda flag: launch.has(flag) or versions.flag_allowed(flag, vr)  # noqa: E731
     nnodes = draw(st.sampled_from([1, 2, 4]))
     nproc = draw(st.sampled_from([4, 8, 16]))

@@ -104,8 +104,8 @@ def test_flavours():
 
 def test_version_bounds_from_flags():
     """Flags bound the version: ETP means >= 2.2.0, --moe-train-capacity-factor means < 1.0.0."""
-    assert fixture("pretrain_qwen3_30b_a3b_4k_A3_ptd.sh").versions.describe() == ">=2.2.0"
-    assert fixture("pretrain_mixtral_8x7B_rc1_ptd.sh").versions.describe() == "<1.0.0"
+    assert fixture("pretrain_qwen3_30b_a3b_4k_A3_ptd.sh").version_range.describe() == ">=2.2.0"
+    assert fixture("pretrain_mixtral_8x7B_rc1_ptd.sh").version_range.describe() == "<1.0.0"
 
 
 @pytest.mark.parametrize("name, full", [

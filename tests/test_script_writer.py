@@ -247,3 +247,33 @@ def test_tinker_versions_are_accepted(version):
     out = apply_strategy(text_of("pretrain_llama2_7b_ptd.sh"), Strategy(tp=2, pp=2, dp=2),
                          nnodes=1, nproc_per_node=8, version=version)
     assert read_script_text(out.text).train.strategy.tp == 2
+
+
+def test_write_script_refuses_the_input(tmp_path):
+    """The tuned script never replaces its source."""
+    from tinker_opt.emit.script_writer import write_script
+    source = tmp_path / "run.sh"
+    source.write_text("#!/bin/bash\n")
+    with pytest.raises(ConfigError, match="is the input script"):
+        write_script(tmp_path / "." / "run.sh", "x", source=source)
+
+
+def test_write_script_keeps_bytes_and_mode(tmp_path):
+    """The file holds exactly the text (CRLF included) and is executable like its source."""
+    from tinker_opt.emit.script_writer import write_script
+    source = tmp_path / "run.sh"
+    source.write_text("#!/bin/bash\n")
+    source.chmod(0o750)
+    out = write_script(tmp_path / "out" / "tuned.sh", "a\r\nb\n", source=source)
+    assert out.read_bytes() == b"a\r\nb\n" and (out.stat().st_mode & 0o777) == 0o750
+
+
+def test_crlf_script_round_trips_with_crlf_lines():
+    """A CRLF script is read (with a warning) and new lines keep CRLF endings."""
+    text = text_of("pretrain_llama2_7b_ptd.sh").replace("\n", "\r\n")
+    assert any("CRLF" in w for w in read_script_text(text).warnings)
+    strategy = Strategy(tp=2, pp=2, dp=2, cp=2, sp=True, recompute="full", recompute_method="block",
+                        recompute_num_layers=2)
+    out = apply_strategy(text, strategy, nnodes=2, nproc_per_node=8, header=["x"])
+    assert read_script_text(out.text).train.strategy == strategy.replace(cp_algo="megatron_cp_algo")
+    assert "\n" not in out.text.replace("\r\n", "")

@@ -161,11 +161,12 @@ def insertion(text: str, anchor: ArgOccurrence, flags: Sequence[str]) -> Edit:
     line = text[line_start:line_end]
     indent = line[:len(line) - len(line.lstrip(" \t"))]
     own_line = not text[line_start:loc.start].strip()
+    newline = "\r\n" if line.endswith("\r") else "\n"
     if own_line and rest == "\\":
-        block = "".join(f"{indent}{flag} \\\n" for flag in flags)
+        block = "".join(f"{indent}{flag} \\{newline}" for flag in flags)
         return Edit(line_end + 1, line_end + 1, block)
     if own_line and loc.path and (not rest or rest.startswith("#")):
-        block = "".join(f"{indent}{flag}\n" for flag in flags)
+        block = "".join(f"{indent}{flag}{newline}" for flag in flags)
         return Edit(line_end + 1, line_end + 1, block)
     return Edit(loc.end, loc.end, "".join(" " + flag for flag in flags))
 

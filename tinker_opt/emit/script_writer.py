@@ -10,13 +10,17 @@ must give exactly the expressible strategy (else ScriptError: the layout is beyo
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 from tinker_opt.emit import script_edit
 from tinker_opt.emit.expressible import expressible_strategy
 from tinker_opt.emit.strategy_plan import plan_strategy_edits
-from tinker_opt.errors import ScriptError
+from tinker_opt.errors import ConfigError, ScriptError
+from tinker_opt.io_utils import write_text_atomic
 from tinker_opt.model.strategy import Strategy
 from tinker_opt.script import versions
 from tinker_opt.script.expand import Scalar
@@ -151,3 +155,18 @@ def apply_strategy(text: str, strategy: Strategy, *, nnodes: int, nproc_per_node
                           f"devices instead of {target.label()} on {nnodes}x{nproc_per_node}; this "
                           "script's layout is beyond the writer: set the flags by hand")
     return AppliedScript(tuned, tuple(warnings + _checkpoint_warning(info, target)))
+
+
+def write_script(path: str | os.PathLike, text: str, *, source: str | os.PathLike | None = None) -> Path:
+    """Write a tuned script atomically, executable like its source; never over the source itself."""
+    target = Path(path)
+    if source is not None:
+        src = Path(source)
+        same = target.exists() and src.exists() and os.path.samefile(target, src)
+        if same or target.resolve() == src.resolve():
+            raise ConfigError(f"the output {target} is the input script; give another output path "
+                              "(-o tuned.sh): the input is never overwritten")
+        mode = stat.S_IMODE(src.stat().st_mode) if src.exists() else 0o755
+    else:
+        mode = 0o755
+    return write_text_atomic(target, text, mode=mode | stat.S_IRUSR | stat.S_IWUSR)

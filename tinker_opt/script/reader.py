@@ -44,7 +44,8 @@ class ScriptInfo:
     warnings: tuple[str, ...]
     num_layers_in_script: int
     """`--num-layers` as written (noop layers included): the L of the vpp and layer-list flags."""
-    versions: versions.VersionRange
+    version_range: versions.VersionRange
+    """What the flags tell of the framework version (bounds; exact only when given)."""
     launch: Launch = field(repr=False, compare=False)
     expansion: Expansion = field(repr=False, compare=False)
 
@@ -124,7 +125,7 @@ def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = 
                       framework=framework, is_full_tune=_is_full_tune(name, launch),
                       loads_checkpoint=launch.has("--load"))
     return ScriptInfo(path=path, text=text, model=model, train=train, warnings=tuple(warnings),
-                      num_layers_in_script=total, versions=version_range, launch=launch,
+                      num_layers_in_script=total, version_range=version_range, launch=launch,
                       expansion=expansion)
 
 
@@ -152,8 +153,8 @@ def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
     model["micro_batch_size"] = info.train.micro_batch_size
     model["global_batch_size"] = info.train.global_batch_size
     fw = info.train.framework
-    framework = {"flavour": fw.flavour, "version": fw.version, "version_range": info.versions.describe(),
-                 "launcher": fw.launcher, "entry": fw.entry, "is_full_tune": info.train.is_full_tune,
+    framework = {"flavour": fw.flavour, "version": fw.version,
+                 "version_range": info.version_range.describe(), "launcher": fw.launcher, "entry": fw.entry, "is_full_tune": info.train.is_full_tune,
                  "loads_checkpoint": info.train.loads_checkpoint}
     return {"model": model,
             "cluster": {"nnodes": info.train.nnodes, "nproc_per_node": info.train.nproc_per_node},

@@ -107,6 +107,12 @@ class _Lexer:
         self.state = _State()
         self.commands: list[Command] = []
 
+    def _continuation(self, pos: int) -> int:
+        """Length of a backslash-newline at pos (CRLF tolerated), 0 when there is none."""
+        if self.text.startswith("\\\n", pos):
+            return 2
+        return 3 if self.text.startswith("\\\r\n", pos) else 0
+
     # ---- top level -------------------------------------------------------------------------
     def run(self) -> list[Command]:
         words: list[Word] = []
@@ -115,8 +121,8 @@ class _Lexer:
             ch = self.text[self.pos]
             if ch in _BLANK:
                 self.pos += 1
-            elif self.text.startswith("\\\n", self.pos):
-                self.pos += 2
+            elif self._continuation(self.pos):
+                self.pos += self._continuation(self.pos)
             elif ch == "#" and self._at_word_start():
                 self._skip_comment()
             elif ch == "\n" or ch in ";&|()":
@@ -216,8 +222,8 @@ class _Lexer:
             ch = self.text[self.pos]
             if ch in _BLANK or ch == "\n":
                 self.pos += 1
-            elif self.text.startswith("\\\n", self.pos):
-                self.pos += 2
+            elif self._continuation(self.pos):
+                self.pos += self._continuation(self.pos)
             elif ch == "#" and self._at_word_start():
                 self._skip_comment()
             elif ch == ")":
@@ -233,8 +239,8 @@ class _Lexer:
         text, pos = self.text, self.pos
         ch = text[pos]
         if ch == "\\":
-            if text.startswith("\\\n", pos):
-                self.pos += 2
+            if self._continuation(pos):
+                self.pos += self._continuation(pos)
             else:
                 parts.append(Lit(text[pos + 1:pos + 2], pos, pos + 2, True))
                 self.pos += 2
@@ -269,10 +275,13 @@ class _Lexer:
                 self._close_quoted_run(parts, run_start)
                 self.pos += 1
                 return
-            if ch == "\\" and text[self.pos + 1:self.pos + 2] in ("$", "`", '"', "\\", "\n"):
+            if self._continuation(self.pos):
                 self._close_quoted_run(parts, run_start)
-                if text[self.pos + 1] != "\n":
-                    parts.append(Lit(text[self.pos + 1], self.pos, self.pos + 2, True))
+                self.pos += self._continuation(self.pos)
+                run_start = self.pos
+            elif ch == "\\" and text[self.pos + 1:self.pos + 2] in ("$", "`", '"', "\\"):
+                self._close_quoted_run(parts, run_start)
+                parts.append(Lit(text[self.pos + 1], self.pos, self.pos + 2, True))
                 self.pos += 2
                 run_start = self.pos
             elif ch in "$`":
