@@ -14,7 +14,7 @@ def strategies_table(evaluations: Sequence[dict[str, Any]], title: str) -> Table
     table = Table(title=title)
     for column, justify in (("#", "right"), ("strategy", "left"), ("layers/stage", "left"),
                             ("time (ms)", "right"), ("memory (MB)", "right"), ("tokens/s/dev", "right")):
-        table.add_column(column, justify=justify)
+        table.add_column(column, justify=justify, overflow="fold")
     for rank, evaluation in enumerate(evaluations, start=1):
         strategy = Strategy.from_dict(evaluation["strategy"]).replace(num_layer_list=None)
         table.add_row(
