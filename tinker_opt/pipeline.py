@@ -187,10 +187,14 @@ def _inputs_record(values: dict[str, Any], profiled, cluster: ClusterSpec) -> di
 
 
 def _script_writer(info, cluster: ClusterSpec, version: str | None, log: RunLog):
+    from tinker_opt.emit.noop_layers import strategy_for_script
     from tinker_opt.emit.script_writer import apply_strategy
 
     def write(rank: int, evaluation: dict[str, Any], header: list[str]) -> str:
-        applied = apply_strategy(info.text, Strategy.from_dict(evaluation["strategy"]), nnodes=cluster.num_nodes,
+        strategy = strategy_for_script(Strategy.from_dict(evaluation["strategy"]),
+                                       [stage["layers"] for stage in evaluation["stages"]],
+                                       info.model.noop_layers, info.num_layers_in_script)
+        applied = apply_strategy(info.text, strategy, nnodes=cluster.num_nodes,
                                  nproc_per_node=cluster.devices_per_node, version=version, header=header)
         for warning in applied.warnings:
             log(f"rank {rank}: {warning}")

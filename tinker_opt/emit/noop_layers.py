@@ -1,0 +1,37 @@
+"""Layer counts with noop layers: the cost model counts computing layers, scripts count all.
+
+Megatron / MindSpeed-LLM's `--noop-layers 61,62,63` (0-based indices) keeps placeholder layers in
+`--num-layers`, and `--num-layer-list` counts them (script-conventions.md, section 2). The solver
+splits only the layers that compute, so before a strategy is written to a script its per-stage
+counts are mapped back: stage s takes its n_s computing layers in order, plus every noop layer met
+on the way; noop layers after the last computing layer go to the last stage.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from tinker_opt.model.strategy import Strategy
+
+
+def script_stage_layers(stage_layers: Sequence[int], noop_layers: Sequence[int], layers_in_script: int) -> tuple[int, ...]:
+    """Per-stage counts of the script's layers (noop included) for per-stage computing-layer counts."""
+    noop = set(noop_layers)
+    counts = [0] * len(stage_layers)
+    stage, filled = 0, 0
+    for index in range(layers_in_script):
+        while stage < len(stage_layers) - 1 and filled == stage_layers[stage] and index not in noop:
+            stage, filled = stage + 1, 0
+        counts[stage] += 1
+        filled += index not in noop
+    return tuple(counts)
+
+
+def strategy_for_script(strategy: Strategy, stage_layers: Sequence[int], noop_layers: Sequence[int],
+                        layers_in_script: int) -> Strategy:
+    """The strategy as the script must say it: with noop layers, an explicit layer list that counts them."""
+    if not noop_layers or strategy.pp == 1 or strategy.vpp > 1:
+        return strategy
+    full = script_stage_layers(stage_layers, noop_layers, layers_in_script)
+    even = len(set(full)) == 1
+    return strategy.replace(num_layer_list=None if even else full)
