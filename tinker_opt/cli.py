@@ -289,25 +289,21 @@ def apply(
     force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists (never the input script)."),
 ) -> None:
     """Write SCRIPT with the strategy of STRATEGY_FILE to OUTPUT."""
-    from tinker_opt.emit.script_writer import apply_strategy
-    from tinker_opt.io_utils import write_text_atomic
-    from tinker_opt.model.strategy import Strategy
-    from tinker_opt.pipeline import _read_json
+    from tinker_opt.emit.script_writer import apply_strategy, write_script
+    from tinker_opt.pipeline import read_json_object, strategy_to_write
     from tinker_opt.script.reader import read_script
 
     info = read_script(script)
-    if output.exists() and output.resolve() == script.resolve():
-        raise ConfigError(f"output '{output}' is the input script; choose another -o path (the input is never overwritten)")
-    if output.exists() and not force:
+    if output.exists() and not force and output.resolve() != script.resolve():
         raise ConfigError(f"output '{output}' exists; choose another -o path or pass --force")
-    strategy = Strategy.from_dict(_read_json(strategy_file))
+    strategy = strategy_to_write(read_json_object(strategy_file), info)
     per_node = num_npus_per_node or info.train.nproc_per_node
     nodes = num_nodes or max(1, strategy.world_size // per_node)
     applied = apply_strategy(info.text, strategy, nnodes=nodes, nproc_per_node=per_node, version=version,
                              header=[f"tinker-opt apply: strategy {json.dumps(strategy.to_dict())}"])
     for warning in applied.warnings:
         err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}")
-    write_text_atomic(output, applied.text, mode=script.stat().st_mode & 0o777)
+    write_script(output, applied.text, source=script)
     console.print(f"wrote {output}")
 
 

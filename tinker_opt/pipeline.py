@@ -187,13 +187,10 @@ def _inputs_record(values: dict[str, Any], profiled, cluster: ClusterSpec) -> di
 
 
 def _script_writer(info, cluster: ClusterSpec, version: str | None, log: RunLog):
-    from tinker_opt.emit.noop_layers import strategy_for_script
     from tinker_opt.emit.script_writer import apply_strategy
 
     def write(rank: int, evaluation: dict[str, Any], header: list[str]) -> str:
-        strategy = strategy_for_script(Strategy.from_dict(evaluation["strategy"]),
-                                       [stage["layers"] for stage in evaluation["stages"]],
-                                       info.model.noop_layers, info.num_layers_in_script)
+        strategy = strategy_to_write(evaluation, info)
         applied = apply_strategy(info.text, strategy, nnodes=cluster.num_nodes,
                                  nproc_per_node=cluster.devices_per_node, version=version, header=header)
         for warning in applied.warnings:
@@ -201,6 +198,22 @@ def _script_writer(info, cluster: ClusterSpec, version: str | None, log: RunLog)
         return applied.text
 
     return write
+
+
+def strategy_to_write(data: dict[str, Any], info) -> Strategy:
+    """The strategy of a JSON object (bare strategy, Evaluation or summary.json) in the script's terms.
+
+    An Evaluation's stage counts are computing layers; scripts with noop layers count those too.
+    A bare strategy is taken as written (its num_layer_list already counts the script's layers).
+    """
+    from tinker_opt.emit.noop_layers import strategy_for_script
+
+    evaluation = data["best"] if isinstance(data.get("best"), dict) else data
+    strategy = Strategy.from_dict(evaluation)
+    if "stages" not in evaluation:
+        return strategy
+    return strategy_for_script(strategy, [stage["layers"] for stage in evaluation["stages"]],
+                               info.model.noop_layers, info.num_layers_in_script)
 
 
 def strategy_from_flags(values: dict[str, Any], num_devices: int, num_layers: int) -> Strategy:
@@ -238,7 +251,7 @@ def run_simulate_step(values: dict[str, Any], strategy_file: Path | None):
     if values.get("num_layers"):
         model = dataclasses.replace(model, num_layers=values["num_layers"])
     if strategy_file is not None:
-        strategy = Strategy.from_dict(_read_json(strategy_file))
+        strategy = Strategy.from_dict(read_json_object(strategy_file))
     else:
         strategy = None
     gbs = values.get("global_batch_size") or profiled.meta.get("global_batch_size")
@@ -258,7 +271,7 @@ def run_simulate_step(values: dict[str, Any], strategy_file: Path | None):
     return cost_model.evaluate(strategy), list(cost_model.warnings)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path) -> dict[str, Any]:
     if not Path(path).is_file():
         raise ConfigError(f"strategy file '{path}' does not exist; pass a JSON strategy or a summary.json")
     try:
