@@ -1,0 +1,106 @@
+"""Memory accounting of a block: bytes saved for backward and the live-tensor peak.
+
+`SavedTensorCounter` counts what autograd keeps for the backward pass, through
+`torch.autograd.graph.saved_tensors_hooks`: every saved tensor's storage once (views of one buffer,
+such as q, k and v split from one QKV projection, count once), parameters and buffers excluded
+(they are weights, counted apart). 1-byte dropout masks count as 1 byte because the sub-graphs
+use `torch.native_dropout`, which keeps a bool mask as the fused device kernels do. It touches only
+tensor metadata, so it works under `FakeTensorMode` as well (the analytic device relies on that).
+
+`LiveBytesTracker` follows every storage that the ops create while it is active and records the
+peak of the bytes still alive: the CPU's stand-in for the allocator statistics of npu / cuda.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+
+def storage_key(tensor: torch.Tensor) -> StorageWeakRef:
+    """Identity of a tensor's storage (views of one buffer share it)."""
+    return StorageWeakRef(tensor.untyped_storage())
+
+
+def storage_nbytes(tensor: torch.Tensor) -> int:
+    return int(tensor.untyped_storage().nbytes())
+
+
+class SavedTensorCounter:
+    """Context manager: bytes of the distinct storages autograd saves for backward inside it.
+
+    `exclude`: tensors whose storages are not activations (parameters, buffers, constants).
+    """
+
+    def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
+        self._excluded = {storage_key(t) for t in exclude}
+        self._seen: dict[StorageWeakRef, int] = {}
+        self._by_dtype: dict[str, int] = {}
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        key = storage_key(tensor)
+        if key not in self._excluded and key not in self._seen:
+            nbytes = storage_nbytes(tensor)
+            self._seen[key] = nbytes
+            name = str(tensor.dtype).removeprefix("torch.")
+            self._by_dtype[name] = self._by_dtype.get(name, 0) + nbytes
+        return tensor
+
+    @staticmethod
+    def _unpack(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def __enter__(self) -> "SavedTensorCounter":
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hooks.__exit__(*exc)
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes of the distinct saved storages."""
+        return sum(self._seen.values())
+
+    @property
+    def num_storages(self) -> int:
+        return len(self._seen)
+
+    @property
+    def bytes_by_dtype(self) -> dict[str, int]:
+        return dict(self._by_dtype)
+
+
+class LiveBytesTracker(TorchDispatchMode):
+    """Dispatch mode: peak bytes of the storages created inside it that are still alive.
+
+    Storages that existed before (weights, inputs) are the baseline and are not counted. Liveness is
+    checked after every op through weak references, so a freed intermediate stops counting at once.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._live: dict[StorageWeakRef, int] = {}
+        self.peak_bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        # Views and in-place results share an input's storage: not a new allocation.
+        inputs = {storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                key = storage_key(leaf)
+                if key not in self._live and key not in inputs:
+                    self._live[key] = storage_nbytes(leaf)
+        self._live = {k: n for k, n in self._live.items() if not k.expired()}
+        self.peak_bytes = max(self.peak_bytes, sum(self._live.values()))
+        return out
+
+    @property
+    def live_bytes(self) -> int:
+        return sum(n for k, n in self._live.items() if not k.expired())

@@ -1,0 +1,151 @@
+"""Autograd functions that reproduce, on one device, what a tensor-parallel rank computes and saves.
+
+The collectives themselves are not run (the cost model adds them from comm.csv); each function
+keeps the per-rank tensor shapes and the saved-for-backward tensors of its Megatron-LM
+counterpart, so time and activation memory match one rank of the real run:
+
+* `GatherLinear`: column-parallel linear with a sequence-parallel input. Megatron all-gathers the
+  s/t shard, multiplies, and saves only the shard (re-gathered in backward), hence 34/t in
+  Korthikanti's sequence-parallel formula.
+* `ScatterToSequence`: the reduce-scatter after a row-parallel linear under sequence parallel.
+* `FusedScaleMaskSoftmax`: Megatron's fused causal softmax, which saves only its output.
+* `VocabParallelCrossEntropy`: Megatron's cross entropy over a vocabulary shard (fp32 softmax kept).
+* `CheckpointCore`: selective recompute of the core attention (inputs saved, rest recomputed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import is_fake
+
+
+def _repeat_dim0(tensor: torch.Tensor, times: int) -> torch.Tensor:
+    """Stand-in for an all-gather along dim 0 across `times` ranks (same shape and bytes)."""
+    return tensor.repeat(times, *([1] * (tensor.dim() - 1))) if times > 1 else tensor
+
+
+class GatherLinear(torch.autograd.Function):
+    """y = all_gather_seq(x) @ W^T + b, saving the s/t shard x (Megatron, sequence parallel)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, gather: int):
+        ctx.save_for_backward(x, weight)
+        ctx.gather, ctx.has_bias = gather, bias is not None
+        return F.linear(_repeat_dim0(x, gather), weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        full = _repeat_dim0(x, ctx.gather)  # Megatron re-gathers the input in backward
+        grad_full = grad.matmul(weight)
+        grad_weight = grad.reshape(-1, grad.shape[-1]).t().matmul(full.reshape(-1, full.shape[-1]))
+        grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0) if ctx.has_bias else None
+        grad_x = grad_full.narrow(0, 0, x.shape[0]).contiguous()  # the reduce-scatter's shard
+        return grad_x, grad_weight, grad_bias, None
+
+
+class ScatterToSequence(torch.autograd.Function):
+    """Reduce-scatter along the sequence (forward) / all-gather (backward); saves nothing."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, parts: int):
+        ctx.parts = parts
+        return x.narrow(0, 0, x.shape[0] // parts).contiguous()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return _repeat_dim0(grad, ctx.parts), None
+
+
+class FusedScaleMaskSoftmax(torch.autograd.Function):
+    """softmax(scale * scores) with the causal mask, computed in fp32, output kept in the input dtype."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, scale: float, causal: bool):
+        logits = scores.float() * scale
+        if causal:
+            q_len, k_len = logits.shape[-2], logits.shape[-1]
+            upper = torch.ones(q_len, k_len, dtype=torch.bool, device=logits.device).triu_(1 + k_len - q_len)
+            logits = logits.masked_fill_(upper, float("-inf"))
+        probs = torch.softmax(logits, dim=-1).to(scores.dtype)
+        ctx.save_for_backward(probs)
+        ctx.scale = scale
+        return probs
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (probs,) = ctx.saved_tensors
+        # d softmax: p * (g - sum(g * p)), times the scale applied before the softmax.
+        inner = (grad * probs).sum(dim=-1, keepdim=True)
+        return (probs * (grad - inner)) * ctx.scale, None, None
+
+
+class VocabParallelCrossEntropy(torch.autograd.Function):
+    """Per-token cross entropy over one vocabulary shard [vocab_start, vocab_start + V/t)."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, vocab_start: int):
+        work = logits.float()  # Megatron casts the logits to fp32 first
+        work -= work.max(dim=-1, keepdim=True).values  # all-reduce(max) across tp in Megatron
+        outside = (target < vocab_start) | (target >= vocab_start + work.shape[-1])
+        local_target = (target - vocab_start).masked_fill_(outside, 0)
+        picked = work.gather(-1, local_target.unsqueeze(-1)).squeeze(-1).masked_fill_(outside, 0.0)
+        exp = work.exp_()
+        sum_exp = exp.sum(dim=-1)  # all-reduce(sum) across tp in Megatron
+        softmax = exp.div_(sum_exp.unsqueeze(-1))
+        ctx.save_for_backward(softmax, outside, local_target)
+        ctx.dtype = logits.dtype
+        return torch.log(sum_exp) - picked
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        softmax, outside, local_target = ctx.saved_tensors
+        # d loss / d logits = softmax - onehot(target) (on the shard that owns the target).
+        grad_logits = softmax.clone()
+        grad_logits.scatter_add_(-1, local_target.unsqueeze(-1), (outside.float() - 1.0).unsqueeze(-1))
+        grad_logits.mul_(grad.unsqueeze(-1))
+        return grad_logits.to(ctx.dtype), None, None
+
+
+def _rng_state(tensor: torch.Tensor) -> torch.Tensor | None:
+    """The generator state of the tensor's device, None under FakeTensorMode (nothing random runs)."""
+    if is_fake(tensor):
+        return None
+    if tensor.device.type == "cpu":
+        return torch.get_rng_state()
+    return getattr(torch, tensor.device.type).get_rng_state(tensor.device)
+
+
+def _set_rng_state(tensor: torch.Tensor, state: torch.Tensor | None) -> None:
+    if state is None:
+        return
+    if tensor.device.type == "cpu":
+        torch.set_rng_state(state)
+    else:
+        getattr(torch, tensor.device.type).set_rng_state(state, tensor.device)
+
+
+class CheckpointCore(torch.autograd.Function):
+    """Megatron's selective recompute: keep the inputs, rerun `fn` in backward (same dropout draws)."""
+
+    @staticmethod
+    def forward(ctx, fn: Callable[..., torch.Tensor], *inputs: torch.Tensor):
+        ctx.fn = fn
+        ctx.rng = _rng_state(inputs[0])
+        ctx.save_for_backward(*inputs)
+        with torch.no_grad():
+            return fn(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        inputs = [t.detach().requires_grad_(t.requires_grad) for t in ctx.saved_tensors]
+        with torch.random.fork_rng(devices=[], enabled=ctx.rng is not None):
+            _set_rng_state(inputs[0], ctx.rng)
+            with torch.enable_grad():
+                out = ctx.fn(*inputs)
+        wanted = [t for t in inputs if t.requires_grad]
+        grads = iter(torch.autograd.grad(out, wanted, grad))
+        return (None, *[next(grads) if t.requires_grad else None for t in inputs])
