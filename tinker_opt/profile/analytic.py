@@ -22,9 +22,11 @@ profile always says which figures produced it.
 
 from __future__ import annotations
 
+import dataclasses
+import platform
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
@@ -35,77 +37,76 @@ from torch._subclasses import FakeTensorMode
 import tinker_opt
 from tinker_opt.hardware import HardwareSpec, comm_table
 from tinker_opt.io_utils import write_text_atomic
-from tinker_opt.profile.accounting import LiveBytesTracker, SavedTensorCounter
+from tinker_opt.profile.device import detect_device
+from tinker_opt.profile.measure import Measurement, measure_block
 from tinker_opt.profile.op_timing import OpArrays, total_time_us
 from tinker_opt.profile.op_trace import OpRecord, OpTrace, trace_ops
 from tinker_opt.profile.shape import Shape
+from tinker_opt.profile.space import ProfilePoint, SpaceLimits, profile_space
 from tinker_opt.profile.store import BLOCK_COLUMNS, LOG_FILE, write_blocks_csv, write_comm_csv, write_meta
-from tinker_opt.profile.subgraphs import Block, build_block, selective_recompute
+from tinker_opt.profile.subgraphs import Block, build_block
 from tinker_opt.specs import ModelSpec
 
 DEVICE_PREFIX = "analytic:"
 COMM_MAX_GROUP = 64
 """comm.csv group sizes from the description go up to this (the formulas hold for any size)."""
 
-Progress = Callable[[int, int], None]
+_FAKE_HOST = detect_device("cpu")
+"""The host device object measure_block expects; under FakeTensorMode it only keeps time."""
+Progress = Callable[[int, int, str], None]
 Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class BlockRun:
-    """What one forward + backward of a block's sub-graph gives, independent of the hardware."""
-
-    fwd_ops: tuple[OpRecord, ...]
-    bwd_ops: tuple[OpRecord, ...]
-    input_bytes: int
-    output_bytes: int
-    activation_bytes: int
-    transient_bytes: int
-
-
-@dataclass(frozen=True)
 class BlockTrace:
-    """A block at one shape: its plain run, its selective-recompute run (layers only), its weights."""
+    """A block at one shape, independent of the hardware: its ops and its measured-style bytes."""
 
     block: str
     shape: Shape
-    plain: BlockRun
-    selective: BlockRun | None
-    param_count: int
-    expert_param_count: int
-    weight_bytes: int
+    fwd_ops: tuple[OpRecord, ...]
+    bwd_ops: tuple[OpRecord, ...]
+    core_ops: tuple[OpRecord, ...]
+    """The core attention's forward, which selective recompute reruns in backward (layers only)."""
+    memory: Measurement
+    """The measured profile's own measurement of the block on fake tensors: its byte counts are
+    exact, its times are the host's wall clock of fake ops and are not used."""
 
 
-def _tensor_bytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
-
-
-def _run_block(block: Block, *, selective: bool) -> BlockRun:
-    """One forward and backward of the block under the op tracer and the memory accounting."""
+def _traced_passes(block: Block) -> tuple[OpTrace, OpTrace]:
+    """Ops of one forward + backward (as measure.time_block runs it) and of the core attention."""
+    passes, core = OpTrace(), OpTrace()
     inputs = block.make_inputs()
-    for param in block.module.parameters():
-        param.grad = None  # a fresh step: no gradient accumulation kernels
-    trace = OpTrace()
-    with selective_recompute(block, selective):
-        with SavedTensorCounter(exclude=block.constants()) as saved, LiveBytesTracker() as live:
-            with trace_ops(trace) as tracer:
-                out = block.module(*inputs)
-                with tracer.phase("bwd"):
-                    out.backward(torch.ones_like(out))
-    return BlockRun(fwd_ops=tuple(trace.of_phase("fwd")), bwd_ops=tuple(trace.of_phase("bwd")),
-                    input_bytes=_tensor_bytes(inputs), output_bytes=_tensor_bytes([out]),
-                    activation_bytes=saved.saved_bytes, transient_bytes=max(0, live.peak_bytes - saved.saved_bytes))
+    with trace_ops(passes) as tracer:
+        output = block.module(*inputs)
+        with tracer.phase("bwd"):
+            output.backward(None if output.dim() == 0 else torch.ones_like(output))
+    if block.attention is not None:
+        layer = block.module
+        with torch.no_grad():
+            q, k, v = layer.attention.split_qkv(layer.norm1(block.make_inputs()[0]))
+            with trace_ops(core):
+                layer.attention.core_forward(q, k, v)
+    return passes, core
 
 
 def trace_block(model: ModelSpec, block: str, shape: Shape) -> BlockTrace:
-    """Run the block's reference sub-graph at `shape` on fake tensors and record ops and bytes."""
+    """Run the block's reference sub-graph at `shape` on fake tensors: ops, and bytes as measured."""
     with FakeTensorMode():
         sub_graph = build_block(model, block, shape, device="cpu")
-        plain = _run_block(sub_graph, selective=False)
-        selective = _run_block(sub_graph, selective=True) if sub_graph.attention is not None else None
-        return BlockTrace(block=block, shape=shape, plain=plain, selective=selective,
-                          param_count=sub_graph.param_count, expert_param_count=sub_graph.expert_param_count,
-                          weight_bytes=sub_graph.weight_bytes)
+        # The measured profile's code path, on fake tensors: its bytes are exact, nothing is allocated.
+        memory = measure_block(sub_graph, _FAKE_HOST, warmup=0, repeats=1)
+        hooks = [p.register_post_accumulate_grad_hook(_drop_grad) for p in sub_graph.module.parameters()]
+        try:
+            passes, core = _traced_passes(sub_graph)
+        finally:
+            for hook in hooks:
+                hook.remove()
+    return BlockTrace(block=block, shape=shape, fwd_ops=tuple(passes.of_phase("fwd")),
+                      bwd_ops=tuple(passes.of_phase("bwd")), core_ops=tuple(core.records), memory=memory)
+
+
+def _drop_grad(param: torch.Tensor) -> None:
+    param.grad = None  # as measure.py: Megatron accumulates into its own fp32 buffer
 
 
 def _time_us(ops: tuple[OpRecord, ...], hardware: HardwareSpec) -> float:
@@ -113,19 +114,14 @@ def _time_us(ops: tuple[OpRecord, ...], hardware: HardwareSpec) -> float:
 
 
 def block_row(trace: BlockTrace, hardware: HardwareSpec) -> dict:
-    """One blocks.csv row: the trace's bytes and its op times on `hardware` (integers, as measured rows)."""
-    plain, sel = trace.plain, trace.selective or trace.plain
-    fwd_us, bwd_us = _time_us(plain.fwd_ops, hardware), _time_us(plain.bwd_ops, hardware)
-    # Selective recompute reruns the core attention forward inside backward: the extra backward time.
-    recompute_us = max(0.0, _time_us(sel.bwd_ops, hardware) - bwd_us) if trace.selective else 0.0
+    """One blocks.csv row: the measured-style bytes and the op times on `hardware` (integers)."""
     row = dict(zip(("block", "tp", "sp", "cp", "ep", "etp", "mbs"), trace.shape.key(trace.block)))
+    row.update(trace.memory.as_row())
     row.update(
-        fwd_us=round(fwd_us), bwd_us=round(bwd_us), fwd_us_spread=0, bwd_us_spread=0,
-        param_count=trace.param_count, expert_param_count=trace.expert_param_count,
-        weight_bytes=trace.weight_bytes, input_bytes=plain.input_bytes, output_bytes=plain.output_bytes,
-        activation_bytes=plain.activation_bytes, transient_bytes=plain.transient_bytes,
-        selective_activation_bytes=sel.activation_bytes, selective_recompute_us=round(recompute_us),
-        status="ok")
+        fwd_us=round(_time_us(trace.fwd_ops, hardware)), bwd_us=round(_time_us(trace.bwd_ops, hardware)),
+        fwd_us_spread=0, bwd_us_spread=0,
+        # Selective recompute reruns the core attention forward inside backward.
+        selective_recompute_us=round(_time_us(trace.core_ops, hardware)), status="ok")
     return row
 
 
@@ -134,30 +130,32 @@ def blocks_frame(traces: list[BlockTrace], hardware: HardwareSpec) -> pd.DataFra
     return pd.DataFrame([block_row(t, hardware) for t in traces], columns=list(BLOCK_COLUMNS))
 
 
-def trace_space(model: ModelSpec, space: list[tuple[str, Shape]], *, progress: Progress | None = None,
+def trace_space(model: ModelSpec, points: list[ProfilePoint], *, progress: Progress | None = None,
                 log: Log | None = None) -> list[BlockTrace]:
-    """Trace every (block, shape) of the profile space (the slow, hardware-independent part)."""
+    """Trace every point of the profile space (the hardware-independent part, about 0.1 s a row)."""
     traces = []
-    for index, (block, shape) in enumerate(space, start=1):
+    for index, point in enumerate(points, start=1):
         started = time.perf_counter()
-        traces.append(trace_block(model, block, shape))
+        traces.append(trace_block(model, point.block, point.shape))
         if log:
-            log(f"traced {block} {shape} in {time.perf_counter() - started:.3f} s")
+            log(f"traced {point.label} in {time.perf_counter() - started:.3f} s")
         if progress:
-            progress(index, len(space))
+            progress(index, len(points), point.label)
     return traces
 
 
-def analytic_meta(model: ModelSpec, hardware: HardwareSpec, settings: dict, elapsed_s: float) -> dict:
-    """meta.json of an analytic profile: the model, the device and the description that timed it."""
+def analytic_meta(model: ModelSpec, hardware: HardwareSpec, limits: SpaceLimits, num_rows: int,
+                  started: str, seconds: float) -> dict:
+    """meta.json of an analytic profile (the measured profile's keys), with the description used."""
     return {
-        "model": model.to_dict(),
-        "device": DEVICE_PREFIX + hardware.name,
+        "tool": "tinker-opt", "format_version": 1, "model": model.to_dict(),
+        "device": {"kind": "analytic", "name": DEVICE_PREFIX + hardware.name, "count": limits.max_npu},
         "hardware": hardware.to_dict(),
-        "versions": {"torch": torch.__version__, "tinker_opt": getattr(tinker_opt, "__version__", "unknown")},
-        "settings": settings,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "elapsed_s": round(elapsed_s, 3),
+        "versions": {"tinker_opt": tinker_opt.__version__, "torch": torch.__version__,
+                     "python": platform.python_version()},
+        "settings": dataclasses.asdict(limits), "comm_source": f"hardware description {hardware.name}",
+        "started": started, "finished": datetime.now().isoformat(timespec="seconds"),
+        "profile_seconds": round(seconds, 1), "rows": {"total": num_rows, "ok": num_rows, "oom": 0, "failed": 0},
     }
 
 
@@ -171,3 +169,29 @@ def write_analytic_folder(out_dir: Path, blocks: pd.DataFrame, hardware: Hardwar
     write_meta(out_dir, meta)
     write_text_atomic(out_dir / LOG_FILE, "".join(line + "\n" for line in log_lines))
     return out_dir
+
+
+def analytic_profile(model: ModelSpec, hardware: HardwareSpec, out_dir: Path, *, max_npu: int = 8,
+                     max_mbs: int = 4, limits: SpaceLimits | None = None, progress: Progress | None = None,
+                     log: Log | None = None) -> Path:
+    """Write a profiled-data folder for `model` on `hardware` without the hardware (seconds, any size).
+
+    The profile space is the measured profile's (space.profile_space): `limits` when given, else
+    tp over the divisors of max_npu and micro-batch sizes 1, 2, 4, ... up to max_mbs."""
+    limits = limits or SpaceLimits(max_npu=max_npu, max_mbs=max_mbs)
+    started, clock = datetime.now().isoformat(timespec="seconds"), time.perf_counter()
+    lines: list[str] = []
+
+    def record(line: str) -> None:
+        lines.append(line)
+        if log:
+            log(line)
+
+    record(f"analytic profile of {model.num_layers} layers on {DEVICE_PREFIX}{hardware.name} into {out_dir}")
+    points = profile_space(model, limits)
+    traces = trace_space(model, points, progress=progress, log=record)
+    blocks = blocks_frame(traces, hardware)
+    seconds = time.perf_counter() - clock
+    record(f"done in {seconds:.1f} s: {len(blocks)} rows")
+    meta = analytic_meta(model, hardware, limits, len(blocks), started, seconds)
+    return write_analytic_folder(Path(out_dir), blocks, hardware, meta, lines)

@@ -45,8 +45,8 @@ def timed_samples(profiled: ProfiledData, hardware: HardwareSpec, log: Log | Non
     samples: list[TimedOps] = []
     for row in profiled.blocks.itertuples(index=False):
         trace: BlockTrace = trace_block(model, row.block, _row_shape(row))
-        samples.append(_timed(trace.plain.fwd_ops, hardware, row.fwd_us))
-        samples.append(_timed(trace.plain.bwd_ops, hardware, row.bwd_us))
+        samples.append(_timed(trace.fwd_ops, hardware, row.fwd_us))
+        samples.append(_timed(trace.bwd_ops, hardware, row.bwd_us))
         if log:
             log(f"traced {row.block} tp={row.tp} sp={row.sp} mbs={row.mbs}: measured {row.fwd_us} / {row.bwd_us} us")
     return [s for s in samples if s.measured_us > 0 and len(s.flops)]
