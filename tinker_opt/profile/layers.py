@@ -194,9 +194,13 @@ class Attention(nn.Module):
             out = out + self.run_core(q, k[:half], v[:half], causal=False)
         return out
 
+    def core_forward(self, q, k, v) -> torch.Tensor:
+        """The core attention of this rank: one causal call, or the context-parallel ring."""
+        return self.ring_core(q, k, v) if self.cp > 1 else self.run_core(q, k, v)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.split_qkv(x)
-        return self.proj(self.ring_core(q, k, v) if self.cp > 1 else self.run_core(q, k, v))
+        return self.proj(self.core_forward(q, k, v))
 
 
 class MLP(nn.Module):

@@ -1,0 +1,106 @@
+"""run_profile: the profiled-data folder, resume, out-of-memory and failure handling."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+from tinker_opt.errors import ConfigError, ProfileDataError
+from tinker_opt.profile import runner
+from tinker_opt.profile.runner import ProfileSettings, default_profile_dir, run_profile
+from tinker_opt.profile.store import load_profiled_data
+
+from tests.profile_support import llama_model
+
+SMALL = dict(device="cpu", max_npu=2, max_mbs=2, comm="skip", warmup=1, repeats=5)
+
+
+def tiny_model():
+    return llama_model(seq=32, hidden=32, heads=4, groups=2, ffn=64, vocab=256)
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    out = tmp_path_factory.mktemp("profile")
+    run_profile(tiny_model(), ProfileSettings(**SMALL), out)
+    return out
+
+
+def test_folder_is_loadable_with_every_row_ok(profiled):
+    """blocks.csv holds 4 blocks x 3 (tp, sp) x 2 mbs rows, all ok, and the model round-trips."""
+    data = load_profiled_data(profiled)
+    assert len(data.blocks) == 4 * 3 * 2
+    assert data.model == tiny_model()
+    assert (profiled / "profile.log").read_text().count("fwd ") == 24
+
+
+def test_blocks_csv_holds_integers(profiled):
+    """Microseconds and bytes are written as integers."""
+    text = (profiled / "blocks.csv").read_text().splitlines()[1]
+    assert not re.search(r"\d\.\d", text)
+
+
+def test_resume_keeps_measured_rows(profiled, tmp_path):
+    """A rerun keeps the rows already there and measures only the missing ones."""
+    frame = pd.read_csv(profiled / "blocks.csv")
+    frame.loc[0, "fwd_us"] = 123456789
+    frame.drop(index=1).to_csv(tmp_path / "blocks.csv", index=False)
+    (tmp_path / "meta.json").write_text((profiled / "meta.json").read_text())
+    lines = []
+    run_profile(tiny_model(), ProfileSettings(**SMALL), tmp_path, log=lines.append)
+    again = pd.read_csv(tmp_path / "blocks.csv")
+    assert 123456789 in again["fwd_us"].tolist() and len(again) == len(frame)
+    assert sum(" fwd " in line for line in lines) == 1
+
+
+def test_resume_refuses_another_model(profiled):
+    """Profiling a different model into a used folder is a ProfileDataError."""
+    with pytest.raises(ProfileDataError, match="different model"):
+        run_profile(llama_model(seq=64), ProfileSettings(**SMALL), profiled)
+
+
+def test_memory_limit_marks_larger_rows_oom(profiled, tmp_path):
+    """Rows predicted above the memory limit get status oom (extrapolated from the smaller mbs)."""
+    rows = pd.read_csv(profiled / "blocks.csv").set_index(["block", "tp", "sp", "mbs"])
+    head = rows.loc[("head", 1, 0, 1)]
+    per_batch = head[["activation_bytes", "transient_bytes", "input_bytes", "output_bytes"]].sum()
+    limit_mb = (head["weight_bytes"] + 1.5 * per_batch) / 2**20  # above mbs 1, below mbs 2
+    run_profile(tiny_model(), ProfileSettings(**{**SMALL, "memory_limit_mb": limit_mb, "max_npu": 1}), tmp_path)
+    frame = pd.read_csv(tmp_path / "blocks.csv").set_index(["block", "mbs"])
+    assert frame.loc[("head", 2), "status"] == "oom" and frame.loc[("head", 1), "status"] == "ok"
+
+
+def test_failed_row_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
+    """A block that raises gets its error in `status`; the other rows are measured."""
+    real = runner._measure_point
+
+    def flaky(model, point, device, settings):
+        if point.block == "final_norm":
+            raise ValueError("boom")
+        return real(model, point, device, settings)
+
+    monkeypatch.setattr(runner, "_measure_point", flaky)
+    run_profile(tiny_model(), ProfileSettings(**{**SMALL, "max_npu": 1, "max_mbs": 1}), tmp_path)
+    frame = pd.read_csv(tmp_path / "blocks.csv").set_index("block")
+    assert frame.loc["final_norm", "status"] == "error: ValueError: boom" and frame.loc["head", "status"] == "ok"
+
+
+def test_hardware_file_gives_comm_table(tmp_path):
+    """With a hardware description, comm.csv is computed from it (intra- and inter-node)."""
+    settings = ProfileSettings(**{**SMALL, "max_npu": 1, "max_mbs": 1, "hardware": "a100-80gb"})
+    data = load_profiled_data(run_profile(tiny_model(), settings, tmp_path))
+    assert set(data.comm["scope"]) == {"intra_node", "inter_node"} and data.meta["comm_source"] == "hardware a100-80gb"
+
+
+def test_default_profile_dir_follows_tinkers_naming(tmp_path):
+    """profiled-data-<name>-<size>-<yymmdd-HHMMSS> under the root."""
+    path = default_profile_dir("llama2", "7b", root=tmp_path)
+    assert path.parent == tmp_path and re.fullmatch(r"profiled-data-llama2-7b-\d{6}-\d{6}", path.name)
+
+
+def test_fewer_than_five_repeats_is_rejected():
+    """repeats < 5 is a ConfigError."""
+    with pytest.raises(ConfigError, match="at least 5"):
+        ProfileSettings(repeats=3)

@@ -1,0 +1,64 @@
+"""The profile space and its out-of-memory order."""
+
+from __future__ import annotations
+
+import pytest
+
+from tinker_opt.errors import ConfigError
+from tinker_opt.profile.shape import Shape
+from tinker_opt.profile.space import OomFrontier, ProfilePoint, SpaceLimits, profile_space, tp_values
+
+from tests.profile_support import gpt_model, llama_model, moe_model
+
+
+def test_tp_divides_heads_groups_and_ffn():
+    """tp candidates are divisors of max_npu that divide heads, groups and ffn."""
+    assert tp_values(llama_model(heads=8, groups=2, ffn=344), SpaceLimits(max_npu=8)) == [1, 2]
+    assert tp_values(gpt_model(heads=8), SpaceLimits(max_npu=8)) == [1, 2, 4, 8]
+
+
+def test_prof_tp_outside_the_valid_values_is_an_error():
+    """A prof_tp value that does not divide the heads is a ConfigError listing the valid ones."""
+    with pytest.raises(ConfigError, match=r"valid values are \[1, 2\]"):
+        tp_values(llama_model(groups=2), SpaceLimits(max_npu=8, prof_tp=(4,)))
+
+
+def test_dense_space_size_and_order():
+    """Every block at every (tp, sp, mbs); larger tp and sp on come first."""
+    points = profile_space(gpt_model(heads=8), SpaceLimits(max_npu=4, max_mbs=2))
+    shapes = {(p.shape.tp, p.shape.sp) for p in points}
+    assert shapes == {(4, True), (4, False), (2, True), (2, False), (1, False)}
+    assert len(points) == 5 * 2 * 4
+    assert points[0].shape == Shape(tp=4, sp=True, mbs=1) and points[-1].shape == Shape(tp=1, mbs=2)
+
+
+def test_moe_space_profiles_both_layer_kinds():
+    """A first-k-dense MoE model profiles layer.dense at ep 1 and layer.moe over ep, with sp forced on."""
+    points = profile_space(moe_model(), SpaceLimits(max_npu=2, max_mbs=1))
+    moe = [p.shape for p in points if p.block == "layer.moe"]
+    dense = [p.shape for p in points if p.block == "layer.dense"]
+    assert {(s.tp, s.sp, s.ep, s.etp) for s in moe} == {(2, True, 2, 2), (2, True, 1, 2), (1, False, 2, 1), (1, False, 1, 1)}
+    assert all(s.ep == 1 and s.etp == 1 for s in dense) and len(dense) == 2
+
+
+def test_mbs_includes_the_scripts_own():
+    """The script's micro-batch size is profiled even when not a power of two."""
+    points = profile_space(gpt_model(), SpaceLimits(max_npu=1, max_mbs=4, extra_mbs=(3,)))
+    assert sorted({p.shape.mbs for p in points}) == [1, 2, 3, 4]
+
+
+def test_context_parallel_only_when_asked():
+    """cp > 1 rows appear only when asked for."""
+    assert {p.shape.cp for p in profile_space(gpt_model(), SpaceLimits(max_npu=1, max_mbs=1))} == {1}
+    asked = profile_space(gpt_model(), SpaceLimits(max_npu=1, max_mbs=1, prof_cp=(2,)))
+    assert {p.shape.cp for p in asked} == {1, 2}
+
+
+def test_oom_frontier_skips_larger_shapes_only():
+    """After an OOM at (tp2, mbs4) the same block at tp1 / mbs8 is skipped, tp4 or mbs2 is not."""
+    frontier = OomFrontier([ProfilePoint("layer", Shape(tp=2, mbs=4))])
+    assert frontier.blocks(ProfilePoint("layer", Shape(tp=1, mbs=4)))
+    assert frontier.blocks(ProfilePoint("layer", Shape(tp=2, mbs=8)))
+    assert not frontier.blocks(ProfilePoint("layer", Shape(tp=4, mbs=8)))
+    assert not frontier.blocks(ProfilePoint("layer", Shape(tp=1, mbs=2)))
+    assert not frontier.blocks(ProfilePoint("head", Shape(tp=1, mbs=8)))
