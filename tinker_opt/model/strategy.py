@@ -137,3 +137,153 @@ class Strategy:
         if self.num_layer_list is not None:
             parts.append("L" + "_".join(str(n) for n in self.num_layer_list))
         return "-".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------
+# Validity rules: only strategies that Megatron-LM / MindSpeed-LLM can express.
+# Each rule returns None or the one-line message of the StrategyError, with both numbers.
+# Sources: ../shared/reference/script-conventions.md section 2 (facts over 1,300 real scripts) and
+# Megatron-LM's own argument checks (arguments.py, parallel_state.py).
+# ----------------------------------------------------------------------------------------------
+
+MODELLED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo", "kvallgather_cp_algo")
+"""Context-parallel algorithms the cost model times (ring, all-to-all, all-gather of K/V)."""
+
+
+def _rule_world(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
+    if s.world_size != num_devices:
+        return (f"tp*pp*dp*cp = {s.tp}*{s.pp}*{s.dp}*{s.cp} = {s.world_size} must equal the "
+                f"cluster's {num_devices} devices")
+    return None
+
+
+def _rule_tp(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
+    for name, value in (("num_attention_heads", model.num_attention_heads),
+                        ("num_query_groups", model.num_query_groups),
+                        ("ffn_hidden_size", model.ffn_hidden_size)):
+        if value % s.tp:
+            return f"{name} ({value}) must be a multiple of tensor_model_parallel_size ({s.tp})"
+    if s.sp and s.tp == 1:
+        return "sequence parallelism needs tensor_model_parallel_size > 1 (tp is 1); turn sp off"
+    if s.sp and (model.seq_length // s.cp) % s.tp:
+        return (f"with sequence parallelism seq_length / cp ({model.seq_length // s.cp}) must be a "
+                f"multiple of tp ({s.tp})")
+    return None
+
+
+def _rule_batch(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
+    if gbs % (s.mbs * s.dp):
+        return (f"global_batch_size ({gbs}) must be a multiple of micro_batch_size * dp "
+                f"({s.mbs} * {s.dp} = {s.mbs * s.dp})")
+    return None
+
+
+def _rule_cp(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
+    if s.cp == 1:
+        return None
+    if s.cp_algo not in MODELLED_CP_ALGOS:
+        return (f"context parallelism needs cp_algo, one of {MODELLED_CP_ALGOS} "
+                f"(got {s.cp_algo!r}; the others are not modelled)")
+    # Ring attention splits each sequence into 2*cp load-balanced chunks (Megatron's CP).
+    chunks = 2 * s.cp if s.cp_algo == "megatron_cp_algo" else s.cp
+    if model.seq_length % chunks:
+        return f"seq_length ({model.seq_length}) must be a multiple of {chunks} for cp={s.cp} with {s.cp_algo}"
+    if s.cp_algo == "ulysses_cp_algo" and model.num_attention_heads % (s.tp * s.cp):
+        return (f"Ulysses context parallelism needs num_attention_heads ({model.num_attention_heads}) "
+                f"to be a multiple of tp*cp ({s.tp * s.cp})")
+    return None
+
+
+def _rule_moe(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
+    if not model.is_moe:
+        if s.ep > 1 or (s.etp is not None and s.etp != s.tp):
+            return f"ep ({s.ep}) / etp ({s.etp}) apply to MoE models only; this model has no experts"
+        return None
+    if model.num_experts % s.ep:
+        return f"num_experts ({model.num_experts}) must be a multiple of expert_model_parallel_size ({s.ep})"
+    etp = s.expert_tp
+    if (s.tp * s.dp * s.cp) % (s.ep * etp):
+        return (f"tp*dp*cp ({s.tp * s.dp * s.cp}) must be a multiple of ep*etp "
+                f"({s.ep}*{etp} = {s.ep * etp})")
+    moe_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
+    if moe_ffn % etp:
+        return f"moe_ffn_hidden_size ({moe_ffn}) must be a multiple of expert tensor-parallel size ({etp})"
+    if s.tp > 1 and not s.sp:
+        # Megatron: "sequence parallel must be used with expert and tensor parallelism".
+        return f"MoE with tensor parallelism (tp {s.tp}) needs sequence parallelism; turn sp on"
+    return None
+
+
+def _rule_vpp(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
+    if s.vpp == 1:
+        return None
+    if s.pp <= 2:
+        return f"the interleaved schedule (vpp {s.vpp}) needs pipeline size > 2 (pp is {s.pp})"
+    if s.num_layer_list is not None:
+        return "num_layer_list cannot be combined with a virtual pipeline (vpp > 1); use an even split"
+    if model.num_layers % (s.pp * s.vpp):
+        return (f"num_layers ({model.num_layers}) must be a multiple of pp*vpp "
+                f"({s.pp}*{s.vpp} = {s.pp * s.vpp}) with a virtual pipeline")
+    num_micro = gbs // (s.mbs * s.dp)
+    if num_micro % s.pp:
+        return (f"the interleaved schedule needs the number of micro-batches ({num_micro}) to be a "
+                f"multiple of pp ({s.pp})")
+    return None
+
+
+def _rule_recompute_kind(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
+    if s.recompute == "full" and s.recompute_method not in (None, "block"):
+        return (f"recompute_method {s.recompute_method!r} is not modelled; use 'block' "
+                "(each stage recomputes its first recompute_num_layers layers)")
+    if s.recompute != "full" and s.recompute_num_layers is not None:
+        return f"recompute_num_layers ({s.recompute_num_layers}) applies to full recompute only"
+    return None
+
+
+OUTER_RULES = (_rule_world, _rule_tp, _rule_batch, _rule_cp, _rule_moe, _rule_vpp,
+               _rule_recompute_kind)
+"""Rules on the outer configuration (everything but the layer split and recompute count)."""
+
+
+def check_outer(strategy: Strategy, model: Any, num_devices: int, global_batch_size: int) -> None:
+    """Raise StrategyError naming the first outer rule the strategy breaks."""
+    for rule in OUTER_RULES:
+        message = rule(strategy, model, num_devices, global_batch_size)
+        if message:
+            raise StrategyError(message)
+
+
+def _layer_split_message(s: Strategy, num_layers: int) -> str | None:
+    if s.num_layer_list is None:
+        if num_layers % s.pp:
+            return (f"num_layers ({num_layers}) is not divisible by pp ({s.pp}); "
+                    "give a num_layer_list or choose a pp that divides it")
+        return None
+    if sum(s.num_layer_list) != num_layers:
+        return f"num_layer_list sums to {sum(s.num_layer_list)} but the model has {num_layers} layers"
+    if min(s.num_layer_list) < 1:
+        return f"every pipeline stage needs at least one layer; num_layer_list is {list(s.num_layer_list)}"
+    return None
+
+
+def _recompute_count_message(s: Strategy, num_layers: int) -> str | None:
+    if s.recompute != "full":
+        return None
+    r = s.recompute_num_layers
+    chunk_max = max(s.stage_layers(num_layers)) // s.vpp
+    if r is None or not 1 <= r <= chunk_max:
+        return (f"full recompute needs recompute_num_layers between 1 and the layers of the largest "
+                f"stage chunk ({chunk_max}), got {r}")
+    return None
+
+
+def check_strategy(strategy: Strategy, model: Any, cluster: Any, global_batch_size: int) -> None:
+    """Raise StrategyError naming the rule `strategy` breaks, with both numbers; None when valid.
+
+    `model` is a ModelSpec, `cluster` a ClusterSpec (only its device count matters here).
+    """
+    check_outer(strategy, model, cluster.num_devices, global_batch_size)
+    for message in (_layer_split_message(strategy, model.num_layers),
+                    _recompute_count_message(strategy, model.num_layers)):
+        if message:
+            raise StrategyError(message)

@@ -1,0 +1,74 @@
+"""Valid lower bounds and exact feasibility of an outer configuration, before any split search.
+
+Used to prune outer configurations before the CP-SAT / MILP model is built: a configuration whose
+lower bound is at least the time of a split already found cannot hold a strictly better strategy,
+so dropping it keeps the optimum exact. Every bound below holds for every split and recompute
+count of the configuration (each term is bounded separately, and the terms add up):
+  * sum_s t_s >= a L + sum_s e_s + f * p * [full recompute]  (each stage recomputes >= 1 layer);
+  * max_s t_s >= the least possible bottleneck under the memory caps (water-filling, r at its
+    smallest value, since times grow with r and caps with r);
+  * max_s tail_s >= the least possible largest tail under the same caps.
+Feasibility is exact: with the most recompute every stage's memory is smallest, and a split exists
+iff each stage can hold a layer and the caps add up to L.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinker_opt.model.coefficients import SplitCoefficients
+from tinker_opt.model.layer_split import (Scalars, _best_even, _inverse_caps, _min_feasible,
+                                          memory_caps, pack, recompute_range)
+
+
+def loosest_caps(c: SplitCoefficients, k: Scalars) -> np.ndarray:
+    """Memory caps per stage with the most recompute the configuration allows."""
+    return memory_caps(c, k, recompute_range(c)[-1])
+
+
+def min_recompute_even(c: SplitCoefficients, k: Scalars):
+    """Virtual pipeline: the best (smallest feasible r) even split, or None (exact)."""
+    for r in recompute_range(c):
+        found = _best_even(c, k, r)
+        if found is not None:
+            return found
+    return None
+
+
+def is_feasible(c: SplitCoefficients) -> bool:
+    """Some split and recompute count of this configuration fits in memory (exact)."""
+    k = Scalars.of(c)
+    if c.vpp > 1:
+        return min_recompute_even(c, k) is not None
+    caps = loosest_caps(c, k)
+    return bool(caps.min() >= 1 and caps.sum() >= c.num_layers)
+
+
+def lower_bound_x_v(c: SplitCoefficients, *, tight: bool = True) -> int:
+    """A lower bound on v*T over all splits of a feasible configuration (exact with vpp > 1)."""
+    k = Scalars.of(c)
+    if c.vpp > 1:
+        found = min_recompute_even(c, k)
+        return found.time_ns_x_v if found is not None else np.iinfo(np.int64).max
+    L, p, m = c.num_layers, c.num_stages, c.num_microbatches
+    r_lo = recompute_range(c)[0]
+    sum_lb = k.a * L + int(c.stage_time_ns.sum()) + k.f * p * min(r_lo, 1)
+    per = -(-L // p)
+    max_lb = max(k.a * per + k.f * min(r_lo, per) + int(c.stage_time_ns.min()),
+                 int((k.a + k.f * min(r_lo, 1) + c.stage_time_ns).max()))
+    tail_lb = max(k.alpha * per + int(c.stage_tail_ns.min()), int((k.alpha + c.stage_tail_ns).max()))
+    if tight:
+        caps = loosest_caps(c, k)
+        max_lb = max(max_lb, _least_max(c.stage_time_ns, k.a + k.f, k.a, r_lo, caps, L))
+        tail_lb = max(tail_lb, _least_max(c.stage_tail_ns, k.alpha, k.alpha, 0, caps, L))
+    return int(sum_lb + (m - 1) * max_lb + tail_lb)
+
+
+def _least_max(offsets: np.ndarray, low: int, high: int, r: int, caps: np.ndarray, total: int) -> int:
+    """min over splits (n_s <= caps) of max_s offset_s + cost(n_s): water-filling on candidates."""
+    grid = np.arange(1, total + 1)
+    values = np.unique((np.where(grid <= r, low * grid, low * r + high * (grid - r)))[None, :]
+                       + offsets[:, None])
+    caps_of = lambda v: pack(np.minimum(caps, _inverse_caps(np.array([v]), offsets, low, high, r, total)[0]), total)
+    index = _min_feasible(values, caps_of)
+    return int(values[min(index, len(values) - 1)])

@@ -1,0 +1,152 @@
+"""Split coefficients: the cost of one outer configuration as integers per layer and per stage.
+
+For one outer configuration (a Strategy without layer split and recompute count) every modelled
+quantity is an integer: nanoseconds for times, bytes for memory. The iteration time of a split is
+then an exact integer function of the per-stage layer counts n_s and the recompute count r, which
+`CostModel.evaluate`, the exact split, the enumeration and the CP-SAT / MILP models all compute
+from these same integers (ARCHITECTURE.md, "One cost model, one truth").
+
+Axes: `layer_*` arrays are indexed by layer position 0..L-1 (a mixed dense / MoE stack has
+different values per position); `stage_*` arrays by pipeline rank 0..p-1.
+
+Pipeline (Narayanan et al. 2021, Megatron-LM): with v virtual chunks per rank and m micro-batches,
+    v * T = sum_s t_s + (m*v - 1) * max_s t_s + v * max_s tail_s
+which is 1F1B's `sum + (m - 1) * max` for v = 1 and gives the interleaved bubble (p - 1) / v * t for
+balanced stages; `tail_s` is the stage's exposed gradient synchronisation plus its optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinker_opt.model.strategy import Strategy
+
+
+@dataclass(frozen=True, eq=False)
+class SplitCoefficients:
+    """Integer costs of one outer configuration (ns and bytes), per layer position and per stage."""
+
+    outer: Strategy
+    num_layers: int
+    num_stages: int
+    vpp: int
+    num_microbatches: int
+    layer_time_ns: np.ndarray
+    """Forward + backward of one layer for one micro-batch, with its TP / CP / EP collectives
+    (and the selective recompute when selective)."""
+    layer_comm_ns: np.ndarray
+    """The collective part of layer_time_ns."""
+    layer_recompute_ns: np.ndarray
+    """Extra forward (with its collectives) of a fully recomputed layer."""
+    layer_static_bytes: np.ndarray
+    """Weights + gradients + optimizer states of one layer on one rank."""
+    layer_optimizer_bytes: np.ndarray
+    """The optimizer-state part of layer_static_bytes."""
+    layer_act_bytes: np.ndarray
+    """Activations one layer keeps per micro-batch in flight."""
+    layer_input_bytes: np.ndarray
+    """What a fully recomputed layer keeps per micro-batch in flight (its input)."""
+    layer_tail_ns: np.ndarray
+    """The layer's share of the gradient synchronisation and optimizer step (affine in params)."""
+    stage_time_ns: np.ndarray
+    """Embedding (first), final norm + head (last) and pipeline send/recv, per micro-batch."""
+    stage_comm_ns: np.ndarray
+    stage_static_bytes: np.ndarray
+    """Embedding / head parameters and states plus the transient peak of the stage's blocks."""
+    stage_optimizer_bytes: np.ndarray
+    """The optimizer-state part of stage_static_bytes."""
+    stage_transient_bytes: np.ndarray
+    """The transient part of stage_static_bytes (largest temporary of the stage's blocks)."""
+    stage_act_bytes: np.ndarray
+    """Embedding / head activations per micro-batch in flight."""
+    stage_inflight_x_v: np.ndarray
+    """v times the micro-batches whose activations a stage holds (1F1B: min(p - s, m))."""
+    stage_tail_ns: np.ndarray
+    """Per-stage constant of the tail: collective latencies and embedding / head parameters."""
+    stage_tail_sync_ns: np.ndarray
+    """The synchronisation part of stage_tail_ns (for the breakdown)."""
+    layer_tail_sync_ns: np.ndarray
+    work_bytes: int
+    """Working set of re-running one layer's forward when the stage recomputes (its activations)."""
+    memory_limit_bytes: int
+    estimated: bool
+    """Some block cost was interpolated in the micro-batch size."""
+
+    @property
+    def homogeneous(self) -> bool:
+        """All layers cost the same (one layer kind): the solvers use scalar coefficients."""
+        arrays = (self.layer_time_ns, self.layer_recompute_ns, self.layer_static_bytes,
+                  self.layer_act_bytes, self.layer_input_bytes, self.layer_tail_ns)
+        return all(bool((a == a[0]).all()) for a in arrays)
+
+    @property
+    def even_only(self) -> bool:
+        """The split is fixed (virtual pipeline: Megatron never combines it with a layer list)."""
+        return self.vpp > 1
+
+    def chunk_positions(self, layers: tuple[int, ...]) -> list[list[np.ndarray]]:
+        """Layer positions of each stage, by chunk (v chunks per rank, Megatron's interleaving)."""
+        if self.vpp == 1:
+            bounds = np.concatenate([[0], np.cumsum(layers)])
+            return [[np.arange(bounds[s], bounds[s + 1])] for s in range(self.num_stages)]
+        size = self.num_layers // (self.num_stages * self.vpp)
+        return [[np.arange((j * self.num_stages + s) * size, (j * self.num_stages + s + 1) * size)
+                 for j in range(self.vpp)] for s in range(self.num_stages)]
+
+    def recompute_count(self, chunk_len: int, r: int) -> int:
+        """Block method: each chunk recomputes its first min(r, layers) layers."""
+        return min(r, chunk_len)
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """Integer cost of one stage under a split (ns per micro-batch, bytes times v)."""
+
+    layers: int
+    recompute_layers: int
+    time_ns: int
+    comm_ns: int
+    recompute_ns: int
+    tail_ns: int
+    tail_sync_ns: int
+    static_bytes_x_v: int
+    optimizer_bytes_x_v: int
+    transient_bytes_x_v: int
+    act_bytes_x_v: int
+    other_bytes_x_v: int
+    memory_bytes_x_v: int
+
+
+def stage_costs(c: SplitCoefficients, layers: tuple[int, ...], r: int) -> list[StageCost]:
+    """The per-stage integers of a split (`layers` per stage, recompute count r, 0 for none)."""
+    out = []
+    for s, chunks in enumerate(c.chunk_positions(layers)):
+        positions = np.concatenate(chunks)
+        recomputed = np.concatenate([chunk[:c.recompute_count(len(chunk), r)] for chunk in chunks])
+        kept = np.setdiff1d(positions, recomputed)
+        recompute_ns = int(c.layer_recompute_ns[recomputed].sum())
+        time_ns = int(c.layer_time_ns[positions].sum()) + recompute_ns + int(c.stage_time_ns[s])
+        comm_ns = int(c.layer_comm_ns[positions].sum()) + int(c.stage_comm_ns[s])
+        tail_ns = int(c.layer_tail_ns[positions].sum()) + int(c.stage_tail_ns[s])
+        tail_sync_ns = int(c.layer_tail_sync_ns[positions].sum()) + int(c.stage_tail_sync_ns[s])
+        v = c.vpp
+        static = v * (int(c.layer_static_bytes[positions].sum()) + int(c.stage_static_bytes[s]))
+        optimizer = v * (int(c.layer_optimizer_bytes[positions].sum()) + int(c.stage_optimizer_bytes[s]))
+        transient = v * int(c.stage_transient_bytes[s])
+        per_micro = (int(c.layer_act_bytes[kept].sum()) + int(c.layer_input_bytes[recomputed].sum())
+                     + int(c.stage_act_bytes[s]))
+        act = int(c.stage_inflight_x_v[s]) * per_micro
+        other = v * c.work_bytes if len(recomputed) else 0
+        out.append(StageCost(len(positions), len(recomputed), time_ns, comm_ns, recompute_ns, tail_ns,
+                             tail_sync_ns, static, optimizer, transient, act, other,
+                             static + act + other))
+    return out
+
+
+def iteration_time_ns_x_v(c: SplitCoefficients, stages: list[StageCost]) -> int:
+    """v * T in ns: sum_s t_s + (m*v - 1) * max_s t_s + v * max_s tail_s (module docstring)."""
+    times = [st.time_ns for st in stages]
+    return (sum(times) + (c.num_microbatches * c.vpp - 1) * max(times)
+            + c.vpp * max(st.tail_ns for st in stages))

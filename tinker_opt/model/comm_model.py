@@ -1,0 +1,126 @@
+"""Collective times for the cost model: measured curves fitted to the alpha-beta model.
+
+Each measured (op, scope, group size) curve of comm.csv is fitted by least squares to
+`time = steps * latency + traffic * bytes / bandwidth` (tinker_opt.comm_cost, the one place of the
+ring formulas), which makes every collective time affine in its byte count: the solvers can then
+use the same figures as `CostModel.evaluate`. A group size that was not measured borrows the link
+(latency, bandwidth) of the nearest measured size of that op and scope, then of any op of that
+scope. A scope with no measurement at all takes the hardware file's link, or else a documented
+default, and says so in `warnings` (intra-node figures are never reused for inter-node traffic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tinker_opt.comm_cost import collective_time_us, latency_steps, traffic_factor
+from tinker_opt.hardware import HardwareSpec, LinkSpec
+
+DEFAULT_LINKS = {
+    # Atlas 800T A2 / DGX-class intra-node links deliver 100+ GB/s per device and direction; the
+    # default stays below the NVLink figure of the shipped a100-80gb.json (195 GB/s achievable).
+    "intra_node": LinkSpec(bandwidth_gbs=100.0, latency_us=5.0),
+    # One 200 Gb/s RoCE / InfiniBand port per device = 25 GB/s peak; the shipped a100-80gb.json
+    # uses 22.5 GB/s achievable (calculon's IB tier, 25 GB/s x 0.9), which this default follows.
+    "inter_node": LinkSpec(bandwidth_gbs=22.5, latency_us=10.0),
+}
+"""Links used when neither comm.csv, the hardware file nor a flag gives a figure for a scope."""
+
+
+def group_scope(stride: int, size: int, devices_per_node: int) -> str:
+    """Whether a communication group stays inside one node under Megatron's rank order.
+
+    Ranks are laid out tp innermost, then cp, dp, pp; a group of `size` ranks `stride` apart spans
+    `stride * size` consecutive ranks, inside one node when that span fits and tiles the node.
+    """
+    span = stride * size
+    if size <= 1 or (span <= devices_per_node and devices_per_node % span == 0):
+        return "intra_node"
+    return "inter_node"
+
+
+@dataclass(frozen=True)
+class _Fit:
+    latency_us: float
+    bandwidth_gbs: float
+
+
+class CommModel:
+    """Collective time lookup: fitted measured curves, then hardware links, then defaults."""
+
+    def __init__(self, comm: pd.DataFrame, *, hardware: HardwareSpec | None = None,
+                 inter_node_bandwidth_gbs: float | None = None, multi_node: bool = False,
+                 multi_device: bool = True) -> None:
+        self._fits = _fit_rows(comm)
+        self.warnings: list[str] = []
+        self._scope_links: dict[str, LinkSpec] = {}
+        for scope, needed in (("intra_node", multi_device), ("inter_node", multi_node)):
+            self._scope_links[scope] = self._scope_link(scope, needed, hardware)
+        if inter_node_bandwidth_gbs is not None:
+            latency = self._scope_links["inter_node"].latency_us
+            self._scope_links["inter_node"] = LinkSpec(inter_node_bandwidth_gbs, latency)
+            self._fits = {k: v for k, v in self._fits.items() if k[1] != "inter_node"}
+
+    def _scope_link(self, scope: str, needed: bool, hardware: HardwareSpec | None) -> LinkSpec:
+        measured = [fit for (op, sc, _), fit in self._fits.items() if sc == scope]
+        if measured:
+            # Median of the fitted links: what an op with no curve of its own borrows.
+            return LinkSpec(float(np.median([f.bandwidth_gbs for f in measured])),
+                            float(np.median([f.latency_us for f in measured])))
+        if hardware is not None:
+            return hardware.link(scope)
+        default = DEFAULT_LINKS[scope]
+        if needed:
+            self.warnings.append(
+                f"WARNING: no {scope.replace('_', '-')} communication figures in the profile; using the "
+                f"default {default.bandwidth_gbs:g} GB/s, {default.latency_us:g} us per message "
+                "(pass --hardware FILE or --inter-node-bandwidth GBS to set it)")
+        return default
+
+    def link(self, op: str, group_size: int, scope: str) -> _Fit:
+        """The (latency, bandwidth) that times `op` on a group of this size in this scope."""
+        exact = self._fits.get((op, scope, group_size))
+        if exact is not None:
+            return exact
+        sizes = sorted(g for (o, s, g) in self._fits if o == op and s == scope)
+        if sizes:
+            nearest = min(sizes, key=lambda g: (abs(np.log2(g) - np.log2(max(group_size, 1))), g))
+            return self._fits[(op, scope, nearest)]
+        link = self._scope_links[scope]
+        return _Fit(link.latency_us, link.bandwidth_gbs)
+
+    def time_us(self, op: str, group_size: int, scope: str, nbytes: float) -> float:
+        """Time of one collective over `group_size` ranks of `nbytes` per rank (0 for a lone rank)."""
+        if group_size <= 1 and op != "send_recv":
+            return 0.0
+        fit = self.link(op, group_size, scope)
+        return collective_time_us(op, group_size, nbytes, fit.bandwidth_gbs, fit.latency_us)
+
+    def per_byte_us(self, op: str, group_size: int, scope: str) -> float:
+        """The slope of `time_us` in bytes (the time is affine in the byte count)."""
+        return self.time_us(op, group_size, scope, 1.0) - self.time_us(op, group_size, scope, 0.0)
+
+
+def _fit_rows(comm: pd.DataFrame) -> dict[tuple[str, str, int], _Fit]:
+    """Least-squares alpha-beta fit of each measured (op, scope, group size) curve."""
+    fits: dict[tuple[str, str, int], _Fit] = {}
+    if comm is None or comm.empty:
+        return fits
+    for (op, scope, group), rows in comm.groupby(["op", "scope", "group_size"]):
+        group = int(group)
+        steps, traffic = latency_steps(op, group), traffic_factor(op, group)
+        if traffic <= 0:
+            continue
+        nbytes = rows["bytes"].to_numpy(float)
+        times = rows["time_us"].to_numpy(float)
+        if len(rows) >= 2 and np.ptp(nbytes) > 0:
+            slope, intercept = np.polyfit(nbytes, times, 1)
+        else:
+            slope, intercept = times[0] / max(nbytes[0], 1.0), 0.0
+        slope = max(float(slope), 1e-12)
+        latency = max(float(intercept), 0.0) / max(steps, 1)
+        fits[(str(op), str(scope), group)] = _Fit(latency, traffic / (slope * 1e3))
+    return fits

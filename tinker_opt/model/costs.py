@@ -1,0 +1,155 @@
+"""CostModel: profiled tables -> integer coefficients; `evaluate(strategy)` -> Evaluation.
+
+`CostModel.evaluate` is the one definition of the modelled iteration time and per-stage memory
+(ARCHITECTURE.md, "One cost model, one truth"); it is built from `coefficients(outer)`, which the
+exact split, the enumeration and the CP-SAT / MILP models use too. The terms are assembled in
+`tinker_opt.model.terms` (each with its source); this module holds the public objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tinker_opt.errors import StrategyError
+from tinker_opt.hardware import HardwareSpec
+from tinker_opt.model.coefficients import (SplitCoefficients, StageCost, iteration_time_ns_x_v,
+                                           stage_costs)
+from tinker_opt.model.comm_model import CommModel
+from tinker_opt.model.profile_table import BlockTable
+from tinker_opt.model.strategy import Strategy, check_outer, check_strategy
+from tinker_opt.model.terms import TermBuilder
+from tinker_opt.profile.store import ProfiledData
+from tinker_opt.specs import ClusterSpec, ModelSpec
+
+BYTES_PER_MB = 2**20
+NS_PER_MS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The modelled cost of one strategy (the Evaluation interface of ARCHITECTURE.md)."""
+
+    strategy: Strategy
+    iteration_time_ms: float
+    peak_memory_mb: float
+    tokens_per_s_per_device: float
+    stages: tuple[dict[str, Any], ...]
+    time_breakdown_ms: dict[str, float]
+    fits: bool
+    estimated: bool
+    time_ns_x_vpp: int = field(default=0, compare=False)
+    """vpp times the iteration time in ns: the exact integer the solvers optimise."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy.to_dict(), "iteration_time_ms": self.iteration_time_ms,
+                "peak_memory_mb": self.peak_memory_mb,
+                "tokens_per_s_per_device": self.tokens_per_s_per_device,
+                "stages": [dict(stage) for stage in self.stages],
+                "time_breakdown_ms": dict(self.time_breakdown_ms), "fits": self.fits,
+                "estimated": self.estimated}
+
+
+class CostModel:
+    """Cost coefficients of every strategy of one model on one cluster, from one profile."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, global_batch_size: int,
+                 blocks: BlockTable, comm: CommModel, *, memory_bandwidth_gbs: float | None = None) -> None:
+        self.model = model
+        self.cluster = cluster
+        self.global_batch_size = global_batch_size
+        self.blocks = blocks
+        self.comm = comm
+        self.warnings: list[str] = list(comm.warnings)
+        self._terms = TermBuilder(model, cluster, global_batch_size, blocks, comm,
+                                  memory_bandwidth_gbs=memory_bandwidth_gbs)
+        self._cache: dict[Strategy, SplitCoefficients] = {}
+
+    @classmethod
+    def from_profile(cls, profiled: ProfiledData, model: ModelSpec, cluster: ClusterSpec,
+                     global_batch_size: int, *, hardware: HardwareSpec | None = None,
+                     inter_node_bandwidth_gbs: float | None = None) -> "CostModel":
+        """Build from a loaded profiled-data folder; see CommModel for the inter-node defaults."""
+        comm = CommModel(profiled.comm, hardware=hardware,
+                         inter_node_bandwidth_gbs=inter_node_bandwidth_gbs,
+                         multi_node=cluster.num_nodes > 1, multi_device=cluster.devices_per_node > 1)
+        bandwidth = hardware.memory_bandwidth_gbs if hardware is not None else None
+        return cls(model, cluster, global_batch_size, BlockTable(profiled.blocks), comm,
+                   memory_bandwidth_gbs=bandwidth)
+
+    def available(self, tp: int, sp: bool, cp: int, ep: int, etp: int) -> bool:
+        """Whether every block was profiled at this shard shape (any micro-batch size)."""
+        return self._terms.available(tp, sp, cp, ep, etp)
+
+    def coefficients(self, outer: Strategy) -> SplitCoefficients:
+        """Integer coefficients of an outer configuration (layer split and r are ignored)."""
+        key = outer.replace(num_layer_list=None, recompute_num_layers=None,
+                            recompute_method="block" if outer.recompute == "full" else None,
+                            cp_algo=outer.cp_algo if outer.cp > 1 else None)
+        cached = self._cache.get(key)
+        if cached is None:
+            check_outer(key, self.model, self.cluster.num_devices, self.global_batch_size)
+            cached = self._terms.build(key)
+            self._cache[key] = cached
+        return cached
+
+    def evaluate(self, strategy: Strategy) -> Evaluation:
+        """The modelled iteration time, memory and breakdown of one (valid) strategy."""
+        check_strategy(strategy, self.model, self.cluster, self.global_batch_size)
+        coeffs = self.coefficients(strategy)
+        layers = strategy.stage_layers(self.model.num_layers)
+        r = strategy.recompute_num_layers if strategy.recompute == "full" else 0
+        return evaluation_of(coeffs, strategy, layers, r or 0, self.global_batch_size,
+                             self.model.seq_length, self.cluster.num_devices)
+
+    def split_strategy(self, outer: Strategy, layers: tuple[int, ...], r: int) -> Strategy:
+        """The full Strategy of an outer configuration with a split and recompute count."""
+        even = len(set(layers)) == 1
+        return outer.replace(num_layer_list=None if even else tuple(int(n) for n in layers),
+                             recompute_num_layers=int(r) if outer.recompute == "full" else None,
+                             recompute_method="block" if outer.recompute == "full" else None)
+
+
+def evaluation_of(c: SplitCoefficients, strategy: Strategy, layers: tuple[int, ...], r: int,
+                  global_batch_size: int, seq_length: int, num_devices: int) -> Evaluation:
+    """Evaluation of a split of an outer configuration (the integers of `stage_costs`)."""
+    if strategy.recompute == "full" and r < 1:
+        raise StrategyError("full recompute needs recompute_num_layers >= 1")
+    stages = stage_costs(c, layers, r)
+    total_x_v = iteration_time_ns_x_v(c, stages)
+    v = c.vpp
+    iteration_ms = total_x_v / v / NS_PER_MS
+    peak_bytes = max(st.memory_bytes_x_v for st in stages) / v
+    fits = max(st.memory_bytes_x_v for st in stages) <= v * c.memory_limit_bytes
+    tokens = global_batch_size * seq_length / (iteration_ms / 1e3) / num_devices
+    return Evaluation(
+        strategy=strategy, iteration_time_ms=iteration_ms, peak_memory_mb=peak_bytes / BYTES_PER_MB,
+        tokens_per_s_per_device=tokens, stages=tuple(_stage_dict(s, st, v) for s, st in enumerate(stages)),
+        time_breakdown_ms=_breakdown(c, stages), fits=bool(fits), estimated=c.estimated,
+        time_ns_x_vpp=int(total_x_v))
+
+
+def _stage_dict(s: int, st: StageCost, v: int) -> dict[str, Any]:
+    mb = BYTES_PER_MB * v
+    return {"stage": s, "layers": st.layers, "recompute_layers": st.recompute_layers,
+            "time_ms": st.time_ns / NS_PER_MS, "memory_mb": st.memory_bytes_x_v / mb,
+            "compute_ms": (st.time_ns - st.comm_ns) / NS_PER_MS, "comm_ms": st.comm_ns / NS_PER_MS,
+            "recompute_ms": st.recompute_ns / NS_PER_MS,
+            "weights_mb": (st.static_bytes_x_v - st.optimizer_bytes_x_v - st.transient_bytes_x_v) / mb,
+            "optimizer_mb": st.optimizer_bytes_x_v / mb, "activations_mb": st.act_bytes_x_v / mb,
+            "transient_mb": st.transient_bytes_x_v / mb, "recompute_work_mb": st.other_bytes_x_v / mb,
+            "tail_ms": st.tail_ns / NS_PER_MS}
+
+
+def _breakdown(c: SplitCoefficients, stages: list[StageCost]) -> dict[str, float]:
+    """Iteration time split so that the parts add up: m x the slowest stage, bubble, tail."""
+    v, m = c.vpp, c.num_microbatches
+    slow = max(stages, key=lambda st: st.time_ns)
+    tail = max(stages, key=lambda st: st.tail_ns)
+    bubble_x_v = sum(st.time_ns for st in stages) - slow.time_ns  # (sum - max) / v
+    return {"compute_ms": m * (slow.time_ns - slow.comm_ns - slow.recompute_ns) / NS_PER_MS,
+            "recompute_ms": m * slow.recompute_ns / NS_PER_MS,
+            "comm_ms": m * slow.comm_ns / NS_PER_MS,
+            "bubble_ms": bubble_x_v / v / NS_PER_MS,
+            "dp_sync_ms": tail.tail_sync_ns / NS_PER_MS,
+            "optimizer_ms": (tail.tail_ns - tail.tail_sync_ns) / NS_PER_MS}

@@ -1,0 +1,99 @@
+"""Exhaustive enumeration: every outer configuration with its exact split (the reference).
+
+`enumerate_splits` visits every outer configuration of the space, builds its coefficients and
+runs the exact split (layer_split.best_split, vectorised over stages and candidate values) in
+parallel over `cpus` processes; nothing is pruned by bounds, so it is the honest baseline the
+solvers are checked against. `brute_force` tries every composition of the layers into stages and
+every recompute count through the general `stage_costs` path: the reference of the reference, for
+the small instances of the tests.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from tinker_opt.model.coefficients import iteration_time_ns_x_v, stage_costs
+from tinker_opt.model.layer_split import Split, best_split, recompute_range
+from tinker_opt.model.strategy import Strategy
+
+_WORKER_MODEL = None
+"""The CostModel inherited by forked workers (set before the pool starts)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The best split of one outer configuration."""
+
+    outer: Strategy
+    split: Split
+    vpp: int
+
+    @property
+    def time_ns(self) -> float:
+        return self.split.time_ns_x_v / self.vpp
+
+
+def _solve_chunk(outers: Sequence[Strategy]) -> list[Candidate]:
+    found = []
+    for outer in outers:
+        coeffs = _WORKER_MODEL.coefficients(outer)
+        split = best_split(coeffs)
+        if split is not None:
+            found.append(Candidate(outer, split, coeffs.vpp))
+    return found
+
+
+def enumerate_splits(cost_model, outers: Sequence[Strategy], *, cpus: int = 1,
+                     progress: Callable[[int, int], None] | None = None) -> list[Candidate]:
+    """Best split of every outer configuration that fits, fastest first."""
+    global _WORKER_MODEL
+    _WORKER_MODEL = cost_model
+    chunks = [list(outers[i::max(cpus, 1) * 4]) for i in range(max(cpus, 1) * 4)]
+    results: list[Candidate] = []
+    if cpus <= 1 or len(outers) < 64:
+        for done, chunk in enumerate(chunks, 1):
+            results += _solve_chunk(chunk)
+            if progress:
+                progress(done, len(chunks))
+    else:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=cpus, mp_context=context) as pool:
+            for done, part in enumerate(pool.map(_solve_chunk, chunks), 1):
+                results += part
+                if progress:
+                    progress(done, len(chunks))
+    return sorted(results, key=lambda cand: (cand.time_ns, cand.outer.label()))
+
+
+def compositions(total: int, parts: int):
+    """Every way to write `total` as an ordered sum of `parts` positive integers."""
+    for cuts in itertools.combinations(range(1, total), parts - 1):
+        bounds = (0,) + cuts + (total,)
+        yield tuple(bounds[i + 1] - bounds[i] for i in range(parts))
+
+
+def brute_force(cost_model, outers: Sequence[Strategy]) -> list[Candidate]:
+    """Best split of each outer configuration by trying every composition and recompute count."""
+    found = []
+    for outer in outers:
+        coeffs = cost_model.coefficients(outer)
+        L, p = coeffs.num_layers, coeffs.num_stages
+        splits = [(L // p,) * p] if coeffs.vpp > 1 else compositions(L, p)
+        best = None
+        for layers in splits:
+            for r in recompute_range(coeffs):
+                if r > max(layers) // coeffs.vpp:
+                    break
+                stages = stage_costs(coeffs, layers, r)
+                if max(st.memory_bytes_x_v for st in stages) > coeffs.vpp * coeffs.memory_limit_bytes:
+                    continue
+                value = iteration_time_ns_x_v(coeffs, stages)
+                if best is None or value < best.time_ns_x_v:
+                    best = Split(layers, r, value)
+        if best is not None:
+            found.append(Candidate(outer, best, coeffs.vpp))
+    return sorted(found, key=lambda cand: (cand.time_ns, cand.outer.label()))

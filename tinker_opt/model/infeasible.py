@@ -1,0 +1,64 @@
+"""When nothing fits: the least memory any strategy needs and the knob that would help most."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinker_opt.model.coefficients import SplitCoefficients, stage_costs
+from tinker_opt.model.layer_split import Scalars, _piecewise_cap, pack, recompute_range
+
+HINTS = {
+    "weights_mb": "more pipeline or tensor parallelism (more devices) or a larger memory limit",
+    "optimizer_mb": "the distributed optimizer (--dist-opt) with more data parallelism, or more devices",
+    "activations_mb": "full recompute, a smaller micro-batch size, or sequence / context parallelism",
+    "transient_mb": "a smaller micro-batch size or more tensor parallelism",
+    "recompute_work_mb": "a smaller micro-batch size or more tensor parallelism",
+}
+
+
+def least_memory_split(c: SplitCoefficients) -> tuple[tuple[int, ...], int, int]:
+    """(layers, r, peak bytes x v) of the split with the smallest peak memory (most recompute)."""
+    k = Scalars.of(c)
+    r = recompute_range(c)[-1]
+    p, L = c.num_stages, c.num_layers
+    if c.vpp > 1:
+        layers = (L // p,) * p
+        return layers, r, max(st.memory_bytes_x_v for st in stage_costs(c, layers, r))
+    kk = c.stage_inflight_x_v.astype(np.int64)
+    fixed = c.stage_static_bytes + (c.work_bytes if r else 0) + kk * c.stage_act_bytes
+
+    def split_under(limit: int):
+        caps = _piecewise_cap(limit - fixed, k.w + kk * k.inp, k.w + kk * k.act, r, L)
+        return pack(caps, L)
+
+    lo, hi = 0, int(fixed.max() + (k.w + kk.max() * max(k.act, k.inp)) * L)
+    while lo < hi:  # the least per-stage limit under which some split exists
+        mid = (lo + hi) // 2
+        if split_under(mid) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    layers = tuple(int(n) for n in split_under(lo))
+    return layers, min(r, max(layers)), lo * c.vpp
+
+
+def infeasible_message(cost_model, outers) -> str:
+    """The InfeasibleError text: limit, least need, and the knob that helps most."""
+    limit = cost_model.cluster.memory_limit_mb
+    if not outers:
+        return (f"no valid strategy for {cost_model.cluster.num_devices} devices and global batch "
+                f"{cost_model.global_batch_size} under the search space; relax the space or change "
+                "the device count / global batch size")
+    best = None
+    for outer in outers:
+        c = cost_model.coefficients(outer)
+        layers, r, peak_x_v = least_memory_split(c)
+        if best is None or peak_x_v / c.vpp < best[0]:
+            best = (peak_x_v / c.vpp, outer, layers, r)
+    peak, outer, layers, r = best
+    evaluation = cost_model.evaluate(cost_model.split_strategy(outer, layers, r))
+    stage = max(evaluation.stages, key=lambda st: st["memory_mb"])
+    part = max(HINTS, key=lambda name: stage.get(name, 0.0))
+    return (f"no strategy fits in {limit:g} MB per device; the best ({outer.label()}) needs at least "
+            f"{peak / 2**20:.0f} MB, mostly {part[:-3].replace('_', ' ')} ({stage[part]:.0f} MB): "
+            f"try {HINTS[part]}")

@@ -1,0 +1,189 @@
+"""Exact per-stage layer counts and recompute count for one outer configuration.
+
+Objective (coefficients.py): v*T = sum_s t_s + (m*v - 1) max_s t_s + v max_s tail_s, with
+t_s = a n_s + f min(r, n_s) + e_s, tail_s = alpha n_s + beta_s and the memory of each stage under
+its limit. For v = 1 and a fixed r the exact optimum is found by enumerating the candidate values
+B of max_s t_s and C of max_s tail_s (each is some stage's value at some layer count): a pair gives
+per-stage caps on n_s, and under caps the sum of min(r, n_s) is smallest when layers are packed
+into the stages with the largest caps (a concave sum is minimised by the vector that majorises all
+others). The optimal split is feasible for its own (B*, C*), where packing is no worse, so the best
+pair is the optimum; pairs are visited in increasing order and cut off by a lower bound. With a
+virtual pipeline the split is the even one and only r is chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinker_opt.model.coefficients import SplitCoefficients
+
+INF = np.iinfo(np.int64).max // 4
+
+
+@dataclass(frozen=True)
+class Split:
+    """An optimal split: layers per stage, recompute count (0 without full recompute), v*T in ns."""
+
+    layers: tuple[int, ...]
+    recompute_num_layers: int
+    time_ns_x_v: int
+
+
+@dataclass(frozen=True)
+class Scalars:
+    """Scalar coefficients of a homogeneous stack (every layer costs the same)."""
+
+    a: int
+    f: int
+    w: int
+    act: int
+    inp: int
+    alpha: int
+
+    @classmethod
+    def of(cls, c: SplitCoefficients) -> "Scalars":
+        return cls(int(c.layer_time_ns[0]), int(c.layer_recompute_ns[0]), int(c.layer_static_bytes[0]),
+                   int(c.layer_act_bytes[0]), int(c.layer_input_bytes[0]), int(c.layer_tail_ns[0]))
+
+
+def recompute_range(c: SplitCoefficients) -> range:
+    """Candidate recompute counts: 0 without full recompute, else 1 .. the largest chunk."""
+    if c.outer.recompute != "full":
+        return range(0, 1)
+    chunk_max = c.num_layers - c.num_stages + 1 if c.vpp == 1 else c.num_layers // (c.num_stages * c.vpp)
+    return range(1, chunk_max + 1)
+
+
+def memory_caps(c: SplitCoefficients, k: Scalars, r: int) -> np.ndarray:
+    """Largest layer count each stage can hold under the memory limit with recompute count r."""
+    kk = c.stage_inflight_x_v.astype(np.int64)
+    budget = (c.memory_limit_bytes - c.stage_static_bytes - (c.work_bytes if r else 0)
+              - kk * c.stage_act_bytes)
+    low = k.w + kk * k.inp           # slope while every layer is recomputed (n <= r)
+    high = k.w + kk * k.act          # slope beyond r
+    return _piecewise_cap(budget, low, high, r, c.num_layers)
+
+
+def _piecewise_cap(budget: np.ndarray, low, high, r: int, limit: int) -> np.ndarray:
+    """max n in [0, limit] with cost(n) <= budget, cost = low*n (n <= r), low*r + high*(n-r) beyond."""
+    low = np.broadcast_to(np.asarray(low, dtype=np.int64), budget.shape)
+    high = np.broadcast_to(np.asarray(high, dtype=np.int64), budget.shape)
+    first = np.where(low > 0, np.floor_divide(np.maximum(budget, -1), np.maximum(low, 1)), limit)
+    rest = budget - low * r
+    beyond = r + np.where(high > 0, np.floor_divide(np.maximum(rest, -1), np.maximum(high, 1)), limit)
+    n = np.where(first < r, first, beyond)
+    return np.clip(np.where(budget < 0, -1, n), -1, limit)
+
+
+def stage_time_ns(c: SplitCoefficients, k: Scalars, n: np.ndarray, r: int) -> np.ndarray:
+    return k.a * n + k.f * np.minimum(r, n) + c.stage_time_ns
+
+
+def objective_x_v(c: SplitCoefficients, k: Scalars, n: np.ndarray, r: int) -> int:
+    """v*T of a homogeneous split (the integers of coefficients.iteration_time_ns_x_v)."""
+    if c.vpp > 1:
+        chunk = c.num_layers // (c.num_stages * c.vpp)
+        times = k.a * n + k.f * c.vpp * min(r, chunk) + c.stage_time_ns
+    else:
+        times = stage_time_ns(c, k, n, r)
+    tails = k.alpha * n + c.stage_tail_ns
+    return int(times.sum() + (c.num_microbatches * c.vpp - 1) * times.max() + c.vpp * tails.max())
+
+
+def pack(caps: np.ndarray, total: int) -> np.ndarray | None:
+    """Layers >= 1 per stage under caps summing to total, packed into the largest caps first."""
+    if caps.min() < 1 or caps.sum() < total:
+        return None
+    n = np.ones_like(caps)
+    left = total - len(caps)
+    for s in np.argsort(-caps, kind="stable"):
+        add = min(int(caps[s]) - 1, left)
+        n[s] += add
+        left -= add
+        if left == 0:
+            break
+    return n
+
+
+def best_split(c: SplitCoefficients) -> Split | None:
+    """The exact optimal split of a homogeneous outer configuration, None if nothing fits."""
+    k = Scalars.of(c)
+    best: Split | None = None
+    for r in recompute_range(c):
+        found = _best_even(c, k, r) if c.vpp > 1 else _best_for_r(c, k, r, best.time_ns_x_v if best else INF)
+        if found is not None and (best is None or found.time_ns_x_v < best.time_ns_x_v):
+            best = found
+    return best
+
+
+def _best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
+    """Virtual pipeline: the even split, feasible or not, for recompute count r."""
+    p, v = c.num_stages, c.vpp
+    n = np.full(p, c.num_layers // p, dtype=np.int64)
+    chunk = c.num_layers // (p * v)
+    rs = v * min(r, chunk)
+    kk = c.stage_inflight_x_v
+    mem_x_v = (v * (k.w * n + c.stage_static_bytes + (c.work_bytes if r else 0))
+               + kk * (k.act * (n - rs) + k.inp * rs + c.stage_act_bytes))
+    if (mem_x_v > v * c.memory_limit_bytes).any():
+        return None
+    return Split(tuple(int(x) for x in n), r, objective_x_v(c, k, n, r))
+
+
+def _inverse_caps(values: np.ndarray, offsets: np.ndarray, low: int, high: int, r: int, limit: int) -> np.ndarray:
+    """For each candidate value (rows) and stage (columns): max n with offset + cost(n) <= value."""
+    return _piecewise_cap(values[:, None] - offsets[None, :], low, high, r, limit)
+
+
+def _min_feasible(values: np.ndarray, caps_of) -> int:
+    """Index of the first (sorted) candidate whose caps admit a split, len(values) if none."""
+    lo, hi = 0, len(values)
+    while lo < hi:  # feasibility is monotone in the candidate value
+        mid = (lo + hi) // 2
+        if caps_of(values[mid]) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _best_for_r(c: SplitCoefficients, k: Scalars, r: int, incumbent: int) -> Split | None:
+    """Exact split for v = 1 and a fixed r (module docstring), or None if nothing fits."""
+    L, m = c.num_layers, c.num_microbatches
+    mem = memory_caps(c, k, r)
+    if mem.min() < 1 or mem.sum() < L:
+        return None
+    e, beta = c.stage_time_ns, c.stage_tail_ns
+    n_grid = np.arange(1, L + 1)
+    b_values = np.unique((k.a * n_grid + k.f * np.minimum(r, n_grid))[None, :] + e[:, None])
+    c_values = np.unique((k.alpha * n_grid)[None, :] + beta[:, None])
+    base = k.a * L + int(e.sum())
+    packed_all = pack(mem, L)
+    s_min = int(np.minimum(r, packed_all).sum())  # least recompute sum under any caps
+    tail_lb = int((k.alpha * 1 + beta).max())
+    best_obj, best_n = incumbent, None
+
+    def caps_b(b):
+        return np.minimum(mem, _inverse_caps(np.array([b]), e, k.a + k.f, k.a, r, L)[0])
+
+    start = _min_feasible(b_values, lambda b: pack(caps_b(b), L))
+    for b in b_values[start:]:
+        if base + k.f * s_min + (m - 1) * int(b) + tail_lb >= best_obj:
+            break
+        u_b = caps_b(b)
+        cap_c = lambda cv: np.minimum(u_b, _inverse_caps(np.array([cv]), beta, k.alpha, k.alpha, 0, L)[0])
+        for cv in c_values[_min_feasible(c_values, lambda cv: pack(cap_c(cv), L)):]:
+            if base + k.f * s_min + (m - 1) * int(b) + int(cv) >= best_obj:
+                break
+            u = cap_c(cv)
+            n = pack(u, L)
+            obj = objective_x_v(c, k, n, r)
+            if obj < best_obj:
+                best_obj, best_n = obj, n
+            if (u == u_b).all():
+                break
+    if best_n is None:
+        return None
+    return Split(tuple(int(x) for x in best_n), min(r, int(best_n.max())), best_obj)

@@ -1,0 +1,301 @@
+"""The CP-SAT (OR-Tools) and MILP (PuLP + HiGHS, CBC fallback) models over the whole space.
+
+One model holds every candidate outer configuration at once: a one-hot choice x_i, and for each
+configuration its per-stage layer counts n_is, recompute count r_i, per-stage recomputed layers
+rs_is = min(r_i, n_is), the bottleneck M_i >= t_is and the largest tail Q_i >= tail_is, with each
+stage's memory under the limit. All coefficients are the integers of SplitCoefficients (ns and
+bytes), so the objective is exactly `CostModel.evaluate`'s v*T, brought to a common scale by the
+factor V / v_i (V the lcm of the candidates' vpp). A configuration with a virtual pipeline has a
+fixed split and its best recompute count is the smallest that fits (time grows with r), so it
+enters as a constant. Solution hints come from the best known split (a greedy incumbent).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from tinker_opt.model.bounds import loosest_caps, min_recompute_even
+from tinker_opt.model.coefficients import SplitCoefficients
+from tinker_opt.model.layer_split import Scalars, Split, recompute_range
+
+
+@dataclass(frozen=True)
+class SolverOutcome:
+    """What a solver reports: status, the chosen configuration and split, objective and bound."""
+
+    status: str
+    """optimal | feasible | infeasible | unknown (time limit before any solution)."""
+    index: int | None
+    split: Split | None
+    objective_x_v: int | None
+    """v * T (ns) of the chosen configuration, from the solution's integers."""
+    bound_ns: float
+    """Lower bound on T (ns) over the model's candidates."""
+    solve_time_s: float
+
+
+def _common_scale(coeffs: Sequence[SplitCoefficients]) -> int:
+    return math.lcm(*[c.vpp for c in coeffs]) if coeffs else 1
+
+
+def _upper_caps(c: SplitCoefficients, k: Scalars) -> np.ndarray:
+    return np.minimum(loosest_caps(c, k), c.num_layers - c.num_stages + 1)
+
+
+def _horizon(coeffs: Sequence[SplitCoefficients], scale: int) -> int:
+    """An upper bound on the scaled objective: every stage at its largest layer count."""
+    worst = 0
+    for c in coeffs:
+        k = Scalars.of(c)
+        caps = _upper_caps(c, k)
+        t_max = int((k.a + k.f) * caps.max() + c.stage_time_ns.max())
+        tail_max = int(k.alpha * caps.max() + c.stage_tail_ns.max())
+        p, m, v = c.num_stages, c.num_microbatches, c.vpp
+        worst = max(worst, scale // v * (p * v * t_max + (m * v - 1) * t_max + v * tail_max))
+    return worst
+
+
+# -- CP-SAT ------------------------------------------------------------------------------------
+
+def solve_cpsat(coeffs: Sequence[SplitCoefficients], *, time_limit_s: float, workers: int,
+                hint: tuple[int, Split] | None = None, upper_x_scale: int | None = None) -> SolverOutcome:
+    """Minimise the iteration time over `coeffs` with CP-SAT."""
+    from ortools.sat.python import cp_model
+
+    start = time.perf_counter()
+    scale = _common_scale(coeffs)
+    model = cp_model.CpModel()
+    horizon = upper_x_scale if upper_x_scale is not None else _horizon(coeffs, scale)
+    objective = model.new_int_var(0, horizon, "T")  # T: V * iteration time (ns)
+    choices, decode = [], []
+    for i, c in enumerate(coeffs):
+        x = model.new_bool_var(f"x{i}")  # x_i: configuration i is chosen
+        choices.append(x)
+        decode.append(_cpsat_configuration(model, cp_model, c, x, objective, scale // c.vpp, i))
+    model.add_exactly_one(choices)
+    model.minimize(objective)
+    if hint is not None:
+        _cpsat_hint(model, choices, decode, hint)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit_s)
+    solver.parameters.num_workers = max(1, int(workers))
+    status = solver.solve(model)
+    elapsed = time.perf_counter() - start
+    if status == cp_model.MODEL_INVALID:
+        raise RuntimeError(f"internal error: invalid CP-SAT model: {model.validate()}")
+    names = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return SolverOutcome(names.get(status, "unknown"), None, None, None, float("inf") if
+                             status == cp_model.INFEASIBLE else 0.0, elapsed)
+    index = next(i for i, x in enumerate(choices) if solver.boolean_value(x))
+    split = decode[index](solver.value)
+    return SolverOutcome(names[status], index, split, split.time_ns_x_v,
+                         solver.best_objective_bound / scale, elapsed)
+
+
+def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, factor: int, i: int):
+    """Add configuration i's variables and constraints (enforced when x_i); return its decoder."""
+    k = Scalars.of(c)
+    if c.vpp > 1:
+        split = min_recompute_even(c, k)
+        model.add(objective >= factor * split.time_ns_x_v).only_enforce_if(x)
+        return lambda value: split
+    L, p, m = c.num_layers, c.num_stages, c.num_microbatches
+    caps = _upper_caps(c, k)
+    n = [model.new_int_var(1, int(caps[s]), f"n{i}_{s}") for s in range(p)]  # layers of stage s
+    model.add(sum(n) == L).only_enforce_if(x)
+    r_values = recompute_range(c)
+    r = model.new_int_var(r_values[0], min(r_values[-1], int(caps.max())), f"r{i}")  # recompute count
+    rs = n if c.outer.recompute == "full" else [0] * p
+    if c.outer.recompute == "full":
+        rs = [model.new_int_var(0, int(caps[s]), f"rs{i}_{s}") for s in range(p)]  # min(r, n_s)
+        for s in range(p):
+            model.add_min_equality(rs[s], [r, n[s]])
+    t_max = int(k.a * caps.max() + k.f * caps.max() + c.stage_time_ns.max())
+    bottleneck = model.new_int_var(0, t_max, f"M{i}")  # M_i >= t_is
+    tail_max = int(k.alpha * caps.max() + c.stage_tail_ns.max())
+    tail = model.new_int_var(0, tail_max, f"Q{i}")  # Q_i >= tail_is
+    times = []
+    for s in range(p):
+        t = k.a * n[s] + k.f * rs[s] + int(c.stage_time_ns[s])
+        times.append(t)
+        model.add(bottleneck >= t).only_enforce_if(x)
+        model.add(tail >= k.alpha * n[s] + int(c.stage_tail_ns[s])).only_enforce_if(x)
+        kk = int(c.stage_inflight_x_v[s])
+        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if r_values[0] else 0)
+        model.add(k.w * n[s] + kk * k.act * (n[s] - rs[s]) + kk * k.inp * rs[s]
+                  <= c.memory_limit_bytes - fixed).only_enforce_if(x)
+    model.add(objective >= factor * (sum(times) + (m - 1) * bottleneck + tail)).only_enforce_if(x)
+
+    def decode(value) -> Split:
+        layers = tuple(int(value(v)) for v in n)
+        rr = min(int(value(r)), max(layers)) if c.outer.recompute == "full" else 0
+        times_ = [k.a * ns + k.f * min(rr, ns) + int(c.stage_time_ns[s]) for s, ns in enumerate(layers)]
+        tails_ = [k.alpha * ns + int(c.stage_tail_ns[s]) for s, ns in enumerate(layers)]
+        return Split(layers, rr, int(sum(times_) + (m - 1) * max(times_) + max(tails_)))
+    decode.variables = (n, r)
+    return decode
+
+
+def _cpsat_hint(model, choices, decode, hint: tuple[int, Split]) -> None:
+    index, split = hint
+    for i, x in enumerate(choices):
+        model.add_hint(x, i == index)
+    variables = getattr(decode[index], "variables", None)
+    if variables is not None:
+        n, r = variables
+        for var, value in zip(n, split.layers):
+            model.add_hint(var, value)
+        model.add_hint(r, max(split.recompute_num_layers, r.proto.domain[0]))
+
+
+# -- MILP (PuLP) -------------------------------------------------------------------------------
+
+MIB = float(2**20)
+"""Memory rows are written in MiB (exact for integer bytes below 2**53): 1 byte of excess is
+9.5e-7 MiB, above HiGHS's 1e-7 feasibility tolerance, so the MILP cannot round a violation away."""
+US_PER_NS = 1e-3
+"""The MILP objective is in microseconds to keep coefficients moderate; solutions are re-scored
+with the exact integers."""
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """Silence the C-level stdout (solver banners) so `--json` output stays clean."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _pulp_solver(time_limit_s: float, threads: int):
+    """HiGHS through its Python API, else CBC through COIN_CMD (the bundled binary)."""
+    import pulp
+
+    highs = pulp.HiGHS(msg=False, timeLimit=float(time_limit_s), threads=max(1, int(threads)),
+                       gapRel=1e-9, gapAbs=0.0)
+    if highs.available():
+        return highs
+    from pulp.apis.coin_api import pulp_cbc_path
+
+    return pulp.COIN_CMD(msg=False, timeLimit=float(time_limit_s), threads=max(1, int(threads)),
+                         gapRel=1e-9, gapAbs=0.0, path=pulp_cbc_path)
+
+
+def solve_milp(coeffs: Sequence[SplitCoefficients], *, time_limit_s: float, workers: int) -> SolverOutcome:
+    """Minimise the iteration time over `coeffs` with a MILP (linearised min and max)."""
+    import pulp
+
+    start = time.perf_counter()
+    scale = _common_scale(coeffs)
+    problem = pulp.LpProblem("tinker_opt_strategy", pulp.LpMinimize)
+    terms, choices, decode = [], [], []
+    for i, c in enumerate(coeffs):
+        x = problem.add_variable(f"x{i}", 0, 1, pulp.LpBinary)  # x_i: configuration i is chosen
+        choices.append(x)
+        term, dec = _milp_configuration(problem, pulp, c, x, i)
+        terms.append((scale // c.vpp) * term)
+        decode.append(dec)
+    problem.addConstraint(pulp.lpSum(choices) == 1, "one_configuration")
+    problem.setObjective(pulp.lpSum(terms) * US_PER_NS)
+    solver = _pulp_solver(time_limit_s, workers)
+    with _quiet_stdout():  # highspy prints a banner on creation, before output_flag applies
+        problem.solve(solver)
+    elapsed = time.perf_counter() - start
+    status, bound_ns = _milp_status(problem, pulp, solver, scale)
+    if status in ("infeasible", "unknown"):
+        return SolverOutcome(status, None, None, None, bound_ns, elapsed)
+    index = max(range(len(choices)), key=lambda j: choices[j].varValue or 0.0)
+    split = decode[index]()
+    return SolverOutcome(status, index, split, split.time_ns_x_v, bound_ns, elapsed)
+
+
+def _milp_status(problem, pulp, solver, scale: int) -> tuple[str, float]:
+    """(status, lower bound on T in ns) from HiGHS's model status, or PuLP's for CBC."""
+    if isinstance(solver, pulp.HiGHS):
+        import highspy
+
+        highs = problem.solverModel
+        status = highs.getModelStatus()
+        info = highs.getInfo()
+        has_solution = info.primal_solution_status == 2
+        bound_ns = info.mip_dual_bound / US_PER_NS / scale
+        if status == highspy.HighsModelStatus.kOptimal:
+            return "optimal", min(bound_ns, info.objective_function_value / US_PER_NS / scale)
+        if status == highspy.HighsModelStatus.kInfeasible:
+            return "infeasible", float("inf")
+        return ("feasible" if has_solution else "unknown"), bound_ns
+    if problem.status == pulp.LpStatusOptimal and problem.sol_status == pulp.LpSolutionOptimal:
+        return "optimal", pulp.value(problem.objective) / US_PER_NS / scale
+    if problem.status == pulp.LpStatusInfeasible:
+        return "infeasible", float("inf")
+    return ("feasible" if problem.sol_status == pulp.LpSolutionIntegerFeasible else "unknown"), 0.0
+
+
+def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
+    """Configuration i's variables and rows; everything is zero when x_i = 0. Returns
+    (v * T expression, decoder)."""
+    k = Scalars.of(c)
+    if c.vpp > 1:
+        split = min_recompute_even(c, k)
+        return split.time_ns_x_v * x, lambda: split
+    L, p, m = c.num_layers, c.num_stages, c.num_microbatches
+    caps = _upper_caps(c, k)
+    full = c.outer.recompute == "full"
+    r_hi = min(recompute_range(c)[-1], int(caps.max()))
+    add = problem.add_variable
+    n = [add(f"n{i}_{s}", 0, int(caps[s]), pulp.LpInteger) for s in range(p)]  # layers of stage s
+    r = add(f"r{i}", 0, r_hi, pulp.LpInteger) if full else None  # recompute count
+    bottleneck = add(f"M{i}", 0, None)  # M_i >= t_is
+    tail = add(f"Q{i}", 0, None)  # Q_i >= tail_is
+    problem.addConstraint(pulp.lpSum(n) == L * x, f"layers{i}")
+    if full:
+        problem.addConstraint(r >= x, f"r_min{i}")
+        problem.addConstraint(r <= r_hi * x, f"r_max{i}")
+    times = []
+    for s in range(p):
+        problem.addConstraint(n[s] >= x, f"n_min{i}_{s}")
+        problem.addConstraint(n[s] <= int(caps[s]) * x, f"n_max{i}_{s}")
+        rs = _milp_min(problem, pulp, r, n[s], r_hi, int(caps[s]), f"{i}_{s}") if full else 0
+        t = k.a * n[s] + k.f * rs + int(c.stage_time_ns[s]) * x
+        times.append(t)
+        problem.addConstraint(bottleneck >= t, f"bottleneck{i}_{s}")
+        problem.addConstraint(tail >= k.alpha * n[s] + int(c.stage_tail_ns[s]) * x, f"tail{i}_{s}")
+        kk = int(c.stage_inflight_x_v[s])
+        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if full else 0)
+        memory = (k.w + kk * k.act) * n[s] + kk * (k.inp - k.act) * rs + fixed * x
+        problem.addConstraint(memory * (1 / MIB) <= c.memory_limit_bytes / MIB, f"memory{i}_{s}")
+    term = pulp.lpSum(times) + (m - 1) * bottleneck + tail
+
+    def decode() -> Split:
+        layers = tuple(int(round(v.varValue or 0)) for v in n)
+        rr = min(int(round(r.varValue or 0)), max(layers)) if full else 0
+        times_ = [k.a * ns + k.f * min(rr, ns) + int(c.stage_time_ns[s]) for s, ns in enumerate(layers)]
+        tails_ = [k.alpha * ns + int(c.stage_tail_ns[s]) for s, ns in enumerate(layers)]
+        return Split(layers, rr, int(sum(times_) + (m - 1) * max(times_) + max(tails_)))
+    return term, decode
+
+
+def _milp_min(problem, pulp, r, n, r_hi: int, n_hi: int, tag: str):
+    """rs = min(r, n) exactly: rs <= r, rs <= n, and rs >= the one that z selects."""
+    rs = problem.add_variable(f"rs{tag}", 0, n_hi, pulp.LpInteger)
+    z = problem.add_variable(f"z{tag}", 0, 1, pulp.LpBinary)  # z = 1: r is the smaller
+    problem.addConstraint(rs <= r, f"rs_r{tag}")
+    problem.addConstraint(rs <= n, f"rs_n{tag}")
+    problem.addConstraint(rs >= r - r_hi * (1 - z), f"rs_rz{tag}")
+    problem.addConstraint(rs >= n - n_hi * z, f"rs_nz{tag}")
+    return rs

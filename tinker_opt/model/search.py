@@ -1,0 +1,191 @@
+"""The search the CLI calls: space -> coefficients -> presolve -> solver -> ranked Evaluations.
+
+Pipeline for `cpsat` and `milp`:
+  1. every valid outer configuration of the space (space.py) and its integer coefficients;
+  2. exact feasibility (bounds.is_feasible) drops configurations in which no split fits;
+  3. a valid lower bound per configuration (bounds.lower_bound_x_v); configurations are split
+     exactly (layer_split) in increasing order of their bound until the next bound reaches the
+     k-th best time found: these are the incumbents (the solver's hint) and ranks 2..k;
+  4. configurations whose bound is below the best incumbent form the model, and the solver proves
+     (or, at the time limit, bounds) the optimum over them. A configuration left out has a bound
+     at least the incumbent's time, so it cannot be strictly better: the optimum is exact.
+`enum` splits every configuration exactly, with no bound, in parallel: the reference.
+Every strategy returned is re-evaluated with `CostModel.evaluate`, which must agree exactly with
+the integer objective the solver or split reported.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tinker_opt.errors import ConfigError, InfeasibleError
+from tinker_opt.model.bounds import is_feasible, lower_bound_x_v
+from tinker_opt.model.costs import CostModel, Evaluation
+from tinker_opt.model.enumerate import Candidate, enumerate_splits
+from tinker_opt.model.infeasible import infeasible_message
+from tinker_opt.model.layer_split import best_split
+from tinker_opt.model.milp import solve_cpsat, solve_milp
+from tinker_opt.model.space import DEFAULT_MAX_MBS, SearchSpace, outer_choices
+
+SOLVERS = ("cpsat", "milp", "enum")
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What a search found, reported honestly."""
+
+    solver: str
+    status: str
+    """optimal (proven), feasible (time limit: best found, with gap) or infeasible."""
+    objective_ms: float
+    bound_ms: float
+    gap: float
+    """(objective - bound) / objective; 0 when proven optimal."""
+    solve_time_s: float
+    top: list[Evaluation]
+    num_candidates: int
+    """Valid outer configurations of the space."""
+    num_feasible: int = 0
+    """Configurations in which some split fits in memory."""
+    num_in_model: int = 0
+    """Configurations left in the solver's model after bound pruning (all of them for enum)."""
+    solver_time_s: float = 0.0
+    """Time inside the CP-SAT / MILP solve (or the whole enumeration)."""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> Evaluation:
+        return self.top[0]
+
+
+def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float = 60, cpus: int = 2,
+           top_k: int = 10, space: SearchSpace | None = None,
+           progress: Callable[[str], None] | None = None) -> SearchResult:
+    """Find the fastest strategy that fits; raise InfeasibleError when none does."""
+    if solver not in SOLVERS:
+        raise ConfigError(f"unknown solver {solver!r}; choose one of {list(SOLVERS)}")
+    start = time.perf_counter()
+    note = progress or (lambda message: None)
+    space = space or SearchSpace()
+    outers = _outers(cost_model, space)
+    note(f"{len(outers)} valid outer configurations")
+    if solver == "enum":
+        found = enumerate_splits(cost_model, outers, cpus=cpus)
+        if not found:
+            raise InfeasibleError(infeasible_message(cost_model, outers))
+        top = [_evaluate(cost_model, cand) for cand in found[:top_k]]
+        elapsed = time.perf_counter() - start
+        return _result("enum", "optimal", top, top[0].time_ns_x_vpp / top[0].strategy.vpp, start,
+                       len(outers), len(found), len(outers), cost_model, elapsed)
+    coeffs = {o: cost_model.coefficients(o) for o in outers}
+    feasible = [o for o in outers if is_feasible(coeffs[o])]
+    if not feasible:
+        raise InfeasibleError(infeasible_message(cost_model, outers))
+    bounds = {o: lower_bound_x_v(coeffs[o]) / coeffs[o].vpp for o in feasible}
+    order = sorted(feasible, key=lambda o: (bounds[o], o.label()))
+    hints = _split_all(coeffs, order[:top_k])
+    note(f"{len(feasible)} fit in memory; greedy incumbent {hints[0].time_ns / 1e6:.3f} ms")
+    in_model = [o for o in order if bounds[o] < hints[0].time_ns]
+    outcome = _solve(solver, coeffs, in_model, hints[0], time_limit_s - (time.perf_counter() - start), cpus)
+    best = hints[0]
+    if outcome.split is not None and outcome.split.time_ns_x_v / outcome.split_vpp < best.time_ns:
+        best = Candidate(in_model[outcome.index], outcome.split, coeffs[in_model[outcome.index]].vpp)
+    ranked = _complete_ranking(coeffs, order, bounds, [best] + hints, top_k)
+    status = outcome.status if in_model else "optimal"
+    bound_ns = min(outcome.bound_ns, best.time_ns) if in_model else best.time_ns
+    top = [_evaluate(cost_model, cand) for cand in ranked[:top_k]]
+    return _result(solver, status, top, bound_ns, start, len(outers), len(feasible), len(in_model),
+                   cost_model, outcome.solve_time_s)
+
+
+def _outers(cost_model: CostModel, space: SearchSpace):
+    profiled = cost_model.blocks.profiled_mbs()
+    max_mbs = space.max_mbs or max([DEFAULT_MAX_MBS] + profiled)
+    return outer_choices(cost_model.model, cost_model.cluster.num_devices,
+                         cost_model.global_batch_size, space, cost_model.available, max_mbs)
+
+
+def _split_all(coeffs, outers) -> list[Candidate]:
+    """Exact splits of these configurations, fastest first (the incumbents and hints)."""
+    found = [Candidate(o, best_split(coeffs[o]), coeffs[o].vpp) for o in outers]
+    return sorted(found, key=lambda cand: (cand.time_ns, cand.outer.label()))
+
+
+def _complete_ranking(coeffs, order, bounds, known: list[Candidate], top_k: int) -> list[Candidate]:
+    """Ranks 2..k: exact splits in increasing bound order until the next bound reaches the k-th
+    best time (a configuration not visited cannot enter the top k)."""
+    by_outer = {}
+    for cand in known:
+        if cand.outer not in by_outer or cand.time_ns < by_outer[cand.outer].time_ns:
+            by_outer[cand.outer] = cand
+    kth = [-cand.time_ns for cand in by_outer.values()]
+    heapq.heapify(kth)
+    while len(kth) > top_k:
+        heapq.heappop(kth)
+    for outer in order:
+        if len(kth) >= top_k and bounds[outer] >= -kth[0]:
+            break
+        if outer in by_outer:
+            continue
+        cand = Candidate(outer, best_split(coeffs[outer]), coeffs[outer].vpp)
+        by_outer[outer] = cand
+        heapq.heappush(kth, -cand.time_ns)
+        if len(kth) > top_k:
+            heapq.heappop(kth)
+    return sorted(by_outer.values(), key=lambda cand: (cand.time_ns, cand.outer.label()))
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    status: str
+    index: int | None
+    split: object
+    split_vpp: int
+    bound_ns: float
+    solve_time_s: float
+
+
+def _solve(solver: str, coeffs, in_model, incumbent: Candidate, time_left_s: float, cpus: int) -> _Outcome:
+    if not in_model:
+        return _Outcome("optimal", None, None, 1, incumbent.time_ns, 0.0)
+    items = [coeffs[o] for o in in_model]
+    limit = max(time_left_s, 1.0)
+    if solver == "cpsat":
+        hint_index = in_model.index(incumbent.outer) if incumbent.outer in in_model else None
+        hint = (hint_index, incumbent.split) if hint_index is not None else None
+        scale = math.lcm(*[c.vpp for c in items])
+        out = solve_cpsat(items, time_limit_s=limit, workers=cpus, hint=hint,
+                          upper_x_scale=int(incumbent.time_ns * scale))
+    else:
+        out = solve_milp(items, time_limit_s=limit, workers=cpus)
+    vpp = items[out.index].vpp if out.index is not None else 1
+    return _Outcome(out.status, out.index, out.split, vpp, out.bound_ns, out.solve_time_s)
+
+
+def _evaluate(cost_model: CostModel, cand: Candidate) -> Evaluation:
+    strategy = cost_model.split_strategy(cand.outer, cand.split.layers, cand.split.recompute_num_layers)
+    evaluation = cost_model.evaluate(strategy)
+    # One truth: the solver's integer objective and evaluate() agree exactly.
+    assert evaluation.time_ns_x_vpp == cand.split.time_ns_x_v, (strategy.label(), evaluation.time_ns_x_vpp,
+                                                                cand.split.time_ns_x_v)
+    assert evaluation.fits, strategy.label()
+    return evaluation
+
+
+def _result(solver, status, top, bound_ns, start, num_candidates, num_feasible, num_in_model, cost_model,
+            solver_time_s: float):
+    objective_ms = top[0].iteration_time_ms
+    bound_ms = min(bound_ns / 1e6, objective_ms)
+    gap = 0.0 if status == "optimal" else (objective_ms - bound_ms) / objective_ms
+    if status == "optimal" and gap == 0.0:
+        bound_ms = objective_ms
+    return SearchResult(solver=solver, status=status if status != "unknown" else "feasible",
+                        objective_ms=objective_ms, bound_ms=bound_ms, gap=gap,
+                        solve_time_s=time.perf_counter() - start, top=top,
+                        num_candidates=num_candidates, num_feasible=num_feasible,
+                        num_in_model=num_in_model, solver_time_s=solver_time_s,
+                        warnings=list(cost_model.warnings))

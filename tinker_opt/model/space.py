@@ -1,0 +1,120 @@
+"""The search space: which outer configurations a search visits.
+
+An outer configuration is a Strategy without its layer split and recompute count (those are
+chosen per outer configuration, exactly, by the solvers): tp, sp, pp, dp, cp (+ algorithm),
+ep, etp, vpp, distributed optimizer, micro-batch size and recompute kind. Only configurations
+that pass the framework's rules (strategy.check_outer) and whose shapes were profiled are listed;
+configurations that are the same strategy under another name are listed once (sp with tp = 1,
+the distributed optimizer without any data-parallel group).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from tinker_opt.errors import ConfigError
+from tinker_opt.model.strategy import (MODELLED_CP_ALGOS, OUTER_RULES, RECOMPUTE_KINDS,
+                                       Strategy)
+
+SEARCHED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo")
+"""Context-parallel algorithms searched by default (kvallgather can be simulated and allowed)."""
+DEFAULT_MAX_MBS = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSpace:
+    """Restrictions of the search space; the default turns every knob on."""
+
+    max_mbs: int | None = None
+    """Largest micro-batch size; None = max(8, the largest profiled one)."""
+    tp: tuple[int, ...] | None = None
+    """Allowed tensor-parallel sizes (None: every profiled size that divides the model)."""
+    pp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
+    etp: tuple[int, ...] | None = None
+    vpp: tuple[int, ...] | None = None
+    allow_sp: bool = True
+    allow_dist_opt: bool = True
+    allow_vpp: bool = True
+    allow_cp: bool = True
+    allow_uneven_split: bool = True
+    """Let the solver choose a `--num-layer-list` (never with vpp > 1)."""
+    recompute: tuple[str, ...] = RECOMPUTE_KINDS
+    cp_algos: tuple[str, ...] = SEARCHED_CP_ALGOS
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.recompute) - set(RECOMPUTE_KINDS))
+        if unknown:
+            raise ConfigError(f"unknown recompute kind(s) {unknown}; expected some of {list(RECOMPUTE_KINDS)}")
+        bad_algos = sorted(set(self.cp_algos) - set(MODELLED_CP_ALGOS))
+        if bad_algos:
+            raise ConfigError(f"context-parallel algorithm(s) {bad_algos} are not modelled; use {list(MODELLED_CP_ALGOS)}")
+        if self.max_mbs is not None and self.max_mbs < 1:
+            raise ConfigError(f"max_mbs must be >= 1, got {self.max_mbs}")
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _allowed(values: list[int], allowed: tuple[int, ...] | None) -> list[int]:
+    return values if allowed is None else [v for v in values if v in allowed]
+
+
+ShapeCheck = Callable[[int, bool, int, int, int], bool]
+"""available(tp, sp, cp, ep, etp): whether the profile holds every block at that shape."""
+
+
+def outer_choices(model, num_devices: int, global_batch_size: int, space: SearchSpace,
+                  available: ShapeCheck, max_mbs: int) -> list[Strategy]:
+    """Every valid outer configuration of the space, in a deterministic order."""
+    return list(_iter_outer(model, num_devices, global_batch_size, space, available, max_mbs))
+
+
+def _iter_outer(model, num_devices, gbs, space, available, max_mbs) -> Iterator[Strategy]:
+    for tp, cp in itertools.product(_allowed(divisors(num_devices), space.tp),
+                                    _allowed(divisors(num_devices), space.cp)):
+        if (cp > 1 and not space.allow_cp) or num_devices % (tp * cp):
+            continue
+        for pp in _allowed([p for p in divisors(num_devices // (tp * cp)) if p <= model.num_layers], space.pp):
+            dp = num_devices // (tp * cp * pp)
+            for parallel in _iter_parallel(model, tp, cp, pp, dp, space, available):
+                yield from _iter_schedule(model, parallel, gbs, space, max_mbs, num_devices)
+
+
+def _iter_parallel(model, tp, cp, pp, dp, space, available) -> Iterator[Strategy]:
+    """tp, cp (+algo), ep, etp and sp choices for one (tp, cp, pp, dp)."""
+    sps = [False] if tp == 1 else ([True] if model.is_moe else [False, True])
+    if not space.allow_sp:
+        sps = [s for s in sps if not s]
+    algos = [None] if cp == 1 else list(space.cp_algos)
+    experts = [(1, None)]
+    if model.is_moe:
+        eps = _allowed(divisors(model.num_experts), space.ep)
+        etps = _allowed(sorted({1, tp}), space.etp)
+        experts = [(ep, etp) for ep in eps for etp in etps]
+    for sp, algo, (ep, etp) in itertools.product(sps, algos, experts):
+        if not available(tp, sp, cp, ep, etp if etp is not None else 1):
+            continue
+        yield Strategy(tp=tp, pp=pp, dp=dp, cp=cp, cp_algo=algo, ep=ep, etp=etp, sp=sp)
+
+
+def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> Iterator[Strategy]:
+    """vpp, micro-batch, distributed optimizer and recompute kind for one parallel layout."""
+    vpps = [1]
+    if space.allow_vpp and base.pp > 2:
+        vpps += [v for v in divisors(model.num_layers // base.pp) if v > 1
+                 and model.num_layers % (base.pp * v) == 0]
+    vpps = _allowed(vpps, space.vpp) or []
+    data_groups = base.dp * base.cp > 1 or (model.is_moe and base.tp * base.dp * base.cp > base.ep * base.expert_tp)
+    dist_opts = [False, True] if (data_groups and space.allow_dist_opt) else [False]
+    if model.num_layers % base.pp and not space.allow_uneven_split:
+        return
+    for vpp, mbs, dist_opt, recompute in itertools.product(vpps, range(1, max_mbs + 1), dist_opts, space.recompute):
+        candidate = base.replace(vpp=vpp, mbs=mbs, dist_opt=dist_opt, recompute=recompute,
+                                 recompute_method="block" if recompute == "full" else None)
+        if all(rule(candidate, model, num_devices, gbs) is None for rule in OUTER_RULES):
+            yield candidate

@@ -1,0 +1,112 @@
+"""Per-stage terms: embedding (first stage), final norm + head (last), pipeline send/recv,
+in-flight micro-batches, transient peaks and the constant part of the gradient-sync tail."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinker_opt.model.strategy import Strategy
+from tinker_opt.model.terms import GRAD_BYTES, TermBuilder, _ns, m_tokens
+
+
+def inflight_x_v(p: int, v: int, num_micro: int) -> np.ndarray:
+    """v times the micro-batches whose activations each rank holds at its peak.
+
+    1F1B: rank s runs p - s forwards before its first backward, so it holds min(p - s, m).
+    Interleaved (Megatron's schedule): rank s warms up 2(p - s - 1) + (v - 1)p chunk forwards and
+    holds one more, each chunk holding 1/v of the rank's layers; for s = 0 that is
+    p (1 + (p - 1) / (p v)) micro-batches (Korthikanti et al. 2022).
+    """
+    if v == 1:
+        return np.array([min(p - s, num_micro) for s in range(p)], dtype=np.int64)
+    return np.array([min(2 * (p - s - 1) + (v - 1) * p + 1, num_micro * v) for s in range(p)],
+                    dtype=np.int64)
+
+
+def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
+    """Stage arrays of SplitCoefficients (keys are its field names) plus `estimated`."""
+    p, v, m = s.pp, s.vpp, tb.model
+    emb = tb._cost("embedding", s)
+    norm = tb._cost("final_norm", s)
+    head = tb._cost("head", s)
+    act = m_tokens(m, s) * m.hidden_size * tb.bpe
+    # Vocab-parallel embedding: all-reduce (reduce-scatter with SP) of its output, forward only.
+    emb_comm = tb._tp_pair_us(s, act) / (2 if s.sp else 1) if s.tp > 1 else 0.0
+    # Column-parallel output layer: all-gather of its input forward + reduce-scatter backward with
+    # SP, else an all-reduce of the input gradient backward: one pair either way.
+    head_comm = tb._tp_pair_us(s, act) if s.tp > 1 else 0.0
+    p2p_us = _p2p_us(tb, s)
+    time = np.full(p, p2p_us, dtype=float)
+    comm = np.full(p, p2p_us, dtype=float)
+    time[0] += emb.fwd_us + emb.bwd_us + emb_comm
+    comm[0] += emb_comm
+    time[-1] += norm.fwd_us + norm.bwd_us + head.fwd_us + head.bwd_us + head_comm
+    comm[-1] += head_comm
+    first_params, last_params = emb.param_count, norm.param_count + _head_params(tb, s, head)
+    static = np.zeros(p, dtype=np.int64)
+    optimizer = np.zeros(p, dtype=np.int64)
+    for index, params in ((0, first_params), (p - 1, last_params)):
+        weights, opt = tb._param_bytes(s, params, 0)
+        static[index] += weights + opt
+        optimizer[index] += opt
+    layer_transient = max(tb._cost(tb.layer_block[k], s, *tb._layer_shape(k, s)).transient_bytes
+                          for k in set(tb.kinds))
+    transient = np.full(p, layer_transient, dtype=np.int64)
+    transient[0] = max(transient[0], emb.transient_bytes)
+    transient[-1] = max(transient[-1], norm.transient_bytes, head.transient_bytes)
+    act_bytes = np.zeros(p, dtype=np.int64)
+    act_bytes[0] += emb.activation_bytes
+    act_bytes[-1] += norm.activation_bytes + head.activation_bytes
+    tail, tail_sync = _stage_tails(tb, s, first_params, last_params)
+    return {"stage_time_ns": np.array([_ns(t) for t in time], dtype=np.int64),
+            "stage_comm_ns": np.array([_ns(t) for t in comm], dtype=np.int64),
+            "stage_static_bytes": static + transient, "stage_optimizer_bytes": optimizer,
+            "stage_transient_bytes": transient, "stage_act_bytes": act_bytes,
+            "stage_inflight_x_v": inflight_x_v(p, v, num_micro),
+            "stage_tail_ns": tail, "stage_tail_sync_ns": tail_sync,
+            "estimated": emb.estimated or norm.estimated or head.estimated}
+
+
+def _head_params(tb: TermBuilder, s: Strategy, head) -> int:
+    """Output-layer parameters held by the last stage.
+
+    Untied: the head's own weights. Tied (Megatron's default): one stage shares the embedding;
+    with pp > 1 the last stage keeps a copy of the word embeddings (vocab/tp x h).
+    """
+    if tb.model.untie_embeddings_and_output_weights:
+        return head.param_count
+    if s.pp == 1:
+        return 0
+    return tb.model.vocab_size_for(s.tp) // s.tp * tb.model.hidden_size
+
+
+def _p2p_us(tb: TermBuilder, s: Strategy) -> float:
+    """Pipeline send/recv per micro-batch: one activation forward and one gradient backward per
+    chunk (v per rank); with SP the tensor crossing stages is the scattered one (1/tp)."""
+    if s.pp == 1:
+        return 0.0
+    nbytes = m_tokens(tb.model, s) * tb.model.hidden_size * tb.bpe // (s.tp if s.sp else 1)
+    scope = tb._scope(s.tp * s.cp * s.dp, s.pp)
+    return 2 * s.vpp * tb.comm.time_us("send_recv", 2, scope, nbytes)
+
+
+def _stage_tails(tb: TermBuilder, s: Strategy, first_params: int, last_params: int):
+    """Constant tail per stage: collective latencies, embedding / head parameters and, with tied
+    embeddings and pp > 1, the all-reduce of the word-embedding gradients between first and last."""
+    p = s.pp
+    latency = sum(tb._sync_us(s, size, scope, 0.0, False) for size, scope in tb._sync_groups(s))
+    sync = np.full(p, latency, dtype=float)
+    total = np.full(p, latency, dtype=float)
+    for index, params in ((0, first_params), (p - 1, last_params)):
+        sync_us, opt_us = tb._tail_slope_us(s, params, 0)
+        sync[index] += sync_us
+        total[index] += sync_us + opt_us
+    if p > 1 and not tb.model.untie_embeddings_and_output_weights:
+        words = tb.model.vocab_size_for(s.tp) // s.tp * tb.model.hidden_size
+        scope = tb._scope(s.tp * s.cp * s.dp * (p - 1), 2)
+        shared = tb.comm.time_us("all_reduce", 2, scope, GRAD_BYTES * words)
+        for index in (0, p - 1):
+            sync[index] += shared
+            total[index] += shared
+    return (np.array([_ns(t) for t in total], dtype=np.int64),
+            np.array([_ns(t) for t in sync], dtype=np.int64))

@@ -1,0 +1,215 @@
+"""The terms of the cost model, each with its source: blocks + collectives -> SplitCoefficients.
+
+Conventions. Block times in blocks.csv are the compute of one rank's shard for one micro-batch,
+measured alone on one device (no collective inside); every collective is added here from the
+communication model. Sizes: s sequence, b micro-batch, h hidden, a heads, g query groups, d head
+dim, t tp, c cp, e ep, bpe bytes per element (2 for bf16 / fp16).
+
+Memory per parameter (Megatron mixed precision with Adam, cost-facts.md): bpe weight + 4 B fp32
+gradient (Megatron accumulates and all-reduces bf16 gradients in fp32) + 12 B fp32 master weight
+and two Adam moments (8 B without a master copy in fp32 training). With the distributed optimizer
+the 12 B are sharded over the data-parallel group with context parallelism (dp*cp ranks, Megatron's
+`data_parallel_group_with_cp`); expert parameters are sharded by ep*etp instead of tp and their
+states by the expert-data-parallel group tp*cp*dp / (ep*etp).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinker_opt.model.coefficients import SplitCoefficients
+from tinker_opt.model.comm_model import CommModel, group_scope
+from tinker_opt.model.profile_table import BlockCost, BlockTable
+from tinker_opt.model.strategy import Strategy
+
+GRAD_BYTES = 4
+"""fp32 main gradients (Megatron: bf16 implies accumulate_allreduce_grads_in_fp32)."""
+ADAM_TOUCH_BYTES = 30
+"""Bytes one Adam step moves per parameter: reads fp32 grad, master, m, v (16), writes master,
+m, v (12) and the bf16 weight (2); the step is memory-bound."""
+DEFAULT_MEMORY_BANDWIDTH_GBS = 1600.0
+"""HBM bandwidth when no hardware file is given (Ascend 910B / A100-40GB class, ~1.6 TB/s)."""
+
+
+def _ns(us: float) -> int:
+    """Microseconds to integer nanoseconds: the one rounding of every time coefficient."""
+    return int(round(us * 1000.0))
+
+
+class TermBuilder:
+    """Builds the integer coefficients of outer configurations."""
+
+    def __init__(self, model, cluster, global_batch_size: int, blocks: BlockTable, comm: CommModel,
+                 *, memory_bandwidth_gbs: float | None = None) -> None:
+        self.model = model
+        self.cluster = cluster
+        self.gbs = global_batch_size
+        self.blocks = blocks
+        self.comm = comm
+        self.mem_bw_gbs = memory_bandwidth_gbs or DEFAULT_MEMORY_BANDWIDTH_GBS
+        self.bpe = model.bytes_per_element
+        self.opt_state_bytes = 12 if self.bpe == 2 else 8
+        self.kinds = model.layer_kinds()
+        self.layer_block = {k: ("layer" if len(set(self.kinds)) == 1 else f"layer.{k}") for k in set(self.kinds)}
+
+    # -- shapes --------------------------------------------------------------------------------
+    def _layer_shape(self, kind: str, s: Strategy) -> tuple[int, int]:
+        """(ep, etp) of a layer block row: experts only in MoE layers (dense rows use 1, 1)."""
+        if self.model.is_moe and (kind == "moe" or self.layer_block[kind] == "layer"):
+            return s.ep, s.expert_tp
+        return 1, 1
+
+    def available(self, tp: int, sp: bool, cp: int, ep: int, etp: int) -> bool:
+        for kind, block in self.layer_block.items():
+            kep, ketp = (ep, etp) if self.model.is_moe and (kind == "moe" or block == "layer") else (1, 1)
+            if not self.blocks.has(block, tp, sp, cp, kep, ketp):
+                return False
+        return all(self.blocks.has(b, tp, sp, cp) for b in ("embedding", "final_norm", "head"))
+
+    def _cost(self, block: str, s: Strategy, ep: int = 1, etp: int = 1) -> BlockCost:
+        return self.blocks.cost(block, tp=s.tp, sp=s.sp, cp=s.cp, ep=ep, etp=etp, mbs=s.mbs)
+
+    def _scope(self, stride: int, size: int) -> str:
+        return group_scope(stride, size, self.cluster.devices_per_node)
+
+    # -- collectives per layer (us) ------------------------------------------------------------
+    def _tp_pair_us(self, s: Strategy, nbytes: float) -> float:
+        """One TP exchange of a layer part: all-gather + reduce-scatter with SP, else all-reduce
+        (Korthikanti et al. 2022, Megatron's g / g-bar operators)."""
+        scope = self._scope(1, s.tp)
+        if s.sp:
+            return (self.comm.time_us("all_gather", s.tp, scope, nbytes)
+                    + self.comm.time_us("reduce_scatter", s.tp, scope, nbytes))
+        return self.comm.time_us("all_reduce", s.tp, scope, nbytes)
+
+    def _cp_fwd_bwd_us(self, s: Strategy) -> tuple[float, float]:
+        """Context-parallel attention traffic of one layer (forward, backward)."""
+        if s.cp == 1:
+            return 0.0, 0.0
+        m, tokens = self.model, m_tokens(self.model, s)
+        d = m.kv_channels
+        kv_bytes = 2 * tokens * (m.num_query_groups * d // s.tp) * self.bpe  # this rank's K and V
+        scope = self._scope(s.tp, s.cp)
+        if s.cp_algo == "megatron_cp_algo":
+            # Ring attention: cp-1 K/V hops forward; K/V and dK/dV circulate backward.
+            hop = self.comm.time_us("send_recv", 2, scope, kv_bytes)
+            return (s.cp - 1) * hop, 2 * (s.cp - 1) * hop
+        if s.cp_algo == "ulysses_cp_algo":
+            # DeepSpeed-Ulysses: all-to-all of q, k, v before attention and of the output after.
+            qkv = tokens * (m.num_attention_heads + 2 * m.num_query_groups) * d // s.tp * self.bpe
+            out = tokens * m.num_attention_heads * d // s.tp * self.bpe
+            both = (self.comm.time_us("all_to_all", s.cp, scope, qkv)
+                    + self.comm.time_us("all_to_all", s.cp, scope, out))
+            return both, both
+        # kvallgather: all-gather K/V forward, reduce-scatter dK/dV backward.
+        return (self.comm.time_us("all_gather", s.cp, scope, kv_bytes * s.cp),
+                self.comm.time_us("reduce_scatter", s.cp, scope, kv_bytes * s.cp))
+
+    def _moe_us(self, s: Strategy) -> float:
+        """Expert traffic of one MoE layer, one direction: token dispatch + combine all-to-all
+        over ep (Megatron's alltoall dispatcher), and all-gather + reduce-scatter over etp."""
+        m = self.model
+        tokens = m_tokens(m, s) // (s.tp if s.sp else 1)  # SP: each TP rank routes its slice
+        routed = tokens * m.moe_router_topk * m.hidden_size * self.bpe
+        etp = s.expert_tp
+        a2a = 2 * self.comm.time_us("all_to_all", s.ep, self._scope(etp, s.ep), routed)
+        scope = self._scope(1, etp)
+        gathered = routed * etp
+        return a2a + (self.comm.time_us("all_gather", etp, scope, gathered)
+                      + self.comm.time_us("reduce_scatter", etp, scope, gathered))
+
+    def _layer_comm_us(self, kind: str, s: Strategy) -> tuple[float, float]:
+        """(forward, backward) collectives of one layer; the backward mirrors the forward."""
+        act = m_tokens(self.model, s) * self.model.hidden_size * self.bpe
+        parts = 2 if kind == "dense" else 1 + bool(self.model.moe_shared_expert_intermediate_size)
+        tp_us = parts * self._tp_pair_us(s, act) if s.tp > 1 else 0.0
+        moe_us = self._moe_us(s) if kind == "moe" else 0.0
+        cp_fwd, cp_bwd = self._cp_fwd_bwd_us(s)
+        return tp_us + moe_us + cp_fwd, tp_us + moe_us + cp_bwd
+
+    # -- building ------------------------------------------------------------------------------
+    def build(self, s: Strategy) -> SplitCoefficients:
+        m, L, p, v = self.model, self.model.num_layers, s.pp, s.vpp
+        num_micro = self.gbs // (s.mbs * s.dp)
+        per_kind = {k: self._layer_terms(k, s) for k in set(self.kinds)}
+        layer = {name: np.array([per_kind[k][name] for k in self.kinds], dtype=np.int64)
+                 for name in next(iter(per_kind.values()))}
+        stage = self._stage_terms(s, num_micro)
+        stage_estimated = stage.pop("estimated")
+        estimated = stage_estimated or any(t["estimated"] for t in per_kind.values())
+        return SplitCoefficients(
+            outer=s, num_layers=L, num_stages=p, vpp=v, num_microbatches=num_micro,
+            layer_time_ns=layer["time"], layer_comm_ns=layer["comm"],
+            layer_recompute_ns=layer["recompute"], layer_static_bytes=layer["static"],
+            layer_optimizer_bytes=layer["optimizer"], layer_act_bytes=layer["act"],
+            layer_input_bytes=layer["input"], layer_tail_ns=layer["tail"],
+            layer_tail_sync_ns=layer["tail_sync"], work_bytes=int(layer["act_full"].max()),
+            memory_limit_bytes=int(self.cluster.memory_limit_mb * 2**20), estimated=bool(estimated),
+            **stage)
+
+    def _layer_terms(self, kind: str, s: Strategy) -> dict[str, int]:
+        ep, etp = self._layer_shape(kind, s)
+        cost = self._cost(self.layer_block[kind], s, ep, etp)
+        fwd_comm, bwd_comm = self._layer_comm_us(kind, s)
+        selective = s.recompute == "selective"
+        compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
+        dense_params = cost.param_count - cost.expert_param_count
+        weights, optimizer = self._param_bytes(s, dense_params, cost.expert_param_count)
+        sync_us, opt_us = self._tail_slope_us(s, dense_params, cost.expert_param_count)
+        act = cost.selective_activation_bytes if selective else cost.activation_bytes
+        return {"time": _ns(compute + fwd_comm + bwd_comm), "comm": _ns(fwd_comm + bwd_comm),
+                "recompute": _ns(cost.fwd_us + fwd_comm) if s.recompute == "full" else 0,
+                "static": weights + optimizer, "optimizer": optimizer, "act": act,
+                "act_full": cost.activation_bytes, "input": cost.input_bytes,
+                "tail": _ns(sync_us + opt_us), "tail_sync": _ns(sync_us), "estimated": cost.estimated}
+
+    def _param_bytes(self, s: Strategy, dense: int, expert: int) -> tuple[int, int]:
+        """(weights + gradients, optimizer states) bytes of these parameters on one rank."""
+        dp_cp, edp = self._data_groups(s)
+        weights = (dense + expert) * (self.bpe + GRAD_BYTES)
+        dense_opt = dense * self.opt_state_bytes / (dp_cp if s.dist_opt else 1)
+        expert_opt = expert * self.opt_state_bytes / (edp if s.dist_opt else 1)
+        return weights, int(np.ceil(dense_opt + expert_opt))
+
+    def _data_groups(self, s: Strategy) -> tuple[int, int]:
+        """(dense data-parallel group dp*cp, expert data-parallel group tp*cp*dp/(ep*etp))."""
+        edp = s.tp * s.cp * s.dp // (s.ep * s.expert_tp) if self.model.is_moe else 1
+        return s.dp * s.cp, max(edp, 1)
+
+    def _sync_groups(self, s: Strategy) -> list[tuple[int, str]]:
+        """(size, scope) of the dense and expert gradient groups."""
+        dp_cp, edp = self._data_groups(s)
+        groups = [(dp_cp, self._scope(s.tp, dp_cp))]
+        if self.model.is_moe:
+            groups.append((edp, self._scope(s.ep * s.expert_tp, edp)))
+        return groups
+
+    def _sync_us(self, s: Strategy, size: int, scope: str, params: float, slope_only: bool) -> float:
+        """Gradient synchronisation of `params` (exposed, after the pipeline flush): fp32
+        all-reduce, or reduce-scatter of gradients + all-gather of bf16 weights (dist. optimizer)."""
+        def t(op: str, nbytes: float) -> float:
+            full = self.comm.time_us(op, size, scope, nbytes)
+            return full - self.comm.time_us(op, size, scope, 0.0) if slope_only else full
+        if s.dist_opt:
+            return t("reduce_scatter", GRAD_BYTES * params) + t("all_gather", self.bpe * params)
+        return t("all_reduce", GRAD_BYTES * params)
+
+    def _tail_slope_us(self, s: Strategy, dense: int, expert: int) -> tuple[float, float]:
+        """Per-parameter-set (sync, optimizer step) times without the collective latencies."""
+        (dense_size, dense_scope), *expert_group = self._sync_groups(s)
+        sync = self._sync_us(s, dense_size, dense_scope, dense, True)
+        if expert_group:
+            sync += self._sync_us(s, *expert_group[0], expert, True)
+        dp_cp, edp = self._data_groups(s)
+        local = dense / (dp_cp if s.dist_opt else 1) + expert / (edp if s.dist_opt else 1)
+        return sync, local * ADAM_TOUCH_BYTES / (self.mem_bw_gbs * 1e3)
+
+    def _stage_terms(self, s: Strategy, num_micro: int) -> dict:
+        from tinker_opt.model.stage_terms import stage_terms
+
+        return stage_terms(self, s, num_micro)
+
+
+def m_tokens(model, s: Strategy) -> int:
+    """Tokens of one micro-batch on one context-parallel rank: s*b/cp."""
+    return model.seq_length // s.cp * s.mbs
