@@ -69,8 +69,10 @@ def recompute_flags(strategy: dict[str, Any], num_layers_per_chunk: int) -> list
     if kind == "selective":
         return ["--recompute-granularity selective"]
     if kind == "full":
-        # Korthikanti et al. 2022: full recompute checkpoints every transformer layer.
-        return ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+        # Korthikanti et al. 2022 checkpoint every transformer layer: the block method over all the
+        # layers of a chunk does the same (each layer keeps only its input).
+        return ["--recompute-granularity full", "--recompute-method block",
+                f"--recompute-num-layers {num_layers_per_chunk}"]
     return []
 
 
@@ -129,7 +131,8 @@ def strategy_of(run: PublishedRun) -> Strategy:
     """The published strategy in the tool's Strategy schema."""
     s = run.strategy
     full = s.get("recompute") == "full"
+    chunk = run.model["layers"] // (s["pp"] * s.get("vpp", 1))
     return Strategy(
         tp=s["tp"], pp=s["pp"], dp=s.get("dp", 1), vpp=s.get("vpp", 1), sp=bool(s.get("sp")),
         dist_opt=bool(s.get("distributed_optimizer")), mbs=s["mbs"], recompute=s.get("recompute", "none"),
-        recompute_method="uniform" if full else None, recompute_num_layers=1 if full else None)
+        recompute_method="block" if full else None, recompute_num_layers=chunk if full else None)

@@ -93,19 +93,26 @@ class DeviceEfficiency:
     """Size is the op's FLOPs (FlopCounterMode's count: 2 per multiply-add)."""
     memory: EfficiencyCurve = field(default_factory=_default_memory)
     """Size is the bytes the op reads and writes."""
+    fuse_elementwise: bool = True
+    """Time each run of memory-bound ops between two matrix ops as one fused kernel, as the fused
+    kernels of Megatron-LM / MindSpeed-LLM run them (op_timing.fused_kernels); false for eager
+    execution (a CPU profile)."""
     notes: tuple[str, ...] = ()
     """Where the parameters come from (fit data, residuals) or that they are assumed."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], origin: str = "hardware file") -> "DeviceEfficiency":
-        unknown = sorted(set(data) - {"matmul", "memory", "notes"})
+        unknown = sorted(set(data) - {"matmul", "memory", "fuse_elementwise", "notes"})
         if unknown:
-            raise ConfigError(f"{origin}: unknown efficiency key(s) {unknown}; expected matmul, memory, notes")
+            raise ConfigError(f"{origin}: unknown efficiency key(s) {unknown}; expected matmul, memory, "
+                              "fuse_elementwise, notes")
         defaults = cls()
         return cls(
             matmul=EfficiencyCurve.from_dict(data["matmul"]) if "matmul" in data else defaults.matmul,
             memory=EfficiencyCurve.from_dict(data["memory"]) if "memory" in data else defaults.memory,
+            fuse_elementwise=bool(data.get("fuse_elementwise", defaults.fuse_elementwise)),
             notes=tuple(str(n) for n in data.get("notes", ())))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"matmul": self.matmul.to_dict(), "memory": self.memory.to_dict(), "notes": list(self.notes)}
+        return {"matmul": self.matmul.to_dict(), "memory": self.memory.to_dict(),
+                "fuse_elementwise": self.fuse_elementwise, "notes": list(self.notes)}

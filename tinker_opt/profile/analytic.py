@@ -39,8 +39,8 @@ from tinker_opt.hardware import HardwareSpec, comm_table
 from tinker_opt.io_utils import write_text_atomic
 from tinker_opt.profile.device import detect_device
 from tinker_opt.profile.measure import Measurement, measure_block
-from tinker_opt.profile.op_timing import OpArrays, total_time_us
-from tinker_opt.profile.op_trace import OpRecord, OpTrace, trace_ops
+from tinker_opt.profile.op_timing import OpArrays, fused_kernels, total_time_us
+from tinker_opt.profile.op_trace import PHASES, OpRecord, OpTrace, trace_ops
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.space import ProfilePoint, SpaceLimits, profile_space
 from tinker_opt.profile.store import BLOCK_COLUMNS, LOG_FILE, write_blocks_csv, write_comm_csv, write_meta
@@ -109,19 +109,22 @@ def _drop_grad(param: torch.Tensor) -> None:
     param.grad = None  # as measure.py: Megatron accumulates into its own fp32 buffer
 
 
-def _time_us(ops: tuple[OpRecord, ...], hardware: HardwareSpec) -> float:
-    return total_time_us(OpArrays.from_ops(ops, hardware), hardware)
+def phase_times_us(ops: tuple[OpRecord, ...], hardware: HardwareSpec) -> dict[str, float]:
+    """Time of each phase of a traced pass on `hardware`, kernels fused as the device runs them."""
+    kernels = fused_kernels(ops, hardware.efficiency.fuse_elementwise)
+    return {phase: total_time_us(OpArrays.from_ops([k for k in kernels if k.phase == phase], hardware), hardware)
+            for phase in PHASES}
 
 
 def block_row(trace: BlockTrace, hardware: HardwareSpec) -> dict:
     """One blocks.csv row: the measured-style bytes and the op times on `hardware` (integers)."""
     row = dict(zip(("block", "tp", "sp", "cp", "ep", "etp", "mbs"), trace.shape.key(trace.block)))
     row.update(trace.memory.as_row())
+    passes = phase_times_us(trace.fwd_ops + trace.bwd_ops, hardware)
     row.update(
-        fwd_us=round(_time_us(trace.fwd_ops, hardware)), bwd_us=round(_time_us(trace.bwd_ops, hardware)),
-        fwd_us_spread=0, bwd_us_spread=0,
+        fwd_us=round(passes["fwd"]), bwd_us=round(passes["bwd"]), fwd_us_spread=0, bwd_us_spread=0,
         # Selective recompute reruns the core attention forward inside backward.
-        selective_recompute_us=round(_time_us(trace.core_ops, hardware)), status="ok")
+        selective_recompute_us=round(phase_times_us(trace.core_ops, hardware)["fwd"]), status="ok")
     return row
 
 

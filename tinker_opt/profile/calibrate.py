@@ -22,15 +22,15 @@ from tinker_opt.hardware import HardwareSpec, LinkSpec
 from tinker_opt.hardware.fit import FitResult, TimedOps, fit_efficiency, fit_link
 from tinker_opt.io_utils import write_text_atomic
 from tinker_opt.profile.analytic import BlockTrace, trace_block
-from tinker_opt.profile.op_timing import OpArrays
+from tinker_opt.profile.op_timing import OpArrays, fused_kernels
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.store import ProfiledData
 
 Log = Callable[[str], None]
 
 
-def _timed(ops, hardware: HardwareSpec, measured_us: float) -> TimedOps:
-    arrays = OpArrays.from_ops(ops, hardware)
+def _timed(kernels, hardware: HardwareSpec, measured_us: float) -> TimedOps:
+    arrays = OpArrays.from_ops(kernels, hardware)
     return TimedOps(arrays.flops, arrays.bytes_moved, arrays.peak_flops_per_us, float(measured_us))
 
 
@@ -45,8 +45,9 @@ def timed_samples(profiled: ProfiledData, hardware: HardwareSpec, log: Log | Non
     samples: list[TimedOps] = []
     for row in profiled.blocks.itertuples(index=False):
         trace: BlockTrace = trace_block(model, row.block, _row_shape(row))
-        samples.append(_timed(trace.fwd_ops, hardware, row.fwd_us))
-        samples.append(_timed(trace.bwd_ops, hardware, row.bwd_us))
+        kernels = fused_kernels(trace.fwd_ops + trace.bwd_ops, hardware.efficiency.fuse_elementwise)
+        for phase, measured_us in (("fwd", row.fwd_us), ("bwd", row.bwd_us)):
+            samples.append(_timed([k for k in kernels if k.phase == phase], hardware, measured_us))
         if log:
             log(f"traced {row.block} tp={row.tp} sp={row.sp} mbs={row.mbs}: measured {row.fwd_us} / {row.bwd_us} us")
     return [s for s in samples if s.measured_us > 0 and len(s.flops)]

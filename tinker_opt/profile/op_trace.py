@@ -85,6 +85,10 @@ class OpRecord:
     """`bf16`, `fp16` or `fp32`: the dtype of the op's first floating-point input."""
     modules: frozenset[str] = frozenset()
     """Fully qualified names of the modules the op ran in (ModuleTracker's parents)."""
+    reads: tuple[tuple[int, int], ...] = ()
+    """(storage id, bytes) of each tensor input: ids are unique within one trace."""
+    writes: tuple[tuple[int, int], ...] = ()
+    """(storage id, bytes) of each tensor output (an in-place op writes its input's storage)."""
 
 
 @dataclass
@@ -93,6 +97,22 @@ class OpTrace:
 
     records: list[OpRecord] = field(default_factory=list)
     counter_total_flops: int = 0
+    _storage_ids: dict[int, int] = field(default_factory=dict, repr=False)
+    _alive: list[Any] = field(default_factory=list, repr=False)
+    """Storages seen, kept alive while tracing so that no id is reused by a new allocation."""
+
+    def storage_id(self, tensor: torch.Tensor) -> int:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key not in self._storage_ids:
+            self._storage_ids[key] = len(self._storage_ids)
+            self._alive.append(storage)
+        return self._storage_ids[key]
+
+    def release(self) -> None:
+        """Drop the references that kept the traced storages alive."""
+        self._alive.clear()
+        self._storage_ids.clear()
 
     def of_phase(self, phase: str) -> list[OpRecord]:
         return [r for r in self.records if r.phase == phase]
@@ -110,11 +130,13 @@ def _tensor_bytes(t: torch.Tensor) -> int:
         return logical
 
 
-def _op_bytes(func: Any, args: Any, kwargs: Any, out: Any) -> int:
-    if func.is_view or func.overloadpacket.__name__ in NO_TRAFFIC_OPS:
-        return 0
-    leaves, _ = tree_flatten((args, kwargs, out))
-    return sum(_tensor_bytes(x) for x in leaves if isinstance(x, torch.Tensor))
+def _moves_data(func: Any) -> bool:
+    return not (func.is_view or func.overloadpacket.__name__ in NO_TRAFFIC_OPS)
+
+
+def _touched(trace: OpTrace, values: Any) -> tuple[tuple[int, int], ...]:
+    leaves, _ = tree_flatten(values)
+    return tuple((trace.storage_id(x), _tensor_bytes(x)) for x in leaves if isinstance(x, torch.Tensor))
 
 
 def _op_precision(args: Any) -> str:
@@ -141,10 +163,13 @@ class _OpRecorder(TorchDispatchMode):
             return out
         formula = self.counter.flop_registry.get(func.overloadpacket)
         flops = int(formula(*args, **kwargs, out_val=out)) if formula else 0
+        moves = _moves_data(func)
+        reads = _touched(self.trace, (args, kwargs)) if moves else ()
+        writes = _touched(self.trace, out) if moves else ()
         self.trace.records.append(OpRecord(
             name=str(func.overloadpacket.__name__), phase=self.phase, flops=flops,
-            bytes_moved=_op_bytes(func, args, kwargs, out), precision=_op_precision(args),
-            modules=frozenset(self.counter.mod_tracker.parents)))
+            bytes_moved=sum(b for _, b in reads + writes), precision=_op_precision(args),
+            modules=frozenset(self.counter.mod_tracker.parents), reads=reads, writes=writes))
         return out
 
 
@@ -169,8 +194,11 @@ class OpTracer:
 def trace_ops(trace: OpTrace) -> Iterator[OpTracer]:
     """Record the ops run inside the block into `trace` (enter inside FakeTensorMode for speed)."""
     counter = FlopCounterMode(display=False, custom_mapping=EXTRA_FLOP_FORMULAS)
-    with counter:
-        recorder = _OpRecorder(counter, trace)
-        with recorder:
-            yield OpTracer(recorder)
+    try:
+        with counter:
+            recorder = _OpRecorder(counter, trace)
+            with recorder:
+                yield OpTracer(recorder)
+    finally:
+        trace.release()
     trace.counter_total_flops = int(counter.get_total_flops())
