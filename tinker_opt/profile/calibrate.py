@@ -12,6 +12,7 @@ measured profile to shapes that were not measured (other tp, micro-batch sizes, 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -72,13 +73,26 @@ def _note(what: str, result: FitResult, source: Path) -> str:
             f"mean |error| {100 * result.mean_abs_rel_error:.1f} %, max {100 * result.max_abs_rel_error:.1f} %")
 
 
+def eager_device(profiled: ProfiledData) -> bool:
+    """A CPU profile ran eager aten ops one by one: no kernel fusion to model."""
+    device = profiled.meta.get("device")
+    kind = device.get("kind") if isinstance(device, dict) else str(device or "")
+    return kind == "cpu"
+
+
 def calibrate(profiled: ProfiledData, hardware: HardwareSpec, *, log: Log | None = None) -> dict[str, Any]:
-    """The hardware description (JSON form) with curves and links fitted to the measured profile."""
+    """The hardware description (JSON form) with curves and links fitted to the measured profile.
+
+    `hardware` gives the peak rates (kept) and the starting curves; a CPU profile is fitted with
+    kernel fusion off, since eager CPU execution runs every aten op as its own kernel."""
+    if eager_device(profiled) and hardware.efficiency.fuse_elementwise:
+        hardware = replace(hardware, efficiency=replace(hardware.efficiency, fuse_elementwise=False))
     samples = timed_samples(profiled, hardware, log)
     if not samples:
         raise ProfileDataError(f"{profiled.path}: no measured block time to calibrate against; "
                                "run `tinker-opt profile` on the device first")
-    efficiency, result = fit_efficiency(samples, hardware.memory_bytes_per_us, hardware.efficiency)
+    fitted, result = fit_efficiency(samples, hardware.memory_bytes_per_us, hardware.efficiency)
+    efficiency = replace(fitted, fuse_elementwise=hardware.efficiency.fuse_elementwise)
     links, link_results = _fit_links(profiled, hardware)
     notes = [_note("matmul and memory curves", result, profiled.path)]
     notes += [_note(f"{scope} link", r, profiled.path) for scope, r in link_results.items()]

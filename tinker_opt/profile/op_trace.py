@@ -34,6 +34,7 @@ PRECISION_OF_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float
 NO_TRAFFIC_OPS = frozenset({
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
     "lift_fresh", "_local_scalar_dense", "set_", "resize_", "_has_compatible_shallow_copy_type",
+    "_unsafe_view",
 })
 """Ops that allocate or re-label memory without reading or writing tensor data."""
 
