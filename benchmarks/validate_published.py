@@ -35,9 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from published_runs import (DEFAULT_RUNS_FILE, PublishedRun, hardware_for, launch_script,  # noqa: E402
                             load_runs, model_spec_of, strategy_of)
 
-from tinker_opt.hardware import EfficiencyCurve, HardwareSpec  # noqa: E402
+from tinker_opt.hardware import HardwareSpec  # noqa: E402
 from tinker_opt.model.coefficients import stage_costs  # noqa: E402
 from tinker_opt.model.costs import CostModel  # noqa: E402
+from tinker_opt.model.strategy import Strategy  # noqa: E402
 from tinker_opt.profile.analytic import analytic_meta, blocks_frame, trace_space, write_analytic_folder  # noqa: E402
 from tinker_opt.profile.space import SpaceLimits, profile_space  # noqa: E402
 from tinker_opt.profile.store import load_profiled_data  # noqa: E402
@@ -56,13 +57,14 @@ class Prediction:
     params_optimizer_gib: float
 
 
-def read_model(run: PublishedRun, text: str) -> tuple[ModelSpec, str]:
-    """The ModelSpec of the run's launch script: the script reader when present, else direct."""
+def read_run(run: PublishedRun, text: str) -> tuple[ModelSpec, Strategy, str]:
+    """Model and strategy of the run's launch script: the script reader when present, else direct."""
     try:
         from tinker_opt.script.reader import read_script_text
     except ImportError:
-        return model_spec_of(run), "direct ModelSpec (script reader not in this tree)"
-    return read_script_text(text, f"{run.run_id}.sh").model, "script reader"
+        return model_spec_of(run), strategy_of(run), "direct ModelSpec / Strategy (script reader not in this tree)"
+    info = read_script_text(text, f"{run.run_id}.sh")
+    return info.model, info.train.strategy, "script reader"
 
 
 def limits_for(run: PublishedRun) -> SpaceLimits:
@@ -77,13 +79,13 @@ def with_efficiency(hardware: HardwareSpec, matmul_max: float, memory_max: float
         eff, matmul=replace(eff.matmul, max_efficiency=matmul_max), memory=replace(eff.memory, max_efficiency=memory_max)))
 
 
-def predict(run: PublishedRun, model: ModelSpec, profile_dir: Path, hardware: HardwareSpec) -> Prediction:
+def predict(run: PublishedRun, model: ModelSpec, strategy: Strategy, profile_dir: Path,
+            hardware: HardwareSpec) -> Prediction:
     """Simulate the published strategy on the analytic profile with the cost model."""
     cluster = ClusterSpec(num_nodes=run.num_nodes, devices_per_node=min(8, run.n_devices),
                           memory_limit_mb=hardware.memory_gb * 1024)
     cost = CostModel.from_profile(load_profiled_data(profile_dir), model, cluster, run.strategy["gbs"],
                                   hardware=hardware)
-    strategy = strategy_of(run)
     evaluation = cost.evaluate(strategy)
     coefficients = cost.coefficients(strategy)
     first = stage_costs(coefficients, strategy.stage_layers(model.num_layers), strategy.recompute_num_layers or 0)[0]
@@ -135,13 +137,13 @@ class Profiles:
 def evaluate_all(runs, profiles: Profiles, hardware_override: str | None, matmul_max=None, memory_max=None):
     rows = []
     for run in runs:
-        model, how = read_model(run, launch_script(run))
+        model, strategy, how = read_run(run, launch_script(run))
         hardware = hardware_for(run, hardware_override)
         if matmul_max is not None:
             hardware = with_efficiency(hardware, matmul_max, memory_max)
         name = f"{model.num_layers}L{model.hidden_size}h"
         folder = profiles.folder(name, model, limits_for(run), hardware)
-        rows.append((run, predict(run, model, folder, hardware), how, hardware))
+        rows.append((run, predict(run, model, strategy, folder, hardware), how, hardware))
     return rows
 
 
@@ -185,8 +187,8 @@ def fit_time_parameters(runs, profiles: Profiles, hardware_override: str | None)
     parameters shared by every timed row (sum of squared relative iteration-time errors)."""
     timed = [r for r in runs if "iteration_time_s" in r.measured]
     best = (np.inf, 0.0, 0.0)
-    for matmul_max in np.round(np.arange(0.50, 1.0001, 0.02), 2):
-        for memory_max in np.round(np.arange(0.40, 1.0001, 0.10), 2):
+    for matmul_max in np.round(np.arange(0.60, 0.9601, 0.02), 2):
+        for memory_max in np.round(np.arange(0.40, 1.0001, 0.05), 2):
             rows = evaluate_all(timed, profiles, hardware_override, float(matmul_max), float(memory_max))
             cost = sum((p.iteration_s / r.measured["iteration_time_s"] - 1) ** 2 for r, p, _, _ in rows)
             best = min(best, (cost, round(float(matmul_max), 2), round(float(memory_max), 2)))
