@@ -104,3 +104,20 @@ def test_fewer_than_five_repeats_is_rejected():
     """repeats < 5 is a ConfigError."""
     with pytest.raises(ConfigError, match="at least 5"):
         ProfileSettings(repeats=3)
+
+
+def _fake_row(block, tp, mbs, nbytes):
+    row = {"block": block, "tp": tp, "sp": 0, "cp": 1, "ep": 1, "etp": 1, "mbs": mbs, "status": "ok",
+           "weight_bytes": 100, "activation_bytes": nbytes, "transient_bytes": 0, "input_bytes": 0, "output_bytes": 0}
+    return runner._key(row), row
+
+
+def test_memory_prediction_from_smaller_mbs_and_larger_tp():
+    """mbs 4 doubles the activations of mbs 2; tp 1 doubles everything of tp 2."""
+    from tinker_opt.profile.shape import Shape
+    from tinker_opt.profile.space import ProfilePoint
+
+    rows = dict([_fake_row("layer", 2, 2, 1000)])
+    assert runner._predicted_bytes(ProfilePoint("layer", Shape(tp=2, mbs=4)), rows) == 100 + 2000
+    assert runner._predicted_bytes(ProfilePoint("layer", Shape(tp=1, mbs=2)), rows) == 2 * 1100
+    assert runner._predicted_bytes(ProfilePoint("head", Shape(tp=1, mbs=2)), rows) is None

@@ -151,15 +151,26 @@ def _row(point: ProfilePoint, status: str, measurement: Measurement | None = Non
     return row
 
 
+def _row_bytes(row: dict[str, Any], batch_scale: float = 1.0, shard_scale: float = 1.0) -> float:
+    per_batch = sum(int(row[c]) for c in ("activation_bytes", "transient_bytes", "input_bytes", "output_bytes"))
+    return (int(row["weight_bytes"]) + per_batch * batch_scale) * shard_scale
+
+
 def _predicted_bytes(point: ProfilePoint, rows: dict[tuple, dict[str, Any]]) -> float | None:
-    """Memory of `point` extrapolated linearly in mbs from the largest smaller mbs measured."""
-    smaller = [r for r in rows.values() if r["status"] == "ok" and _key(r)[:-1] == point.key[:-1]
-               and int(r["mbs"]) < point.shape.mbs]
-    if not smaller:
-        return None
-    base = max(smaller, key=lambda r: int(r["mbs"]))
-    per_batch = sum(int(base[c]) for c in ("activation_bytes", "transient_bytes", "input_bytes", "output_bytes"))
-    return int(base["weight_bytes"]) + per_batch * point.shape.mbs / int(base["mbs"])
+    """Memory of `point` extrapolated from a measured row: linearly in mbs from the largest smaller
+    mbs of the same shape, else (first mbs) from the nearest larger tp, scaled by the tp ratio."""
+    ok = [r for r in rows.values() if r["status"] == "ok" and r["block"] == point.block]
+    key = point.key
+    smaller = [r for r in ok if _key(r)[:-1] == key[:-1] and int(r["mbs"]) < point.shape.mbs]
+    if smaller:
+        base = max(smaller, key=lambda r: int(r["mbs"]))
+        return _row_bytes(base, batch_scale=point.shape.mbs / int(base["mbs"]))
+    # key: block, tp, sp, cp, ep, etp, mbs -- same cp, ep, etp and mbs, a larger tp (sp off or on)
+    wider = [r for r in ok if _key(r)[3:] == key[3:] and int(r["tp"]) > point.shape.tp]
+    if wider:
+        base = min(wider, key=lambda r: (int(r["tp"]), int(r["sp"])))
+        return _row_bytes(base, shard_scale=int(base["tp"]) / point.shape.tp)
+    return None
 
 
 def _memory_budget_bytes(device: Device, settings: ProfileSettings) -> float:
@@ -298,6 +309,9 @@ def run_profile(model: ModelSpec, settings: ProfileSettings, out_dir: Path, *, t
     device = detect_device(settings.device)
     started, clock = datetime.now().isoformat(timespec="seconds"), time.perf_counter()
     logger(f"profiling into {out_dir} with {dataclasses.asdict(settings)}")
+    if not (out_dir / store.META_FILE).exists():  # provisional, so that an interrupted run can resume
+        store.write_meta(out_dir, {"tool": "tinker-opt", "format_version": 1, "model": model.to_dict(),
+                                   "started": started, "finished": None})
     rows = profile_blocks(model, settings, out_dir, device, train=train, progress=progress, log=logger)
     comm_source = _profile_comm(settings, device, out_dir, logger)
     seconds = time.perf_counter() - clock
