@@ -46,11 +46,17 @@ def is_feasible(c: SplitCoefficients) -> bool:
 
 def lower_bound_x_v(c: SplitCoefficients, *, tight: bool = True) -> int:
     """A lower bound on v*T over all splits of a feasible configuration (exact with vpp > 1)."""
-    k = Scalars.of(c)
     if c.vpp > 1:
-        found = min_recompute_even(c, k)
+        found = min_recompute_even(c, Scalars.of(c))
         return found.time_ns_x_v if found is not None else np.iinfo(np.int64).max
-    L, p, m = c.num_layers, c.num_stages, c.num_microbatches
+    sum_lb, max_lb, tail_lb = bound_terms(c, tight=tight)
+    return int(sum_lb + (c.num_microbatches - 1) * max_lb + tail_lb)
+
+
+def bound_terms(c: SplitCoefficients, *, tight: bool = True) -> tuple[int, int, int]:
+    """Lower bounds on (sum_s t_s, max_s t_s, max_s tail_s) of a v = 1 configuration."""
+    k = Scalars.of(c)
+    L, p = c.num_layers, c.num_stages
     r_lo = recompute_range(c)[0]
     sum_lb = k.a * L + int(c.stage_time_ns.sum()) + k.f * p * min(r_lo, 1)
     per = -(-L // p)
@@ -61,7 +67,7 @@ def lower_bound_x_v(c: SplitCoefficients, *, tight: bool = True) -> int:
         caps = loosest_caps(c, k)
         max_lb = max(max_lb, _least_max(c.stage_time_ns, k.a + k.f, k.a, r_lo, caps, L))
         tail_lb = max(tail_lb, _least_max(c.stage_tail_ns, k.alpha, k.alpha, 0, caps, L))
-    return int(sum_lb + (m - 1) * max_lb + tail_lb)
+    return int(sum_lb), int(max_lb), int(tail_lb)
 
 
 def _least_max(offsets: np.ndarray, low: int, high: int, r: int, caps: np.ndarray, total: int) -> int:

@@ -55,6 +55,7 @@ class CommModel:
                  inter_node_bandwidth_gbs: float | None = None, multi_node: bool = False,
                  multi_device: bool = True) -> None:
         self._fits = _fit_rows(comm)
+        self._links: dict[tuple[str, int, str], _Fit] = {}
         self.warnings: list[str] = []
         self._scope_links: dict[str, LinkSpec] = {}
         for scope, needed in (("intra_node", multi_device), ("inter_node", multi_node)):
@@ -82,6 +83,13 @@ class CommModel:
 
     def link(self, op: str, group_size: int, scope: str) -> _Fit:
         """The (latency, bandwidth) that times `op` on a group of this size in this scope."""
+        key = (op, group_size, scope)
+        found = self._links.get(key)
+        if found is None:
+            found = self._links[key] = self._find_link(op, group_size, scope)
+        return found
+
+    def _find_link(self, op: str, group_size: int, scope: str) -> _Fit:
         exact = self._fits.get((op, scope, group_size))
         if exact is not None:
             return exact

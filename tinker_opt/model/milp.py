@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tinker_opt.model.bounds import loosest_caps, min_recompute_even
+from tinker_opt.model.bounds import bound_terms, loosest_caps, min_recompute_even
 from tinker_opt.model.coefficients import SplitCoefficients
 from tinker_opt.model.layer_split import Scalars, Split, recompute_range
 
@@ -119,10 +119,11 @@ def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, fa
         rs = [model.new_int_var(0, int(caps[s]), f"rs{i}_{s}") for s in range(p)]  # min(r, n_s)
         for s in range(p):
             model.add_min_equality(rs[s], [r, n[s]])
+    sum_lb, max_lb, tail_lb = bound_terms(c)  # valid bounds (bounds.py) tighten the relaxation
     t_max = int(k.a * caps.max() + k.f * caps.max() + c.stage_time_ns.max())
-    bottleneck = model.new_int_var(0, t_max, f"M{i}")  # M_i >= t_is
+    bottleneck = model.new_int_var(min(max_lb, t_max), t_max, f"M{i}")  # M_i >= t_is
     tail_max = int(k.alpha * caps.max() + c.stage_tail_ns.max())
-    tail = model.new_int_var(0, tail_max, f"Q{i}")  # Q_i >= tail_is
+    tail = model.new_int_var(min(tail_lb, tail_max), tail_max, f"Q{i}")  # Q_i >= tail_is
     times = []
     for s in range(p):
         t = k.a * n[s] + k.f * rs[s] + int(c.stage_time_ns[s])
@@ -134,6 +135,7 @@ def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, fa
         model.add(k.w * n[s] + kk * k.act * (n[s] - rs[s]) + kk * k.inp * rs[s]
                   <= c.memory_limit_bytes - fixed).only_enforce_if(x)
     model.add(objective >= factor * (sum(times) + (m - 1) * bottleneck + tail)).only_enforce_if(x)
+    model.add(objective >= factor * (sum_lb + (m - 1) * max_lb + tail_lb)).only_enforce_if(x)
 
     def decode(value) -> Split:
         layers = tuple(int(value(v)) for v in n)
@@ -262,6 +264,9 @@ def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
     r = add(f"r{i}", 0, r_hi, pulp.LpInteger) if full else None  # recompute count
     bottleneck = add(f"M{i}", 0, None)  # M_i >= t_is
     tail = add(f"Q{i}", 0, None)  # Q_i >= tail_is
+    _, max_lb, tail_lb = bound_terms(c)  # valid bounds (bounds.py) tighten the relaxation
+    problem.addConstraint(bottleneck >= max_lb * x, f"bottleneck_lb{i}")
+    problem.addConstraint(tail >= tail_lb * x, f"tail_lb{i}")
     problem.addConstraint(pulp.lpSum(n) == L * x, f"layers{i}")
     if full:
         problem.addConstraint(r >= x, f"r_min{i}")

@@ -85,21 +85,37 @@ def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float 
     feasible = [o for o in outers if is_feasible(coeffs[o])]
     if not feasible:
         raise InfeasibleError(infeasible_message(cost_model, outers))
-    bounds = {o: lower_bound_x_v(coeffs[o]) / coeffs[o].vpp for o in feasible}
-    order = sorted(feasible, key=lambda o: (bounds[o], o.label()))
-    hints = _split_all(coeffs, order[:top_k])
-    note(f"{len(feasible)} fit in memory; greedy incumbent {hints[0].time_ns / 1e6:.3f} ms")
-    in_model = [o for o in order if bounds[o] < hints[0].time_ns]
+    bounds = _Bounds(coeffs, feasible)
+    hints = _split_all(coeffs, bounds.order[:top_k])
+    note(f"{len(feasible)} fit in memory; incumbent {hints[0].time_ns / 1e6:.3f} ms")
+    in_model = [o for o in bounds.order if o == hints[0].outer or (
+        bounds.cheap[o] < hints[0].time_ns and bounds.tight(o) < hints[0].time_ns)]
+    note(f"{len(in_model)} configurations in the {solver} model")
     outcome = _solve(solver, coeffs, in_model, hints[0], time_limit_s - (time.perf_counter() - start), cpus)
     best = hints[0]
     if outcome.split is not None and outcome.split.time_ns_x_v / outcome.split_vpp < best.time_ns:
         best = Candidate(in_model[outcome.index], outcome.split, coeffs[in_model[outcome.index]].vpp)
-    ranked = _complete_ranking(coeffs, order, bounds, [best] + hints, top_k)
-    status = outcome.status if in_model else "optimal"
-    bound_ns = min(outcome.bound_ns, best.time_ns) if in_model else best.time_ns
+    ranked = _complete_ranking(coeffs, bounds, [best] + hints, top_k)
+    bound_ns = min(outcome.bound_ns, best.time_ns)
     top = [_evaluate(cost_model, cand) for cand in ranked[:top_k]]
-    return _result(solver, status, top, bound_ns, start, len(outers), len(feasible), len(in_model),
+    return _result(solver, outcome.status, top, bound_ns, start, len(outers), len(feasible), len(in_model),
                    cost_model, outcome.solve_time_s)
+
+
+class _Bounds:
+    """Lower bounds on T (ns): the cheap one for every feasible configuration (and the visiting
+    order), the tight one (water-filling) computed when needed."""
+
+    def __init__(self, coeffs, feasible) -> None:
+        self.coeffs = coeffs
+        self.cheap = {o: lower_bound_x_v(coeffs[o], tight=False) / coeffs[o].vpp for o in feasible}
+        self.order = sorted(feasible, key=lambda o: (self.cheap[o], o.label()))
+        self._tight: dict = {}
+
+    def tight(self, outer) -> float:
+        if outer not in self._tight:
+            self._tight[outer] = lower_bound_x_v(self.coeffs[outer]) / self.coeffs[outer].vpp
+        return self._tight[outer]
 
 
 def _outers(cost_model: CostModel, space: SearchSpace):
@@ -115,21 +131,20 @@ def _split_all(coeffs, outers) -> list[Candidate]:
     return sorted(found, key=lambda cand: (cand.time_ns, cand.outer.label()))
 
 
-def _complete_ranking(coeffs, order, bounds, known: list[Candidate], top_k: int) -> list[Candidate]:
+def _complete_ranking(coeffs, bounds: _Bounds, known: list[Candidate], top_k: int) -> list[Candidate]:
     """Ranks 2..k: exact splits in increasing bound order until the next bound reaches the k-th
     best time (a configuration not visited cannot enter the top k)."""
     by_outer = {}
     for cand in known:
         if cand.outer not in by_outer or cand.time_ns < by_outer[cand.outer].time_ns:
             by_outer[cand.outer] = cand
-    kth = [-cand.time_ns for cand in by_outer.values()]
+    kth = sorted(-cand.time_ns for cand in by_outer.values())[-top_k:]  # max-heap of the k best
     heapq.heapify(kth)
-    while len(kth) > top_k:
-        heapq.heappop(kth)
-    for outer in order:
-        if len(kth) >= top_k and bounds[outer] >= -kth[0]:
+    for outer in bounds.order:
+        full = len(kth) >= top_k
+        if full and bounds.cheap[outer] >= -kth[0]:
             break
-        if outer in by_outer:
+        if outer in by_outer or (full and bounds.tight(outer) >= -kth[0]):
             continue
         cand = Candidate(outer, best_split(coeffs[outer]), coeffs[outer].vpp)
         by_outer[outer] = cand
@@ -150,8 +165,6 @@ class _Outcome:
 
 
 def _solve(solver: str, coeffs, in_model, incumbent: Candidate, time_left_s: float, cpus: int) -> _Outcome:
-    if not in_model:
-        return _Outcome("optimal", None, None, 1, incumbent.time_ns, 0.0)
     items = [coeffs[o] for o in in_model]
     limit = max(time_left_s, 1.0)
     if solver == "cpsat":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinker_opt.model.strategy import Strategy
-from tinker_opt.model.terms import GRAD_BYTES, TermBuilder, _ns, m_tokens
+from tinker_opt.model.terms import GRAD_BYTES, TermBuilder, m_tokens, ns_array
 
 
 def inflight_x_v(p: int, v: int, num_micro: int) -> np.ndarray:
@@ -58,8 +58,7 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     act_bytes[0] += emb.activation_bytes
     act_bytes[-1] += norm.activation_bytes + head.activation_bytes
     tail, tail_sync = _stage_tails(tb, s, first_params, last_params)
-    return {"stage_time_ns": np.array([_ns(t) for t in time], dtype=np.int64),
-            "stage_comm_ns": np.array([_ns(t) for t in comm], dtype=np.int64),
+    return {"stage_time_ns": ns_array(time), "stage_comm_ns": ns_array(comm),
             "stage_static_bytes": static + transient, "stage_optimizer_bytes": optimizer,
             "stage_transient_bytes": transient, "stage_act_bytes": act_bytes,
             "stage_inflight_x_v": inflight_x_v(p, v, num_micro),
@@ -108,5 +107,4 @@ def _stage_tails(tb: TermBuilder, s: Strategy, first_params: int, last_params: i
         for index in (0, p - 1):
             sync[index] += shared
             total[index] += shared
-    return (np.array([_ns(t) for t in total], dtype=np.int64),
-            np.array([_ns(t) for t in sync], dtype=np.int64))
+    return ns_array(total), ns_array(sync)

@@ -36,6 +36,11 @@ def _ns(us: float) -> int:
     return int(round(us * 1000.0))
 
 
+def ns_array(us: np.ndarray) -> np.ndarray:
+    """`_ns` of each element (numpy's round-half-even, as Python's round)."""
+    return np.rint(np.asarray(us, dtype=float) * 1000.0).astype(np.int64)
+
+
 class TermBuilder:
     """Builds the integer coefficients of outer configurations."""
 
@@ -51,6 +56,10 @@ class TermBuilder:
         self.opt_state_bytes = 12 if self.bpe == 2 else 8
         self.kinds = model.layer_kinds()
         self.layer_block = {k: ("layer" if len(set(self.kinds)) == 1 else f"layer.{k}") for k in set(self.kinds)}
+        self.kind_names = sorted(set(self.kinds))
+        self.kind_index = np.array([self.kind_names.index(k) for k in self.kinds])
+        self._layer_cache: dict[tuple, dict[str, np.ndarray]] = {}
+        self._stage_cache: dict[tuple, dict] = {}
 
     # -- shapes --------------------------------------------------------------------------------
     def _layer_shape(self, kind: str, s: Strategy) -> tuple[int, int]:
@@ -131,12 +140,16 @@ class TermBuilder:
     def build(self, s: Strategy) -> SplitCoefficients:
         m, L, p, v = self.model, self.model.num_layers, s.pp, s.vpp
         num_micro = self.gbs // (s.mbs * s.dp)
-        per_kind = {k: self._layer_terms(k, s) for k in set(self.kinds)}
-        layer = {name: np.array([per_kind[k][name] for k in self.kinds], dtype=np.int64)
-                 for name in next(iter(per_kind.values()))}
-        stage = self._stage_terms(s, num_micro)
-        stage_estimated = stage.pop("estimated")
-        estimated = stage_estimated or any(t["estimated"] for t in per_kind.values())
+        layer_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.recompute)
+        layer = self._layer_cache.get(layer_key)
+        if layer is None:
+            layer = self._layer_cache[layer_key] = self._layer_arrays(s)
+        stage_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.pp, s.vpp)
+        stage = self._stage_cache.get(stage_key)
+        if stage is None:
+            stage = self._stage_cache[stage_key] = self._stage_terms(s, num_micro)
+        stage = dict(stage)
+        estimated = stage.pop("estimated") or bool(layer["estimated"].any())
         return SplitCoefficients(
             outer=s, num_layers=L, num_stages=p, vpp=v, num_microbatches=num_micro,
             layer_time_ns=layer["time"], layer_comm_ns=layer["comm"],
@@ -146,6 +159,12 @@ class TermBuilder:
             layer_tail_sync_ns=layer["tail_sync"], work_bytes=int(layer["act_full"].max()),
             memory_limit_bytes=int(self.cluster.memory_limit_mb * 2**20), estimated=bool(estimated),
             **stage)
+
+    def _layer_arrays(self, s: Strategy) -> dict[str, np.ndarray]:
+        """Per-position arrays of the layer terms (one row per layer kind, indexed by position)."""
+        per_kind = [self._layer_terms(kind, s) for kind in self.kind_names]
+        return {name: np.array([terms[name] for terms in per_kind], dtype=np.int64)[self.kind_index]
+                for name in per_kind[0]}
 
     def _layer_terms(self, kind: str, s: Strategy) -> dict[str, int]:
         ep, etp = self._layer_shape(kind, s)

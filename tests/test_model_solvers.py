@@ -1,0 +1,85 @@
+"""Solvers agree: CP-SAT, MILP, enumeration and brute force find the same optimum, and
+`CostModel.evaluate` of every returned strategy equals the reported objective exactly."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from model_support import cluster, dense_model, moe_model, synthetic_profile
+from tinker_opt.errors import InfeasibleError
+from tinker_opt.model.bounds import is_feasible
+from tinker_opt.model.costs import CostModel
+from tinker_opt.model.enumerate import brute_force
+from tinker_opt.model.milp import solve_cpsat, solve_milp
+from tinker_opt.model.search import _outers, search
+from tinker_opt.model.space import SearchSpace
+
+SPACE = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1, 2), ep=(1, 2))
+
+
+@st.composite
+def instances(draw):
+    """A small model, cluster, batch and memory limit (often tight enough to force recompute)."""
+    layers = draw(st.integers(2, 7))
+    hidden = draw(st.sampled_from([256, 512]))
+    seq = draw(st.sampled_from([256, 512]))
+    if draw(st.booleans()):
+        model = moe_model(num_layers=layers, hidden=hidden, heads=4, seq=seq, experts=4)
+    else:
+        model = dense_model(num_layers=layers, hidden=hidden, heads=4, seq=seq)
+    nodes, per_node = draw(st.sampled_from([(1, 1), (1, 2), (1, 4), (2, 2), (1, 8), (2, 4)]))
+    memory_mb = draw(st.integers(60, 1500))
+    gbs = draw(st.sampled_from([4, 8, 16]))
+    profile = synthetic_profile(model, tps=(1, 2), cps=(1, 2), eps=(1, 2), mbss=(1, 2))
+    cost_model = CostModel.from_profile(profile, model, cluster(nodes, per_node, memory_mb), gbs)
+    return cost_model
+
+
+def _optimum_ms(cost_model, solver):
+    try:
+        result = search(cost_model, solver=solver, cpus=1, top_k=3, space=SPACE, time_limit_s=30)
+    except InfeasibleError:
+        return None, None
+    return result.objective_ms, result
+
+
+@pytest.mark.filterwarnings("error")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_all_solvers_find_the_same_optimum(cost_model):
+    """cpsat, milp, enum and brute force agree on the optimum (or all find nothing fits)."""
+    brute = brute_force(cost_model, _outers(cost_model, SPACE))
+    expected = brute[0].time_ns / 1e6 if brute else None
+    for solver in ("cpsat", "milp", "enum"):
+        objective_ms, result = _optimum_ms(cost_model, solver)
+        if expected is None:
+            assert objective_ms is None, solver
+            continue
+        assert objective_ms == pytest.approx(expected, rel=1e-12), solver
+        assert result.status == "optimal"
+        for evaluation in result.top:
+            again = cost_model.evaluate(evaluation.strategy)
+            assert again.time_ns_x_vpp == evaluation.time_ns_x_vpp and again.fits
+
+
+@pytest.mark.filterwarnings("error")
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_unpruned_models_match_brute_force(cost_model):
+    """The CP-SAT and MILP models over every feasible configuration (no pruning) reach the
+    brute-force optimum, and their solutions' integers are evaluate()'s."""
+    outers = [o for o in _outers(cost_model, SPACE) if is_feasible(cost_model.coefficients(o))]
+    brute = brute_force(cost_model, outers)
+    if not brute:
+        return
+    coeffs = [cost_model.coefficients(o) for o in outers]
+    for solve in (solve_cpsat, solve_milp):
+        outcome = solve(coeffs, time_limit_s=30, workers=1)
+        assert outcome.status == "optimal"
+        vpp = coeffs[outcome.index].vpp
+        assert outcome.objective_x_v / vpp == brute[0].time_ns
+        strategy = cost_model.split_strategy(outers[outcome.index], outcome.split.layers,
+                                             outcome.split.recompute_num_layers)
+        assert cost_model.evaluate(strategy).time_ns_x_vpp == outcome.objective_x_v
