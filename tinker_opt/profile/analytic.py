@@ -23,6 +23,7 @@ profile always says which figures produced it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import platform
 import time
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from torch._subclasses import FakeTensorMode
 import tinker_opt
 from tinker_opt.hardware import HardwareSpec, comm_table
 from tinker_opt.io_utils import write_text_atomic
-from tinker_opt.profile.device import detect_device
+from tinker_opt.profile.device import Device, detect_device
 from tinker_opt.profile.measure import Measurement, measure_block
 from tinker_opt.profile.op_timing import OpArrays, fused_kernels, total_time_us
 from tinker_opt.profile.op_trace import PHASES, OpRecord, OpTrace, trace_ops
@@ -51,8 +52,6 @@ DEVICE_PREFIX = "analytic:"
 COMM_MAX_GROUP = 64
 """comm.csv group sizes from the description go up to this (the formulas hold for any size)."""
 
-_FAKE_HOST = detect_device("cpu")
-"""The host device object measure_block expects; under FakeTensorMode it only keeps time."""
 Progress = Callable[[int, int, str], None]
 Log = Callable[[str], None]
 
@@ -70,6 +69,12 @@ class BlockTrace:
     memory: Measurement
     """The measured profile's own measurement of the block on fake tensors: its byte counts are
     exact, its times are the host's wall clock of fake ops and are not used."""
+
+
+@functools.cache
+def _host() -> Device:
+    """The host device object measure_block expects; under FakeTensorMode it only keeps time."""
+    return detect_device("cpu")
 
 
 def _traced_passes(block: Block) -> tuple[OpTrace, OpTrace]:
@@ -94,7 +99,7 @@ def trace_block(model: ModelSpec, block: str, shape: Shape) -> BlockTrace:
     with FakeTensorMode():
         sub_graph = build_block(model, block, shape, device="cpu")
         # The measured profile's code path, on fake tensors: its bytes are exact, nothing is allocated.
-        memory = measure_block(sub_graph, _FAKE_HOST, warmup=0, repeats=1)
+        memory = measure_block(sub_graph, _host(), warmup=0, repeats=1)
         hooks = [p.register_post_accumulate_grad_hook(_drop_grad) for p in sub_graph.module.parameters()]
         try:
             passes, core = _traced_passes(sub_graph)
