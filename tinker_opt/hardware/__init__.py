@@ -8,12 +8,20 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
      "memory_bandwidth_gbs": float,
      "intra_node": {"bandwidth_gbs": float, "latency_us": float},   # per device, one direction,
      "inter_node": {"bandwidth_gbs": float, "latency_us": float},   # achievable (efficiency applied)
-     "efficiency": {...},          # compute / memory efficiency curves of the analytic device
+     "efficiency": {"matmul": CURVE, "memory": CURVE, "notes": [...]},
      "sources": [...], "assumptions": [...]}
+
+    CURVE = {"max_efficiency": float, "half_size": float}      # eff(x) = max * x / (x + half)
+          | {"points": [[size, efficiency], ...]}              # log-linear table
+
+The efficiency curves (tinker_opt/hardware/efficiency.py) drive the analytic device: matmul
+efficiency versus the op's FLOPs, memory-bandwidth efficiency versus the bytes an op moves. A
+missing `efficiency` entry takes the defaults of `DeviceEfficiency` (an assumption).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +31,10 @@ import pandas as pd
 
 from tinker_opt.comm_cost import COMM_OPS, collective_time_us
 from tinker_opt.errors import ConfigError
+from tinker_opt.hardware.efficiency import DeviceEfficiency, EfficiencyCurve
+
+__all__ = ["DeviceEfficiency", "EfficiencyCurve", "HardwareSpec", "LinkSpec", "comm_table",
+           "load_hardware", "shipped_hardware"]
 
 HARDWARE_DIR = Path(__file__).parent
 DEFAULT_COMM_SIZES = tuple(64 * 1024 * 4**i for i in range(7))
@@ -52,9 +64,17 @@ class HardwareSpec:
     memory_bandwidth_gbs: float
     intra_node: LinkSpec
     inter_node: LinkSpec
-    efficiency: dict[str, Any] = field(default_factory=dict)
+    efficiency: DeviceEfficiency = field(default_factory=DeviceEfficiency)
     sources: list[Any] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.efficiency, dict):  # accept the JSON form as well
+            object.__setattr__(self, "efficiency", DeviceEfficiency.from_dict(self.efficiency))
+        if self.memory_bandwidth_gbs <= 0 or not self.peak_tflops or min(self.peak_tflops.values()) <= 0:
+            raise ConfigError(
+                f"hardware '{self.name}' needs memory_bandwidth_gbs > 0 and positive peak_tflops, got "
+                f"{self.memory_bandwidth_gbs} and {self.peak_tflops}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], origin: str = "hardware file") -> "HardwareSpec":
@@ -69,13 +89,38 @@ class HardwareSpec:
                 memory_gb=float(data["memory_gb"]), peak_tflops={k: float(v) for k, v in data["peak_tflops"].items()},
                 memory_bandwidth_gbs=float(data["memory_bandwidth_gbs"]),
                 intra_node=LinkSpec(**data["intra_node"]), inter_node=LinkSpec(**data["inter_node"]),
-                efficiency=dict(data.get("efficiency", {})), sources=list(data.get("sources", [])),
+                efficiency=DeviceEfficiency.from_dict(data.get("efficiency", {}), origin),
+                sources=list(data.get("sources", [])),
                 assumptions=list(data.get("assumptions", [])))
         except (TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"{origin} has a malformed entry ({exc}); see the schema in tinker_opt/hardware/__init__.py") from None
 
     def link(self, scope: str) -> LinkSpec:
         return self.intra_node if scope == "intra_node" else self.inter_node
+
+    def peak_flops_per_us(self, precision: str) -> float:
+        """Peak matrix FLOPs per microsecond in a precision (`bf16`, `fp16`, `fp32`); 1 TFLOP/s = 1e6 /us.
+
+        A precision the file does not list takes the slowest listed figure for fp32 and the
+        fastest for the 16-bit formats."""
+        if precision in self.peak_tflops:
+            return self.peak_tflops[precision] * 1e6
+        pick = min if precision == "fp32" else max
+        return pick(self.peak_tflops.values()) * 1e6
+
+    @property
+    def memory_bytes_per_us(self) -> float:
+        """Peak memory bandwidth in bytes per microsecond (1 GB/s = 1e3 B/us)."""
+        return self.memory_bandwidth_gbs * 1e3
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form `load_hardware` reads back."""
+        return {
+            "name": self.name, "devices_per_node": self.devices_per_node, "memory_gb": self.memory_gb,
+            "peak_tflops": dict(self.peak_tflops), "memory_bandwidth_gbs": self.memory_bandwidth_gbs,
+            "intra_node": dataclasses.asdict(self.intra_node), "inter_node": dataclasses.asdict(self.inter_node),
+            "efficiency": self.efficiency.to_dict(), "sources": list(self.sources),
+            "assumptions": list(self.assumptions)}
 
 
 def shipped_hardware() -> list[str]:

@@ -1,0 +1,138 @@
+"""Published training runs (the JSON format of shared/data/published_calibration.json) as inputs.
+
+For each run: the Megatron-LM launch script that would reproduce it, the shipped hardware
+description of its accelerator, and the Strategy it used. Used by validate_published.py.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tinker_opt.hardware import HardwareSpec, load_hardware, shipped_hardware
+from tinker_opt.model.strategy import Strategy
+from tinker_opt.specs import ModelSpec
+
+DEFAULT_RUNS_FILE = Path("/work/shared/data/published_calibration.json")
+HARDWARE_BY_ID = {
+    "a100_80gb_sxm_selene": "a100-80gb", "a100_80gb_sxm": "a100-80gb", "a100_40gb_sxm": "a100-40gb",
+    "h100_sxm_80gb": "h100-80gb", "h100_80gb_sxm": "h100-80gb", "ascend_910b_atlas_a2": "910b",
+}
+"""Hardware ids of the published-runs file -> shipped description names."""
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """One run of the file: what was trained, how, on what, and what was measured."""
+
+    run_id: str
+    model: dict[str, Any]
+    strategy: dict[str, Any]
+    hardware_id: str
+    hardware_name: str
+    n_devices: int
+    measured: dict[str, Any]
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, self.n_devices // 8)
+
+
+def load_runs(path: Path = DEFAULT_RUNS_FILE) -> list[PublishedRun]:
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    runs = []
+    for run in data["runs"]:
+        hw = run.get("hardware", {})
+        runs.append(PublishedRun(
+            run_id=run["id"], model=run["model"], strategy=run["strategy"], hardware_id=hw.get("id", ""),
+            hardware_name=hw.get("name", ""), n_devices=int(run["n_devices"]), measured=run.get("measured", {})))
+    return runs
+
+
+def hardware_for(run: PublishedRun, override: str | None = None) -> HardwareSpec:
+    """The shipped description of the run's accelerator (or `override`, a name or a file)."""
+    if override:
+        return load_hardware(override)
+    name = HARDWARE_BY_ID.get(run.hardware_id)
+    if name is None:
+        text = f"{run.hardware_id} {run.hardware_name}".lower()
+        name = next((n for n in shipped_hardware() if n.replace("-", "") in text.replace("-", "").replace("_", "")), None)
+    if name is None:
+        raise SystemExit(f"run {run.run_id}: no shipped hardware for '{run.hardware_id}'; pass --hardware FILE")
+    return load_hardware(name)
+
+
+def recompute_flags(strategy: dict[str, Any], num_layers_per_chunk: int) -> list[str]:
+    kind = strategy.get("recompute", "none")
+    if kind == "selective":
+        return ["--recompute-granularity selective"]
+    if kind == "full":
+        # Korthikanti et al. 2022 checkpoint every transformer layer: the block method over all the
+        # layers of a chunk does the same (each layer keeps only its input).
+        return ["--recompute-granularity full", "--recompute-method block",
+                f"--recompute-num-layers {num_layers_per_chunk}"]
+    return []
+
+
+def launch_script(run: PublishedRun) -> str:
+    """A Megatron-LM `pretrain_gpt.py` launch script (bash arrays, as Megatron's examples write them)."""
+    m, s = run.model, run.strategy
+    layers_per_chunk = m["layers"] // (s["pp"] * s.get("vpp", 1))
+    model_args = [
+        f"--num-layers {m['layers']}", f"--hidden-size {m['hidden']}", f"--ffn-hidden-size {m['ffn']}",
+        f"--num-attention-heads {m['heads']}", f"--kv-channels {m['head_dim']}",
+        f"--seq-length {m['seq']}", f"--max-position-embeddings {m['seq']}",
+        f"--vocab-size {m['vocab']}", "--make-vocab-size-divisible-by 128",
+        "--attention-dropout 0.1", "--hidden-dropout 0.1",
+    ]
+    if m.get("kv_heads", m["heads"]) != m["heads"]:
+        model_args += ["--group-query-attention", f"--num-query-groups {m['kv_heads']}"]
+    parallel_args = [f"--tensor-model-parallel-size {s['tp']}", f"--pipeline-model-parallel-size {s['pp']}"]
+    if s.get("vpp", 1) > 1:
+        parallel_args.append(f"--num-layers-per-virtual-pipeline-stage {layers_per_chunk}")
+    if s.get("sp"):
+        parallel_args.append("--sequence-parallel")
+    if s.get("distributed_optimizer"):
+        parallel_args.append("--use-distributed-optimizer")
+    training_args = [f"--micro-batch-size {s['mbs']}", f"--global-batch-size {s['gbs']}",
+                     f"--{s.get('precision', 'bf16')}", "--train-iters 100", "--lr 6.0e-5",
+                     *recompute_flags(s, layers_per_chunk)]
+    gpus_per_node = min(8, run.n_devices)
+
+    def array(name: str, flags: list[str]) -> str:
+        return f"{name}=(\n" + "".join(f"    {flag}\n" for flag in flags) + ")\n"
+
+    return (
+        "#!/bin/bash\n# Generated from published run " + run.run_id + "\n"
+        "export CUDA_DEVICE_MAX_CONNECTIONS=1\n\n"
+        f"GPUS_PER_NODE={gpus_per_node}\nNUM_NODES={max(1, run.n_devices // gpus_per_node)}\n"
+        "MASTER_ADDR=${MASTER_ADDR:-localhost}\nMASTER_PORT=${MASTER_PORT:-6000}\nNODE_RANK=${RANK:-0}\n\n"
+        "DISTRIBUTED_ARGS=(\n    --nproc_per_node $GPUS_PER_NODE\n    --nnodes $NUM_NODES\n"
+        "    --node_rank $NODE_RANK\n    --master_addr $MASTER_ADDR\n    --master_port $MASTER_PORT\n)\n\n"
+        + array("GPT_MODEL_ARGS", model_args) + "\n" + array("MODEL_PARALLEL_ARGS", parallel_args) + "\n"
+        + array("TRAINING_ARGS", training_args) + "\n"
+        + "torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \\\n    ${GPT_MODEL_ARGS[@]} \\\n"
+        "    ${MODEL_PARALLEL_ARGS[@]} \\\n    ${TRAINING_ARGS[@]} \\\n    --mock-data --tokenizer-type NullTokenizer\n")
+
+
+def model_spec_of(run: PublishedRun) -> ModelSpec:
+    """The ModelSpec the launch script describes (GPT-style: LayerNorm, GeLU, learned positions)."""
+    m, s = run.model, run.strategy
+    return ModelSpec(
+        num_layers=m["layers"], hidden_size=m["hidden"], ffn_hidden_size=m["ffn"],
+        num_attention_heads=m["heads"], num_query_groups=m.get("kv_heads", m["heads"]),
+        kv_channels=m["head_dim"], seq_length=m["seq"], vocab_size=m["vocab"],
+        precision=s.get("precision", "bf16"), attention_dropout=0.1, hidden_dropout=0.1)
+
+
+def strategy_of(run: PublishedRun) -> Strategy:
+    """The published strategy in the tool's Strategy schema."""
+    s = run.strategy
+    full = s.get("recompute") == "full"
+    chunk = run.model["layers"] // (s["pp"] * s.get("vpp", 1))
+    return Strategy(
+        tp=s["tp"], pp=s["pp"], dp=s.get("dp", 1), vpp=s.get("vpp", 1), sp=bool(s.get("sp")),
+        dist_opt=bool(s.get("distributed_optimizer")), mbs=s["mbs"], recompute=s.get("recompute", "none"),
+        recompute_method="block" if full else None, recompute_num_layers=chunk if full else None)

@@ -1,0 +1,223 @@
+"""Validate the analytic device + cost model against published training runs.
+
+For each run of a published-runs file (default: shared/data/published_calibration.json; any file
+of that format): write the Megatron-LM launch script of the run, read it back with the script
+reader (or, when the reader is not in this tree, build the ModelSpec directly and say so), profile
+the model analytically on the run's hardware description, simulate the published strategy with
+CostModel.evaluate and print predicted against measured iteration time, activation memory and
+parameter + optimizer memory, with each row's error and the mean / max absolute errors.
+
+    PYTHONPATH=. python benchmarks/validate_published.py [RUNS.json] [--hardware NAME|FILE] [--fit]
+
+Activation memory: the transformer-layer activations in flight on the first pipeline stage, as
+Korthikanti et al. count them (their figures, as Calculon transcribes and compares them, leave
+out the embedding and output layer; the 22B no-recompute figure is exactly 48 layers of their
+per-layer formula). The cost model's whole first stage, embedding / head included, is printed
+beside it ("stage"). Rows that give only a percentage of the no-recompute baseline are compared
+as that percentage times the measured baseline of the same model and layout ("d" rows).
+`--fit` fits the asymptotic matmul and memory efficiencies of the hardware description to the
+iteration times (two physical parameters shared by every row, never one per row) and prints them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from published_runs import (DEFAULT_RUNS_FILE, PublishedRun, hardware_for, launch_script,  # noqa: E402
+                            load_runs, model_spec_of, strategy_of)
+
+from tinker_opt.hardware import HardwareSpec  # noqa: E402
+from tinker_opt.model.coefficients import stage_costs  # noqa: E402
+from tinker_opt.model.costs import CostModel  # noqa: E402
+from tinker_opt.model.strategy import Strategy  # noqa: E402
+from tinker_opt.profile.analytic import analytic_meta, blocks_frame, trace_space, write_analytic_folder  # noqa: E402
+from tinker_opt.profile.space import SpaceLimits, profile_space  # noqa: E402
+from tinker_opt.profile.store import load_profiled_data  # noqa: E402
+from tinker_opt.specs import ClusterSpec, ModelSpec  # noqa: E402
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Prediction:
+    iteration_s: float
+    activation_gib: float
+    """Transformer-layer activations in flight on the first stage (what the paper counts)."""
+    stage_activation_gib: float
+    """All activations of the first stage: the layers plus the embedding (and head when pp = 1)."""
+    params_optimizer_gib: float
+
+
+def read_run(run: PublishedRun, text: str) -> tuple[ModelSpec, Strategy, str]:
+    """Model and strategy of the run's launch script: the script reader when present, else direct."""
+    try:
+        from tinker_opt.script.reader import read_script_text
+    except ImportError:
+        return model_spec_of(run), strategy_of(run), "direct ModelSpec / Strategy (script reader not in this tree)"
+    info = read_script_text(text, f"{run.run_id}.sh")
+    return info.model, info.train.strategy, "script reader"
+
+
+def limits_for(run: PublishedRun) -> SpaceLimits:
+    """The analytic profile space: the run's tp (so the run's shape is profiled) up to 8, mbs up to 4."""
+    s = run.strategy
+    return SpaceLimits(max_npu=max(8, s["tp"]), max_mbs=max(4, s["mbs"]), extra_mbs=(s["mbs"],))
+
+
+def with_efficiency(hardware: HardwareSpec, matmul_max: float, memory_max: float) -> HardwareSpec:
+    eff = hardware.efficiency
+    return replace(hardware, efficiency=replace(
+        eff, matmul=replace(eff.matmul, max_efficiency=matmul_max), memory=replace(eff.memory, max_efficiency=memory_max)))
+
+
+def predict(run: PublishedRun, model: ModelSpec, strategy: Strategy, profile_dir: Path,
+            hardware: HardwareSpec) -> Prediction:
+    """Simulate the published strategy on the analytic profile with the cost model."""
+    cluster = ClusterSpec(num_nodes=run.num_nodes, devices_per_node=min(8, run.n_devices),
+                          memory_limit_mb=hardware.memory_gb * 1024)
+    cost = CostModel.from_profile(load_profiled_data(profile_dir), model, cluster, run.strategy["gbs"],
+                                  hardware=hardware)
+    evaluation = cost.evaluate(strategy)
+    coefficients = cost.coefficients(strategy)
+    first = stage_costs(coefficients, strategy.stage_layers(model.num_layers), strategy.recompute_num_layers or 0)[0]
+    v = strategy.vpp
+    non_layer_x_v = int(coefficients.stage_inflight_x_v[0]) * int(coefficients.stage_act_bytes[0])
+    return Prediction(iteration_s=evaluation.iteration_time_ms / 1e3,
+                      activation_gib=(first.act_bytes_x_v - non_layer_x_v) / v / GIB,
+                      stage_activation_gib=first.act_bytes_x_v / v / GIB,
+                      params_optimizer_gib=(first.static_bytes_x_v - first.transient_bytes_x_v) / v / GIB)
+
+
+def measured_activation(run: PublishedRun, runs: list[PublishedRun]) -> tuple[float | None, str]:
+    """Measured GiB, or the percentage of a measured baseline of the same model and layout."""
+    if "activation_memory_gib" in run.measured:
+        return float(run.measured["activation_memory_gib"]), ""
+    pct = run.measured.get("activation_memory_pct_of_no_recompute_baseline")
+    layout = ("tp", "pp", "vpp", "mbs", "gbs")
+    for base in runs:
+        if (base.model == run.model and all(base.strategy[k] == run.strategy[k] for k in layout)
+                and base.strategy.get("recompute") == "none" and not base.strategy.get("sp")
+                and "activation_memory_gib" in base.measured and pct is not None):
+            return pct / 100 * float(base.measured["activation_memory_gib"]), "d"
+    return None, ""
+
+
+class Profiles:
+    """Analytic profiles per (model, space): traced once, re-timed for each hardware variant."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._traces: dict = {}
+        self.trace_seconds: dict[str, float] = {}
+
+    def folder(self, name: str, model: ModelSpec, limits: SpaceLimits, hardware: HardwareSpec) -> Path:
+        key = (model, limits)
+        if key not in self._traces:
+            started = time.perf_counter()
+            self._traces[key] = trace_space(model, profile_space(model, limits))
+            self.trace_seconds[name] = time.perf_counter() - started
+        traces = self._traces[key]
+        folder = self.root / f"{name}-{abs(hash((key, hardware.efficiency))) % 10**8}"
+        if not folder.exists():
+            blocks = blocks_frame(traces, hardware)
+            write_analytic_folder(folder, blocks, hardware, analytic_meta(model, hardware, limits, len(blocks),
+                                                                          "", 0.0), [])
+        return folder
+
+
+def evaluate_all(runs, profiles: Profiles, hardware_override: str | None, matmul_max=None, memory_max=None):
+    rows = []
+    for run in runs:
+        model, strategy, how = read_run(run, launch_script(run))
+        hardware = hardware_for(run, hardware_override)
+        if matmul_max is not None:
+            hardware = with_efficiency(hardware, matmul_max, memory_max)
+        name = f"{model.num_layers}L{model.hidden_size}h"
+        folder = profiles.folder(name, model, limits_for(run), hardware)
+        rows.append((run, predict(run, model, strategy, folder, hardware), how, hardware))
+    return rows
+
+
+def _err(pred: float, meas: float | None) -> float | None:
+    return None if meas is None else 100 * (pred / meas - 1)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_table(rows, runs) -> dict[str, list[float]]:
+    header = (f"{'run':28} {'tp pp vpp mbs gbs sp recompute':31} {'iter meas s':>11} {'pred s':>7} {'err %':>6} "
+              f"{'act meas GiB':>13} {'pred':>6} {'err %':>6} {'stage':>6} {'p+o meas GiB':>12} {'pred':>6} {'err %':>6}")
+    print(header)
+    print("-" * len(header))
+    errors: dict[str, list[float]] = {"time": [], "activation": [], "params": []}
+    for run, pred, _, _ in rows:
+        s = run.strategy
+        layout = f"{s['tp']:>2} {s['pp']:>2} {s.get('vpp', 1):>3} {s['mbs']:>3} {s['gbs']:>3} {int(bool(s.get('sp'))):>2} {s.get('recompute', 'none'):9}"
+        t_meas = run.measured.get("iteration_time_s")
+        a_meas, tag = measured_activation(run, runs)
+        p_meas = run.measured.get("params_plus_optimizer_memory_gib")
+        t_err, a_err, p_err = _err(pred.iteration_s, t_meas), _err(pred.activation_gib, a_meas), _err(pred.params_optimizer_gib, p_meas)
+        for key, value in (("time", t_err), ("activation", a_err), ("params", p_err)):
+            if value is not None:
+                errors[key].append(value)
+        print(f"{run.run_id:28} {layout:31} {_fmt(t_meas, '11.2f')} {pred.iteration_s:7.2f} {_fmt(t_err, '+6.1f')} "
+              f"{_fmt(a_meas, '12.2f')}{tag or ' '} {pred.activation_gib:6.2f} {_fmt(a_err, '+6.1f')} {pred.stage_activation_gib:6.2f} "
+              f"{_fmt(p_meas, '12.2f')} {pred.params_optimizer_gib:6.2f} {_fmt(p_err, '+6.1f')}")
+    print()
+    for key, label in (("time", "iteration time"), ("activation", "activation memory"), ("params", "params+optimizer")):
+        values = np.abs(errors[key])
+        if len(values):
+            print(f"{label:18}: {len(values)} rows, mean |error| {values.mean():.1f} %, max |error| {values.max():.1f} %")
+    return errors
+
+
+def fit_time_parameters(runs, profiles: Profiles, hardware_override: str | None) -> tuple[float, float]:
+    """Least squares over a grid of (matmul, memory) asymptotic efficiency: two physical
+    parameters shared by every timed row (sum of squared relative iteration-time errors)."""
+    timed = [r for r in runs if "iteration_time_s" in r.measured]
+    best = (np.inf, 0.0, 0.0)
+    for matmul_max in np.round(np.arange(0.60, 0.9601, 0.02), 2):
+        for memory_max in np.round(np.arange(0.40, 1.0001, 0.05), 2):
+            rows = evaluate_all(timed, profiles, hardware_override, float(matmul_max), float(memory_max))
+            cost = sum((p.iteration_s / r.measured["iteration_time_s"] - 1) ** 2 for r, p, _, _ in rows)
+            best = min(best, (cost, round(float(matmul_max), 2), round(float(memory_max), 2)))
+    rms = 100 * np.sqrt(best[0] / len(timed))
+    print(f"fit: matmul max_efficiency {best[1]:.2f}, memory max_efficiency {best[2]:.2f} "
+          f"(rms iteration-time error {rms:.1f} % over {len(timed)} rows)\n")
+    return best[1], best[2]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="?", default=str(DEFAULT_RUNS_FILE), help="published-runs JSON file")
+    parser.add_argument("--hardware", help="hardware name or file for every run (default: by the run's id)")
+    parser.add_argument("--fit", action="store_true", help="fit the two asymptotic efficiencies to the times first")
+    args = parser.parse_args(argv)
+    runs = load_runs(Path(args.runs))
+    with tempfile.TemporaryDirectory(prefix="validate-published-") as tmp:
+        profiles = Profiles(Path(tmp))
+        started = time.perf_counter()
+        fitted = fit_time_parameters(runs, profiles, args.hardware) if args.fit else (None, None)
+        rows = evaluate_all(runs, profiles, args.hardware, *fitted)
+        print(f"runs file: {args.runs}")
+        print(f"model from: {sorted({how for _, _, how, _ in rows})}")
+        print(f"hardware: {sorted({hw.name for _, _, _, hw in rows})}")
+        print(f"analytic tracing: " + ", ".join(f"{k} {v:.1f} s" for k, v in profiles.trace_seconds.items())
+              + f"; total {time.perf_counter() - started:.1f} s\n")
+        print_table(rows, runs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

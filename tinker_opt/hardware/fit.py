@@ -1,0 +1,140 @@
+"""Least-squares fits of a hardware description's parameters to measured times (numpy only).
+
+* `fit_efficiency`: the saturating matmul and memory curves (efficiency.py) from measured block
+  times and the traced ops of each block. With the op class (compute- or memory-bound) fixed, a
+  block's modelled time is linear in four unknowns,
+
+      t = u1 * sum_C flops/peak + u2 * sum_C 1/peak + v1 * sum_M bytes/bw + v2 * sum_M 1/bw,
+      u1 = 1/max_eff_matmul, u2 = half_size_matmul/max_eff_matmul, v1, v2 likewise for memory,
+
+  so the fit alternates: classify each op under the current curves, solve the bounded linear
+  least squares (efficiency <= 1, half sizes >= 0), repeat until the classes stop changing.
+  Residuals are relative (each row weighted by 1/measured), so small blocks count as much as big
+  ones.
+* `fit_link`: latency and bandwidth of one network level from measured collectives, with the
+  alpha-beta ring formulas of comm_cost (time = steps x latency + traffic / bandwidth).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from tinker_opt.comm_cost import latency_steps, traffic_factor
+from tinker_opt.hardware.efficiency import DeviceEfficiency, EfficiencyCurve
+
+MAX_ROUNDS = 30
+
+
+@dataclass(frozen=True)
+class TimedOps:
+    """One measured time and the ops that produced it (arrays aligned per op)."""
+
+    flops: np.ndarray
+    bytes_moved: np.ndarray
+    peak_flops_per_us: np.ndarray
+    measured_us: float
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Fitted values and how well they explain the data."""
+
+    values: tuple[float, ...]
+    mean_abs_rel_error: float
+    max_abs_rel_error: float
+    num_samples: int
+
+
+def bounded_lstsq(a: np.ndarray, b: np.ndarray, lower: np.ndarray) -> np.ndarray:
+    """min ||a x - b|| subject to x >= lower, exactly, by trying every set of bound-active variables.
+
+    Fine for the handful of unknowns here (2^n small solves); the optimum satisfies the KKT
+    conditions with some subset of variables at their bounds and the rest a free LS solution."""
+    n = a.shape[1]
+    best, best_cost = lower.copy(), np.inf
+    for active in itertools.product((False, True), repeat=n):
+        x = lower.copy()
+        free = [i for i in range(n) if not active[i]]
+        if free:
+            rhs = b - a[:, [i for i in range(n) if active[i]]] @ lower[[i for i in range(n) if active[i]]]
+            x[free] = np.linalg.lstsq(a[:, free], rhs, rcond=None)[0]
+        if np.all(x >= lower - 1e-12):
+            cost = float(np.sum((a @ x - b) ** 2))
+            if cost < best_cost:
+                best, best_cost = x, cost
+    return best
+
+
+def _curves(u: np.ndarray) -> tuple[EfficiencyCurve, EfficiencyCurve]:
+    return (EfficiencyCurve(max_efficiency=float(1 / u[0]), half_size=float(u[1] / u[0])),
+            EfficiencyCurve(max_efficiency=float(1 / u[2]), half_size=float(u[3] / u[2])))
+
+
+def _design_row(s: TimedOps, matmul: EfficiencyCurve, memory: EfficiencyCurve, bw: float) -> np.ndarray:
+    compute = matmul.time_us(s.flops, s.peak_flops_per_us)
+    mem = memory.time_us(s.bytes_moved, bw)
+    is_c = (compute >= mem) & (s.flops > 0)
+    is_m = ~is_c & (s.bytes_moved > 0)
+    return np.array([np.sum(s.flops[is_c] / s.peak_flops_per_us[is_c]), np.sum(1 / s.peak_flops_per_us[is_c]),
+                     np.sum(s.bytes_moved[is_m]) / bw, np.sum(is_m) / bw])
+
+
+def fit_efficiency(samples: Sequence[TimedOps], memory_bytes_per_us: float,
+                   start: DeviceEfficiency = DeviceEfficiency()) -> tuple[DeviceEfficiency, FitResult]:
+    """Fit both saturating curves to measured times; returns the curves and the fit's errors."""
+    samples = [s for s in samples if s.measured_us > 0 and len(s.flops)]
+    if not samples:
+        raise ValueError("no measured sample with ops to fit")
+    matmul, memory = start.matmul, start.memory
+    weights = np.array([1 / s.measured_us for s in samples])
+    target = np.ones(len(samples))  # measured / measured
+    lower = np.array([1.0, 0.0, 1.0, 0.0])
+    u = None
+    for _ in range(MAX_ROUNDS):
+        a = np.array([_design_row(s, matmul, memory, memory_bytes_per_us) for s in samples]) * weights[:, None]
+        # A column with no data (e.g. no compute-bound op anywhere) keeps its starting value.
+        start_u = np.array([1 / matmul.max_efficiency, matmul.half_size / matmul.max_efficiency,
+                            1 / memory.max_efficiency, memory.half_size / memory.max_efficiency])
+        empty = ~np.any(a > 0, axis=0)
+        fixed_lower = np.where(empty, start_u, lower)
+        new_u = bounded_lstsq(np.where(empty, 0.0, a), target - a[:, empty] @ start_u[empty], fixed_lower)
+        new_u[empty] = start_u[empty]
+        if u is not None and np.allclose(new_u, u, rtol=1e-9):
+            break
+        u = new_u
+        matmul, memory = _curves(u)
+    fitted = DeviceEfficiency(matmul=matmul, memory=memory)
+    return fitted, _efficiency_errors(samples, fitted, memory_bytes_per_us, tuple(float(x) for x in u))
+
+
+def _efficiency_errors(samples: Sequence[TimedOps], eff: DeviceEfficiency, bw: float,
+                       values: tuple[float, ...]) -> FitResult:
+    errors = []
+    for s in samples:
+        t = np.maximum(eff.matmul.time_us(s.flops, s.peak_flops_per_us), eff.memory.time_us(s.bytes_moved, bw))
+        errors.append(abs(float(t.sum()) / s.measured_us - 1))
+    return FitResult(values=values, mean_abs_rel_error=float(np.mean(errors)),
+                     max_abs_rel_error=float(np.max(errors)), num_samples=len(samples))
+
+
+def fit_link(ops: Sequence[str], group_sizes: Sequence[int], nbytes: Sequence[float],
+             times_us: Sequence[float]) -> tuple[float, float, FitResult]:
+    """Latency (us) and bandwidth (GB/s) of one network level from measured collectives."""
+    steps = np.array([latency_steps(o, g) for o, g in zip(ops, group_sizes)], dtype=float)
+    traffic = np.array([traffic_factor(o, g) * b for o, g, b in zip(ops, group_sizes, nbytes)], dtype=float)
+    t = np.asarray(times_us, dtype=float)
+    keep = (t > 0) & (traffic > 0)
+    if keep.sum() < 2:
+        raise ValueError("need at least two measured collectives with traffic to fit a link")
+    w = 1 / t[keep]
+    a = np.column_stack([steps[keep], traffic[keep] / 1e3]) * w[:, None]
+    latency_us, inv_bw = bounded_lstsq(a, np.ones(keep.sum()), np.array([0.0, 1e-9]))
+    model = steps[keep] * latency_us + traffic[keep] / 1e3 * inv_bw
+    rel = np.abs(model / t[keep] - 1)
+    result = FitResult(values=(float(latency_us), float(1 / inv_bw)), mean_abs_rel_error=float(rel.mean()),
+                       max_abs_rel_error=float(rel.max()), num_samples=int(keep.sum()))
+    return float(latency_us), float(1 / inv_bw), result

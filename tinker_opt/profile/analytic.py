@@ -1,0 +1,205 @@
+"""The analytic device: a profiled-data folder from a hardware description, without the hardware.
+
+`analytic_profile(model, hardware, out_dir)` writes the same folder as a measured profile
+(blocks.csv, comm.csv, meta.json, profile.log; ARCHITECTURE.md) in seconds for any model size:
+
+* Memory is not modelled but counted: each block's reference sub-graph (subgraphs.build_block,
+  the very code the measured profile runs) runs forward and backward under
+  `torch._subclasses.FakeTensorMode`, which tracks shapes and dtypes but allocates nothing, with
+  the measured profile's own accounting (accounting.SavedTensorCounter / LiveBytesTracker). So
+  activation, input, output and weight bytes equal those of a CPU profile of the same shapes.
+* Time is modelled per aten op (op_trace.py): FLOPs from FlopCounterMode's formulas, bytes moved
+  from the op's tensor sizes, each op timed as max(compute time, memory time) under the size-
+  dependent efficiency curves of the hardware description (op_timing.py, roofline), forward and
+  backward separately. Selective recompute costs the extra backward time of the block with its
+  core attention checkpointed (the recomputed forward of the core), as a device would measure it.
+* comm.csv comes from the description's links with the ring / alpha-beta formulas
+  (hardware.comm_table, comm_cost.collective_time_us).
+
+meta.json names the device `analytic:<hardware name>` and embeds the hardware description, so a
+profile always says which figures produced it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import platform
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import torch
+from torch._subclasses import FakeTensorMode
+
+import tinker_opt
+from tinker_opt.hardware import HardwareSpec, comm_table
+from tinker_opt.io_utils import write_text_atomic
+from tinker_opt.profile.device import Device, detect_device
+from tinker_opt.profile.measure import Measurement, measure_block
+from tinker_opt.profile.op_timing import OpArrays, fused_kernels, total_time_us
+from tinker_opt.profile.op_trace import PHASES, OpRecord, OpTrace, trace_ops
+from tinker_opt.profile.shape import Shape
+from tinker_opt.profile.space import ProfilePoint, SpaceLimits, profile_space
+from tinker_opt.profile.store import BLOCK_COLUMNS, LOG_FILE, write_blocks_csv, write_comm_csv, write_meta
+from tinker_opt.profile.subgraphs import Block, build_block
+from tinker_opt.specs import ModelSpec
+
+DEVICE_PREFIX = "analytic:"
+COMM_MAX_GROUP = 64
+"""comm.csv group sizes from the description go up to this (the formulas hold for any size)."""
+
+Progress = Callable[[int, int, str], None]
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BlockTrace:
+    """A block at one shape, independent of the hardware: its ops and its measured-style bytes."""
+
+    block: str
+    shape: Shape
+    fwd_ops: tuple[OpRecord, ...]
+    bwd_ops: tuple[OpRecord, ...]
+    core_ops: tuple[OpRecord, ...]
+    """The core attention's forward, which selective recompute reruns in backward (layers only)."""
+    memory: Measurement
+    """The measured profile's own measurement of the block on fake tensors: its byte counts are
+    exact, its times are the host's wall clock of fake ops and are not used."""
+
+
+@functools.cache
+def _host() -> Device:
+    """The host device object measure_block expects; under FakeTensorMode it only keeps time."""
+    return detect_device("cpu")
+
+
+def _traced_passes(block: Block) -> tuple[OpTrace, OpTrace]:
+    """Ops of one forward + backward (as measure.time_block runs it) and of the core attention."""
+    passes, core = OpTrace(), OpTrace()
+    inputs = block.make_inputs()
+    with trace_ops(passes) as tracer:
+        output = block.module(*inputs)
+        with tracer.phase("bwd"):
+            output.backward(None if output.dim() == 0 else torch.ones_like(output))
+    if block.attention is not None:
+        layer = block.module
+        with torch.no_grad():
+            q, k, v = layer.attention.split_qkv(layer.norm1(block.make_inputs()[0]))
+            with trace_ops(core):
+                layer.attention.core_forward(q, k, v)
+    return passes, core
+
+
+def trace_block(model: ModelSpec, block: str, shape: Shape) -> BlockTrace:
+    """Run the block's reference sub-graph at `shape` on fake tensors: ops, and bytes as measured."""
+    with FakeTensorMode():
+        sub_graph = build_block(model, block, shape, device="cpu")
+        # The measured profile's code path, on fake tensors: its bytes are exact, nothing is allocated.
+        memory = measure_block(sub_graph, _host(), warmup=0, repeats=1)
+        hooks = [p.register_post_accumulate_grad_hook(_drop_grad) for p in sub_graph.module.parameters()]
+        try:
+            passes, core = _traced_passes(sub_graph)
+        finally:
+            for hook in hooks:
+                hook.remove()
+    return BlockTrace(block=block, shape=shape, fwd_ops=tuple(passes.of_phase("fwd")),
+                      bwd_ops=tuple(passes.of_phase("bwd")), core_ops=tuple(core.records), memory=memory)
+
+
+def _drop_grad(param: torch.Tensor) -> None:
+    param.grad = None  # as measure.py: Megatron accumulates into its own fp32 buffer
+
+
+def phase_times_us(ops: tuple[OpRecord, ...], hardware: HardwareSpec) -> dict[str, float]:
+    """Time of each phase of a traced pass on `hardware`, kernels fused as the device runs them."""
+    kernels = fused_kernels(ops, hardware.efficiency.fuse_elementwise)
+    return {phase: total_time_us(OpArrays.from_ops([k for k in kernels if k.phase == phase], hardware), hardware)
+            for phase in PHASES}
+
+
+def block_row(trace: BlockTrace, hardware: HardwareSpec) -> dict:
+    """One blocks.csv row: the measured-style bytes and the op times on `hardware` (integers)."""
+    row = dict(zip(("block", "tp", "sp", "cp", "ep", "etp", "mbs"), trace.shape.key(trace.block)))
+    row.update(trace.memory.as_row())
+    passes = phase_times_us(trace.fwd_ops + trace.bwd_ops, hardware)
+    row.update(
+        fwd_us=round(passes["fwd"]), bwd_us=round(passes["bwd"]), fwd_us_spread=0, bwd_us_spread=0,
+        # Selective recompute reruns the core attention forward inside backward.
+        selective_recompute_us=round(phase_times_us(trace.core_ops, hardware)["fwd"]), status="ok")
+    return row
+
+
+def blocks_frame(traces: list[BlockTrace], hardware: HardwareSpec) -> pd.DataFrame:
+    """blocks.csv of the traces on `hardware`; re-timing cached traces costs milliseconds."""
+    return pd.DataFrame([block_row(t, hardware) for t in traces], columns=list(BLOCK_COLUMNS))
+
+
+def trace_space(model: ModelSpec, points: list[ProfilePoint], *, progress: Progress | None = None,
+                log: Log | None = None) -> list[BlockTrace]:
+    """Trace every point of the profile space (the hardware-independent part, about 0.1 s a row)."""
+    traces = []
+    for index, point in enumerate(points, start=1):
+        started = time.perf_counter()
+        traces.append(trace_block(model, point.block, point.shape))
+        if log:
+            log(f"traced {point.label} in {time.perf_counter() - started:.3f} s")
+        if progress:
+            progress(index, len(points), point.label)
+    return traces
+
+
+def analytic_meta(model: ModelSpec, hardware: HardwareSpec, limits: SpaceLimits, num_rows: int,
+                  started: str, seconds: float) -> dict:
+    """meta.json of an analytic profile (the measured profile's keys), with the description used."""
+    return {
+        "tool": "tinker-opt", "format_version": 1, "model": model.to_dict(),
+        "device": {"kind": "analytic", "name": DEVICE_PREFIX + hardware.name, "count": limits.max_npu},
+        "hardware": hardware.to_dict(),
+        "versions": {"tinker_opt": tinker_opt.__version__, "torch": torch.__version__,
+                     "python": platform.python_version()},
+        "settings": dataclasses.asdict(limits), "comm_source": f"hardware description {hardware.name}",
+        "started": started, "finished": datetime.now().isoformat(timespec="seconds"),
+        "profile_seconds": round(seconds, 1), "rows": {"total": num_rows, "ok": num_rows, "oom": 0, "failed": 0},
+    }
+
+
+def write_analytic_folder(out_dir: Path, blocks: pd.DataFrame, hardware: HardwareSpec, meta: dict,
+                          log_lines: list[str]) -> Path:
+    """Write blocks.csv, comm.csv (from the description), meta.json and profile.log into out_dir."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_blocks_csv(out_dir, blocks)
+    write_comm_csv(out_dir, comm_table(hardware, max_group_size=COMM_MAX_GROUP))
+    write_meta(out_dir, meta)
+    write_text_atomic(out_dir / LOG_FILE, "".join(line + "\n" for line in log_lines))
+    return out_dir
+
+
+def analytic_profile(model: ModelSpec, hardware: HardwareSpec, out_dir: Path, *, max_npu: int = 8,
+                     max_mbs: int = 4, limits: SpaceLimits | None = None, progress: Progress | None = None,
+                     log: Log | None = None) -> Path:
+    """Write a profiled-data folder for `model` on `hardware` without the hardware (seconds, any size).
+
+    The profile space is the measured profile's (space.profile_space): `limits` when given, else
+    tp over the divisors of max_npu and micro-batch sizes 1, 2, 4, ... up to max_mbs."""
+    limits = limits or SpaceLimits(max_npu=max_npu, max_mbs=max_mbs)
+    started, clock = datetime.now().isoformat(timespec="seconds"), time.perf_counter()
+    lines: list[str] = []
+
+    def record(line: str) -> None:
+        lines.append(line)
+        if log:
+            log(line)
+
+    record(f"analytic profile of {model.num_layers} layers on {DEVICE_PREFIX}{hardware.name} into {out_dir}")
+    points = profile_space(model, limits)
+    traces = trace_space(model, points, progress=progress, log=record)
+    blocks = blocks_frame(traces, hardware)
+    seconds = time.perf_counter() - clock
+    record(f"done in {seconds:.1f} s: {len(blocks)} rows")
+    meta = analytic_meta(model, hardware, limits, len(blocks), started, seconds)
+    return write_analytic_folder(Path(out_dir), blocks, hardware, meta, lines)

@@ -1,0 +1,205 @@
+"""Trace the aten ops a sub-graph runs, with each op's FLOPs and bytes moved, without running it.
+
+The analytic device (analytic.py) and calibration (calibrate.py) time a block from this trace.
+Run the block's forward and backward inside `trace_ops()`, with its tensors created under
+`torch._subclasses.FakeTensorMode` (shapes and dtypes only, no memory, no arithmetic), so a
+175B-parameter layer traces in milliseconds.
+
+Per op:
+* FLOPs from `torch.utils.flop_counter.FlopCounterMode`'s formulas (2 FLOPs per multiply-add),
+  extended here for the CPU attention kernel that the reference sub-graphs dispatch to under a
+  CPU fake device (`_scaled_dot_product_flash_attention_for_cpu` and its backward).
+* Bytes moved: the sizes of the tensor inputs and outputs, counting an expanded (stride-0)
+  tensor by its storage, and nothing for views and allocations (they move no data). This is the
+  unfused traffic; fused device kernels move less, which the memory-efficiency curve absorbs.
+* The modules it ran in (FlopCounterMode's ModuleTracker), so a region such as the core
+  attention can be timed on its own (selective recompute).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+aten = torch.ops.aten
+PHASES = ("fwd", "bwd")
+PRECISION_OF_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
+                      torch.float64: "fp32"}
+NO_TRAFFIC_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
+    "lift_fresh", "_local_scalar_dense", "set_", "resize_", "_has_compatible_shallow_copy_type",
+    "_unsafe_view",
+})
+"""Ops that allocate or re-label memory without reading or writing tensor data."""
+
+
+def _causal_fraction(is_causal: bool) -> float:
+    # A causal kernel skips the score blocks above the diagonal: about half the work
+    # (Dao, "FlashAttention-2", 2023, section 3.1.1).
+    return 0.5 if is_causal else 1.0
+
+
+def _cpu_sdpa_flop(query, key, value, dropout_p=0.0, is_causal=False, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs the CPU flash-attention kernel executes: QK^T and PV, halved under a causal mask."""
+    return int(sdpa_flop_count(query, key, value) * _causal_fraction(is_causal))
+
+
+def _cpu_sdpa_backward_flop(grad_out, query, key, value, out, logsumexp, dropout_p=0.0, is_causal=False,
+                            *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of the CPU flash-attention backward (five matmuls of the score size), causal halved."""
+    return int(sdpa_backward_flop_count(grad_out, query, key, value) * _causal_fraction(is_causal))
+
+
+def _shape_formula(formula):
+    """Wrap a formula written on shapes the way flop_counter.register_flop_formula does."""
+    def wrapped(*args, out_val=None, **kwargs):
+        to_shape = lambda x: x.shape if isinstance(x, torch.Tensor) else x  # noqa: E731
+        args = [to_shape(a) for a in args]
+        kwargs = {k: to_shape(v) for k, v in kwargs.items()}
+        return formula(*args, **kwargs)
+    return wrapped
+
+
+EXTRA_FLOP_FORMULAS = {
+    aten._scaled_dot_product_flash_attention_for_cpu: _shape_formula(_cpu_sdpa_flop),
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: _shape_formula(_cpu_sdpa_backward_flop),
+}
+"""Formulas FlopCounterMode lacks, keyed like its registry (by op overload packet)."""
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One aten op as the block ran it."""
+
+    name: str
+    phase: str
+    """`fwd` or `bwd`."""
+    flops: int
+    bytes_moved: int
+    precision: str
+    """`bf16`, `fp16` or `fp32`: the dtype of the op's first floating-point input."""
+    modules: frozenset[str] = frozenset()
+    """Fully qualified names of the modules the op ran in (ModuleTracker's parents)."""
+    reads: tuple[tuple[int, int], ...] = ()
+    """(storage id, bytes) of each tensor input: ids are unique within one trace."""
+    writes: tuple[tuple[int, int], ...] = ()
+    """(storage id, bytes) of each tensor output (an in-place op writes its input's storage)."""
+
+
+@dataclass
+class OpTrace:
+    """The ops of one traced run, in order, and FlopCounterMode's own total to check against."""
+
+    records: list[OpRecord] = field(default_factory=list)
+    counter_total_flops: int = 0
+    _storage_ids: dict[int, int] = field(default_factory=dict, repr=False)
+    _alive: list[Any] = field(default_factory=list, repr=False)
+    """Storages seen, kept alive while tracing so that no id is reused by a new allocation."""
+
+    def storage_id(self, tensor: torch.Tensor) -> int:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key not in self._storage_ids:
+            self._storage_ids[key] = len(self._storage_ids)
+            self._alive.append(storage)
+        return self._storage_ids[key]
+
+    def release(self) -> None:
+        """Drop the references that kept the traced storages alive."""
+        self._alive.clear()
+        self._storage_ids.clear()
+
+    def of_phase(self, phase: str) -> list[OpRecord]:
+        return [r for r in self.records if r.phase == phase]
+
+    def total_flops(self, phase: str | None = None) -> int:
+        return sum(r.flops for r in self.records if phase is None or r.phase == phase)
+
+
+def _tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes a kernel touches for one tensor: its elements, but no more than its storage holds."""
+    logical = t.numel() * t.element_size()
+    try:
+        return min(logical, t.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError):
+        return logical
+
+
+def _moves_data(func: Any) -> bool:
+    return not (func.is_view or func.overloadpacket.__name__ in NO_TRAFFIC_OPS)
+
+
+def _touched(trace: OpTrace, values: Any) -> tuple[tuple[int, int], ...]:
+    leaves, _ = tree_flatten(values)
+    return tuple((trace.storage_id(x), _tensor_bytes(x)) for x in leaves if isinstance(x, torch.Tensor))
+
+
+def _op_precision(args: Any) -> str:
+    leaves, _ = tree_flatten(args)
+    for x in leaves:
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            return PRECISION_OF_DTYPE.get(x.dtype, "fp32")
+    return "fp32"
+
+
+class _OpRecorder(TorchDispatchMode):
+    """Records every aten op that reaches it, then passes it on unchanged."""
+
+    def __init__(self, counter: FlopCounterMode, trace: OpTrace) -> None:
+        super().__init__()
+        self.counter = counter
+        self.trace = trace
+        self.phase = "fwd"
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.namespace != "aten":  # prim.device and other metadata queries run no kernel
+            return out
+        formula = self.counter.flop_registry.get(func.overloadpacket)
+        flops = int(formula(*args, **kwargs, out_val=out)) if formula else 0
+        moves = _moves_data(func)
+        reads = _touched(self.trace, (args, kwargs)) if moves else ()
+        writes = _touched(self.trace, out) if moves else ()
+        self.trace.records.append(OpRecord(
+            name=str(func.overloadpacket.__name__), phase=self.phase, flops=flops,
+            bytes_moved=sum(b for _, b in reads + writes), precision=_op_precision(args),
+            modules=frozenset(self.counter.mod_tracker.parents), reads=reads, writes=writes))
+        return out
+
+
+class OpTracer:
+    """Handle inside `trace_ops()`: switch the phase label between forward and backward."""
+
+    def __init__(self, recorder: _OpRecorder) -> None:
+        self._recorder = recorder
+
+    @contextlib.contextmanager
+    def phase(self, phase: str) -> Iterator[None]:
+        if phase not in PHASES:
+            raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+        previous, self._recorder.phase = self._recorder.phase, phase
+        try:
+            yield
+        finally:
+            self._recorder.phase = previous
+
+
+@contextlib.contextmanager
+def trace_ops(trace: OpTrace) -> Iterator[OpTracer]:
+    """Record the ops run inside the block into `trace` (enter inside FakeTensorMode for speed)."""
+    counter = FlopCounterMode(display=False, custom_mapping=EXTRA_FLOP_FORMULAS)
+    try:
+        with counter:
+            recorder = _OpRecorder(counter, trace)
+            with recorder:
+                yield OpTracer(recorder)
+    finally:
+        trace.release()
+    trace.counter_total_flops = int(counter.get_total_flops())
