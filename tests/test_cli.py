@@ -194,3 +194,24 @@ def test_all_end_to_end_on_cpu(tmp_path):
     results = next((tmp_path / "results").iterdir())
     assert len(list((results / "configs").glob("*.sh"))) == 3
     assert read_json(results / "summary.json")["best"]["strategy"]["tp"] in (1, 2)
+
+
+def test_analytic_profile_then_calibrate(tmp_path):
+    """profile --device analytic writes a loadable folder; calibrate fits a loadable hardware file."""
+    result = run_cli("profile", str(EXAMPLE), "--device", "analytic", "--hardware", "a100-80gb", "--prof-tp", "1,2",
+                     "--max-mbs", "2", "--save-path", str(tmp_path), "--quiet")
+    assert result.returncode == 0, result.stderr
+    folder = next(tmp_path.iterdir())
+    assert read_json(folder / "meta.json")["script_path"].endswith("pretrain_llama_tiny_ptd.sh")
+    fitted = tmp_path / "fitted.json"
+    result = run_cli("calibrate", str(folder), "--hardware", "a100-80gb", "-o", str(fitted))
+    assert result.returncode == 0, result.stderr
+    from tinker_opt.hardware import load_hardware
+
+    assert load_hardware(fitted).name.endswith("(calibrated)")
+
+
+def test_analytic_needs_hardware(tmp_path):
+    """The analytic device without --hardware is a one-line error naming the flag."""
+    result = run_cli("profile", str(EXAMPLE), "--device", "analytic", "--save-path", str(tmp_path))
+    assert_one_line_error(result, "--hardware")

@@ -307,6 +307,22 @@ def apply(
     console.print(f"wrote {output}")
 
 
+@app.command()
+def calibrate(
+    profile_dir: Path = typer.Argument(..., help="A measured profiled-data folder of a real device."),
+    hardware: str = typer.Option(..., "--hardware", help="The description to start from (name or JSON file)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Where to write the fitted hardware JSON."),
+) -> None:
+    """Fit a hardware description's efficiency curves and links to a measured profile."""
+    from tinker_opt.hardware import load_hardware
+    from tinker_opt.profile.calibrate import calibrate as fit, write_hardware_json
+    from tinker_opt.profile.store import load_profiled_data
+
+    fitted = fit(load_profiled_data(profile_dir), load_hardware(hardware))
+    write_hardware_json(fitted, output)
+    console.print(f"wrote {output}")
+
+
 def main() -> None:
     """Console entry point: one-line errors for user mistakes, exit code 2."""
     try:

@@ -55,20 +55,21 @@ def run_profile_step(values: dict[str, Any], *, progress: Progress | None = None
     info = read_script(values["pretrain_script_path"])
     labels = labels_for(values["pretrain_script_path"], values.get("model_name"), values.get("model_size"))
     out_dir = profile_folder(values, labels)
-    if values["device"] == "analytic":
+    from tinker_opt.profile.runner import ProfileSettings, run_profile
+
+    analytic = values["device"] == "analytic"
+    settings = ProfileSettings(
+        device="cpu" if analytic else values["device"], max_npu=values["max_npu"], max_mbs=values["max_mbs"],
+        prof_tp=values.get("prof_tp"), prof_sp=values.get("prof_sp"), warmup=values["warmup"],
+        repeats=values["repeats"], hardware=values.get("hardware"))
+    if analytic:
         from tinker_opt.hardware import load_hardware
         from tinker_opt.profile.analytic import analytic_profile
 
         require(values, "profile", "hardware")
-        analytic_profile(info.model, load_hardware(values["hardware"]), out_dir, max_npu=values["max_npu"],
-                         max_mbs=values["max_mbs"], progress=progress, log=log)
+        analytic_profile(info.model, load_hardware(values["hardware"]), out_dir, limits=settings.limits(info.train),
+                         progress=progress, log=log)
     else:
-        from tinker_opt.profile.runner import ProfileSettings, run_profile
-
-        settings = ProfileSettings(
-            device=values["device"], max_npu=values["max_npu"], max_mbs=values["max_mbs"],
-            prof_tp=values.get("prof_tp"), prof_sp=values.get("prof_sp"), warmup=values["warmup"],
-            repeats=values["repeats"], hardware=values.get("hardware"))
         run_profile(info.model, settings, out_dir, train=info.train, progress=progress, log=log)
     _record_origin(out_dir, values["pretrain_script_path"], labels, values.get("version"))
     return out_dir
