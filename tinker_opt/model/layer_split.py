@@ -94,7 +94,7 @@ def objective_x_v(c: SplitCoefficients, k: Scalars, n: np.ndarray, r: int) -> in
 
 def pack(caps: np.ndarray, total: int) -> np.ndarray | None:
     """Layers >= 1 per stage under caps summing to total, packed into the largest caps first."""
-    if caps.min() < 1 or caps.sum() < total:
+    if caps.min() < 1 or caps.sum() < total or total < len(caps):
         return None
     n = np.ones_like(caps)
     left = total - len(caps)
