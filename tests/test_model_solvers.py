@@ -58,7 +58,7 @@ def test_all_solvers_find_the_same_optimum(cost_model):
             assert objective_ms is None, solver
             continue
         assert objective_ms == pytest.approx(expected, rel=1e-12), solver
-        assert result.status == "optimal"
+        assert result.status == "optimal", (solver, result)
         for evaluation in result.top:
             again = cost_model.evaluate(evaluation.strategy)
             assert again.time_ns_x_vpp == evaluation.time_ns_x_vpp and again.fits
