@@ -86,6 +86,15 @@ def test_parallel_enumeration_matches_serial():
     """Enumeration over 2 processes finds the same candidates as one process."""
     model = _model()
     outers = _outers(model, SPACE)
-    serial = enumerate_splits(model, outers, cpus=1)
-    parallel = enumerate_splits(model, outers, cpus=2)
+    serial, complete = enumerate_splits(model, outers, cpus=1)
+    parallel, _ = enumerate_splits(model, outers, cpus=2)
+    assert complete
     assert [(c.outer, c.split) for c in serial] == [(c.outer, c.split) for c in parallel]
+
+
+def test_interrupted_enumeration_is_reported_as_feasible():
+    """An enumeration stopped by its time limit does not claim optimality."""
+    model = _model()
+    outers = _outers(model, SPACE)
+    found, complete = enumerate_splits(model, outers, cpus=1, time_limit_s=1e-9)
+    assert not complete and len(found) < len(outers)

@@ -44,6 +44,7 @@ class Scalars:
 
     @classmethod
     def of(cls, c: SplitCoefficients) -> "Scalars":
+        assert c.homogeneous, "the split search needs a uniform layer stack (search() checks it)"
         return cls(int(c.layer_time_ns[0]), int(c.layer_recompute_ns[0]), int(c.layer_static_bytes[0]),
                    int(c.layer_act_bytes[0]), int(c.layer_input_bytes[0]), int(c.layer_tail_ns[0]))
 
