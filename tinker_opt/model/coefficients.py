@@ -86,15 +86,6 @@ class SplitCoefficients:
         """The split is fixed (virtual pipeline: Megatron never combines it with a layer list)."""
         return self.vpp > 1
 
-    def chunk_positions(self, layers: tuple[int, ...]) -> list[list[np.ndarray]]:
-        """Layer positions of each stage, by chunk (v chunks per rank, Megatron's interleaving)."""
-        if self.vpp == 1:
-            bounds = np.concatenate([[0], np.cumsum(layers)])
-            return [[np.arange(bounds[s], bounds[s + 1])] for s in range(self.num_stages)]
-        size = self.num_layers // (self.num_stages * self.vpp)
-        return [[np.arange((j * self.num_stages + s) * size, (j * self.num_stages + s + 1) * size)
-                 for j in range(self.vpp)] for s in range(self.num_stages)]
-
     def recompute_count(self, chunk_len: int, r: int) -> int:
         """Block method: each chunk recomputes its first min(r, layers) layers."""
         return min(r, chunk_len)
@@ -119,30 +110,64 @@ class StageCost:
     memory_bytes_x_v: int
 
 
+_PREFIXED = ("layer_time_ns", "layer_comm_ns", "layer_recompute_ns", "layer_tail_ns", "layer_tail_sync_ns",
+             "layer_static_bytes", "layer_optimizer_bytes", "layer_act_bytes", "layer_input_bytes")
+
+
+def _prefix_sums(c: SplitCoefficients) -> dict[str, list[int]]:
+    """Prefix sums of the layer arrays (Python ints), so a range of layers sums in O(1)."""
+    cached = c.__dict__.get("_prefix")
+    if cached is None:
+        cached = {name: [0] + np.cumsum(getattr(c, name)).tolist() for name in _PREFIXED}
+        object.__setattr__(c, "_prefix", cached)
+    return cached
+
+
+def _chunk_bounds(c: SplitCoefficients, layers: tuple[int, ...], s: int) -> list[tuple[int, int]]:
+    """(start, end) layer positions of stage s's chunks (v per rank, Megatron's interleaving)."""
+    if c.vpp == 1:
+        start = sum(layers[:s])
+        return [(start, start + layers[s])]
+    size = c.num_layers // (c.num_stages * c.vpp)
+    return [((j * c.num_stages + s) * size, (j * c.num_stages + s + 1) * size) for j in range(c.vpp)]
+
+
 def stage_costs(c: SplitCoefficients, layers: tuple[int, ...], r: int) -> list[StageCost]:
-    """The per-stage integers of a split (`layers` per stage, recompute count r, 0 for none)."""
+    """The per-stage integers of a split (`layers` per stage, recompute count r, 0 for none).
+
+    Block recompute method: each chunk recomputes its first min(r, chunk length) layers."""
+    pre = _prefix_sums(c)
     out = []
-    for s, chunks in enumerate(c.chunk_positions(layers)):
-        positions = np.concatenate(chunks)
-        recomputed = np.concatenate([chunk[:c.recompute_count(len(chunk), r)] for chunk in chunks])
-        kept = np.setdiff1d(positions, recomputed)
-        recompute_ns = int(c.layer_recompute_ns[recomputed].sum())
-        time_ns = int(c.layer_time_ns[positions].sum()) + recompute_ns + int(c.stage_time_ns[s])
-        comm_ns = int(c.layer_comm_ns[positions].sum()) + int(c.stage_comm_ns[s])
-        tail_ns = int(c.layer_tail_ns[positions].sum()) + int(c.stage_tail_ns[s])
-        tail_sync_ns = int(c.layer_tail_sync_ns[positions].sum()) + int(c.stage_tail_sync_ns[s])
-        v = c.vpp
-        static = v * (int(c.layer_static_bytes[positions].sum()) + int(c.stage_static_bytes[s]))
-        optimizer = v * (int(c.layer_optimizer_bytes[positions].sum()) + int(c.stage_optimizer_bytes[s]))
-        transient = v * int(c.stage_transient_bytes[s])
-        per_micro = (int(c.layer_act_bytes[kept].sum()) + int(c.layer_input_bytes[recomputed].sum())
-                     + int(c.stage_act_bytes[s]))
-        act = int(c.stage_inflight_x_v[s]) * per_micro
-        other = v * c.work_bytes if len(recomputed) else 0
-        out.append(StageCost(len(positions), len(recomputed), time_ns, comm_ns, recompute_ns, tail_ns,
-                             tail_sync_ns, static, optimizer, transient, act, other,
-                             static + act + other))
+    for s in range(c.num_stages):
+        total = dict.fromkeys(_PREFIXED, 0)
+        num, num_rc, recompute_ns, rc_input, rc_act = 0, 0, 0, 0, 0
+        for start, end in _chunk_bounds(c, layers, s):
+            cut = start + c.recompute_count(end - start, r)
+            for name in _PREFIXED:
+                total[name] += pre[name][end] - pre[name][start]
+            recompute_ns += pre["layer_recompute_ns"][cut] - pre["layer_recompute_ns"][start]
+            rc_input += pre["layer_input_bytes"][cut] - pre["layer_input_bytes"][start]
+            rc_act += pre["layer_act_bytes"][cut] - pre["layer_act_bytes"][start]
+            num, num_rc = num + end - start, num_rc + cut - start
+        out.append(_stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act))
     return out
+
+
+def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act) -> StageCost:
+    v = c.vpp
+    time_ns = total["layer_time_ns"] + recompute_ns + int(c.stage_time_ns[s])
+    comm_ns = total["layer_comm_ns"] + int(c.stage_comm_ns[s])
+    tail_ns = total["layer_tail_ns"] + int(c.stage_tail_ns[s])
+    tail_sync_ns = total["layer_tail_sync_ns"] + int(c.stage_tail_sync_ns[s])
+    static = v * (total["layer_static_bytes"] + int(c.stage_static_bytes[s]))
+    optimizer = v * (total["layer_optimizer_bytes"] + int(c.stage_optimizer_bytes[s]))
+    transient = v * int(c.stage_transient_bytes[s])
+    # In flight: kept layers hold their activations, recomputed ones only their input.
+    per_micro = total["layer_act_bytes"] - rc_act + rc_input + int(c.stage_act_bytes[s])
+    act = int(c.stage_inflight_x_v[s]) * per_micro
+    other = v * c.work_bytes if num_rc else 0
+    return StageCost(num, num_rc, time_ns, comm_ns, recompute_ns, tail_ns, tail_sync_ns, static,
+                     optimizer, transient, act, other, static + act + other)
 
 
 def iteration_time_ns_x_v(c: SplitCoefficients, stages: list[StageCost]) -> int:

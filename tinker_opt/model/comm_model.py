@@ -58,7 +58,8 @@ class CommModel:
         self._links: dict[tuple[str, int, str], _Fit] = {}
         self.warnings: list[str] = []
         self._scope_links: dict[str, LinkSpec] = {}
-        for scope, needed in (("intra_node", multi_device), ("inter_node", multi_node)):
+        inter_needed = multi_node and inter_node_bandwidth_gbs is None
+        for scope, needed in (("intra_node", multi_device), ("inter_node", inter_needed)):
             self._scope_links[scope] = self._scope_link(scope, needed, hardware)
         if inter_node_bandwidth_gbs is not None:
             latency = self._scope_links["inter_node"].latency_us

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -48,25 +50,52 @@ def _solve_chunk(outers: Sequence[Strategy]) -> list[Candidate]:
 
 
 def enumerate_splits(cost_model, outers: Sequence[Strategy], *, cpus: int = 1,
-                     progress: Callable[[int, int], None] | None = None) -> list[Candidate]:
-    """Best split of every outer configuration that fits, fastest first."""
+                     progress: Callable[[int, int], None] | None = None,
+                     time_limit_s: float | None = None) -> tuple[list[Candidate], bool]:
+    """Best split of every outer configuration that fits, fastest first, and whether every
+    configuration was visited (False when the time limit stopped it)."""
     global _WORKER_MODEL
     _WORKER_MODEL = cost_model
-    chunks = [list(outers[i::max(cpus, 1) * 4]) for i in range(max(cpus, 1) * 4)]
-    results: list[Candidate] = []
-    if cpus <= 1 or len(outers) < 64:
-        for done, chunk in enumerate(chunks, 1):
-            results += _solve_chunk(chunk)
-            if progress:
-                progress(done, len(chunks))
+    workers = max(cpus, 1)
+    num_chunks = max(1, min(len(outers), workers * 16))
+    chunks = [list(outers[i::num_chunks]) for i in range(num_chunks)]
+    deadline = time.perf_counter() + time_limit_s if time_limit_s else float("inf")
+    if workers == 1 or len(outers) < 64:
+        results, done = _run_serial(chunks, deadline, progress)
     else:
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=cpus, mp_context=context) as pool:
-            for done, part in enumerate(pool.map(_solve_chunk, chunks), 1):
-                results += part
+        results, done = _run_pool(chunks, workers, deadline, progress)
+    ranked = sorted(results, key=lambda cand: (cand.time_ns, cand.outer.label()))
+    return ranked, done == len(chunks)
+
+
+def _run_serial(chunks, deadline, progress):
+    results, done = [], 0
+    for chunk in chunks:
+        if time.perf_counter() > deadline:
+            break
+        results += _solve_chunk(chunk)
+        done += 1
+        if progress:
+            progress(done, len(chunks))
+    return results, done
+
+
+def _run_pool(chunks, workers, deadline, progress):
+    results, done = [], 0
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [pool.submit(_solve_chunk, chunk) for chunk in chunks]
+        try:
+            for future in as_completed(futures, timeout=max(deadline - time.perf_counter(), 0)
+                                       if deadline != float("inf") else None):
+                results += future.result()
+                done += 1
                 if progress:
                     progress(done, len(chunks))
-    return sorted(results, key=lambda cand: (cand.time_ns, cand.outer.label()))
+        except FuturesTimeout:
+            for future in futures:
+                future.cancel()
+    return results, done
 
 
 def compositions(total: int, parts: int):

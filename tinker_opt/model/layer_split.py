@@ -44,6 +44,7 @@ class Scalars:
 
     @classmethod
     def of(cls, c: SplitCoefficients) -> "Scalars":
+        assert c.homogeneous, "the split search needs a uniform layer stack (search() checks it)"
         return cls(int(c.layer_time_ns[0]), int(c.layer_recompute_ns[0]), int(c.layer_static_bytes[0]),
                    int(c.layer_act_bytes[0]), int(c.layer_input_bytes[0]), int(c.layer_tail_ns[0]))
 
@@ -67,14 +68,14 @@ def memory_caps(c: SplitCoefficients, k: Scalars, r: int) -> np.ndarray:
 
 
 def _piecewise_cap(budget: np.ndarray, low, high, r: int, limit: int) -> np.ndarray:
-    """max n in [0, limit] with cost(n) <= budget, cost = low*n (n <= r), low*r + high*(n-r) beyond."""
-    low = np.broadcast_to(np.asarray(low, dtype=np.int64), budget.shape)
-    high = np.broadcast_to(np.asarray(high, dtype=np.int64), budget.shape)
-    first = np.where(low > 0, np.floor_divide(np.maximum(budget, -1), np.maximum(low, 1)), limit)
-    rest = budget - low * r
-    beyond = r + np.where(high > 0, np.floor_divide(np.maximum(rest, -1), np.maximum(high, 1)), limit)
+    """max n in [0, limit] with cost(n) <= budget, cost = low*n (n <= r), low*r + high*(n-r) beyond;
+    -1 where even n = 0 does not fit. `low` and `high` are scalars or broadcast with budget."""
+    low = np.asarray(low, dtype=np.int64)
+    high = np.asarray(high, dtype=np.int64)
+    first = np.where(low > 0, np.maximum(budget, -1) // np.maximum(low, 1), limit)
+    beyond = r + np.where(high > 0, np.maximum(budget - low * r, -1) // np.maximum(high, 1), limit)
     n = np.where(first < r, first, beyond)
-    return np.clip(np.where(budget < 0, -1, n), -1, limit)
+    return np.minimum(np.where(budget < 0, -1, n), limit)
 
 
 def stage_time_ns(c: SplitCoefficients, k: Scalars, n: np.ndarray, r: int) -> np.ndarray:
@@ -94,7 +95,7 @@ def objective_x_v(c: SplitCoefficients, k: Scalars, n: np.ndarray, r: int) -> in
 
 def pack(caps: np.ndarray, total: int) -> np.ndarray | None:
     """Layers >= 1 per stage under caps summing to total, packed into the largest caps first."""
-    if caps.min() < 1 or caps.sum() < total:
+    if caps.min() < 1 or caps.sum() < total or total < len(caps):
         return None
     n = np.ones_like(caps)
     left = total - len(caps)
@@ -112,10 +113,24 @@ def best_split(c: SplitCoefficients) -> Split | None:
     k = Scalars.of(c)
     best: Split | None = None
     for r in recompute_range(c):
-        found = _best_even(c, k, r) if c.vpp > 1 else _best_for_r(c, k, r, best.time_ns_x_v if best else INF)
+        incumbent = best.time_ns_x_v if best else INF
+        if c.vpp == 1 and _lower_bound_for_r(c, k, r) >= incumbent:
+            continue
+        found = _best_even(c, k, r) if c.vpp > 1 else _best_for_r(c, k, r, incumbent)
         if found is not None and (best is None or found.time_ns_x_v < best.time_ns_x_v):
             best = found
     return best
+
+
+def _lower_bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int:
+    """A lower bound on v*T for recompute count r (v = 1): the largest stage holds at least
+    ceil(L/p) layers, every stage recomputes min(r, 1) or more, every tail is at least its own."""
+    L, p = c.num_layers, c.num_stages
+    per = -(-L // p)
+    bottleneck = k.a * per + k.f * min(r, per) + int(c.stage_time_ns.min())
+    total = k.a * L + int(c.stage_time_ns.sum()) + k.f * (min(r, per) + (p - 1) * min(r, 1))
+    tail = max(k.alpha * per + int(c.stage_tail_ns.min()), int((k.alpha + c.stage_tail_ns).max()))
+    return total + (c.num_microbatches - 1) * bottleneck + tail
 
 
 def _best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:

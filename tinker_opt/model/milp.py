@@ -185,11 +185,14 @@ def _quiet_stdout():
 
 
 def _pulp_solver(time_limit_s: float, threads: int):
-    """HiGHS through its Python API, else CBC through COIN_CMD (the bundled binary)."""
+    """HiGHS through its Python API, else CBC through COIN_CMD (the bundled binary).
+
+    HiGHS gets no thread count: its global scheduler keeps the first count it starts with and a
+    later different count makes `run` fail (status kNotset), and its MIP search is serial anyway.
+    """
     import pulp
 
-    highs = pulp.HiGHS(msg=False, timeLimit=float(time_limit_s), threads=max(1, int(threads)),
-                       gapRel=1e-9, gapAbs=0.0)
+    highs = pulp.HiGHS(msg=False, timeLimit=float(time_limit_s), gapRel=1e-9, gapAbs=0.0)
     if highs.available():
         return highs
     from pulp.apis.coin_api import pulp_cbc_path
@@ -240,6 +243,9 @@ def _milp_status(problem, pulp, solver, scale: int) -> tuple[str, float]:
             return "optimal", min(bound_ns, info.objective_function_value / US_PER_NS / scale)
         if status == highspy.HighsModelStatus.kInfeasible:
             return "infeasible", float("inf")
+        if status in (highspy.HighsModelStatus.kNotset, highspy.HighsModelStatus.kSolveError,
+                      highspy.HighsModelStatus.kModelError, highspy.HighsModelStatus.kLoadError):
+            raise RuntimeError(f"internal error: HiGHS did not run ({status})")
         return ("feasible" if has_solution else "unknown"), bound_ns
     if problem.status == pulp.LpStatusOptimal and problem.sol_status == pulp.LpSolutionOptimal:
         return "optimal", pulp.value(problem.objective) / US_PER_NS / scale

@@ -68,18 +68,28 @@ def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float 
     """Find the fastest strategy that fits; raise InfeasibleError when none does."""
     if solver not in SOLVERS:
         raise ConfigError(f"unknown solver {solver!r}; choose one of {list(SOLVERS)}")
+    if len(cost_model.model.layer_block_names()) > 1:
+        raise ConfigError(
+            "this model mixes dense and MoE layers (first_k_dense_replace / moe_layer_freq): "
+            "`simulate` evaluates it, but the search handles uniform layer stacks only; "
+            "simulate candidate strategies instead")
     start = time.perf_counter()
     note = progress or (lambda message: None)
     space = space or SearchSpace()
     outers = _outers(cost_model, space)
     note(f"{len(outers)} valid outer configurations")
     if solver == "enum":
-        found = enumerate_splits(cost_model, outers, cpus=cpus)
-        if not found:
+        found, complete = enumerate_splits(cost_model, outers, cpus=cpus, time_limit_s=time_limit_s)
+        if not found and complete:
             raise InfeasibleError(infeasible_message(cost_model, outers))
+        if not found:
+            raise InfeasibleError(f"enumeration stopped at the {time_limit_s:g} s time limit before "
+                                  "finding a strategy that fits; raise --time-limit or use --solver cpsat")
         top = [_evaluate(cost_model, cand) for cand in found[:top_k]]
         elapsed = time.perf_counter() - start
-        return _result("enum", "optimal", top, top[0].time_ns_x_vpp / top[0].strategy.vpp, start,
+        # An interrupted enumeration proves nothing about the configurations it did not visit.
+        bound_ns = top[0].time_ns_x_vpp / top[0].strategy.vpp if complete else 0.0
+        return _result("enum", "optimal" if complete else "feasible", top, bound_ns, start,
                        len(outers), len(found), len(outers), cost_model, elapsed)
     coeffs = {o: cost_model.coefficients(o) for o in outers}
     feasible = [o for o in outers if is_feasible(coeffs[o])]

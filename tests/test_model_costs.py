@@ -1,0 +1,127 @@
+"""CostModel.evaluate: the one definition of modelled time and memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from model_support import cluster, dense_model, synthetic_profile
+from tinker_opt.errors import ProfileDataError, StrategyError
+from tinker_opt.model.costs import CostModel
+from tinker_opt.model.strategy import Strategy
+
+MODEL = dense_model(num_layers=8, hidden=1024, heads=16, seq=2048)
+PROFILE = synthetic_profile(MODEL)
+STAGE_KEYS = {"stage", "layers", "recompute_layers", "time_ms", "memory_mb", "compute_ms", "comm_ms",
+              "weights_mb", "optimizer_mb", "activations_mb"}
+
+
+def _model(nodes=1, per_node=8, memory_mb=60000, gbs=64, profile=PROFILE, **kwargs):
+    return CostModel.from_profile(profile, MODEL, cluster(nodes, per_node, memory_mb), gbs, **kwargs)
+
+
+def test_to_dict_has_the_interface_keys():
+    """Evaluation.to_dict() carries exactly the documented top-level keys and the stage keys."""
+    out = _model().evaluate(Strategy(tp=2, pp=2, dp=2, sp=True)).to_dict()
+    assert set(out) == {"strategy", "iteration_time_ms", "peak_memory_mb", "tokens_per_s_per_device",
+                        "stages", "time_breakdown_ms", "fits", "estimated"}
+    assert len(out["stages"]) == 2 and all(STAGE_KEYS <= set(stage) for stage in out["stages"])
+
+
+def test_breakdown_adds_up_to_the_iteration_time():
+    """Compute, recompute, comm of the slowest stage x m, bubble, sync and optimizer add up."""
+    strategy = Strategy(tp=2, pp=4, dp=1, sp=True, recompute="full", recompute_num_layers=1,
+                        num_layer_list=(3, 2, 2, 1))
+    evaluation = _model().evaluate(strategy)
+    assert sum(evaluation.time_breakdown_ms.values()) == pytest.approx(evaluation.iteration_time_ms)
+
+
+def test_single_device_has_no_communication():
+    """tp = pp = dp = cp = 1: no collective at all."""
+    evaluation = _model(per_node=1).evaluate(Strategy())
+    assert evaluation.stages[0]["comm_ms"] == 0
+    assert evaluation.time_breakdown_ms["dp_sync_ms"] == 0
+
+
+def test_distributed_optimizer_shards_states_and_is_not_slower():
+    """dist_opt divides optimizer states by dp*cp and its reduce-scatter + all-gather is no slower."""
+    plain = _model().evaluate(Strategy(dp=8))
+    sharded = _model().evaluate(Strategy(dp=8, dist_opt=True))
+    assert sharded.stages[0]["optimizer_mb"] == pytest.approx(plain.stages[0]["optimizer_mb"] / 8, rel=1e-6)
+    assert sharded.iteration_time_ms <= plain.iteration_time_ms
+
+
+def test_full_recompute_trades_time_for_memory():
+    """Each stage recomputes min(r, n_s) layers: less activation memory, more time."""
+    base = Strategy(tp=1, pp=2, dp=4, num_layer_list=(5, 3))
+    plain = _model().evaluate(base)
+    full = _model().evaluate(base.replace(recompute="full", recompute_num_layers=4))
+    assert [s["recompute_layers"] for s in full.stages] == [4, 3]
+    assert full.peak_memory_mb < plain.peak_memory_mb
+    assert full.iteration_time_ms > plain.iteration_time_ms
+
+
+def test_first_stage_holds_the_most_micro_batches():
+    """1F1B: stage s holds min(pp - s, m) micro-batches, so equal stages shrink along the pipe."""
+    evaluation = _model().evaluate(Strategy(pp=4, dp=2))
+    activations = [stage["activations_mb"] for stage in evaluation.stages]
+    assert activations[0] > activations[1] > activations[2]
+
+
+def test_interleaving_shrinks_the_bubble():
+    """vpp = 2 halves the bubble (at twice the p2p traffic)."""
+    plain = _model().evaluate(Strategy(pp=4, dp=2))
+    interleaved = _model().evaluate(Strategy(pp=4, dp=2, vpp=2))
+    assert interleaved.time_breakdown_ms["bubble_ms"] < plain.time_breakdown_ms["bubble_ms"]
+
+
+def test_tied_embeddings_put_a_copy_on_the_last_stage():
+    """With pp > 1 the last stage holds the word embeddings (vocab/tp x h) besides its layers."""
+    evaluation = _model().evaluate(Strategy(pp=2, dp=4))
+    first, last = evaluation.stages
+    words_mb = MODEL.vocab_size_for(1) * MODEL.hidden_size * 6 / 2**20  # bf16 weight + fp32 grad
+    assert last["weights_mb"] > first["weights_mb"] - words_mb * 0.01
+    assert last["weights_mb"] == pytest.approx(first["weights_mb"], rel=0.05)
+
+
+def test_missing_inter_node_figures_warn_and_can_be_overridden():
+    """Two nodes without inter-node rows: a prominent warning; a flag silences and overrides it."""
+    profile = synthetic_profile(MODEL, inter_node=False)
+    warned = _model(nodes=2, per_node=4, profile=profile)
+    assert any("inter-node" in w and "default" in w for w in warned.warnings)
+    given = _model(nodes=2, per_node=4, profile=profile, inter_node_bandwidth_gbs=5.0)
+    assert not given.warnings
+    strategy = Strategy(tp=2, pp=1, dp=4, sp=True)
+    assert given.evaluate(strategy).iteration_time_ms > warned.evaluate(strategy).iteration_time_ms
+
+
+def test_single_node_needs_no_inter_node_figures():
+    """One node never warns about inter-node figures."""
+    assert not _model(profile=synthetic_profile(MODEL, inter_node=False)).warnings
+
+
+def test_unprofiled_tp_names_the_profile_to_run():
+    """A tp that was never profiled is a ProfileDataError naming --max-npu."""
+    profile = synthetic_profile(MODEL, tps=(1, 2))
+    with pytest.raises(ProfileDataError, match="tp=4 was not profiled.*--max-npu 4"):
+        _model(profile=profile).evaluate(Strategy(tp=4, pp=1, dp=2, sp=True))
+
+
+def test_unprofiled_micro_batch_is_interpolated_and_marked():
+    """mbs 3 between profiled 2 and 4 is estimated; a profiled mbs is not."""
+    model = _model()
+    assert model.evaluate(Strategy(dp=8, mbs=2)).estimated is False
+    estimated = model.evaluate(Strategy(dp=8, mbs=8))
+    assert estimated.estimated is True
+    assert estimated.iteration_time_ms > 0
+
+
+def test_invalid_strategy_is_rejected():
+    """evaluate() applies the validity rules."""
+    with pytest.raises(StrategyError, match="must equal"):
+        _model().evaluate(Strategy(tp=2, pp=2, dp=1))
+
+
+def test_integer_objective_matches_reported_time():
+    """The reported time is the integer objective (ns x vpp) divided out."""
+    evaluation = _model().evaluate(Strategy(pp=4, dp=2, vpp=2, recompute="full", recompute_num_layers=1))
+    assert evaluation.iteration_time_ms == pytest.approx(evaluation.time_ns_x_vpp / 2 / 1e6, rel=1e-15)
