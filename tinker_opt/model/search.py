@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tinker_opt.errors import ConfigError, InfeasibleError
-from tinker_opt.model.bounds import is_feasible, lower_bound_x_v
+from tinker_opt.model.bounds import lower_bound_x_v
 from tinker_opt.model.costs import CostModel, Evaluation
-from tinker_opt.model.enumerate import Candidate, enumerate_splits
+from tinker_opt.model.enumerate import Candidate, enumerate_splits, presolve
 from tinker_opt.model.infeasible import infeasible_message
 from tinker_opt.model.layer_split import best_split
 from tinker_opt.model.milp import solve_cpsat, solve_milp
@@ -91,11 +91,12 @@ def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float 
         bound_ns = top[0].time_ns_x_vpp / top[0].strategy.vpp if complete else 0.0
         return _result("enum", "optimal" if complete else "feasible", top, bound_ns, start,
                        len(outers), len(found), len(outers), cost_model, elapsed)
-    coeffs = {o: cost_model.coefficients(o) for o in outers}
-    feasible = [o for o in outers if is_feasible(coeffs[o])]
-    if not feasible:
+    cheap = presolve(cost_model, outers, cpus=cpus)  # feasibility and cheap bounds, in parallel
+    if not cheap:
         raise InfeasibleError(infeasible_message(cost_model, outers))
-    bounds = _Bounds(coeffs, feasible)
+    coeffs = _LazyCoefficients(cost_model)
+    bounds = _Bounds(coeffs, cheap)
+    feasible = bounds.order
     hints = _split_all(coeffs, bounds.order[:top_k])
     note(f"{len(feasible)} fit in memory; incumbent {hints[0].time_ns / 1e6:.3f} ms")
     in_model = [o for o in bounds.order if o == hints[0].outer or (
@@ -112,14 +113,24 @@ def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float 
                    cost_model, outcome.solve_time_s)
 
 
+class _LazyCoefficients:
+    """coeffs[outer]: the cost model's (cached) coefficients, built when first needed."""
+
+    def __init__(self, cost_model: CostModel) -> None:
+        self.cost_model = cost_model
+
+    def __getitem__(self, outer):
+        return self.cost_model.coefficients(outer)
+
+
 class _Bounds:
     """Lower bounds on T (ns): the cheap one for every feasible configuration (and the visiting
     order), the tight one (water-filling) computed when needed."""
 
-    def __init__(self, coeffs, feasible) -> None:
+    def __init__(self, coeffs, cheap: dict) -> None:
         self.coeffs = coeffs
-        self.cheap = {o: lower_bound_x_v(coeffs[o], tight=False) / coeffs[o].vpp for o in feasible}
-        self.order = sorted(feasible, key=lambda o: (self.cheap[o], o.label()))
+        self.cheap = cheap
+        self.order = sorted(cheap, key=lambda o: (cheap[o], o.label()))
         self._tight: dict = {}
 
     def tight(self, outer) -> float:
