@@ -64,8 +64,11 @@ class SearchResult:
 
 def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float = 60, cpus: int = 2,
            top_k: int = 10, space: SearchSpace | None = None,
-           progress: Callable[[str], None] | None = None) -> SearchResult:
-    """Find the fastest strategy that fits; raise InfeasibleError when none does."""
+           progress: Callable[[str], None] | None = None, prune: bool = True) -> SearchResult:
+    """Find the fastest strategy that fits; raise InfeasibleError when none does.
+
+    `prune=False` puts every feasible configuration into the CP-SAT / MILP model (no bound
+    pruning): slower, for benchmarks and checks of the formulation."""
     if solver not in SOLVERS:
         raise ConfigError(f"unknown solver {solver!r}; choose one of {list(SOLVERS)}")
     if len(cost_model.model.layer_block_names()) > 1:
@@ -99,7 +102,7 @@ def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float 
     feasible = bounds.order
     hints = _split_all(coeffs, bounds.order[:top_k])
     note(f"{len(feasible)} fit in memory; incumbent {hints[0].time_ns / 1e6:.3f} ms")
-    in_model = [o for o in bounds.order if o == hints[0].outer or (
+    in_model = [o for o in bounds.order if not prune or o == hints[0].outer or (
         bounds.cheap[o] < hints[0].time_ns and bounds.tight(o) < hints[0].time_ns)]
     note(f"{len(in_model)} configurations in the {solver} model")
     outcome = _solve(solver, coeffs, in_model, hints[0], time_limit_s - (time.perf_counter() - start), cpus)
