@@ -1,14 +1,17 @@
 """The search the CLI calls: space -> coefficients -> presolve -> solver -> ranked Evaluations.
 
 Pipeline for `cpsat` and `milp`:
-  1. every valid outer configuration of the space (space.py) and its integer coefficients;
-  2. exact feasibility (bounds.is_feasible) drops configurations in which no split fits;
-  3. a valid lower bound per configuration (bounds.lower_bound_x_v); configurations are split
-     exactly (layer_split) in increasing order of their bound until the next bound reaches the
-     k-th best time found: these are the incumbents (the solver's hint) and ranks 2..k;
-  4. configurations whose bound is below the best incumbent form the model, and the solver proves
-     (or, at the time limit, bounds) the optimum over them. A configuration left out has a bound
-     at least the incumbent's time, so it cannot be strictly better: the optimum is exact.
+  1. every valid outer configuration of the space (space.py);
+  2. presolve over `cpus` processes: exact feasibility (bounds.is_feasible: some split fits) and a
+     cheap valid lower bound on the iteration time of each feasible configuration;
+  3. incumbents: the exact split (layer_split) of the top_k configurations with the smallest
+     bounds; the best is the solver's hint;
+  4. the model: every configuration whose cheap and tight (water-filling) bounds are both below the
+     incumbent's time, plus the incumbent's own. The solver proves (or, at the time limit, bounds)
+     the optimum over them. A configuration left out has a valid bound at least the incumbent's
+     time, so it cannot be strictly better: the optimum over the whole space is exact;
+  5. ranks 2..k: exact splits in increasing bound order until the next bound reaches the k-th
+     best time found (so the top-k is exact too).
 `enum` splits every configuration exactly, with no bound, in parallel: the reference.
 Every strategy returned is re-evaluated with `CostModel.evaluate`, which must agree exactly with
 the integer objective the solver or split reported.
