@@ -6,7 +6,8 @@ Profiles are synthetic (tests/model_support.py: FLOP-proportional times, Korthik
 bytes, alpha-beta collectives), so the table measures the search, not a device. Enumeration is
 the honest baseline: every outer configuration, the exact split of each (vectorised over stages
 and candidate values), over `--cpus` processes, no bound pruning; it is stopped at --enum-limit
-seconds and then reported as `feasible` (unfinished) with its ratio as a lower bound. Writes
+seconds and then reported as `feasible` (unfinished) with its ratio as a lower bound.
+`cpsat-noprune` puts every feasible configuration into one CP-SAT model (small instances). Writes
 benchmarks/results/solver_vs_enum.{md,csv}.
 """
 
@@ -38,6 +39,9 @@ INSTANCES = [
     ("moe-96L-4096dev", lambda: moe_model(96, 8192, 64, experts=64, seq=4096), 512, 8, 4096, 60000),
     ("dense-128L-16384dev", lambda: dense_model(128, 16384, 128, groups=16, seq=4096), 2048, 8, 4096, 60000),
 ]
+NOPRUNE_MAX_DEVICES = 1024
+"""`cpsat-noprune` (every feasible configuration in one CP-SAT model, no bound pruning) runs on
+the small instances only: it shows what the bounds buy as the space grows."""
 COLUMNS = ("instance", "devices", "configs", "solver", "wall_s", "status", "objective_ms", "gap",
            "in_model", "enum_over_solver", "best")
 
@@ -52,7 +56,8 @@ def _cost_model(factory, nodes, per_node, gbs, memory_mb) -> CostModel:
 def _run(name, factory, nodes, per_node, gbs, memory_mb, solver, cpus, limit) -> dict:
     cost_model = _cost_model(factory, nodes, per_node, gbs, memory_mb)  # fresh: no shared caches
     start = time.perf_counter()
-    result = search(cost_model, solver=solver, cpus=cpus, top_k=10, time_limit_s=limit)
+    base, _, mode = solver.partition("-")
+    result = search(cost_model, solver=base, cpus=cpus, top_k=10, time_limit_s=limit, prune=mode != "noprune")
     wall = time.perf_counter() - start
     return {"instance": name, "devices": nodes * per_node, "configs": result.num_candidates,
             "solver": solver, "wall_s": round(wall, 2), "status": result.status,
@@ -65,19 +70,23 @@ def main() -> None:
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--enum-limit", type=float, default=45.0)
     parser.add_argument("--solver-limit", type=float, default=60.0)
+    parser.add_argument("--noprune-limit", type=float, default=30.0)
     parser.add_argument("--quick", action="store_true", help="only the three smallest instances")
     args = parser.parse_args()
     rows = []
     for name, factory, nodes, per_node, gbs, memory_mb in INSTANCES[:3] if args.quick else INSTANCES:
         group = {}
-        for solver, limit in (("cpsat", args.solver_limit), ("milp", args.solver_limit), ("enum", args.enum_limit)):
+        runs = [("cpsat", args.solver_limit), ("milp", args.solver_limit), ("enum", args.enum_limit)]
+        if nodes * per_node <= NOPRUNE_MAX_DEVICES:
+            runs.insert(1, ("cpsat-noprune", args.noprune_limit))
+        for solver, limit in runs:
             group[solver] = _run(name, factory, nodes, per_node, gbs, memory_mb, solver, args.cpus, limit)
             print(" | ".join(str(group[solver][c]) for c in COLUMNS), flush=True)
         enum = group["enum"]
-        for solver in ("cpsat", "milp"):
+        for solver in [s for s in group if s != "enum"]:
             ratio = enum["wall_s"] / max(group[solver]["wall_s"], 1e-3)
             group[solver]["enum_over_solver"] = (">" if enum["status"] != "optimal" else "") + f"{ratio:.1f}"
-        rows += [group["cpsat"], group["milp"], enum]
+        rows += list(group.values())
     _write(rows, args)
 
 

@@ -125,3 +125,31 @@ def test_integer_objective_matches_reported_time():
     """The reported time is the integer objective (ns x vpp) divided out."""
     evaluation = _model().evaluate(Strategy(pp=4, dp=2, vpp=2, recompute="full", recompute_num_layers=1))
     assert evaluation.iteration_time_ms == pytest.approx(evaluation.time_ns_x_vpp / 2 / 1e6, rel=1e-15)
+
+
+def test_mixed_stack_costs_follow_layer_positions():
+    """Dense-then-MoE stacks: a stage's cost depends on which layers it holds, not only how many."""
+    from model_support import moe_model
+
+    model = moe_model(num_layers=6, hidden=256, heads=4, seq=512, experts=4, first_dense=2)
+    profile = synthetic_profile(model, tps=(1, 2), cps=(1,), eps=(1, 2), mbss=(1,))
+    cost_model = CostModel.from_profile(profile, model, cluster(1, 6, 60000), 16)
+    base = Strategy(tp=2, pp=3, dp=1, ep=2, etp=1, sp=True)
+    moe_middle = cost_model.evaluate(base.replace(num_layer_list=(2, 2, 2))).stages[1]
+    mixed_middle = cost_model.evaluate(base.replace(num_layer_list=(1, 2, 3))).stages[1]
+    assert moe_middle["layers"] == mixed_middle["layers"] == 2
+    assert mixed_middle["memory_mb"] < moe_middle["memory_mb"]  # a dense layer holds no experts
+    assert mixed_middle["time_ms"] != moe_middle["time_ms"]
+
+
+def test_search_rejects_mixed_stacks_clearly():
+    """The search says it handles uniform stacks only (simulate still evaluates mixed ones)."""
+    from model_support import moe_model
+    from tinker_opt.errors import ConfigError
+    from tinker_opt.model.search import search
+
+    model = moe_model(num_layers=6, hidden=256, heads=4, seq=512, experts=4, first_dense=1)
+    profile = synthetic_profile(model, tps=(1, 2), cps=(1,), eps=(1, 2), mbss=(1,))
+    cost_model = CostModel.from_profile(profile, model, cluster(1, 8, 60000), 16)
+    with pytest.raises(ConfigError, match="mixes dense and MoE"):
+        search(cost_model)

@@ -73,10 +73,14 @@ class SplitCoefficients:
     memory_limit_bytes: int
     estimated: bool
     """Some block cost was interpolated in the micro-batch size."""
+    uniform: bool = False
+    """The model has one layer kind (then every layer costs the same by construction)."""
 
     @property
     def homogeneous(self) -> bool:
         """All layers cost the same (one layer kind): the solvers use scalar coefficients."""
+        if self.uniform:
+            return True
         arrays = (self.layer_time_ns, self.layer_recompute_ns, self.layer_static_bytes,
                   self.layer_act_bytes, self.layer_input_bytes, self.layer_tail_ns)
         return all(bool((a == a[0]).all()) for a in arrays)

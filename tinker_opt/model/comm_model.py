@@ -56,6 +56,7 @@ class CommModel:
                  multi_device: bool = True) -> None:
         self._fits = _fit_rows(comm)
         self._links: dict[tuple[str, int, str], _Fit] = {}
+        self._times: dict[tuple, float] = {}
         self.warnings: list[str] = []
         self._scope_links: dict[str, LinkSpec] = {}
         inter_needed = multi_node and inter_node_bandwidth_gbs is None
@@ -103,10 +104,16 @@ class CommModel:
 
     def time_us(self, op: str, group_size: int, scope: str, nbytes: float) -> float:
         """Time of one collective over `group_size` ranks of `nbytes` per rank (0 for a lone rank)."""
-        if group_size <= 1 and op != "send_recv":
-            return 0.0
-        fit = self.link(op, group_size, scope)
-        return collective_time_us(op, group_size, nbytes, fit.bandwidth_gbs, fit.latency_us)
+        key = (op, group_size, scope, nbytes)
+        found = self._times.get(key)
+        if found is None:
+            if group_size <= 1 and op != "send_recv":
+                found = 0.0
+            else:
+                fit = self.link(op, group_size, scope)
+                found = collective_time_us(op, group_size, nbytes, fit.bandwidth_gbs, fit.latency_us)
+            self._times[key] = found
+        return found
 
     def per_byte_us(self, op: str, group_size: int, scope: str) -> float:
         """The slope of `time_us` in bytes (the time is affine in the byte count)."""

@@ -83,14 +83,22 @@ class CostModel:
 
     def coefficients(self, outer: Strategy) -> SplitCoefficients:
         """Integer coefficients of an outer configuration (layer split and r are ignored)."""
-        key = outer.replace(num_layer_list=None, recompute_num_layers=None,
-                            recompute_method="block" if outer.recompute == "full" else None,
-                            cp_algo=outer.cp_algo if outer.cp > 1 else None)
+        cached = self._cache.get(outer)
+        if cached is not None:
+            return cached
+        method = "block" if outer.recompute == "full" else None
+        algo = outer.cp_algo if outer.cp > 1 else None
+        key = outer
+        if (outer.num_layer_list, outer.recompute_num_layers, outer.recompute_method, outer.cp_algo) != (
+                None, None, method, algo):
+            key = outer.replace(num_layer_list=None, recompute_num_layers=None, recompute_method=method,
+                                cp_algo=algo)
         cached = self._cache.get(key)
         if cached is None:
             check_outer(key, self.model, self.cluster.num_devices, self.global_batch_size)
             cached = self._terms.build(key)
             self._cache[key] = cached
+        self._cache[outer] = cached
         return cached
 
     def evaluate(self, strategy: Strategy) -> Evaluation:

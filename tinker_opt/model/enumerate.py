@@ -49,11 +49,35 @@ def _solve_chunk(outers: Sequence[Strategy]) -> list[Candidate]:
     return found
 
 
+def _presolve_chunk(outers: Sequence[Strategy]) -> list[tuple[Strategy, float]]:
+    """(outer, cheap lower bound on T in ns) of each configuration in which some split fits."""
+    from tinker_opt.model.bounds import is_feasible, lower_bound_x_v
+
+    found = []
+    for outer in outers:
+        coeffs = _WORKER_MODEL.coefficients(outer)
+        if is_feasible(coeffs):
+            found.append((outer, lower_bound_x_v(coeffs, tight=False) / coeffs.vpp))
+    return found
+
+
+def presolve(cost_model, outers: Sequence[Strategy], *, cpus: int = 1) -> dict[Strategy, float]:
+    """Feasible configurations and their cheap bounds, computed over `cpus` processes."""
+    found, _ = _map_chunks(cost_model, outers, _presolve_chunk, cpus, None, None)
+    return dict(found)
+
+
 def enumerate_splits(cost_model, outers: Sequence[Strategy], *, cpus: int = 1,
                      progress: Callable[[int, int], None] | None = None,
                      time_limit_s: float | None = None) -> tuple[list[Candidate], bool]:
     """Best split of every outer configuration that fits, fastest first, and whether every
     configuration was visited (False when the time limit stopped it)."""
+    results, complete = _map_chunks(cost_model, outers, _solve_chunk, cpus, progress, time_limit_s)
+    return sorted(results, key=lambda cand: (cand.time_ns, cand.outer.label())), complete
+
+
+def _map_chunks(cost_model, outers, work, cpus, progress, time_limit_s):
+    """Run `work` over interleaved chunks of `outers` in forked processes; (results, complete)."""
     global _WORKER_MODEL
     _WORKER_MODEL = cost_model
     workers = max(cpus, 1)
@@ -61,30 +85,29 @@ def enumerate_splits(cost_model, outers: Sequence[Strategy], *, cpus: int = 1,
     chunks = [list(outers[i::num_chunks]) for i in range(num_chunks)]
     deadline = time.perf_counter() + time_limit_s if time_limit_s else float("inf")
     if workers == 1 or len(outers) < 64:
-        results, done = _run_serial(chunks, deadline, progress)
+        results, done = _run_serial(work, chunks, deadline, progress)
     else:
-        results, done = _run_pool(chunks, workers, deadline, progress)
-    ranked = sorted(results, key=lambda cand: (cand.time_ns, cand.outer.label()))
-    return ranked, done == len(chunks)
+        results, done = _run_pool(work, chunks, workers, deadline, progress)
+    return results, done == len(chunks)
 
 
-def _run_serial(chunks, deadline, progress):
+def _run_serial(work, chunks, deadline, progress):
     results, done = [], 0
     for chunk in chunks:
         if time.perf_counter() > deadline:
             break
-        results += _solve_chunk(chunk)
+        results += work(chunk)
         done += 1
         if progress:
             progress(done, len(chunks))
     return results, done
 
 
-def _run_pool(chunks, workers, deadline, progress):
+def _run_pool(work, chunks, workers, deadline, progress):
     results, done = [], 0
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = [pool.submit(_solve_chunk, chunk) for chunk in chunks]
+        futures = [pool.submit(work, chunk) for chunk in chunks]
         try:
             for future in as_completed(futures, timeout=max(deadline - time.perf_counter(), 0)
                                        if deadline != float("inf") else None):

@@ -44,9 +44,14 @@ class Scalars:
 
     @classmethod
     def of(cls, c: SplitCoefficients) -> "Scalars":
-        assert c.homogeneous, "the split search needs a uniform layer stack (search() checks it)"
-        return cls(int(c.layer_time_ns[0]), int(c.layer_recompute_ns[0]), int(c.layer_static_bytes[0]),
-                   int(c.layer_act_bytes[0]), int(c.layer_input_bytes[0]), int(c.layer_tail_ns[0]))
+        """The scalars of a uniform stack (cached on the coefficients object)."""
+        cached = c.__dict__.get("_scalars")
+        if cached is None:
+            assert c.homogeneous, "the split search needs a uniform layer stack (search() checks it)"
+            cached = cls(int(c.layer_time_ns[0]), int(c.layer_recompute_ns[0]), int(c.layer_static_bytes[0]),
+                         int(c.layer_act_bytes[0]), int(c.layer_input_bytes[0]), int(c.layer_tail_ns[0]))
+            object.__setattr__(c, "_scalars", cached)
+        return cached
 
 
 def recompute_range(c: SplitCoefficients) -> range:

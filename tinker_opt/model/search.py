@@ -1,14 +1,17 @@
 """The search the CLI calls: space -> coefficients -> presolve -> solver -> ranked Evaluations.
 
 Pipeline for `cpsat` and `milp`:
-  1. every valid outer configuration of the space (space.py) and its integer coefficients;
-  2. exact feasibility (bounds.is_feasible) drops configurations in which no split fits;
-  3. a valid lower bound per configuration (bounds.lower_bound_x_v); configurations are split
-     exactly (layer_split) in increasing order of their bound until the next bound reaches the
-     k-th best time found: these are the incumbents (the solver's hint) and ranks 2..k;
-  4. configurations whose bound is below the best incumbent form the model, and the solver proves
-     (or, at the time limit, bounds) the optimum over them. A configuration left out has a bound
-     at least the incumbent's time, so it cannot be strictly better: the optimum is exact.
+  1. every valid outer configuration of the space (space.py);
+  2. presolve over `cpus` processes: exact feasibility (bounds.is_feasible: some split fits) and a
+     cheap valid lower bound on the iteration time of each feasible configuration;
+  3. incumbents: the exact split (layer_split) of the top_k configurations with the smallest
+     bounds; the best is the solver's hint;
+  4. the model: every configuration whose cheap and tight (water-filling) bounds are both below the
+     incumbent's time, plus the incumbent's own. The solver proves (or, at the time limit, bounds)
+     the optimum over them. A configuration left out has a valid bound at least the incumbent's
+     time, so it cannot be strictly better: the optimum over the whole space is exact;
+  5. ranks 2..k: exact splits in increasing bound order until the next bound reaches the k-th
+     best time found (so the top-k is exact too).
 `enum` splits every configuration exactly, with no bound, in parallel: the reference.
 Every strategy returned is re-evaluated with `CostModel.evaluate`, which must agree exactly with
 the integer objective the solver or split reported.
@@ -23,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tinker_opt.errors import ConfigError, InfeasibleError
-from tinker_opt.model.bounds import is_feasible, lower_bound_x_v
+from tinker_opt.model.bounds import lower_bound_x_v
 from tinker_opt.model.costs import CostModel, Evaluation
-from tinker_opt.model.enumerate import Candidate, enumerate_splits
+from tinker_opt.model.enumerate import Candidate, enumerate_splits, presolve
 from tinker_opt.model.infeasible import infeasible_message
 from tinker_opt.model.layer_split import best_split
 from tinker_opt.model.milp import solve_cpsat, solve_milp
@@ -64,8 +67,11 @@ class SearchResult:
 
 def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float = 60, cpus: int = 2,
            top_k: int = 10, space: SearchSpace | None = None,
-           progress: Callable[[str], None] | None = None) -> SearchResult:
-    """Find the fastest strategy that fits; raise InfeasibleError when none does."""
+           progress: Callable[[str], None] | None = None, prune: bool = True) -> SearchResult:
+    """Find the fastest strategy that fits; raise InfeasibleError when none does.
+
+    `prune=False` puts every feasible configuration into the CP-SAT / MILP model (no bound
+    pruning): slower, for benchmarks and checks of the formulation."""
     if solver not in SOLVERS:
         raise ConfigError(f"unknown solver {solver!r}; choose one of {list(SOLVERS)}")
     if len(cost_model.model.layer_block_names()) > 1:
@@ -91,14 +97,15 @@ def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float 
         bound_ns = top[0].time_ns_x_vpp / top[0].strategy.vpp if complete else 0.0
         return _result("enum", "optimal" if complete else "feasible", top, bound_ns, start,
                        len(outers), len(found), len(outers), cost_model, elapsed)
-    coeffs = {o: cost_model.coefficients(o) for o in outers}
-    feasible = [o for o in outers if is_feasible(coeffs[o])]
-    if not feasible:
+    cheap = presolve(cost_model, outers, cpus=cpus)  # feasibility and cheap bounds, in parallel
+    if not cheap:
         raise InfeasibleError(infeasible_message(cost_model, outers))
-    bounds = _Bounds(coeffs, feasible)
+    coeffs = _LazyCoefficients(cost_model)
+    bounds = _Bounds(coeffs, cheap)
+    feasible = bounds.order
     hints = _split_all(coeffs, bounds.order[:top_k])
     note(f"{len(feasible)} fit in memory; incumbent {hints[0].time_ns / 1e6:.3f} ms")
-    in_model = [o for o in bounds.order if o == hints[0].outer or (
+    in_model = [o for o in bounds.order if not prune or o == hints[0].outer or (
         bounds.cheap[o] < hints[0].time_ns and bounds.tight(o) < hints[0].time_ns)]
     note(f"{len(in_model)} configurations in the {solver} model")
     outcome = _solve(solver, coeffs, in_model, hints[0], time_limit_s - (time.perf_counter() - start), cpus)
@@ -112,14 +119,24 @@ def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float 
                    cost_model, outcome.solve_time_s)
 
 
+class _LazyCoefficients:
+    """coeffs[outer]: the cost model's (cached) coefficients, built when first needed."""
+
+    def __init__(self, cost_model: CostModel) -> None:
+        self.cost_model = cost_model
+
+    def __getitem__(self, outer):
+        return self.cost_model.coefficients(outer)
+
+
 class _Bounds:
     """Lower bounds on T (ns): the cheap one for every feasible configuration (and the visiting
     order), the tight one (water-filling) computed when needed."""
 
-    def __init__(self, coeffs, feasible) -> None:
+    def __init__(self, coeffs, cheap: dict) -> None:
         self.coeffs = coeffs
-        self.cheap = {o: lower_bound_x_v(coeffs[o], tight=False) / coeffs[o].vpp for o in feasible}
-        self.order = sorted(feasible, key=lambda o: (self.cheap[o], o.label()))
+        self.cheap = cheap
+        self.order = sorted(cheap, key=lambda o: (cheap[o], o.label()))
         self._tight: dict = {}
 
     def tight(self, outer) -> float:

@@ -113,7 +113,11 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
     dist_opts = [False, True] if (data_groups and space.allow_dist_opt) else [False]
     if model.num_layers % base.pp and not space.allow_uneven_split:
         return
-    for vpp, mbs, dist_opt, recompute in itertools.product(vpps, range(1, max_mbs + 1), dist_opts, space.recompute):
+    # Cheap pre-filters of the batch rules (strategy._rule_batch / _rule_vpp check them again).
+    mbss = [b for b in range(1, max_mbs + 1) if gbs % (b * base.dp) == 0]
+    for vpp, mbs, dist_opt, recompute in itertools.product(vpps, mbss, dist_opts, space.recompute):
+        if vpp > 1 and (gbs // (mbs * base.dp)) % base.pp:
+            continue
         candidate = base.replace(vpp=vpp, mbs=mbs, dist_opt=dist_opt, recompute=recompute,
                                  recompute_method="block" if recompute == "full" else None)
         if all(rule(candidate, model, num_devices, gbs) is None for rule in OUTER_RULES):

@@ -158,6 +158,7 @@ class TermBuilder:
             layer_input_bytes=layer["input"], layer_tail_ns=layer["tail"],
             layer_tail_sync_ns=layer["tail_sync"], work_bytes=int(layer["act_full"].max()),
             memory_limit_bytes=int(self.cluster.memory_limit_mb * 2**20), estimated=bool(estimated),
+            uniform=len(self.kind_names) == 1,
             **stage)
 
     def _layer_arrays(self, s: Strategy) -> dict[str, np.ndarray]:

@@ -1,0 +1,82 @@
+"""`simulate`: one strategy given by Tinker-style flags (or JSON), evaluated by the cost model.
+
+The CLI maps its flags (`--simu-tp`, `--simu-pp`, `--simu-ep`, `--simu-sp`, `--zero`/`--dist-opt`,
+`--micro-batch-size`, `--num-layer-list`, `--recompute`, `--recompute-num-layers`, `--cp`,
+`--cp-algo`, `--vpp`, `--etp`) onto `strategy_from_flags`; the data-parallel size follows from the
+cluster. `stage_table` is the `--detail` view; `Evaluation.to_dict()` the `--json` one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tinker_opt.errors import StrategyError
+from tinker_opt.model.costs import CostModel, Evaluation
+from tinker_opt.model.strategy import Strategy
+
+RECOMPUTE_ALIASES = {"0": "none", "1": "full", "none": "none", "selective": "selective", "full": "full"}
+"""Tinker's `--recompute 0|1` (1 = full recompute of every layer) and our kind names."""
+
+
+def parse_layer_list(text: str | None) -> tuple[int, ...] | None:
+    """`--num-layer-list 4,4,8` (Megatron / Tinker form, no spaces needed) -> (4, 4, 8)."""
+    if text is None or str(text).strip() == "":
+        return None
+    try:
+        values = tuple(int(part) for part in str(text).replace(" ", "").split(","))
+    except ValueError:
+        raise StrategyError(f"num_layer_list must be comma-separated integers like 4,4,8; got {text!r}") from None
+    return values
+
+
+def strategy_from_flags(*, num_devices: int, num_layers: int, tp: int = 1, pp: int = 1, ep: int = 1,
+                        etp: int | None = None, sp: bool = False, dist_opt: bool = False, mbs: int = 1,
+                        num_layer_list: str | tuple[int, ...] | None = None, recompute: Any = "none",
+                        recompute_num_layers: int | None = None, cp: int = 1, cp_algo: str | None = None,
+                        vpp: int = 1) -> Strategy:
+    """The Strategy the simulate flags describe; dp = devices / (tp * pp * cp)."""
+    if num_devices % (tp * pp * cp):
+        raise StrategyError(f"the {num_devices} devices are not divisible by tp*pp*cp = {tp}*{pp}*{cp} = "
+                            f"{tp * pp * cp}; choose sizes whose product divides the device count")
+    kind = RECOMPUTE_ALIASES.get(str(recompute).strip().lower())
+    if kind is None:
+        raise StrategyError(f"recompute must be 0, 1, none, selective or full; got {recompute!r}")
+    layers = parse_layer_list(num_layer_list) if not isinstance(num_layer_list, tuple) else num_layer_list
+    r = None
+    if kind == "full":
+        # Tinker's `--recompute 1` recomputes every layer: r = the largest stage chunk.
+        chunk_max = (max(layers) if layers else -(-num_layers // pp)) // vpp
+        r = recompute_num_layers if recompute_num_layers is not None else max(chunk_max, 1)
+    elif recompute_num_layers is not None:
+        raise StrategyError("--recompute-num-layers needs --recompute full (or 1)")
+    return Strategy(tp=tp, pp=pp, dp=num_devices // (tp * pp * cp), cp=cp,
+                    cp_algo=(cp_algo or "megatron_cp_algo") if cp > 1 else None, ep=ep, etp=etp,
+                    sp=bool(sp), vpp=vpp, dist_opt=bool(dist_opt), mbs=mbs, recompute=kind,
+                    recompute_method="block" if kind == "full" else None, recompute_num_layers=r,
+                    num_layer_list=layers)
+
+
+def simulate(cost_model: CostModel, strategy: Strategy) -> Evaluation:
+    """Evaluate one strategy (the same `CostModel.evaluate` the search uses)."""
+    return cost_model.evaluate(strategy)
+
+
+TABLE_COLUMNS = (("stage", "stage", "{:d}"), ("layers", "layers", "{:d}"), ("recompute_layers", "rc", "{:d}"),
+                 ("time_ms", "time ms", "{:.3f}"), ("compute_ms", "compute ms", "{:.3f}"),
+                 ("comm_ms", "comm ms", "{:.3f}"), ("memory_mb", "memory MB", "{:.0f}"),
+                 ("weights_mb", "weights MB", "{:.0f}"), ("optimizer_mb", "optim MB", "{:.0f}"),
+                 ("activations_mb", "activ MB", "{:.0f}"))
+
+
+def stage_table(evaluation: Evaluation) -> str:
+    """The per-stage table of `simulate --detail` (plain ASCII, right-aligned numbers)."""
+    rows = [[fmt.format(stage[key]) for key, _, fmt in TABLE_COLUMNS] for stage in evaluation.stages]
+    header = [title for _, title, _ in TABLE_COLUMNS]
+    widths = [max(len(header[i]), *(len(row[i]) for row in rows)) for i in range(len(header))]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
+    parts = ", ".join(f"{key[:-3]} {value:.1f}" for key, value in evaluation.time_breakdown_ms.items())
+    lines.append(f"iteration {evaluation.iteration_time_ms:.3f} ms ({parts} ms); peak "
+                 f"{evaluation.peak_memory_mb:.0f} MB; {'fits' if evaluation.fits else 'DOES NOT FIT'}"
+                 f"{'; estimated (micro-batch interpolated)' if evaluation.estimated else ''}")
+    return "\n".join(lines)
