@@ -158,7 +158,7 @@ SIMULATE = (
     _s("simu_etp", "int", None, "Expert tensor-parallel size (default: tp).", True),
     _s("simu_sp", "bool", False, "Sequence parallel (0/1)."),
     _s("simu_cp", "int", 1, "Context-parallel size.", True),
-    _s("cp_algo", "str", None, "Context-parallel algorithm (default ulysses_cp_algo when cp > 1)."),
+    _s("cp_algo", "str", None, "Context-parallel algorithm (default megatron_cp_algo when cp > 1)."),
     _s("simu_vpp", "int", 1, "Virtual pipeline chunks per pipeline rank.", True),
     _s("zero", "bool", False, "Distributed optimizer (0/1); same as dist_opt."),
     _s("dist_opt", "bool", None, "Distributed optimizer (0/1)."),

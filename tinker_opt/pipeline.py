@@ -217,28 +217,6 @@ def strategy_to_write(data: dict[str, Any], info) -> Strategy:
                                info.model.noop_layers, info.num_layers_in_script)
 
 
-def strategy_from_flags(values: dict[str, Any], num_devices: int, num_layers: int) -> Strategy:
-    """The strategy of simulate's Tinker-style flags; dp is what the devices leave."""
-    from tinker_opt.errors import StrategyError
-
-    tp, pp, cp = values["simu_tp"], values["simu_pp"], values["simu_cp"]
-    if num_devices % (tp * pp * cp):
-        raise StrategyError(f"{num_devices} devices are not divisible by tp x pp x cp = {tp * pp * cp}; "
-                            "change the cluster or the sizes")
-    recompute = values["recompute"]
-    layer_list = values.get("num_layer_list")
-    per_stage = max(layer_list) if layer_list else -(-num_layers // pp)
-    dist_opt = values["dist_opt"] if values.get("dist_opt") is not None else values["zero"]
-    return Strategy(
-        tp=tp, pp=pp, dp=num_devices // (tp * pp * cp), cp=cp,
-        cp_algo=(values.get("cp_algo") or "ulysses_cp_algo") if cp > 1 else None,
-        ep=values["simu_ep"], etp=values.get("simu_etp"), sp=values["simu_sp"], vpp=values["simu_vpp"],
-        dist_opt=dist_opt, mbs=values["micro_batch_size"], recompute=recompute,
-        recompute_method="block" if recompute == "full" else None,
-        recompute_num_layers=(values.get("recompute_num_layers") or per_stage) if recompute == "full" else None,
-        num_layer_list=layer_list)
-
-
 def run_simulate_step(values: dict[str, Any], strategy_file: Path | None):
     """Evaluate one strategy (from a JSON file or the flags); returns (Evaluation, warnings)."""
     import dataclasses
@@ -266,10 +244,23 @@ def run_simulate_step(values: dict[str, Any], strategy_file: Path | None):
     cluster = ClusterSpec(num_nodes=num_nodes, devices_per_node=values["num_npus_per_node"],
                           memory_limit_mb=values["memory_limit"])
     if strategy is None:
-        strategy = strategy_from_flags(values, cluster.num_devices, model.num_layers)
+        strategy = _strategy_from_flags(values, cluster.num_devices, model.num_layers)
     check_strategy(strategy, model, cluster, gbs)
     cost_model = build_cost_model(profiled, cluster, gbs, values, model=model)
     return cost_model.evaluate(strategy), list(cost_model.warnings)
+
+
+def _strategy_from_flags(values: dict[str, Any], num_devices: int, num_layers: int) -> Strategy:
+    """simulate's Tinker-style flags as a Strategy (dp is what the devices leave)."""
+    from tinker_opt.model.simulate import strategy_from_flags
+
+    dist_opt = values["dist_opt"] if values.get("dist_opt") is not None else values["zero"]
+    return strategy_from_flags(
+        num_devices=num_devices, num_layers=num_layers, tp=values["simu_tp"], pp=values["simu_pp"],
+        ep=values["simu_ep"], etp=values.get("simu_etp"), sp=values["simu_sp"], dist_opt=dist_opt,
+        mbs=values["micro_batch_size"], num_layer_list=values.get("num_layer_list"), recompute=values["recompute"],
+        recompute_num_layers=values.get("recompute_num_layers"), cp=values["simu_cp"], cp_algo=values.get("cp_algo"),
+        vpp=values["simu_vpp"])
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
