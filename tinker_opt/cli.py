@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Optional
 
@@ -65,7 +66,7 @@ def _search(values: dict[str, Any], quiet: bool) -> Path:
     from tinker_opt.pipeline import RunLog, run_search_step
 
     log = RunLog(echo=None if quiet else lambda line: err_console.print(line, markup=False, highlight=False))
-    with console.status(f"solving with {values['solver']}", spinner="dots") if not quiet else _null():
+    with console.status(f"solving with {values['solver']}", spinner="dots") if not quiet else nullcontext():
         outcome = run_search_step(values, log=log)
     if quiet:
         for warning in outcome.warnings:
@@ -78,14 +79,6 @@ def _search(values: dict[str, Any], quiet: bool) -> Path:
     else:
         console.print(str(outcome.folder))
     return outcome.folder
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _script(positional: Optional[Path], flag: Optional[str]) -> Optional[str]:
