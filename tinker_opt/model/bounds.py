@@ -8,6 +8,11 @@ count of the configuration (each term is bounded separately, and the terms add u
   * max_s t_s >= the least possible bottleneck under the memory caps (water-filling, r at its
     smallest value, since times grow with r and caps with r);
   * max_s tail_s >= the least possible largest tail under the same caps.
+With full recompute the memory often forces r well above 1, and then every stage holding r layers
+or more recomputes r of them: `recompute_bounds` gives, for each recompute count r whose caps
+admit a split, the same three terms with r fixed (sum_s min(r, n_s) is smallest when the layers
+are packed into the largest caps, the bottleneck and tail by water-filling under the caps of r).
+Their minimum over r is the tight bound; the CP-SAT model links each r to its bound.
 Feasibility is exact: with the most recompute every stage's memory is smallest, and a split exists
 iff each stage can hold a layer and the caps add up to L.
 """
@@ -50,6 +55,37 @@ def lower_bound_x_v(c: SplitCoefficients, *, tight: bool = True) -> int:
         found = min_recompute_even(c, Scalars.of(c))
         return found.time_ns_x_v if found is not None else np.iinfo(np.int64).max
     sum_lb, max_lb, tail_lb = bound_terms(c, tight=tight)
+    loose = int(sum_lb + (c.num_microbatches - 1) * max_lb + tail_lb)
+    if not tight or c.outer.recompute != "full":
+        return loose
+    return max(loose, min(recompute_bounds(c).values()))
+
+
+def recompute_bounds(c: SplitCoefficients) -> dict[int, int]:
+    """{r: a lower bound on v*T over the splits with recompute count r} for every r whose memory
+    caps admit a split (v = 1; module docstring). Cached on the coefficients."""
+    cached = c.__dict__.get("_recompute_bounds")
+    if cached is None:
+        k = Scalars.of(c)
+        cached = {}
+        for r in recompute_range(c):
+            found = _bound_for_r(c, k, r)
+            if found is not None:
+                cached[r] = found
+        object.__setattr__(c, "_recompute_bounds", cached)
+    return cached
+
+
+def _bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int | None:
+    """sum + (m - 1) max + tail lower bounds with r fixed, None when no split fits with r."""
+    L = c.num_layers
+    caps = memory_caps(c, k, r)
+    packed = pack(caps, L)
+    if packed is None:
+        return None
+    sum_lb = k.a * L + int(c.stage_time_ns.sum()) + k.f * int(np.minimum(r, packed).sum())
+    max_lb = _least_max(c.stage_time_ns, k.a + k.f, k.a, r, caps, L)
+    tail_lb = _least_max(c.stage_tail_ns, k.alpha, k.alpha, 0, caps, L)
     return int(sum_lb + (c.num_microbatches - 1) * max_lb + tail_lb)
 
 

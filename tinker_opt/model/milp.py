@@ -22,7 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
-from tinker_opt.model.bounds import bound_terms, loosest_caps, min_recompute_even
+from tinker_opt.model.bounds import (bound_terms, loosest_caps, lower_bound_x_v, min_recompute_even,
+                                     recompute_bounds)
 from tinker_opt.model.coefficients import SplitCoefficients
 from tinker_opt.model.layer_split import Scalars, Split, recompute_range
 
@@ -75,12 +76,17 @@ def solve_cpsat(coeffs: Sequence[SplitCoefficients], *, time_limit_s: float, wor
     model = cp_model.CpModel()
     horizon = upper_x_scale if upper_x_scale is not None else _horizon(coeffs, scale)
     objective = model.new_int_var(0, horizon, "T")  # T: V * iteration time (ns)
-    choices, decode = [], []
+    choices, decode, bound_terms_ = [], [], []
     for i, c in enumerate(coeffs):
         x = model.new_bool_var(f"x{i}")  # x_i: configuration i is chosen
         choices.append(x)
-        decode.append(_cpsat_configuration(model, cp_model, c, x, objective, scale // c.vpp, i))
+        dec, term = _cpsat_configuration(model, cp_model, c, x, objective, scale // c.vpp, i, upper_x_scale)
+        decode.append(dec)
+        bound_terms_.append(term)
     model.add_exactly_one(choices)
+    # One linear row: T >= the chosen configuration's (and recompute count's) valid bound, so the
+    # LP relaxation already bounds T by the least bound over every choice.
+    model.add(objective >= sum(bound_terms_))
     model.minimize(objective)
     if hint is not None:
         _cpsat_hint(model, choices, decode, hint)
@@ -101,25 +107,25 @@ def solve_cpsat(coeffs: Sequence[SplitCoefficients], *, time_limit_s: float, wor
                          solver.best_objective_bound / scale, elapsed)
 
 
-def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, factor: int, i: int):
-    """Add configuration i's variables and constraints (enforced when x_i); return its decoder."""
+def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, factor: int, i: int,
+                         upper: int | None):
+    """Add configuration i's variables and constraints (enforced when x_i); return its decoder
+    and its lower-bound term (a linear expression, equal to factor * bound when chosen)."""
     k = Scalars.of(c)
     if c.vpp > 1:
         split = min_recompute_even(c, k)
-        model.add(objective >= factor * split.time_ns_x_v).only_enforce_if(x)
-        return lambda value: split
+        return (lambda value: split), factor * split.time_ns_x_v * x
     L, p, m = c.num_layers, c.num_stages, c.num_microbatches
     caps = _upper_caps(c, k)
     n = [model.new_int_var(1, int(caps[s]), f"n{i}_{s}") for s in range(p)]  # layers of stage s
     model.add(sum(n) == L).only_enforce_if(x)
-    r_values = recompute_range(c)
-    r = model.new_int_var(r_values[0], min(r_values[-1], int(caps.max())), f"r{i}")  # recompute count
-    rs = n if c.outer.recompute == "full" else [0] * p
+    r, choice, bound_term = _cpsat_recompute(model, cp_model, c, x, factor, i, upper)
+    rs = [0] * p
     if c.outer.recompute == "full":
         rs = [model.new_int_var(0, int(caps[s]), f"rs{i}_{s}") for s in range(p)]  # min(r, n_s)
         for s in range(p):
             model.add_min_equality(rs[s], [r, n[s]])
-    sum_lb, max_lb, tail_lb = bound_terms(c)  # valid bounds (bounds.py) tighten the relaxation
+    _, max_lb, tail_lb = bound_terms(c)  # valid bounds (bounds.py) tighten the relaxation
     t_max = int(k.a * caps.max() + k.f * caps.max() + c.stage_time_ns.max())
     bottleneck = model.new_int_var(min(max_lb, t_max), t_max, f"M{i}")  # M_i >= t_is
     tail_max = int(k.alpha * caps.max() + c.stage_tail_ns.max())
@@ -131,11 +137,10 @@ def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, fa
         model.add(bottleneck >= t).only_enforce_if(x)
         model.add(tail >= k.alpha * n[s] + int(c.stage_tail_ns[s])).only_enforce_if(x)
         kk = int(c.stage_inflight_x_v[s])
-        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if r_values[0] else 0)
+        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if choice else 0)
         model.add(k.w * n[s] + kk * k.act * (n[s] - rs[s]) + kk * k.inp * rs[s]
                   <= c.memory_limit_bytes - fixed).only_enforce_if(x)
     model.add(objective >= factor * (sum(times) + (m - 1) * bottleneck + tail)).only_enforce_if(x)
-    model.add(objective >= factor * (sum_lb + (m - 1) * max_lb + tail_lb)).only_enforce_if(x)
 
     def decode(value) -> Split:
         layers = tuple(int(value(v)) for v in n)
@@ -143,8 +148,29 @@ def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, fa
         times_ = [k.a * ns + k.f * min(rr, ns) + int(c.stage_time_ns[s]) for s, ns in enumerate(layers)]
         tails_ = [k.alpha * ns + int(c.stage_tail_ns[s]) for s, ns in enumerate(layers)]
         return Split(layers, rr, int(sum(times_) + (m - 1) * max(times_) + max(tails_)))
-    decode.variables = (n, r)
-    return decode
+    decode.variables = (n, r, choice)
+    return decode, bound_term
+
+
+def _cpsat_recompute(model, cp_model, c: SplitCoefficients, x, factor: int, i: int, upper: int | None):
+    """The recompute count r of configuration i, its value literals {r: y_r} (sum y_r = x_i) and
+    the lower-bound term factor * sum_r bound(r) y_r (bounds.recompute_bounds).
+
+    Linking each r to its own bound is what makes the relaxation tight: the memory usually forces
+    r well above 1 and then every stage pays min(r, n_s), which a relaxation of the min alone
+    does not see. Values whose bound exceeds the incumbent (`upper`) cannot be chosen."""
+    if c.outer.recompute != "full":
+        return 0, {}, factor * lower_bound_x_v(c) * x
+    bounds = {r: b for r, b in recompute_bounds(c).items() if upper is None or factor * b <= upper}
+    if not bounds:
+        model.add(x == 0)
+        bounds = {min(recompute_bounds(c)): 0}
+    r = model.new_int_var_from_domain(cp_model.Domain.from_values(sorted(bounds)), f"r{i}")
+    choice = {value: model.new_bool_var(f"y{i}_{value}") for value in bounds}  # y_r: r = value
+    for value, y in choice.items():
+        model.add(r == value).only_enforce_if(y)
+    model.add(sum(choice.values()) == x)
+    return r, choice, sum(factor * bound * y for bound, y in zip(bounds.values(), choice.values()))
 
 
 def _cpsat_hint(model, choices, decode, hint: tuple[int, Split]) -> None:
@@ -153,10 +179,13 @@ def _cpsat_hint(model, choices, decode, hint: tuple[int, Split]) -> None:
         model.add_hint(x, i == index)
     variables = getattr(decode[index], "variables", None)
     if variables is not None:
-        n, r = variables
+        n, r, choice = variables
         for var, value in zip(n, split.layers):
             model.add_hint(var, value)
-        model.add_hint(r, max(split.recompute_num_layers, r.proto.domain[0]))
+        for value, y in choice.items():
+            model.add_hint(y, value == split.recompute_num_layers)
+        if choice:
+            model.add_hint(r, split.recompute_num_layers)
 
 
 # -- MILP (PuLP) -------------------------------------------------------------------------------
