@@ -9,6 +9,7 @@ from tinker_opt.model.layer_split import Scalars, _piecewise_cap, pack, recomput
 
 HINTS = {
     "weights_mb": "more pipeline or tensor parallelism (more devices) or a larger memory limit",
+    "gradients_mb": "more pipeline or tensor parallelism (more devices) or a larger memory limit",
     "optimizer_mb": "the distributed optimizer (--dist-opt) with more data parallelism, or more devices",
     "activations_mb": "full recompute, a smaller micro-batch size, or sequence / context parallelism",
     "transient_mb": "a smaller micro-batch size or more tensor parallelism",
