@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinker_opt.model.coefficients import SplitCoefficients
+from tinker_opt.model.mixed_split import bound_terms_for_r, mixed_recompute_bounds
 from tinker_opt.model.layer_split import (Scalars, _best_even, _inverse_caps, _min_feasible,
                                           memory_caps, pack, recompute_range)
 
@@ -31,8 +32,11 @@ def loosest_caps(c: SplitCoefficients, k: Scalars) -> np.ndarray:
     return memory_caps(c, k, recompute_range(c)[-1])
 
 
-def min_recompute_even(c: SplitCoefficients, k: Scalars):
+def min_recompute_even(c: SplitCoefficients, k: Scalars | None = None):
     """Virtual pipeline: the best (smallest feasible r) even split, or None (exact)."""
+    if not c.homogeneous:
+        from tinker_opt.model.layer_split import best_split
+        return best_split(c)
     for r in recompute_range(c):
         found = _best_even(c, k, r)
         if found is not None:
@@ -42,18 +46,21 @@ def min_recompute_even(c: SplitCoefficients, k: Scalars):
 
 def is_feasible(c: SplitCoefficients) -> bool:
     """Some split and recompute count of this configuration fits in memory (exact)."""
-    k = Scalars.of(c)
     if c.vpp > 1:
-        return min_recompute_even(c, k) is not None
-    caps = loosest_caps(c, k)
+        return min_recompute_even(c) is not None
+    if not c.homogeneous:
+        return bound_terms_for_r(c, recompute_range(c)[-1]) is not None  # most recompute: least memory
+    caps = loosest_caps(c, Scalars.of(c))
     return bool(caps.min() >= 1 and caps.sum() >= c.num_layers)
 
 
 def lower_bound_x_v(c: SplitCoefficients, *, tight: bool = True) -> int:
     """A lower bound on v*T over all splits of a feasible configuration (exact with vpp > 1)."""
     if c.vpp > 1:
-        found = min_recompute_even(c, Scalars.of(c))
+        found = min_recompute_even(c)
         return found.time_ns_x_v if found is not None else np.iinfo(np.int64).max
+    if not c.homogeneous:
+        return min(recompute_bounds(c).values()) if tight else _cheap_mixed_bound(c)
     sum_lb, max_lb, tail_lb = bound_terms(c, tight=tight)
     loose = int(sum_lb + (c.num_microbatches - 1) * max_lb + tail_lb)
     if not tight or c.outer.recompute != "full":
@@ -65,6 +72,9 @@ def recompute_bounds(c: SplitCoefficients) -> dict[int, int]:
     """{r: a lower bound on v*T over the splits with recompute count r} for every r whose memory
     caps admit a split (v = 1; module docstring). Cached on the coefficients."""
     cached = c.__dict__.get("_recompute_bounds")
+    if cached is None and not c.homogeneous:
+        cached = mixed_recompute_bounds(c, recompute_range(c))
+        object.__setattr__(c, "_recompute_bounds", cached)
     if cached is None:
         k = Scalars.of(c)
         cached = {}
@@ -74,6 +84,20 @@ def recompute_bounds(c: SplitCoefficients) -> dict[int, int]:
                 cached[r] = found
         object.__setattr__(c, "_recompute_bounds", cached)
     return cached
+
+
+def _cheap_mixed_bound(c: SplitCoefficients) -> int:
+    """A valid bound for a mixed stack without any split search: the stages share the layers'
+    total time and tail (max >= mean), each stage holds at least its cheapest layer and, with
+    full recompute, recomputes at least one layer."""
+    p, m = c.num_stages, c.num_microbatches
+    full = c.outer.recompute == "full"
+    least_rc = int(c.layer_recompute_ns.min()) if full else 0
+    sum_lb = int(c.layer_time_ns.sum() + c.stage_time_ns.sum()) + p * least_rc
+    max_lb = max(-(-sum_lb // p), int((c.stage_time_ns + c.layer_time_ns.min() + least_rc).max()))
+    tails = int(c.layer_tail_ns.sum() + c.stage_tail_ns.sum())
+    tail_lb = max(-(-tails // p), int((c.stage_tail_ns + c.layer_tail_ns.min()).max()))
+    return sum_lb + (m - 1) * max_lb + tail_lb
 
 
 def _bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int | None:

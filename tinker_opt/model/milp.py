@@ -24,7 +24,7 @@ import numpy as np
 
 from tinker_opt.model.bounds import (bound_terms, loosest_caps, lower_bound_x_v, min_recompute_even,
                                      recompute_bounds)
-from tinker_opt.model.coefficients import SplitCoefficients
+from tinker_opt.model.coefficients import SplitCoefficients, iteration_time_ns_x_v, stage_costs
 from tinker_opt.model.layer_split import Scalars, Split, recompute_range
 
 
@@ -55,10 +55,14 @@ def _horizon(coeffs: Sequence[SplitCoefficients], scale: int) -> int:
     """An upper bound on the scaled objective: every stage at its largest layer count."""
     worst = 0
     for c in coeffs:
-        k = Scalars.of(c)
-        caps = _upper_caps(c, k)
-        t_max = int((k.a + k.f) * caps.max() + c.stage_time_ns.max())
-        tail_max = int(k.alpha * caps.max() + c.stage_tail_ns.max())
+        if c.homogeneous:
+            k = Scalars.of(c)
+            caps = _upper_caps(c, k)
+            t_max = int((k.a + k.f) * caps.max() + c.stage_time_ns.max())
+            tail_max = int(k.alpha * caps.max() + c.stage_tail_ns.max())
+        else:  # a stage holds at most every layer
+            t_max = int(c.layer_time_ns.sum() + c.layer_recompute_ns.sum() + c.stage_time_ns.max())
+            tail_max = int(c.layer_tail_ns.sum() + c.stage_tail_ns.max())
         p, m, v = c.num_stages, c.num_microbatches, c.vpp
         worst = max(worst, scale // v * (p * v * t_max + (m * v - 1) * t_max + v * tail_max))
     return worst
@@ -111,10 +115,12 @@ def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, fa
                          upper: int | None):
     """Add configuration i's variables and constraints (enforced when x_i); return its decoder
     and its lower-bound term (a linear expression, equal to factor * bound when chosen)."""
-    k = Scalars.of(c)
     if c.vpp > 1:
-        split = min_recompute_even(c, k)
+        split = min_recompute_even(c)
         return (lambda value: split), factor * split.time_ns_x_v * x
+    if not c.homogeneous:
+        return _cpsat_mixed_configuration(model, cp_model, c, x, objective, factor, i, upper)
+    k = Scalars.of(c)
     L, p, m = c.num_layers, c.num_stages, c.num_microbatches
     caps = _upper_caps(c, k)
     n = [model.new_int_var(1, int(caps[s]), f"n{i}_{s}") for s in range(p)]  # layers of stage s
@@ -148,7 +154,75 @@ def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, fa
         times_ = [k.a * ns + k.f * min(rr, ns) + int(c.stage_time_ns[s]) for s, ns in enumerate(layers)]
         tails_ = [k.alpha * ns + int(c.stage_tail_ns[s]) for s, ns in enumerate(layers)]
         return Split(layers, rr, int(sum(times_) + (m - 1) * max(times_) + max(tails_)))
-    decode.variables = (n, r, choice)
+    decode.hint = lambda split: [*zip(n, split.layers), *_recompute_hint(r, choice, split)]
+    return decode, bound_term
+
+
+def _recompute_hint(r, choice: dict, split: Split) -> list:
+    """(variable, value) hints of the recompute count and its value literals."""
+    if not choice:
+        return []
+    return [(r, split.recompute_num_layers)] + [(y, value == split.recompute_num_layers)
+                                                for value, y in choice.items()]
+
+
+def _cpsat_mixed_configuration(model, cp_model, c: SplitCoefficients, x, objective, factor: int, i: int,
+                               upper: int | None):
+    """A mixed stack (mixed_split.py): stage s holds the layers [b_s, b_s+1) between boundary
+    variables, and every per-stage quantity is a difference of prefix sums read by element
+    constraints at the boundaries and at the recompute ends b_s + min(r, n_s)."""
+    L, p, m = c.num_layers, c.num_stages, c.num_microbatches
+    full = c.outer.recompute == "full"
+    bd = [0] + [model.new_int_var(s, L - p + s, f"b{i}_{s}") for s in range(1, p)] + [L]
+    n = [bd[s + 1] - bd[s] for s in range(p)]  # layers of stage s (>= 1: ordered boundaries)
+    for s in range(p):
+        model.add(n[s] >= 1)
+    r, choice, bound_term = _cpsat_recompute(model, cp_model, c, x, factor, i, upper)
+    prefix = {name: [0] + np.cumsum(getattr(c, name)).tolist() for name in (
+        "layer_time_ns", "layer_recompute_ns", "layer_tail_ns", "layer_static_bytes", "layer_act_bytes",
+        "layer_input_bytes")}
+
+    def at(name, index, tag):  # prefix[name][index] as a variable (element constraint)
+        if isinstance(index, int):
+            return prefix[name][index]
+        var = model.new_int_var(min(prefix[name]), max(prefix[name]), f"{tag}{i}")
+        model.add_element(index, prefix[name], var)
+        return var
+    times, tails = [], []
+    for s in range(p):
+        cut = bd[s]
+        if full:
+            rs = model.new_int_var(0, L - p + 1, f"rs{i}_{s}")  # min(r, n_s)
+            model.add_min_equality(rs, [r, n[s]])
+            cut = model.new_int_var(0, L, f"cut{i}_{s}")  # end of the recomputed layers
+            model.add(cut == bd[s] + rs)
+        def span(name, lo, hi, tag):
+            return at(name, hi, f"{tag}h{s}_") - at(name, lo, f"{tag}l{s}_")
+        t = (span("layer_time_ns", bd[s], bd[s + 1], "t") + span("layer_recompute_ns", bd[s], cut, "f")
+             + int(c.stage_time_ns[s]))
+        tail = span("layer_tail_ns", bd[s], bd[s + 1], "q") + int(c.stage_tail_ns[s])
+        kept = span("layer_act_bytes", cut, bd[s + 1], "a")  # recomputed layers keep their input only
+        inputs = span("layer_input_bytes", bd[s], cut, "i")
+        kk = int(c.stage_inflight_x_v[s])
+        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if full else 0)
+        model.add(span("layer_static_bytes", bd[s], bd[s + 1], "w") + kk * (kept + inputs)
+                  <= c.memory_limit_bytes - fixed).only_enforce_if(x)
+        times.append(t)
+        tails.append(tail)
+    bottleneck = model.new_int_var(0, _horizon([c], 1), f"M{i}")  # M_i >= t_is
+    tail_max = model.new_int_var(0, _horizon([c], 1), f"Q{i}")  # Q_i >= tail_is
+    for s in range(p):
+        model.add(bottleneck >= times[s]).only_enforce_if(x)
+        model.add(tail_max >= tails[s]).only_enforce_if(x)
+    model.add(objective >= factor * (sum(times) + (m - 1) * bottleneck + tail_max)).only_enforce_if(x)
+
+    def decode(value) -> Split:
+        cuts = [0] + [int(value(v)) for v in bd[1:-1]] + [L]
+        layers = tuple(cuts[s + 1] - cuts[s] for s in range(p))
+        rr = min(int(value(r)), max(layers)) if full else 0
+        return Split(layers, rr, iteration_time_ns_x_v(c, stage_costs(c, layers, rr)))
+    decode.hint = lambda split: [*zip(bd[1:-1], np.cumsum(split.layers)[:-1].tolist()),
+                                 *_recompute_hint(r, choice, split)]
     return decode, bound_term
 
 
@@ -177,15 +251,9 @@ def _cpsat_hint(model, choices, decode, hint: tuple[int, Split]) -> None:
     index, split = hint
     for i, x in enumerate(choices):
         model.add_hint(x, i == index)
-    variables = getattr(decode[index], "variables", None)
-    if variables is not None:
-        n, r, choice = variables
-        for var, value in zip(n, split.layers):
-            model.add_hint(var, value)
-        for value, y in choice.items():
-            model.add_hint(y, value == split.recompute_num_layers)
-        if choice:
-            model.add_hint(r, split.recompute_num_layers)
+    hints = getattr(decode[index], "hint", None)
+    for var, value in (hints(split) if hints is not None else []):
+        model.add_hint(var, int(value))
 
 
 # -- MILP (PuLP) -------------------------------------------------------------------------------
