@@ -165,16 +165,3 @@ def test_mixed_stack_costs_follow_layer_positions():
     assert moe_middle["layers"] == mixed_middle["layers"] == 2
     assert mixed_middle["memory_mb"] < moe_middle["memory_mb"]  # a dense layer holds no experts
     assert mixed_middle["time_ms"] != moe_middle["time_ms"]
-
-
-def test_search_rejects_mixed_stacks_clearly():
-    """The search says it handles uniform stacks only (simulate still evaluates mixed ones)."""
-    from model_support import moe_model
-    from tinker_opt.errors import ConfigError
-    from tinker_opt.model.search import search
-
-    model = moe_model(num_layers=6, hidden=256, heads=4, seq=512, experts=4, first_dense=1)
-    profile = synthetic_profile(model, tps=(1, 2), cps=(1,), eps=(1, 2), mbss=(1,))
-    cost_model = CostModel.from_profile(profile, model, cluster(1, 8, 60000), 16)
-    with pytest.raises(ConfigError, match="mixes dense and MoE"):
-        search(cost_model)

@@ -37,6 +37,7 @@ def min_recompute_even(c: SplitCoefficients, k: Scalars | None = None):
     if not c.homogeneous:
         from tinker_opt.model.layer_split import best_split
         return best_split(c)
+    k = k or Scalars.of(c)
     for r in recompute_range(c):
         found = _best_even(c, k, r)
         if found is not None:

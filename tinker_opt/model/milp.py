@@ -354,10 +354,12 @@ def _milp_status(problem, pulp, solver, scale: int) -> tuple[str, float]:
 def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
     """Configuration i's variables and rows; everything is zero when x_i = 0. Returns
     (v * T expression, decoder)."""
-    k = Scalars.of(c)
     if c.vpp > 1:
-        split = min_recompute_even(c, k)
+        split = min_recompute_even(c)
         return split.time_ns_x_v * x, lambda: split
+    if not c.homogeneous:
+        return _milp_mixed_configuration(problem, pulp, c, x, i)
+    k = Scalars.of(c)
     L, p, m = c.num_layers, c.num_stages, c.num_microbatches
     caps = _upper_caps(c, k)
     full = c.outer.recompute == "full"
@@ -396,6 +398,60 @@ def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
         tails_ = [k.alpha * ns + int(c.stage_tail_ns[s]) for s, ns in enumerate(layers)]
         return Split(layers, rr, int(sum(times_) + (m - 1) * max(times_) + max(tails_)))
     return term, decode
+
+
+def _milp_mixed_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
+    """A mixed stack (as the CP-SAT boundary model): each inner boundary b_j and each recompute end
+    b_s + min(r, n_s) is a one-hot over layer positions, so prefix sums at them are linear."""
+    L, p, m = c.num_layers, c.num_stages, c.num_microbatches
+    full = c.outer.recompute == "full"
+    r_hi = recompute_range(c)[-1]
+    add = problem.add_variable
+    prefix = {name: [0] + np.cumsum(getattr(c, name)).tolist() for name in (
+        "layer_time_ns", "layer_recompute_ns", "layer_tail_ns", "layer_static_bytes", "layer_act_bytes",
+        "layer_input_bytes")}
+
+    def one_hot(tag, positions):  # {position: binary}, summing to x_i
+        z = {q: add(f"{tag}_{q}", 0, 1, pulp.LpBinary) for q in positions}
+        problem.addConstraint(pulp.lpSum(z.values()) == x, f"{tag}_one")
+        return z
+    bd = [{0: x}] + [one_hot(f"z{i}_{j}", range(j, L - p + j + 1)) for j in range(1, p)] + [{L: x}]
+    pos = [pulp.lpSum(q * z for q, z in hot.items()) for hot in bd]  # b_j (0 when x_i = 0)
+    at = lambda name, hot: pulp.lpSum(prefix[name][q] * z for q, z in hot.items())
+    r = add(f"r{i}", 0, r_hi, pulp.LpInteger) if full else None  # recompute count
+    if full:
+        problem.addConstraint(r >= x, f"r_min{i}")
+        problem.addConstraint(r <= r_hi * x, f"r_max{i}")
+    bottleneck, tail = add(f"M{i}", 0, None), add(f"Q{i}", 0, None)
+    times = []
+    for s in range(p):
+        n_s = pos[s + 1] - pos[s]
+        problem.addConstraint(n_s >= x, f"n_min{i}_{s}")
+        cut = bd[s]
+        if full:
+            rs = _milp_min(problem, pulp, r, n_s, r_hi, L - p + 1, f"{i}_{s}")
+            cut = one_hot(f"w{i}_{s}", range(0, L + 1))  # b_s + min(r, n_s)
+            problem.addConstraint(pulp.lpSum(q * w for q, w in cut.items()) == pos[s] + rs, f"cut{i}_{s}")
+        span = lambda name, lo, hi: at(name, hi) - at(name, lo)
+        t = (span("layer_time_ns", bd[s], bd[s + 1]) + span("layer_recompute_ns", bd[s], cut)
+             + int(c.stage_time_ns[s]) * x)
+        times.append(t)
+        problem.addConstraint(bottleneck >= t, f"bottleneck{i}_{s}")
+        problem.addConstraint(tail >= span("layer_tail_ns", bd[s], bd[s + 1]) + int(c.stage_tail_ns[s]) * x,
+                              f"tail{i}_{s}")
+        kk = int(c.stage_inflight_x_v[s])
+        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if full else 0)
+        # Recomputed layers keep their input only, the others their activations.
+        memory = (span("layer_static_bytes", bd[s], bd[s + 1]) + kk * span("layer_act_bytes", cut, bd[s + 1])
+                  + kk * span("layer_input_bytes", bd[s], cut) + fixed * x)
+        problem.addConstraint(memory * (1 / MIB) <= c.memory_limit_bytes / MIB, f"memory{i}_{s}")
+
+    def decode() -> Split:
+        cuts = [0] + [max(hot, key=lambda q: hot[q].varValue or 0.0) for hot in bd[1:-1]] + [L]
+        layers = tuple(int(cuts[s + 1] - cuts[s]) for s in range(p))
+        rr = min(int(round(r.varValue or 0)), max(layers)) if full else 0
+        return Split(layers, rr, iteration_time_ns_x_v(c, stage_costs(c, layers, rr)))
+    return pulp.lpSum(times) + (m - 1) * bottleneck + tail, decode
 
 
 def _milp_min(problem, pulp, r, n, r_hi: int, n_hi: int, tag: str):
