@@ -33,11 +33,12 @@ def dense_model(num_layers: int = 8, hidden: int = 1024, heads: int = 16, groups
 
 
 def moe_model(num_layers: int = 8, hidden: int = 1024, heads: int = 16, experts: int = 8,
-              seq: int = 2048, vocab: int = 32000, topk: int = 2, first_dense: int = 0) -> ModelSpec:
+              seq: int = 2048, vocab: int = 32000, topk: int = 2, first_dense: int = 0,
+              layer_freq: int = 1) -> ModelSpec:
     base = dense_model(num_layers, hidden, heads, seq=seq, vocab=vocab)
     return ModelSpec(**{**base.to_dict(), "noop_layers": (), "num_experts": experts,
                         "moe_router_topk": topk, "moe_ffn_hidden_size": 2 * hidden,
-                        "first_k_dense_replace": first_dense})
+                        "first_k_dense_replace": first_dense, "moe_layer_freq": layer_freq})
 
 
 def _us(flops: float) -> int:

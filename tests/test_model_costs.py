@@ -12,7 +12,8 @@ from tinker_opt.model.strategy import Strategy
 MODEL = dense_model(num_layers=8, hidden=1024, heads=16, seq=2048)
 PROFILE = synthetic_profile(MODEL)
 STAGE_KEYS = {"stage", "layers", "recompute_layers", "time_ms", "memory_mb", "compute_ms", "comm_ms",
-              "weights_mb", "optimizer_mb", "activations_mb"}
+              "weights_mb", "gradients_mb", "optimizer_mb", "activations_mb", "transient_mb",
+              "recompute_work_mb"}
 
 
 def _model(nodes=1, per_node=8, memory_mb=60000, gbs=64, profile=PROFILE, **kwargs):
@@ -25,6 +26,30 @@ def test_to_dict_has_the_interface_keys():
     assert set(out) == {"strategy", "iteration_time_ms", "peak_memory_mb", "tokens_per_s_per_device",
                         "stages", "time_breakdown_ms", "fits", "estimated"}
     assert len(out["stages"]) == 2 and all(STAGE_KEYS <= set(stage) for stage in out["stages"])
+
+
+MEMORY_PARTS = ("weights_mb", "gradients_mb", "optimizer_mb", "activations_mb", "transient_mb",
+                "recompute_work_mb")
+
+
+@pytest.mark.parametrize("strategy", [
+    Strategy(tp=2, pp=4, dp=1, sp=True, recompute="full", recompute_num_layers=1, num_layer_list=(3, 2, 2, 1)),
+    Strategy(tp=1, pp=2, dp=4, dist_opt=True, recompute="selective"),
+    Strategy(tp=2, pp=4, dp=1, vpp=2, recompute="full", recompute_num_layers=1),
+], ids=["full-uneven", "distopt-selective", "vpp-full"])
+def test_memory_parts_add_up_to_the_stage_memory(strategy):
+    """Weights, gradients, optimizer, activations, transient and recompute working set are separate
+    non-negative terms whose sum is each stage's memory."""
+    for stage in _model().evaluate(strategy).stages:
+        assert all(stage[part] >= 0 for part in MEMORY_PARTS)
+        assert sum(stage[part] for part in MEMORY_PARTS) == pytest.approx(stage["memory_mb"], rel=1e-12)
+        assert stage["gradients_mb"] > 0 and stage["weights_mb"] > 0 and stage["transient_mb"] > 0
+
+
+def test_gradients_are_fp32_per_weight():
+    """fp32 main gradients: 4 bytes per parameter, twice the bf16 weights' 2 bytes."""
+    stage = _model().evaluate(Strategy(tp=1, pp=2, dp=4)).stages[0]
+    assert stage["gradients_mb"] == pytest.approx(2 * stage["weights_mb"], rel=1e-9)
 
 
 def test_breakdown_adds_up_to_the_iteration_time():
@@ -140,16 +165,3 @@ def test_mixed_stack_costs_follow_layer_positions():
     assert moe_middle["layers"] == mixed_middle["layers"] == 2
     assert mixed_middle["memory_mb"] < moe_middle["memory_mb"]  # a dense layer holds no experts
     assert mixed_middle["time_ms"] != moe_middle["time_ms"]
-
-
-def test_search_rejects_mixed_stacks_clearly():
-    """The search says it handles uniform stacks only (simulate still evaluates mixed ones)."""
-    from model_support import moe_model
-    from tinker_opt.errors import ConfigError
-    from tinker_opt.model.search import search
-
-    model = moe_model(num_layers=6, hidden=256, heads=4, seq=512, experts=4, first_dense=1)
-    profile = synthetic_profile(model, tps=(1, 2), cps=(1,), eps=(1, 2), mbss=(1,))
-    cost_model = CostModel.from_profile(profile, model, cluster(1, 8, 60000), 16)
-    with pytest.raises(ConfigError, match="mixes dense and MoE"):
-        search(cost_model)

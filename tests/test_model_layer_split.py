@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model_support import cluster, dense_model, synthetic_profile
-from tinker_opt.model.bounds import is_feasible, lower_bound_x_v
+from tinker_opt.model.bounds import is_feasible, lower_bound_x_v, recompute_bounds
 from tinker_opt.model.costs import CostModel
+from tinker_opt.model.coefficients import iteration_time_ns_x_v, stage_costs
 from tinker_opt.model.enumerate import brute_force, compositions
 from tinker_opt.model.layer_split import best_split, pack
 from tinker_opt.model.strategy import Strategy
@@ -57,6 +58,26 @@ def test_bounds_are_valid_and_feasibility_exact(case):
     assert is_feasible(coeffs) == (split is not None)
     if split is not None:
         assert lower_bound_x_v(coeffs, tight=False) <= lower_bound_x_v(coeffs) <= split.time_ns_x_v
+
+
+@settings(max_examples=40, deadline=None)
+@given(configurations())
+def test_recompute_bounds_hold_for_every_split_with_that_count(case):
+    """recompute_bounds[r] <= v*T of every fitting split with recompute count r, and the counts
+    it leaves out have no fitting split."""
+    cost_model, outer = case
+    coeffs = cost_model.coefficients(outer)
+    if outer.recompute != "full" or coeffs.vpp > 1:
+        return
+    bounds = recompute_bounds(coeffs)
+    best: dict[int, int] = {}
+    for layers in compositions(coeffs.num_layers, coeffs.num_stages):
+        for r in range(1, max(layers) + 1):
+            stages = stage_costs(coeffs, layers, r)
+            if max(st.memory_bytes_x_v for st in stages) <= coeffs.memory_limit_bytes:
+                best[r] = min(best.get(r, 2**62), iteration_time_ns_x_v(coeffs, stages))
+    assert set(best) <= set(bounds)
+    assert all(bounds[r] <= value for r, value in best.items())
 
 
 @given(st.lists(st.integers(1, 9), min_size=1, max_size=6), st.integers(1, 30), st.integers(1, 5))

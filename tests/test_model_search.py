@@ -98,3 +98,22 @@ def test_interrupted_enumeration_is_reported_as_feasible():
     outers = _outers(model, SPACE)
     found, complete = enumerate_splits(model, outers, cpus=1, time_limit_s=1e-9)
     assert not complete and len(found) < len(outers)
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "milp"])
+def test_mixed_stacks_are_searched_exactly(solver):
+    """A dense-then-MoE stack (first_k_dense_replace): every solver reaches the enumeration's
+    top-k, and each strategy's split re-evaluates to the reported time."""
+    from model_support import moe_model
+
+    model = moe_model(num_layers=8, hidden=256, heads=4, seq=512, experts=4, first_dense=3)
+    profile = synthetic_profile(model, tps=(1, 2), cps=(1,), eps=(1, 2), mbss=(1, 2))
+    cost_model = CostModel.from_profile(profile, model, cluster(1, 8, 150), 32)
+    space = SearchSpace(max_mbs=2)
+    reference = search(cost_model, solver="enum", top_k=4, space=space)
+    found = search(cost_model, solver=solver, top_k=4, space=space)
+    assert found.status == "optimal"
+    assert found.best.strategy.num_layer_list == (5, 3)  # the cheaper dense layers go first
+    assert [e.time_ns_x_vpp for e in found.top] == [e.time_ns_x_vpp for e in reference.top]
+    for evaluation in found.top:
+        assert cost_model.evaluate(evaluation.strategy).time_ns_x_vpp == evaluation.time_ns_x_vpp

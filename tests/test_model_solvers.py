@@ -25,8 +25,13 @@ def instances(draw):
     layers = draw(st.integers(2, 7))
     hidden = draw(st.sampled_from([256, 512]))
     seq = draw(st.sampled_from([256, 512]))
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["dense", "moe", "mixed"]))
+    if kind == "moe":
         model = moe_model(num_layers=layers, hidden=hidden, heads=4, seq=seq, experts=4)
+    elif kind == "mixed":  # dense and MoE layers at fixed positions (DeepSeek / Qwen-MoE style)
+        first_dense, freq = draw(st.sampled_from([(1, 1), (2, 1), (0, 2), (1, 2), (layers - 1, 1)]))
+        model = moe_model(num_layers=layers, hidden=hidden, heads=4, seq=seq, experts=4,
+                          first_dense=first_dense, layer_freq=freq)
     else:
         model = dense_model(num_layers=layers, hidden=hidden, heads=4, seq=seq)
     nodes, per_node = draw(st.sampled_from([(1, 1), (1, 2), (1, 4), (2, 2), (1, 8), (2, 4)]))
@@ -49,7 +54,8 @@ def _optimum_ms(cost_model, solver):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_all_solvers_find_the_same_optimum(cost_model):
-    """cpsat, milp, enum and brute force agree on the optimum (or all find nothing fits)."""
+    """cpsat, milp, enum and brute force agree on the optimum (or all find nothing fits), on
+    uniform and mixed dense / MoE stacks."""
     brute = brute_force(cost_model, _outers(cost_model, SPACE))
     expected = brute[0].time_ns / 1e6 if brute else None
     for solver in ("cpsat", "milp", "enum"):

@@ -8,6 +8,11 @@ count of the configuration (each term is bounded separately, and the terms add u
   * max_s t_s >= the least possible bottleneck under the memory caps (water-filling, r at its
     smallest value, since times grow with r and caps with r);
   * max_s tail_s >= the least possible largest tail under the same caps.
+With full recompute the memory often forces r well above 1, and then every stage holding r layers
+or more recomputes r of them: `recompute_bounds` gives, for each recompute count r whose caps
+admit a split, the same three terms with r fixed (sum_s min(r, n_s) is smallest when the layers
+are packed into the largest caps, the bottleneck and tail by water-filling under the caps of r).
+Their minimum over r is the tight bound; the CP-SAT model links each r to its bound.
 Feasibility is exact: with the most recompute every stage's memory is smallest, and a split exists
 iff each stage can hold a layer and the caps add up to L.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinker_opt.model.coefficients import SplitCoefficients
+from tinker_opt.model.mixed_split import bound_terms_for_r, mixed_recompute_bounds
 from tinker_opt.model.layer_split import (Scalars, _best_even, _inverse_caps, _min_feasible,
                                           memory_caps, pack, recompute_range)
 
@@ -26,8 +32,12 @@ def loosest_caps(c: SplitCoefficients, k: Scalars) -> np.ndarray:
     return memory_caps(c, k, recompute_range(c)[-1])
 
 
-def min_recompute_even(c: SplitCoefficients, k: Scalars):
+def min_recompute_even(c: SplitCoefficients, k: Scalars | None = None):
     """Virtual pipeline: the best (smallest feasible r) even split, or None (exact)."""
+    if not c.homogeneous:
+        from tinker_opt.model.layer_split import best_split
+        return best_split(c)
+    k = k or Scalars.of(c)
     for r in recompute_range(c):
         found = _best_even(c, k, r)
         if found is not None:
@@ -37,19 +47,70 @@ def min_recompute_even(c: SplitCoefficients, k: Scalars):
 
 def is_feasible(c: SplitCoefficients) -> bool:
     """Some split and recompute count of this configuration fits in memory (exact)."""
-    k = Scalars.of(c)
     if c.vpp > 1:
-        return min_recompute_even(c, k) is not None
-    caps = loosest_caps(c, k)
+        return min_recompute_even(c) is not None
+    if not c.homogeneous:
+        return bound_terms_for_r(c, recompute_range(c)[-1]) is not None  # most recompute: least memory
+    caps = loosest_caps(c, Scalars.of(c))
     return bool(caps.min() >= 1 and caps.sum() >= c.num_layers)
 
 
 def lower_bound_x_v(c: SplitCoefficients, *, tight: bool = True) -> int:
     """A lower bound on v*T over all splits of a feasible configuration (exact with vpp > 1)."""
     if c.vpp > 1:
-        found = min_recompute_even(c, Scalars.of(c))
+        found = min_recompute_even(c)
         return found.time_ns_x_v if found is not None else np.iinfo(np.int64).max
+    if not c.homogeneous:
+        return min(recompute_bounds(c).values()) if tight else _cheap_mixed_bound(c)
     sum_lb, max_lb, tail_lb = bound_terms(c, tight=tight)
+    loose = int(sum_lb + (c.num_microbatches - 1) * max_lb + tail_lb)
+    if not tight or c.outer.recompute != "full":
+        return loose
+    return max(loose, min(recompute_bounds(c).values()))
+
+
+def recompute_bounds(c: SplitCoefficients) -> dict[int, int]:
+    """{r: a lower bound on v*T over the splits with recompute count r} for every r whose memory
+    caps admit a split (v = 1; module docstring). Cached on the coefficients."""
+    cached = c.__dict__.get("_recompute_bounds")
+    if cached is None and not c.homogeneous:
+        cached = mixed_recompute_bounds(c, recompute_range(c))
+        object.__setattr__(c, "_recompute_bounds", cached)
+    if cached is None:
+        k = Scalars.of(c)
+        cached = {}
+        for r in recompute_range(c):
+            found = _bound_for_r(c, k, r)
+            if found is not None:
+                cached[r] = found
+        object.__setattr__(c, "_recompute_bounds", cached)
+    return cached
+
+
+def _cheap_mixed_bound(c: SplitCoefficients) -> int:
+    """A valid bound for a mixed stack without any split search: the stages share the layers'
+    total time and tail (max >= mean), each stage holds at least its cheapest layer and, with
+    full recompute, recomputes at least one layer."""
+    p, m = c.num_stages, c.num_microbatches
+    full = c.outer.recompute == "full"
+    least_rc = int(c.layer_recompute_ns.min()) if full else 0
+    sum_lb = int(c.layer_time_ns.sum() + c.stage_time_ns.sum()) + p * least_rc
+    max_lb = max(-(-sum_lb // p), int((c.stage_time_ns + c.layer_time_ns.min() + least_rc).max()))
+    tails = int(c.layer_tail_ns.sum() + c.stage_tail_ns.sum())
+    tail_lb = max(-(-tails // p), int((c.stage_tail_ns + c.layer_tail_ns.min()).max()))
+    return sum_lb + (m - 1) * max_lb + tail_lb
+
+
+def _bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int | None:
+    """sum + (m - 1) max + tail lower bounds with r fixed, None when no split fits with r."""
+    L = c.num_layers
+    caps = memory_caps(c, k, r)
+    packed = pack(caps, L)
+    if packed is None:
+        return None
+    sum_lb = k.a * L + int(c.stage_time_ns.sum()) + k.f * int(np.minimum(r, packed).sum())
+    max_lb = _least_max(c.stage_time_ns, k.a + k.f, k.a, r, caps, L)
+    tail_lb = _least_max(c.stage_tail_ns, k.alpha, k.alpha, 0, caps, L)
     return int(sum_lb + (c.num_microbatches - 1) * max_lb + tail_lb)
 
 

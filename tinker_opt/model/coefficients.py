@@ -44,6 +44,8 @@ class SplitCoefficients:
     """Weights + gradients + optimizer states of one layer on one rank."""
     layer_optimizer_bytes: np.ndarray
     """The optimizer-state part of layer_static_bytes."""
+    layer_grad_bytes: np.ndarray
+    """The gradient part of layer_static_bytes (fp32 main gradients)."""
     layer_act_bytes: np.ndarray
     """Activations one layer keeps per micro-batch in flight."""
     layer_input_bytes: np.ndarray
@@ -57,6 +59,8 @@ class SplitCoefficients:
     """Embedding / head parameters and states plus the transient peak of the stage's blocks."""
     stage_optimizer_bytes: np.ndarray
     """The optimizer-state part of stage_static_bytes."""
+    stage_grad_bytes: np.ndarray
+    """The gradient part of stage_static_bytes."""
     stage_transient_bytes: np.ndarray
     """The transient part of stage_static_bytes (largest temporary of the stage's blocks)."""
     stage_act_bytes: np.ndarray
@@ -108,6 +112,7 @@ class StageCost:
     tail_sync_ns: int
     static_bytes_x_v: int
     optimizer_bytes_x_v: int
+    grad_bytes_x_v: int
     transient_bytes_x_v: int
     act_bytes_x_v: int
     other_bytes_x_v: int
@@ -115,7 +120,7 @@ class StageCost:
 
 
 _PREFIXED = ("layer_time_ns", "layer_comm_ns", "layer_recompute_ns", "layer_tail_ns", "layer_tail_sync_ns",
-             "layer_static_bytes", "layer_optimizer_bytes", "layer_act_bytes", "layer_input_bytes")
+             "layer_static_bytes", "layer_optimizer_bytes", "layer_grad_bytes", "layer_act_bytes", "layer_input_bytes")
 
 
 def _prefix_sums(c: SplitCoefficients) -> dict[str, list[int]]:
@@ -165,13 +170,14 @@ def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act) -> Sta
     tail_sync_ns = total["layer_tail_sync_ns"] + int(c.stage_tail_sync_ns[s])
     static = v * (total["layer_static_bytes"] + int(c.stage_static_bytes[s]))
     optimizer = v * (total["layer_optimizer_bytes"] + int(c.stage_optimizer_bytes[s]))
+    grad = v * (total["layer_grad_bytes"] + int(c.stage_grad_bytes[s]))
     transient = v * int(c.stage_transient_bytes[s])
     # In flight: kept layers hold their activations, recomputed ones only their input.
     per_micro = total["layer_act_bytes"] - rc_act + rc_input + int(c.stage_act_bytes[s])
     act = int(c.stage_inflight_x_v[s]) * per_micro
     other = v * c.work_bytes if num_rc else 0
     return StageCost(num, num_rc, time_ns, comm_ns, recompute_ns, tail_ns, tail_sync_ns, static,
-                     optimizer, transient, act, other, static + act + other)
+                     optimizer, grad, transient, act, other, static + act + other)
 
 
 def iteration_time_ns_x_v(c: SplitCoefficients, stages: list[StageCost]) -> int:

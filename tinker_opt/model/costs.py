@@ -143,7 +143,10 @@ def _stage_dict(s: int, st: StageCost, v: int) -> dict[str, Any]:
             "time_ms": st.time_ns / NS_PER_MS, "memory_mb": st.memory_bytes_x_v / mb,
             "compute_ms": (st.time_ns - st.comm_ns) / NS_PER_MS, "comm_ms": st.comm_ns / NS_PER_MS,
             "recompute_ms": st.recompute_ns / NS_PER_MS,
-            "weights_mb": (st.static_bytes_x_v - st.optimizer_bytes_x_v - st.transient_bytes_x_v) / mb,
+            # The memory parts add up to memory_mb: static = weights + gradients + optimizer + transient.
+            "weights_mb": (st.static_bytes_x_v - st.grad_bytes_x_v - st.optimizer_bytes_x_v
+                           - st.transient_bytes_x_v) / mb,
+            "gradients_mb": st.grad_bytes_x_v / mb,
             "optimizer_mb": st.optimizer_bytes_x_v / mb, "activations_mb": st.act_bytes_x_v / mb,
             "transient_mb": st.transient_bytes_x_v / mb, "recompute_work_mb": st.other_bytes_x_v / mb,
             "tail_ms": st.tail_ns / NS_PER_MS}

@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from tinker_opt.model.coefficients import SplitCoefficients, stage_costs
+from tinker_opt.model.mixed_split import least_peak_split
 from tinker_opt.model.layer_split import Scalars, _piecewise_cap, pack, recompute_range
 
 HINTS = {
     "weights_mb": "more pipeline or tensor parallelism (more devices) or a larger memory limit",
+    "gradients_mb": "more pipeline or tensor parallelism (more devices) or a larger memory limit",
     "optimizer_mb": "the distributed optimizer (--dist-opt) with more data parallelism, or more devices",
     "activations_mb": "full recompute, a smaller micro-batch size, or sequence / context parallelism",
     "transient_mb": "a smaller micro-batch size or more tensor parallelism",
@@ -18,12 +20,15 @@ HINTS = {
 
 def least_memory_split(c: SplitCoefficients) -> tuple[tuple[int, ...], int, int]:
     """(layers, r, peak bytes x v) of the split with the smallest peak memory (most recompute)."""
-    k = Scalars.of(c)
     r = recompute_range(c)[-1]
     p, L = c.num_stages, c.num_layers
     if c.vpp > 1:
         layers = (L // p,) * p
         return layers, r, max(st.memory_bytes_x_v for st in stage_costs(c, layers, r))
+    if not c.homogeneous:
+        layers, peak = least_peak_split(c, r)
+        return layers, min(r, max(layers)), peak
+    k = Scalars.of(c)
     kk = c.stage_inflight_x_v.astype(np.int64)
     fixed = c.stage_static_bytes + (c.work_bytes if r else 0) + kk * c.stage_act_bytes
 

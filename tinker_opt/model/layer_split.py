@@ -114,7 +114,10 @@ def pack(caps: np.ndarray, total: int) -> np.ndarray | None:
 
 
 def best_split(c: SplitCoefficients) -> Split | None:
-    """The exact optimal split of a homogeneous outer configuration, None if nothing fits."""
+    """The exact optimal split of an outer configuration, None if nothing fits (mixed stacks:
+    mixed_split.py)."""
+    if not c.homogeneous:
+        return _best_split_mixed(c)
     k = Scalars.of(c)
     best: Split | None = None
     for r in recompute_range(c):
@@ -124,6 +127,29 @@ def best_split(c: SplitCoefficients) -> Split | None:
         found = _best_even(c, k, r) if c.vpp > 1 else _best_for_r(c, k, r, incumbent)
         if found is not None and (best is None or found.time_ns_x_v < best.time_ns_x_v):
             best = found
+    return best
+
+
+def _best_split_mixed(c: SplitCoefficients) -> Split | None:
+    """best_split of a mixed stack: even split with vpp > 1 (the smallest r that fits, since time
+    grows with r), else the exact split per r, cut off by the per-r bounds."""
+    from tinker_opt.model.mixed_split import best_for_r, even_for_r, mixed_recompute_bounds
+
+    if c.vpp > 1:
+        for r in recompute_range(c):
+            found = even_for_r(c, r)
+            if found is not None:
+                return Split((c.num_layers // c.num_stages,) * c.num_stages, r, found)
+        return None
+    best: Split | None = None
+    bounds = mixed_recompute_bounds(c, recompute_range(c))
+    for r in sorted(bounds, key=lambda value: (bounds[value], value)):
+        incumbent = best.time_ns_x_v if best else INF
+        if bounds[r] >= incumbent:
+            break
+        found = best_for_r(c, r, incumbent)
+        if found is not None:
+            best = Split(found[1], min(r, max(found[1])), found[0])
     return best
 
 

@@ -22,8 +22,9 @@ from typing import Sequence
 
 import numpy as np
 
-from tinker_opt.model.bounds import bound_terms, loosest_caps, min_recompute_even
-from tinker_opt.model.coefficients import SplitCoefficients
+from tinker_opt.model.bounds import (bound_terms, loosest_caps, lower_bound_x_v, min_recompute_even,
+                                     recompute_bounds)
+from tinker_opt.model.coefficients import SplitCoefficients, iteration_time_ns_x_v, stage_costs
 from tinker_opt.model.layer_split import Scalars, Split, recompute_range
 
 
@@ -54,10 +55,14 @@ def _horizon(coeffs: Sequence[SplitCoefficients], scale: int) -> int:
     """An upper bound on the scaled objective: every stage at its largest layer count."""
     worst = 0
     for c in coeffs:
-        k = Scalars.of(c)
-        caps = _upper_caps(c, k)
-        t_max = int((k.a + k.f) * caps.max() + c.stage_time_ns.max())
-        tail_max = int(k.alpha * caps.max() + c.stage_tail_ns.max())
+        if c.homogeneous:
+            k = Scalars.of(c)
+            caps = _upper_caps(c, k)
+            t_max = int((k.a + k.f) * caps.max() + c.stage_time_ns.max())
+            tail_max = int(k.alpha * caps.max() + c.stage_tail_ns.max())
+        else:  # a stage holds at most every layer
+            t_max = int(c.layer_time_ns.sum() + c.layer_recompute_ns.sum() + c.stage_time_ns.max())
+            tail_max = int(c.layer_tail_ns.sum() + c.stage_tail_ns.max())
         p, m, v = c.num_stages, c.num_microbatches, c.vpp
         worst = max(worst, scale // v * (p * v * t_max + (m * v - 1) * t_max + v * tail_max))
     return worst
@@ -75,12 +80,17 @@ def solve_cpsat(coeffs: Sequence[SplitCoefficients], *, time_limit_s: float, wor
     model = cp_model.CpModel()
     horizon = upper_x_scale if upper_x_scale is not None else _horizon(coeffs, scale)
     objective = model.new_int_var(0, horizon, "T")  # T: V * iteration time (ns)
-    choices, decode = [], []
+    choices, decode, bound_terms_ = [], [], []
     for i, c in enumerate(coeffs):
         x = model.new_bool_var(f"x{i}")  # x_i: configuration i is chosen
         choices.append(x)
-        decode.append(_cpsat_configuration(model, cp_model, c, x, objective, scale // c.vpp, i))
+        dec, term = _cpsat_configuration(model, cp_model, c, x, objective, scale // c.vpp, i, upper_x_scale)
+        decode.append(dec)
+        bound_terms_.append(term)
     model.add_exactly_one(choices)
+    # One linear row: T >= the chosen configuration's (and recompute count's) valid bound, so the
+    # LP relaxation already bounds T by the least bound over every choice.
+    model.add(objective >= sum(bound_terms_))
     model.minimize(objective)
     if hint is not None:
         _cpsat_hint(model, choices, decode, hint)
@@ -101,25 +111,27 @@ def solve_cpsat(coeffs: Sequence[SplitCoefficients], *, time_limit_s: float, wor
                          solver.best_objective_bound / scale, elapsed)
 
 
-def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, factor: int, i: int):
-    """Add configuration i's variables and constraints (enforced when x_i); return its decoder."""
-    k = Scalars.of(c)
+def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, factor: int, i: int,
+                         upper: int | None):
+    """Add configuration i's variables and constraints (enforced when x_i); return its decoder
+    and its lower-bound term (a linear expression, equal to factor * bound when chosen)."""
     if c.vpp > 1:
-        split = min_recompute_even(c, k)
-        model.add(objective >= factor * split.time_ns_x_v).only_enforce_if(x)
-        return lambda value: split
+        split = min_recompute_even(c)
+        return (lambda value: split), factor * split.time_ns_x_v * x
+    if not c.homogeneous:
+        return _cpsat_mixed_configuration(model, cp_model, c, x, objective, factor, i, upper)
+    k = Scalars.of(c)
     L, p, m = c.num_layers, c.num_stages, c.num_microbatches
     caps = _upper_caps(c, k)
     n = [model.new_int_var(1, int(caps[s]), f"n{i}_{s}") for s in range(p)]  # layers of stage s
     model.add(sum(n) == L).only_enforce_if(x)
-    r_values = recompute_range(c)
-    r = model.new_int_var(r_values[0], min(r_values[-1], int(caps.max())), f"r{i}")  # recompute count
-    rs = n if c.outer.recompute == "full" else [0] * p
+    r, choice, bound_term = _cpsat_recompute(model, cp_model, c, x, factor, i, upper)
+    rs = [0] * p
     if c.outer.recompute == "full":
         rs = [model.new_int_var(0, int(caps[s]), f"rs{i}_{s}") for s in range(p)]  # min(r, n_s)
         for s in range(p):
             model.add_min_equality(rs[s], [r, n[s]])
-    sum_lb, max_lb, tail_lb = bound_terms(c)  # valid bounds (bounds.py) tighten the relaxation
+    _, max_lb, tail_lb = bound_terms(c)  # valid bounds (bounds.py) tighten the relaxation
     t_max = int(k.a * caps.max() + k.f * caps.max() + c.stage_time_ns.max())
     bottleneck = model.new_int_var(min(max_lb, t_max), t_max, f"M{i}")  # M_i >= t_is
     tail_max = int(k.alpha * caps.max() + c.stage_tail_ns.max())
@@ -131,11 +143,10 @@ def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, fa
         model.add(bottleneck >= t).only_enforce_if(x)
         model.add(tail >= k.alpha * n[s] + int(c.stage_tail_ns[s])).only_enforce_if(x)
         kk = int(c.stage_inflight_x_v[s])
-        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if r_values[0] else 0)
+        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if choice else 0)
         model.add(k.w * n[s] + kk * k.act * (n[s] - rs[s]) + kk * k.inp * rs[s]
                   <= c.memory_limit_bytes - fixed).only_enforce_if(x)
     model.add(objective >= factor * (sum(times) + (m - 1) * bottleneck + tail)).only_enforce_if(x)
-    model.add(objective >= factor * (sum_lb + (m - 1) * max_lb + tail_lb)).only_enforce_if(x)
 
     def decode(value) -> Split:
         layers = tuple(int(value(v)) for v in n)
@@ -143,20 +154,106 @@ def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, fa
         times_ = [k.a * ns + k.f * min(rr, ns) + int(c.stage_time_ns[s]) for s, ns in enumerate(layers)]
         tails_ = [k.alpha * ns + int(c.stage_tail_ns[s]) for s, ns in enumerate(layers)]
         return Split(layers, rr, int(sum(times_) + (m - 1) * max(times_) + max(tails_)))
-    decode.variables = (n, r)
-    return decode
+    decode.hint = lambda split: [*zip(n, split.layers), *_recompute_hint(r, choice, split)]
+    return decode, bound_term
+
+
+def _recompute_hint(r, choice: dict, split: Split) -> list:
+    """(variable, value) hints of the recompute count and its value literals."""
+    if not choice:
+        return []
+    return [(r, split.recompute_num_layers)] + [(y, value == split.recompute_num_layers)
+                                                for value, y in choice.items()]
+
+
+def _cpsat_mixed_configuration(model, cp_model, c: SplitCoefficients, x, objective, factor: int, i: int,
+                               upper: int | None):
+    """A mixed stack (mixed_split.py): stage s holds the layers [b_s, b_s+1) between boundary
+    variables, and every per-stage quantity is a difference of prefix sums read by element
+    constraints at the boundaries and at the recompute ends b_s + min(r, n_s)."""
+    L, p, m = c.num_layers, c.num_stages, c.num_microbatches
+    full = c.outer.recompute == "full"
+    bd = [0] + [model.new_int_var(s, L - p + s, f"b{i}_{s}") for s in range(1, p)] + [L]
+    n = [bd[s + 1] - bd[s] for s in range(p)]  # layers of stage s (>= 1: ordered boundaries)
+    for s in range(p):
+        model.add(n[s] >= 1)
+    r, choice, bound_term = _cpsat_recompute(model, cp_model, c, x, factor, i, upper)
+    prefix = {name: [0] + np.cumsum(getattr(c, name)).tolist() for name in (
+        "layer_time_ns", "layer_recompute_ns", "layer_tail_ns", "layer_static_bytes", "layer_act_bytes",
+        "layer_input_bytes")}
+
+    def at(name, index, tag):  # prefix[name][index] as a variable (element constraint)
+        if isinstance(index, int):
+            return prefix[name][index]
+        var = model.new_int_var(min(prefix[name]), max(prefix[name]), f"{tag}{i}")
+        model.add_element(index, prefix[name], var)
+        return var
+    times, tails = [], []
+    for s in range(p):
+        cut = bd[s]
+        if full:
+            rs = model.new_int_var(0, L - p + 1, f"rs{i}_{s}")  # min(r, n_s)
+            model.add_min_equality(rs, [r, n[s]])
+            cut = model.new_int_var(0, L, f"cut{i}_{s}")  # end of the recomputed layers
+            model.add(cut == bd[s] + rs)
+        def span(name, lo, hi, tag):
+            return at(name, hi, f"{tag}h{s}_") - at(name, lo, f"{tag}l{s}_")
+        t = (span("layer_time_ns", bd[s], bd[s + 1], "t") + span("layer_recompute_ns", bd[s], cut, "f")
+             + int(c.stage_time_ns[s]))
+        tail = span("layer_tail_ns", bd[s], bd[s + 1], "q") + int(c.stage_tail_ns[s])
+        kept = span("layer_act_bytes", cut, bd[s + 1], "a")  # recomputed layers keep their input only
+        inputs = span("layer_input_bytes", bd[s], cut, "i")
+        kk = int(c.stage_inflight_x_v[s])
+        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if full else 0)
+        model.add(span("layer_static_bytes", bd[s], bd[s + 1], "w") + kk * (kept + inputs)
+                  <= c.memory_limit_bytes - fixed).only_enforce_if(x)
+        times.append(t)
+        tails.append(tail)
+    bottleneck = model.new_int_var(0, _horizon([c], 1), f"M{i}")  # M_i >= t_is
+    tail_max = model.new_int_var(0, _horizon([c], 1), f"Q{i}")  # Q_i >= tail_is
+    for s in range(p):
+        model.add(bottleneck >= times[s]).only_enforce_if(x)
+        model.add(tail_max >= tails[s]).only_enforce_if(x)
+    model.add(objective >= factor * (sum(times) + (m - 1) * bottleneck + tail_max)).only_enforce_if(x)
+
+    def decode(value) -> Split:
+        cuts = [0] + [int(value(v)) for v in bd[1:-1]] + [L]
+        layers = tuple(cuts[s + 1] - cuts[s] for s in range(p))
+        rr = min(int(value(r)), max(layers)) if full else 0
+        return Split(layers, rr, iteration_time_ns_x_v(c, stage_costs(c, layers, rr)))
+    decode.hint = lambda split: [*zip(bd[1:-1], np.cumsum(split.layers)[:-1].tolist()),
+                                 *_recompute_hint(r, choice, split)]
+    return decode, bound_term
+
+
+def _cpsat_recompute(model, cp_model, c: SplitCoefficients, x, factor: int, i: int, upper: int | None):
+    """The recompute count r of configuration i, its value literals {r: y_r} (sum y_r = x_i) and
+    the lower-bound term factor * sum_r bound(r) y_r (bounds.recompute_bounds).
+
+    Linking each r to its own bound is what makes the relaxation tight: the memory usually forces
+    r well above 1 and then every stage pays min(r, n_s), which a relaxation of the min alone
+    does not see. Values whose bound exceeds the incumbent (`upper`) cannot be chosen."""
+    if c.outer.recompute != "full":
+        return 0, {}, factor * lower_bound_x_v(c) * x
+    bounds = {r: b for r, b in recompute_bounds(c).items() if upper is None or factor * b <= upper}
+    if not bounds:
+        model.add(x == 0)
+        bounds = {min(recompute_bounds(c)): 0}
+    r = model.new_int_var_from_domain(cp_model.Domain.from_values(sorted(bounds)), f"r{i}")
+    choice = {value: model.new_bool_var(f"y{i}_{value}") for value in bounds}  # y_r: r = value
+    for value, y in choice.items():
+        model.add(r == value).only_enforce_if(y)
+    model.add(sum(choice.values()) == x)
+    return r, choice, sum(factor * bound * y for bound, y in zip(bounds.values(), choice.values()))
 
 
 def _cpsat_hint(model, choices, decode, hint: tuple[int, Split]) -> None:
     index, split = hint
     for i, x in enumerate(choices):
         model.add_hint(x, i == index)
-    variables = getattr(decode[index], "variables", None)
-    if variables is not None:
-        n, r = variables
-        for var, value in zip(n, split.layers):
-            model.add_hint(var, value)
-        model.add_hint(r, max(split.recompute_num_layers, r.proto.domain[0]))
+    hints = getattr(decode[index], "hint", None)
+    for var, value in (hints(split) if hints is not None else []):
+        model.add_hint(var, int(value))
 
 
 # -- MILP (PuLP) -------------------------------------------------------------------------------
@@ -257,10 +354,12 @@ def _milp_status(problem, pulp, solver, scale: int) -> tuple[str, float]:
 def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
     """Configuration i's variables and rows; everything is zero when x_i = 0. Returns
     (v * T expression, decoder)."""
-    k = Scalars.of(c)
     if c.vpp > 1:
-        split = min_recompute_even(c, k)
+        split = min_recompute_even(c)
         return split.time_ns_x_v * x, lambda: split
+    if not c.homogeneous:
+        return _milp_mixed_configuration(problem, pulp, c, x, i)
+    k = Scalars.of(c)
     L, p, m = c.num_layers, c.num_stages, c.num_microbatches
     caps = _upper_caps(c, k)
     full = c.outer.recompute == "full"
@@ -299,6 +398,60 @@ def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
         tails_ = [k.alpha * ns + int(c.stage_tail_ns[s]) for s, ns in enumerate(layers)]
         return Split(layers, rr, int(sum(times_) + (m - 1) * max(times_) + max(tails_)))
     return term, decode
+
+
+def _milp_mixed_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
+    """A mixed stack (as the CP-SAT boundary model): each inner boundary b_j and each recompute end
+    b_s + min(r, n_s) is a one-hot over layer positions, so prefix sums at them are linear."""
+    L, p, m = c.num_layers, c.num_stages, c.num_microbatches
+    full = c.outer.recompute == "full"
+    r_hi = recompute_range(c)[-1]
+    add = problem.add_variable
+    prefix = {name: [0] + np.cumsum(getattr(c, name)).tolist() for name in (
+        "layer_time_ns", "layer_recompute_ns", "layer_tail_ns", "layer_static_bytes", "layer_act_bytes",
+        "layer_input_bytes")}
+
+    def one_hot(tag, positions):  # {position: binary}, summing to x_i
+        z = {q: add(f"{tag}_{q}", 0, 1, pulp.LpBinary) for q in positions}
+        problem.addConstraint(pulp.lpSum(z.values()) == x, f"{tag}_one")
+        return z
+    bd = [{0: x}] + [one_hot(f"z{i}_{j}", range(j, L - p + j + 1)) for j in range(1, p)] + [{L: x}]
+    pos = [pulp.lpSum(q * z for q, z in hot.items()) for hot in bd]  # b_j (0 when x_i = 0)
+    at = lambda name, hot: pulp.lpSum(prefix[name][q] * z for q, z in hot.items())
+    r = add(f"r{i}", 0, r_hi, pulp.LpInteger) if full else None  # recompute count
+    if full:
+        problem.addConstraint(r >= x, f"r_min{i}")
+        problem.addConstraint(r <= r_hi * x, f"r_max{i}")
+    bottleneck, tail = add(f"M{i}", 0, None), add(f"Q{i}", 0, None)
+    times = []
+    for s in range(p):
+        n_s = pos[s + 1] - pos[s]
+        problem.addConstraint(n_s >= x, f"n_min{i}_{s}")
+        cut = bd[s]
+        if full:
+            rs = _milp_min(problem, pulp, r, n_s, r_hi, L - p + 1, f"{i}_{s}")
+            cut = one_hot(f"w{i}_{s}", range(0, L + 1))  # b_s + min(r, n_s)
+            problem.addConstraint(pulp.lpSum(q * w for q, w in cut.items()) == pos[s] + rs, f"cut{i}_{s}")
+        span = lambda name, lo, hi: at(name, hi) - at(name, lo)
+        t = (span("layer_time_ns", bd[s], bd[s + 1]) + span("layer_recompute_ns", bd[s], cut)
+             + int(c.stage_time_ns[s]) * x)
+        times.append(t)
+        problem.addConstraint(bottleneck >= t, f"bottleneck{i}_{s}")
+        problem.addConstraint(tail >= span("layer_tail_ns", bd[s], bd[s + 1]) + int(c.stage_tail_ns[s]) * x,
+                              f"tail{i}_{s}")
+        kk = int(c.stage_inflight_x_v[s])
+        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if full else 0)
+        # Recomputed layers keep their input only, the others their activations.
+        memory = (span("layer_static_bytes", bd[s], bd[s + 1]) + kk * span("layer_act_bytes", cut, bd[s + 1])
+                  + kk * span("layer_input_bytes", bd[s], cut) + fixed * x)
+        problem.addConstraint(memory * (1 / MIB) <= c.memory_limit_bytes / MIB, f"memory{i}_{s}")
+
+    def decode() -> Split:
+        cuts = [0] + [max(hot, key=lambda q: hot[q].varValue or 0.0) for hot in bd[1:-1]] + [L]
+        layers = tuple(int(cuts[s + 1] - cuts[s]) for s in range(p))
+        rr = min(int(round(r.varValue or 0)), max(layers)) if full else 0
+        return Split(layers, rr, iteration_time_ns_x_v(c, stage_costs(c, layers, rr)))
+    return pulp.lpSum(times) + (m - 1) * bottleneck + tail, decode
 
 
 def _milp_min(problem, pulp, r, n, r_hi: int, n_hi: int, tag: str):

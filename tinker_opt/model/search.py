@@ -74,11 +74,6 @@ def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float 
     pruning): slower, for benchmarks and checks of the formulation."""
     if solver not in SOLVERS:
         raise ConfigError(f"unknown solver {solver!r}; choose one of {list(SOLVERS)}")
-    if len(cost_model.model.layer_block_names()) > 1:
-        raise ConfigError(
-            "this model mixes dense and MoE layers (first_k_dense_replace / moe_layer_freq): "
-            "`simulate` evaluates it, but the search handles uniform layer stacks only; "
-            "simulate candidate strategies instead")
     start = time.perf_counter()
     note = progress or (lambda message: None)
     space = space or SearchSpace()

@@ -64,8 +64,9 @@ def simulate(cost_model: CostModel, strategy: Strategy) -> Evaluation:
 TABLE_COLUMNS = (("stage", "stage", "{:d}"), ("layers", "layers", "{:d}"), ("recompute_layers", "rc", "{:d}"),
                  ("time_ms", "time ms", "{:.3f}"), ("compute_ms", "compute ms", "{:.3f}"),
                  ("comm_ms", "comm ms", "{:.3f}"), ("memory_mb", "memory MB", "{:.0f}"),
-                 ("weights_mb", "weights MB", "{:.0f}"), ("optimizer_mb", "optim MB", "{:.0f}"),
-                 ("activations_mb", "activ MB", "{:.0f}"))
+                 ("weights_mb", "weights MB", "{:.0f}"), ("gradients_mb", "grads MB", "{:.0f}"),
+                 ("optimizer_mb", "optim MB", "{:.0f}"), ("activations_mb", "activ MB", "{:.0f}"),
+                 ("transient_mb", "transient MB", "{:.0f}"), ("recompute_work_mb", "rc work MB", "{:.0f}"))
 
 
 def stage_table(evaluation: Evaluation) -> str:

@@ -45,10 +45,12 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     first_params, last_params = emb.param_count, norm.param_count + _head_params(tb, s, head)
     static = np.zeros(p, dtype=np.int64)
     optimizer = np.zeros(p, dtype=np.int64)
+    grad = np.zeros(p, dtype=np.int64)
     for index, params in ((0, first_params), (p - 1, last_params)):
-        weights, opt = tb._param_bytes(s, params, 0)
+        weights, opt = tb._param_bytes(s, params, 0)  # weights include the gradients
         static[index] += weights + opt
         optimizer[index] += opt
+        grad[index] += GRAD_BYTES * params
     layer_transient = max(tb._cost(tb.layer_block[k], s, *tb._layer_shape(k, s)).transient_bytes
                           for k in set(tb.kinds))
     transient = np.full(p, layer_transient, dtype=np.int64)
@@ -59,7 +61,7 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     act_bytes[-1] += norm.activation_bytes + head.activation_bytes
     tail, tail_sync = _stage_tails(tb, s, first_params, last_params)
     return {"stage_time_ns": ns_array(time), "stage_comm_ns": ns_array(comm),
-            "stage_static_bytes": static + transient, "stage_optimizer_bytes": optimizer,
+            "stage_static_bytes": static + transient, "stage_optimizer_bytes": optimizer, "stage_grad_bytes": grad,
             "stage_transient_bytes": transient, "stage_act_bytes": act_bytes,
             "stage_inflight_x_v": inflight_x_v(p, v, num_micro),
             "stage_tail_ns": tail, "stage_tail_sync_ns": tail_sync,

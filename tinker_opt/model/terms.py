@@ -154,7 +154,7 @@ class TermBuilder:
             outer=s, num_layers=L, num_stages=p, vpp=v, num_microbatches=num_micro,
             layer_time_ns=layer["time"], layer_comm_ns=layer["comm"],
             layer_recompute_ns=layer["recompute"], layer_static_bytes=layer["static"],
-            layer_optimizer_bytes=layer["optimizer"], layer_act_bytes=layer["act"],
+            layer_optimizer_bytes=layer["optimizer"], layer_grad_bytes=layer["grad"], layer_act_bytes=layer["act"],
             layer_input_bytes=layer["input"], layer_tail_ns=layer["tail"],
             layer_tail_sync_ns=layer["tail_sync"], work_bytes=int(layer["act_full"].max()),
             memory_limit_bytes=int(self.cluster.memory_limit_mb * 2**20), estimated=bool(estimated),
@@ -179,7 +179,8 @@ class TermBuilder:
         act = cost.selective_activation_bytes if selective else cost.activation_bytes
         return {"time": _ns(compute + fwd_comm + bwd_comm), "comm": _ns(fwd_comm + bwd_comm),
                 "recompute": _ns(cost.fwd_us + fwd_comm) if s.recompute == "full" else 0,
-                "static": weights + optimizer, "optimizer": optimizer, "act": act,
+                "static": weights + optimizer, "optimizer": optimizer,
+                "grad": GRAD_BYTES * cost.param_count, "act": act,
                 "act_full": cost.activation_bytes, "input": cost.input_bytes,
                 "tail": _ns(sync_us + opt_us), "tail_sync": _ns(sync_us), "estimated": cost.estimated}
 

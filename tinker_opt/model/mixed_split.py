@@ -1,0 +1,201 @@
+"""Exact split and bounds of a mixed layer stack (dense and MoE layers at fixed positions).
+
+With position-dependent layer kinds (first_k_dense_replace, moe_layer_freq) a stage's cost depends
+on which layers it holds, not only on how many: stage s holds the layers [b_s, b_{s+1}) between
+consecutive boundaries, and every per-stage quantity is a difference of prefix sums of the
+per-position arrays (coefficients.py). With a recompute count r the stage recomputes its first
+min(r, n_s) layers, [b_s, b_s + min(r, n_s)).
+
+For a fixed r every (stage, start, end) triple is tabulated as an (L+1) x (L+1) matrix per stage.
+The exact optimum of v*T = sum_s t_s + (m - 1) max_s t_s + max_s tail_s (v = 1) is found like the
+uniform split: candidate bottlenecks B and tails C in increasing order; under the caps t_s <= B,
+tail_s <= C and the memory limit, a dynamic programme over the boundaries gives the least
+sum_s t_s (and a split); the optimal split is reached at its own (B*, C*), and the pairs are cut
+off by lower bounds. Feasibility under caps is a reachability over boundaries, monotone in B and
+C, so the first feasible candidate is found by bisection. Virtual pipelines keep the even split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinker_opt.model.coefficients import SplitCoefficients, iteration_time_ns_x_v, stage_costs
+
+BIG = np.iinfo(np.int64).max // 4
+
+
+@dataclass(frozen=True)
+class RangeCosts:
+    """Per-stage costs of every layer range [b, e) for one recompute count: (p, L+1, L+1) int64
+    arrays, `valid` where e > b and the stage's memory fits."""
+
+    time: np.ndarray
+    tail: np.ndarray
+    memory: np.ndarray
+    valid: np.ndarray
+
+
+def _prefix(a: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(a.astype(np.int64))])
+
+
+def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
+    """Tabulate t_s, tail_s and memory_s of every range (the integers of coefficients.stage_costs,
+    v = 1). Cached per r on the coefficients."""
+    cache = c.__dict__.setdefault("_range_costs", {})
+    if r in cache:
+        return cache[r]
+    L = c.num_layers
+    b = np.arange(L + 1)[:, None]
+    e = np.arange(L + 1)[None, :]
+    n = np.maximum(e - b, 0)
+    cut = np.minimum(b + np.minimum(r, n), L)  # end of the recomputed layers of [b, e)
+    pre = {name: _prefix(getattr(c, name)) for name in (
+        "layer_time_ns", "layer_recompute_ns", "layer_tail_ns", "layer_static_bytes", "layer_act_bytes",
+        "layer_input_bytes")}
+
+    def span(name, hi):  # sum of the layer array over [b, hi)
+        return pre[name][hi] - pre[name][b]
+    base_time = span("layer_time_ns", e) + span("layer_recompute_ns", cut)
+    base_tail = span("layer_tail_ns", e)
+    static = span("layer_static_bytes", e)
+    # In flight: kept layers hold their activations, recomputed ones only their input.
+    per_micro = span("layer_act_bytes", e) - span("layer_act_bytes", cut) + span("layer_input_bytes", cut)
+    work = np.where(cut > b, c.work_bytes, 0)
+    kk = c.stage_inflight_x_v.astype(np.int64)[:, None, None]
+    memory = (static[None] + c.stage_static_bytes[:, None, None] + work[None]
+              + kk * (per_micro[None] + c.stage_act_bytes[:, None, None]))
+    valid = (n > 0)[None] & (memory <= c.memory_limit_bytes)
+    out = RangeCosts(base_time[None] + c.stage_time_ns[:, None, None],
+                     base_tail[None] + c.stage_tail_ns[:, None, None], memory, valid)
+    cache[r] = out
+    return out
+
+
+def _reachable(masks: np.ndarray) -> bool:
+    """Some boundary sequence 0 = b_0 < ... < b_p = L uses an allowed range in every stage."""
+    reach = np.zeros(masks.shape[1], dtype=bool)
+    reach[0] = True
+    for mask in masks:
+        reach = (reach[:, None] & mask).any(axis=0)
+    return bool(reach[-1])
+
+
+def _least_sum(rc: RangeCosts, masks: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
+    """min sum_s t_s over the splits using allowed ranges, and its layer counts (DP)."""
+    p, size = masks.shape[0], masks.shape[1]
+    value = np.full(size, BIG, dtype=np.int64)
+    value[0] = 0
+    parents = []
+    for s in range(p):
+        cand = np.where(masks[s] & (value[:, None] < BIG), value[:, None] + rc.time[s], BIG)
+        parents.append(cand.argmin(axis=0))
+        value = cand.min(axis=0)
+    if value[-1] >= BIG:
+        return None
+    ends, e = [], size - 1
+    for s in reversed(range(p)):
+        ends.append(e)
+        e = int(parents[s][e])
+    bounds = [0] + ends[::-1]
+    return int(value[-1]), tuple(bounds[i + 1] - bounds[i] for i in range(p))
+
+
+def _first_feasible(values: np.ndarray, feasible) -> int:
+    lo, hi = 0, len(values)
+    while lo < hi:  # feasibility is monotone in the candidate value
+        mid = (lo + hi) // 2
+        if feasible(values[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def bound_terms_for_r(c: SplitCoefficients, r: int) -> tuple[int, int, int] | None:
+    """Lower bounds on (sum_s t_s, max_s t_s, max_s tail_s) over the splits with recompute count r
+    (each term minimised alone), None when no split fits with r. Cached per r."""
+    cache = c.__dict__.setdefault("_mixed_terms", {})
+    if r not in cache:
+        cache[r] = _bound_terms_for_r(c, r)
+    return cache[r]
+
+
+def _bound_terms_for_r(c: SplitCoefficients, r: int) -> tuple[int, int, int] | None:
+    rc = range_costs(c, r)
+    least = _least_sum(rc, rc.valid)
+    if least is None:
+        return None
+    times = np.unique(rc.time[rc.valid])
+    tails = np.unique(rc.tail[rc.valid])
+    b_min = times[_first_feasible(times, lambda v: _reachable(rc.valid & (rc.time <= v)))]
+    c_min = tails[_first_feasible(tails, lambda v: _reachable(rc.valid & (rc.tail <= v)))]
+    return least[0], int(b_min), int(c_min)
+
+
+def mixed_recompute_bounds(c: SplitCoefficients, r_values) -> dict[int, int]:
+    """{r: lower bound on v*T with recompute count r} for each r in r_values with a fitting split."""
+    out = {}
+    for r in r_values:
+        terms = bound_terms_for_r(c, r)
+        if terms is not None:
+            out[r] = terms[0] + (c.num_microbatches - 1) * terms[1] + terms[2]
+    return out
+
+
+def best_for_r(c: SplitCoefficients, r: int, incumbent: int):
+    """(v*T, layers) of the exact best split with recompute count r if below incumbent, else None."""
+    terms = bound_terms_for_r(c, r)
+    if terms is None:
+        return None
+    sum_lb, _, tail_lb = terms
+    m = c.num_microbatches
+    rc = range_costs(c, r)
+    times = np.unique(rc.time[rc.valid])
+    best_obj, best_n = incumbent, None
+    for b_value in times[_first_feasible(times, lambda v: _reachable(rc.valid & (rc.time <= v))):]:
+        if sum_lb + (m - 1) * int(b_value) + tail_lb >= best_obj:
+            break
+        under_b = rc.valid & (rc.time <= b_value)
+        tails = np.unique(rc.tail[under_b])
+        for c_value in tails[_first_feasible(tails, lambda v: _reachable(under_b & (rc.tail <= v))):]:
+            if sum_lb + (m - 1) * int(b_value) + int(c_value) >= best_obj:
+                break
+            allowed = under_b & (rc.tail <= c_value)
+            layers = _least_sum(rc, allowed)[1]
+            obj = _objective(rc, layers, m)
+            if obj < best_obj:
+                best_obj, best_n = obj, layers
+            if (allowed == under_b).all():  # a larger C allows nothing more
+                break
+    return None if best_n is None else (best_obj, best_n)
+
+
+def _objective(rc: RangeCosts, layers: tuple[int, ...], m: int) -> int:
+    starts = np.concatenate([[0], np.cumsum(layers)[:-1]])
+    ends = np.cumsum(layers)
+    stages = np.arange(len(layers))
+    times = rc.time[stages, starts, ends]
+    tails = rc.tail[stages, starts, ends]
+    return int(times.sum() + (m - 1) * times.max() + tails.max())
+
+
+def even_for_r(c: SplitCoefficients, r: int) -> int | None:
+    """v*T of the even split (virtual pipeline) with recompute count r, None if it does not fit."""
+    layers = (c.num_layers // c.num_stages,) * c.num_stages
+    stages = stage_costs(c, layers, r)
+    if max(st.memory_bytes_x_v for st in stages) > c.vpp * c.memory_limit_bytes:
+        return None
+    return iteration_time_ns_x_v(c, stages)
+
+
+def least_peak_split(c: SplitCoefficients, r: int) -> tuple[tuple[int, ...], int]:
+    """(layers, peak bytes) of the v = 1 split with the smallest largest stage memory at r."""
+    rc = range_costs(c, r)
+    ranges = (np.arange(c.num_layers + 1)[None, :] > np.arange(c.num_layers + 1)[:, None])[None]
+    values = np.unique(rc.memory[np.broadcast_to(ranges, rc.memory.shape)])
+    index = _first_feasible(values, lambda v: _reachable(ranges & (rc.memory <= v)))
+    peak = int(values[index])
+    return _least_sum(rc, ranges & (rc.memory <= peak))[1], peak
