@@ -66,7 +66,8 @@ class EfficiencyCurve:
         if self.points:
             sizes, effs = zip(*self.points)
             return np.interp(np.log10(x), np.log10(sizes), effs)
-        return self.max_efficiency * x / (x + self.half_size)
+        # max * x / (x + half), written so that each rounded step is monotone in x
+        return self.max_efficiency / (1.0 + self.half_size / x)
 
     def time_us(self, amount: np.ndarray | float, peak_per_us: float) -> np.ndarray:
         """Time of ops of the given size at this curve's efficiency; zero-size ops take no time."""
