@@ -71,16 +71,18 @@ def run_profile_step(values: dict[str, Any], *, progress: Progress | None = None
                          progress=progress, log=log)
     else:
         run_profile(info.model, settings, out_dir, train=info.train, progress=progress, log=log)
-    _record_origin(out_dir, values["pretrain_script_path"], labels, values.get("version"))
+    is_full_tune = values["is_full_tune"] if values.get("is_full_tune") is not None else info.train.is_full_tune
+    _record_origin(out_dir, {"script_path": str(Path(values["pretrain_script_path"]).resolve()),
+                             "model_name": labels.model_name, "model_size": labels.model_size,
+                             "framework_version": values.get("version"), "is_full_tune": is_full_tune})
     return out_dir
 
 
-def _record_origin(out_dir: Path, script_path: str, labels: ScriptLabels, version: str | None) -> None:
-    """Note in meta.json which script and labels the profile came from (search reuses them)."""
+def _record_origin(out_dir: Path, origin: dict[str, Any]) -> None:
+    """Note in meta.json which script, labels and framework the profile came from (search reuses them)."""
     meta_path = out_dir / "meta.json"
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    meta.update({"script_path": str(Path(script_path).resolve()), "model_name": labels.model_name,
-                 "model_size": labels.model_size, "framework_version": version})
+    meta.update(origin)
     write_text_atomic(meta_path, json.dumps(meta, indent=2) + "\n")
 
 
@@ -168,7 +170,8 @@ def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
         inputs=_inputs_record(values, profiled, cluster), solver=result.solver, status=result.status,
         gap=result.gap, solve_time_s=result.solve_time_s, objective_ms=result.objective_ms,
         bound_ms=result.bound_ms, top=top, warnings=list(cost_model.warnings), log_lines=log.lines)
-    writer = _script_writer(info, cluster, values.get("version"), log) if info is not None else None
+    version = values.get("version") or profiled.meta.get("framework_version")
+    writer = _script_writer(info, cluster, version, log) if info is not None else None
     if writer is None:
         log("no launch script known for this profile: configs/ stays empty (pass --pretrain-script-path-search)")
     folder = write_results_folder(report, output_dir, write_script=writer)
