@@ -8,6 +8,13 @@ bytes), so the objective is exactly `CostModel.evaluate`'s v*T, brought to a com
 factor V / v_i (V the lcm of the candidates' vpp). A configuration with a virtual pipeline has a
 fixed split and its best recompute count is the smallest that fits (time grows with r), so it
 enters as a constant. Solution hints come from the best known split (a greedy incumbent).
+
+The recompute count is chosen through value literals y_ir (sum_r y_ir = x_i), and one global row
+T >= sum_i,r bound_i(r) y_ir (+ bound_i x_i without full recompute) links every choice to its
+valid bound (bounds.recompute_bounds): the memory usually forces r well above 1, which the
+relaxation of min(r, n_s) alone does not see. Mixed dense / MoE stacks use stage boundaries over
+the layer sequence instead of counts (prefix sums read by element constraints in CP-SAT, one-hot
+positions in the MILP), see mixed_split.py.
 """
 
 from __future__ import annotations
