@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from model_support import cluster, dense_model, moe_model, synthetic_profile  # noqa: E402
+from tinker_opt.errors import InfeasibleError  # noqa: E402
 from tinker_opt.io_utils import write_text_atomic  # noqa: E402
 from tinker_opt.model.costs import CostModel  # noqa: E402
 from tinker_opt.model.search import search  # noqa: E402
@@ -49,7 +50,7 @@ REAL_INSTANCES = [
     # name, fixture script, hardware, nodes, devices per node, global batch, memory limit (MB)
     ("real:llama2-7b-a100-8dev", "pretrain_llama2_7b_ptd.sh", "a100-80gb", 1, 8, 256, 20000),
     ("real:llama2-70b-910b-64dev", "pretrain_llama2_70b_4k_ptd.sh", "910b", 8, 8, 512, 57000),
-    ("real:qwen25-7b-910b-64dev", "pretrain_qwen25_7b_32k_ptd.sh", "910b", 8, 8, 64, 50000),
+    ("real:qwen25-7b-910b-64dev", "pretrain_qwen25_7b_32k_ptd.sh", "910b", 8, 8, 64, 62000),
     ("real:mixtral-8x7b-a100-64dev", "pretrain_mixtral_8x7b_ptd.sh", "a100-80gb", 8, 8, 256, 70000),
     ("real:deepseek3-671b-910b-512dev", "pretrain_deepseek3_671b_4k_ptd.sh", "910b", 64, 8, 1024, 60000),
 ]
@@ -97,7 +98,12 @@ def _run(name, make, nodes, per_node, solver, cpus, limit) -> dict:
     cost_model = make()  # fresh: no shared caches
     start = time.perf_counter()
     base, _, mode = solver.partition("-")
-    result = search(cost_model, solver=base, cpus=cpus, top_k=10, time_limit_s=limit, prune=mode != "noprune")
+    try:
+        result = search(cost_model, solver=base, cpus=cpus, top_k=10, time_limit_s=limit, prune=mode != "noprune")
+    except InfeasibleError:
+        return {"instance": name, "devices": nodes * per_node, "configs": "", "solver": solver,
+                "wall_s": round(time.perf_counter() - start, 2), "status": "infeasible", "objective_ms": "",
+                "gap": "", "in_model": "", "enum_over_solver": "", "best": ""}
     wall = time.perf_counter() - start
     return {"instance": name, "devices": nodes * per_node, "configs": result.num_candidates,
             "solver": solver, "wall_s": round(wall, 2), "status": result.status,
@@ -114,6 +120,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="only the three smallest instances")
     parser.add_argument("--no-real", action="store_true", help="skip the analytic-profile instances")
     parser.add_argument("--only", default="", help="comma-separated instance names to run")
+    parser.add_argument("--out", default="solver_vs_enum", help="file stem under benchmarks/results/")
     args = parser.parse_args()
     cases = [(name, lambda f=factory, n=nodes, d=per_node, g=gbs, mem=memory_mb: _cost_model(f, n, d, g, mem),
               nodes, per_node) for name, factory, nodes, per_node, gbs, memory_mb in
@@ -141,6 +148,8 @@ def _group(name, make, nodes, per_node, args) -> list[dict]:
         print(" | ".join(str(group[solver][c]) for c in COLUMNS), flush=True)
     enum = group["enum"]
     for solver in [s for s in group if s != "enum"]:
+        if enum["status"] == "infeasible":
+            continue
         ratio = enum["wall_s"] / max(group[solver]["wall_s"], 1e-3)
         group[solver]["enum_over_solver"] = (">" if enum["status"] != "optimal" else "") + f"{ratio:.1f}"
     return list(group.values())
@@ -152,8 +161,8 @@ def _write(rows, args) -> None:
     note = (f"\ncpus={args.cpus}, enumeration stopped at {args.enum_limit:g} s (then `feasible`, ratio "
             "`>`), solver time limit " f"{args.solver_limit:g} s; wall_s includes building the space and "
             "coefficients.\n")
-    write_text_atomic(RESULTS / "solver_vs_enum.md", "# Solver vs enumeration\n\n" + header + body + note)
-    with open(RESULTS / "solver_vs_enum.csv", "w", newline="", encoding="utf-8") as handle:
+    write_text_atomic(RESULTS / f"{args.out}.md", "# Solver vs enumeration\n\n" + header + body + note)
+    with open(RESULTS / f"{args.out}.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
