@@ -8,6 +8,13 @@ bytes), so the objective is exactly `CostModel.evaluate`'s v*T, brought to a com
 factor V / v_i (V the lcm of the candidates' vpp). A configuration with a virtual pipeline has a
 fixed split and its best recompute count is the smallest that fits (time grows with r), so it
 enters as a constant. Solution hints come from the best known split (a greedy incumbent).
+
+The recompute count is chosen through value literals y_ir (sum_r y_ir = x_i), and one global row
+T >= sum_i,r bound_i(r) y_ir (+ bound_i x_i without full recompute) links every choice to its
+valid bound (bounds.recompute_bounds): the memory usually forces r well above 1, which the
+relaxation of min(r, n_s) alone does not see. Mixed dense / MoE stacks use stage boundaries over
+the layer sequence instead of counts (prefix sums read by element constraints in CP-SAT, one-hot
+positions in the MILP), see mixed_split.py.
 """
 
 from __future__ import annotations
@@ -305,14 +312,17 @@ def solve_milp(coeffs: Sequence[SplitCoefficients], *, time_limit_s: float, work
     start = time.perf_counter()
     scale = _common_scale(coeffs)
     problem = pulp.LpProblem("tinker_opt_strategy", pulp.LpMinimize)
-    terms, choices, decode = [], [], []
+    terms, choices, decode, bounds = [], [], [], []
     for i, c in enumerate(coeffs):
         x = problem.add_variable(f"x{i}", 0, 1, pulp.LpBinary)  # x_i: configuration i is chosen
         choices.append(x)
-        term, dec = _milp_configuration(problem, pulp, c, x, i)
+        term, dec, bound = _milp_configuration(problem, pulp, c, x, i)
         terms.append((scale // c.vpp) * term)
+        bounds.append((scale // c.vpp) * bound)
         decode.append(dec)
     problem.addConstraint(pulp.lpSum(choices) == 1, "one_configuration")
+    # The chosen configuration's (and recompute count's) valid bound, as in the CP-SAT model.
+    problem.addConstraint(pulp.lpSum(terms) >= pulp.lpSum(bounds), "valid_bound")
     problem.setObjective(pulp.lpSum(terms) * US_PER_NS)
     solver = _pulp_solver(time_limit_s, workers)
     with _quiet_stdout():  # highspy prints a banner on creation, before output_flag applies
@@ -353,29 +363,27 @@ def _milp_status(problem, pulp, solver, scale: int) -> tuple[str, float]:
 
 def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
     """Configuration i's variables and rows; everything is zero when x_i = 0. Returns
-    (v * T expression, decoder)."""
+    (v * T expression, decoder, valid lower-bound expression)."""
     if c.vpp > 1:
         split = min_recompute_even(c)
-        return split.time_ns_x_v * x, lambda: split
+        return split.time_ns_x_v * x, lambda: split, 0
+    r_var, bound = _milp_recompute(problem, pulp, c, x, i)
     if not c.homogeneous:
-        return _milp_mixed_configuration(problem, pulp, c, x, i)
+        return (*_milp_mixed_configuration(problem, pulp, c, x, i, r_var), bound)
     k = Scalars.of(c)
     L, p, m = c.num_layers, c.num_stages, c.num_microbatches
     caps = _upper_caps(c, k)
     full = c.outer.recompute == "full"
-    r_hi = min(recompute_range(c)[-1], int(caps.max()))
+    r_hi = max(recompute_bounds(c)) if full else 0  # the largest r value (big-M of min(r, n_s))
     add = problem.add_variable
     n = [add(f"n{i}_{s}", 0, int(caps[s]), pulp.LpInteger) for s in range(p)]  # layers of stage s
-    r = add(f"r{i}", 0, r_hi, pulp.LpInteger) if full else None  # recompute count
+    r = r_var  # recompute count
     bottleneck = add(f"M{i}", 0, None)  # M_i >= t_is
     tail = add(f"Q{i}", 0, None)  # Q_i >= tail_is
     _, max_lb, tail_lb = bound_terms(c)  # valid bounds (bounds.py) tighten the relaxation
     problem.addConstraint(bottleneck >= max_lb * x, f"bottleneck_lb{i}")
     problem.addConstraint(tail >= tail_lb * x, f"tail_lb{i}")
     problem.addConstraint(pulp.lpSum(n) == L * x, f"layers{i}")
-    if full:
-        problem.addConstraint(r >= x, f"r_min{i}")
-        problem.addConstraint(r <= r_hi * x, f"r_max{i}")
     times = []
     for s in range(p):
         problem.addConstraint(n[s] >= x, f"n_min{i}_{s}")
@@ -397,15 +405,29 @@ def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
         times_ = [k.a * ns + k.f * min(rr, ns) + int(c.stage_time_ns[s]) for s, ns in enumerate(layers)]
         tails_ = [k.alpha * ns + int(c.stage_tail_ns[s]) for s, ns in enumerate(layers)]
         return Split(layers, rr, int(sum(times_) + (m - 1) * max(times_) + max(tails_)))
-    return term, decode
+    return term, decode, bound
 
 
-def _milp_mixed_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
+def _milp_recompute(problem, pulp, c: SplitCoefficients, x, i: int):
+    """(r, bound term): r = sum_r r y_r over value binaries y_r (sum = x_i), each linked to its
+    valid bound (bounds.recompute_bounds) in bound = sum_r bound(r) y_r; without full recompute
+    r is None and bound = lower_bound(i) x_i."""
+    if c.outer.recompute != "full":
+        return None, lower_bound_x_v(c) * x
+    bounds = recompute_bounds(c)
+    y = {value: problem.add_variable(f"y{i}_{value}", 0, 1, pulp.LpBinary) for value in bounds}
+    problem.addConstraint(pulp.lpSum(y.values()) == x, f"r_one{i}")
+    r = problem.add_variable(f"r{i}", 0, max(bounds), pulp.LpInteger)
+    problem.addConstraint(r == pulp.lpSum(value * y[value] for value in bounds), f"r_value{i}")
+    return r, pulp.lpSum(bound * y[value] for value, bound in bounds.items())
+
+
+def _milp_mixed_configuration(problem, pulp, c: SplitCoefficients, x, i: int, r):
     """A mixed stack (as the CP-SAT boundary model): each inner boundary b_j and each recompute end
     b_s + min(r, n_s) is a one-hot over layer positions, so prefix sums at them are linear."""
     L, p, m = c.num_layers, c.num_stages, c.num_microbatches
     full = c.outer.recompute == "full"
-    r_hi = recompute_range(c)[-1]
+    r_hi = max(recompute_bounds(c)) if full else 0
     add = problem.add_variable
     prefix = {name: [0] + np.cumsum(getattr(c, name)).tolist() for name in (
         "layer_time_ns", "layer_recompute_ns", "layer_tail_ns", "layer_static_bytes", "layer_act_bytes",
@@ -418,10 +440,6 @@ def _milp_mixed_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
     bd = [{0: x}] + [one_hot(f"z{i}_{j}", range(j, L - p + j + 1)) for j in range(1, p)] + [{L: x}]
     pos = [pulp.lpSum(q * z for q, z in hot.items()) for hot in bd]  # b_j (0 when x_i = 0)
     at = lambda name, hot: pulp.lpSum(prefix[name][q] * z for q, z in hot.items())
-    r = add(f"r{i}", 0, r_hi, pulp.LpInteger) if full else None  # recompute count
-    if full:
-        problem.addConstraint(r >= x, f"r_min{i}")
-        problem.addConstraint(r <= r_hi * x, f"r_max{i}")
     bottleneck, tail = add(f"M{i}", 0, None), add(f"Q{i}", 0, None)
     times = []
     for s in range(p):

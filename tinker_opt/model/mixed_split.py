@@ -43,10 +43,11 @@ def _prefix(a: np.ndarray) -> np.ndarray:
 
 def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
     """Tabulate t_s, tail_s and memory_s of every range (the integers of coefficients.stage_costs,
-    v = 1). Cached per r on the coefficients."""
-    cache = c.__dict__.setdefault("_range_costs", {})
-    if r in cache:
-        return cache[r]
+    v = 1). The last r is cached on the coefficients (the tables are p (L+1)^2 large, so one r at
+    a time: the exact split visits one r after another)."""
+    cached = c.__dict__.get("_range_costs")
+    if cached is not None and cached[0] == r:
+        return cached[1]
     L = c.num_layers
     b = np.arange(L + 1)[:, None]
     e = np.arange(L + 1)[None, :]
@@ -70,7 +71,7 @@ def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
     valid = (n > 0)[None] & (memory <= c.memory_limit_bytes)
     out = RangeCosts(base_time[None] + c.stage_time_ns[:, None, None],
                      base_tail[None] + c.stage_tail_ns[:, None, None], memory, valid)
-    cache[r] = out
+    object.__setattr__(c, "_range_costs", (r, out))
     return out
 
 
