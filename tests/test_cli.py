@@ -74,6 +74,7 @@ def test_simulate_tinker_flags(profile_dir):
                      "--micro_batch_size", "1", "--num_layer_list", "5,3", "--detail")
     assert result.returncode == 0, result.stderr
     assert "per-stage breakdown" in result.stdout and "tp2-pp2-dp4" in result.stdout
+    assert "grads MB" in result.stdout and "iteration " in result.stdout
 
 
 def test_search_and_simulate_run_without_torch(profile_dir, tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from model_support import cluster, dense_model, synthetic_profile
 from tinker_opt.errors import StrategyError
 from tinker_opt.model.costs import CostModel
-from tinker_opt.model.simulate import parse_layer_list, simulate, stage_table, strategy_from_flags
+from tinker_opt.model.simulate import parse_layer_list, simulate, strategy_from_flags
 from tinker_opt.model.strategy import Strategy
 
 MODEL = dense_model(num_layers=8, hidden=512, heads=8, seq=1024)
@@ -40,11 +40,3 @@ def test_invalid_combination_names_the_rule():
     strategy = strategy_from_flags(num_devices=8, num_layers=8, pp=2, num_layer_list="4,5")
     with pytest.raises(StrategyError, match="sums to 9"):
         simulate(COST_MODEL, strategy)
-
-
-def test_detail_table_lists_every_stage():
-    """The --detail table has a header, one row per stage and a summary line."""
-    evaluation = simulate(COST_MODEL, strategy_from_flags(num_devices=8, num_layers=8, pp=4, tp=2, sp=True))
-    lines = stage_table(evaluation).splitlines()
-    assert len(lines) == 1 + 4 + 1
-    assert "time ms" in lines[0] and lines[-1].startswith("iteration")

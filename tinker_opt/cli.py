@@ -229,7 +229,7 @@ def simulate(
 ) -> None:
     """Model the time and memory of one strategy, stage by stage."""
     given = {k: v for k, v in locals().items() if k not in ("strategy", "detail", "as_json", "config_path")}
-    from tinker_opt.emit.tables import stages_table, strategies_table
+    from tinker_opt.emit.tables import breakdown_line, stages_table, strategies_table
     from tinker_opt.pipeline import run_simulate_step
 
     values = config.resolve("simulate", given, config.load_config_file(config_path))
@@ -245,6 +245,7 @@ def simulate(
     console.print(f"iteration {result['iteration_time_ms']:.1f} ms, peak {result['peak_memory_mb']:.0f} MB ({fits})")
     if detail:
         console.print(stages_table(result))
+        console.print(breakdown_line(result))
 
 
 @app.command()

@@ -3,7 +3,7 @@
 The CLI maps its flags (`--simu-tp`, `--simu-pp`, `--simu-ep`, `--simu-sp`, `--zero`/`--dist-opt`,
 `--micro-batch-size`, `--num-layer-list`, `--recompute`, `--recompute-num-layers`, `--cp`,
 `--cp-algo`, `--vpp`, `--etp`) onto `strategy_from_flags`; the data-parallel size follows from the
-cluster. `stage_table` is the `--detail` view; `Evaluation.to_dict()` the `--json` one.
+cluster. `Evaluation.to_dict()` is what `--json` prints and `--detail` tabulates.
 """
 
 from __future__ import annotations
@@ -59,25 +59,3 @@ def strategy_from_flags(*, num_devices: int, num_layers: int, tp: int = 1, pp: i
 def simulate(cost_model: CostModel, strategy: Strategy) -> Evaluation:
     """Evaluate one strategy (the same `CostModel.evaluate` the search uses)."""
     return cost_model.evaluate(strategy)
-
-
-TABLE_COLUMNS = (("stage", "stage", "{:d}"), ("layers", "layers", "{:d}"), ("recompute_layers", "rc", "{:d}"),
-                 ("time_ms", "time ms", "{:.3f}"), ("compute_ms", "compute ms", "{:.3f}"),
-                 ("comm_ms", "comm ms", "{:.3f}"), ("memory_mb", "memory MB", "{:.0f}"),
-                 ("weights_mb", "weights MB", "{:.0f}"), ("gradients_mb", "grads MB", "{:.0f}"),
-                 ("optimizer_mb", "optim MB", "{:.0f}"), ("activations_mb", "activ MB", "{:.0f}"),
-                 ("transient_mb", "transient MB", "{:.0f}"), ("recompute_work_mb", "rc work MB", "{:.0f}"))
-
-
-def stage_table(evaluation: Evaluation) -> str:
-    """The per-stage table of `simulate --detail` (plain ASCII, right-aligned numbers)."""
-    rows = [[fmt.format(stage[key]) for key, _, fmt in TABLE_COLUMNS] for stage in evaluation.stages]
-    header = [title for _, title, _ in TABLE_COLUMNS]
-    widths = [max(len(header[i]), *(len(row[i]) for row in rows)) for i in range(len(header))]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
-    parts = ", ".join(f"{key[:-3]} {value:.1f}" for key, value in evaluation.time_breakdown_ms.items())
-    lines.append(f"iteration {evaluation.iteration_time_ms:.3f} ms ({parts} ms); peak "
-                 f"{evaluation.peak_memory_mb:.0f} MB; {'fits' if evaluation.fits else 'DOES NOT FIT'}"
-                 f"{'; estimated (micro-batch interpolated)' if evaluation.estimated else ''}")
-    return "\n".join(lines)
