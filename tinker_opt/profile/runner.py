@@ -54,7 +54,7 @@ class ProfileSettings:
     max_ep: int | None = None
     """Largest expert-parallel size to profile (None: num_experts; the script's own ep is always profiled)."""
     prof_etp: tuple[int, ...] | None = None
-    """Expert tensor-parallel sizes beyond tp (default: tp, Megatron's default, and the script's)."""
+    """Expert tensor-parallel sizes beyond 1 and tp (always profiled; tp is Megatron's default) and the script's."""
     warmup: int = 1
     """Untimed passes before the timed ones (the memory pass counts as the first)."""
     repeats: int = 5
