@@ -8,9 +8,11 @@ import pandas as pd
 import pytest
 
 from tinker_opt.errors import ConfigError, ProfileDataError
+from tinker_opt.model.strategy import Strategy
 from tinker_opt.profile import runner
 from tinker_opt.profile.runner import ProfileSettings, default_profile_dir, run_profile
 from tinker_opt.profile.store import load_profiled_data
+from tinker_opt.specs import TrainSpec
 
 from tests.profile_support import llama_model
 
@@ -121,3 +123,17 @@ def test_memory_prediction_from_smaller_mbs_and_larger_tp():
     assert runner._predicted_bytes(ProfilePoint("layer", Shape(tp=2, mbs=4)), rows) == 100 + 2000
     assert runner._predicted_bytes(ProfilePoint("layer", Shape(tp=1, mbs=2)), rows) == 2 * 1100
     assert runner._predicted_bytes(ProfilePoint("head", Shape(tp=1, mbs=2)), rows) is None
+
+
+def test_limits_keep_the_scripts_ep_above_max_ep():
+    """The settings' max_ep bounds ep, and the script's own ep (16) is added to the profile space."""
+    train = TrainSpec(micro_batch_size=1, global_batch_size=8, nnodes=2, nproc_per_node=8,
+                      strategy=Strategy(tp=1, pp=1, dp=16, ep=16, etp=1))
+    limits = ProfileSettings(max_ep=4).limits(train)
+    assert limits.max_ep == 4 and limits.extra_ep == (16,)
+
+
+def test_max_ep_below_one_is_an_error():
+    """max_ep = 0 is a ConfigError."""
+    with pytest.raises(ConfigError, match="max_ep"):
+        ProfileSettings(max_ep=0)

@@ -6,7 +6,7 @@ import pytest
 
 from tinker_opt.errors import ConfigError
 from tinker_opt.profile.shape import Shape
-from tinker_opt.profile.space import OomFrontier, ProfilePoint, SpaceLimits, profile_space, tp_values
+from tinker_opt.profile.space import OomFrontier, ProfilePoint, SpaceLimits, ep_values, expert_values, profile_space, tp_values
 
 from tests.profile_support import gpt_model, llama_model, moe_model
 
@@ -37,8 +37,34 @@ def test_moe_space_profiles_both_layer_kinds():
     points = profile_space(moe_model(), SpaceLimits(max_npu=2, max_mbs=1))
     moe = [p.shape for p in points if p.block == "layer.moe"]
     dense = [p.shape for p in points if p.block == "layer.dense"]
-    assert {(s.tp, s.sp, s.ep, s.etp) for s in moe} == {(2, True, 2, 2), (2, True, 1, 2), (1, False, 2, 1), (1, False, 1, 1)}
+    expected = {(2, True, ep, etp) for ep in (1, 2, 4, 8) for etp in (1, 2)} | {(1, False, ep, 1) for ep in (1, 2, 4, 8)}
+    assert {(s.tp, s.sp, s.ep, s.etp) for s in moe} == expected and len(moe) == len(expected)
     assert all(s.ep == 1 and s.etp == 1 for s in dense) and len(dense) == 2
+
+
+def test_ep_is_not_bounded_by_the_node():
+    """ep runs over every divisor of num_experts, beyond max_npu (expert groups span nodes)."""
+    assert ep_values(moe_model(experts=64), SpaceLimits(max_npu=8)) == [64, 32, 16, 8, 4, 2, 1]
+
+
+def test_max_ep_bounds_ep_but_keeps_the_scripts_own():
+    """max_ep caps the divisors; extra_ep (the script's ep) is kept above it, if it divides num_experts."""
+    limits = SpaceLimits(max_npu=8, max_ep=4, extra_ep=(16, 3))
+    assert ep_values(moe_model(experts=64), limits) == [16, 4, 2, 1]
+
+
+def test_etp_runs_over_one_and_tp():
+    """At tp 4 a MoE layer is profiled at etp 4 and 1 for each ep, least memory (larger ep, etp) first."""
+    pairs = expert_values(moe_model(experts=4), 4, SpaceLimits(max_npu=8))
+    assert pairs == [(4, 4), (4, 1), (2, 4), (2, 1), (1, 4), (1, 1)]
+
+
+def test_moe_space_is_least_memory_first():
+    """No MoE row needs less memory than an earlier one of the same block (the OOM frontier's order)."""
+    points = [p for p in profile_space(moe_model(), SpaceLimits(max_npu=2, max_mbs=2)) if p.block == "layer.moe"]
+    for index, earlier in enumerate(points):
+        assert not any(earlier.shape != p.shape and earlier.shape.needs_at_least_memory_of(p.shape)
+                       for p in points[index + 1:])
 
 
 def test_mbs_includes_the_scripts_own():

@@ -7,6 +7,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from tinker_opt.errors import ConfigError
+from tinker_opt.profile.moe import GroupedExperts
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.subgraphs import build_block, saved_activation_bytes, selective_recompute
 
@@ -137,3 +138,17 @@ def test_dense_block_rejects_expert_parallel():
     """A dense block built with ep > 1 is a ConfigError."""
     with pytest.raises(ConfigError, match="no experts"):
         build_block(moe_model(), "layer.dense", Shape(ep=2))
+
+
+@pytest.mark.parametrize("total", [12, 14])
+def test_grouped_experts_match_a_loop_over_experts(total):
+    """The batched experts compute what one MLP per expert would, balanced split (uneven too)."""
+    torch.manual_seed(0)
+    experts = GroupedExperts(4, 8, 6, swiglu=True, bias=True, device="cpu", dtype=torch.float64)
+    x = torch.randn(total, 8, dtype=torch.float64)
+    sizes = [total // 4 + (1 if i < total % 4 else 0) for i in range(4)]
+    expected = []
+    for i, part in enumerate(x.split(sizes)):
+        gate, up = (part @ experts.fc1[i] + experts.fc1_bias[i]).chunk(2, dim=-1)
+        expected.append((torch.nn.functional.silu(gate) * up) @ experts.fc2[i] + experts.fc2_bias[i])
+    assert torch.allclose(experts(x), torch.cat(expected))

@@ -39,13 +39,13 @@ import tinker_opt
 from tinker_opt.hardware import HardwareSpec, comm_table
 from tinker_opt.io_utils import write_text_atomic
 from tinker_opt.profile.device import Device, detect_device
-from tinker_opt.profile.measure import Measurement, measure_block
+from tinker_opt.profile.measure import Measurement, memory_pass
 from tinker_opt.profile.op_timing import OpArrays, fused_kernels, total_time_us
 from tinker_opt.profile.op_trace import PHASES, OpRecord, OpTrace, trace_ops
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.space import ProfilePoint, SpaceLimits, profile_space
 from tinker_opt.profile.store import BLOCK_COLUMNS, LOG_FILE, write_blocks_csv, write_comm_csv, write_meta
-from tinker_opt.profile.subgraphs import Block, build_block
+from tinker_opt.profile.subgraphs import Block, build_block, saved_activation_bytes
 from tinker_opt.specs import ModelSpec
 
 DEVICE_PREFIX = "analytic:"
@@ -68,12 +68,12 @@ class BlockTrace:
     """The core attention's forward, which selective recompute reruns in backward (layers only)."""
     memory: Measurement
     """The measured profile's own measurement of the block on fake tensors: its byte counts are
-    exact, its times are the host's wall clock of fake ops and are not used."""
+    exact; its times are zero (the op trace gives them)."""
 
 
 @functools.cache
 def _host() -> Device:
-    """The host device object measure_block expects; under FakeTensorMode it only keeps time."""
+    """The host device object memory_pass expects (no allocator statistics: bytes are tracked)."""
     return detect_device("cpu")
 
 
@@ -94,14 +94,28 @@ def _traced_passes(block: Block) -> tuple[OpTrace, OpTrace]:
     return passes, core
 
 
+def _bytes_measurement(block: Block) -> Measurement:
+    """The measured profile's memory pass (measure.memory_pass) on fake tensors: exact bytes.
+
+    The timed passes of measure_block are skipped (fake ops have no meaningful time; the op
+    trace gives the times), so the Measurement's times are zero."""
+    activation, transient, input_bytes, output_bytes = memory_pass(block, _host())
+    selective = saved_activation_bytes(block, selective=True) if block.attention is not None else activation
+    return Measurement(
+        fwd_us=0, bwd_us=0, fwd_us_spread=0, bwd_us_spread=0, param_count=block.param_count,
+        expert_param_count=block.expert_param_count, weight_bytes=block.weight_bytes, input_bytes=input_bytes,
+        output_bytes=output_bytes, activation_bytes=activation, transient_bytes=transient,
+        selective_activation_bytes=selective, selective_recompute_us=0)
+
+
 def trace_block(model: ModelSpec, block: str, shape: Shape) -> BlockTrace:
     """Run the block's reference sub-graph at `shape` on fake tensors: ops, and bytes as measured."""
     with FakeTensorMode():
         sub_graph = build_block(model, block, shape, device="cpu")
-        # The measured profile's code path, on fake tensors: its bytes are exact, nothing is allocated.
-        memory = measure_block(sub_graph, _host(), warmup=0, repeats=1)
+        # Gradients are dropped after accumulation, as measure.py does (Megatron's own fp32 buffer).
         hooks = [p.register_post_accumulate_grad_hook(_drop_grad) for p in sub_graph.module.parameters()]
         try:
+            memory = _bytes_measurement(sub_graph)
             passes, core = _traced_passes(sub_graph)
         finally:
             for hook in hooks:

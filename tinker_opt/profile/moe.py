@@ -1,9 +1,12 @@
 """Mixture-of-experts MLP of one rank: router, top-k dispatch, num_experts/ep local experts, shared experts.
 
-Mirrors Megatron-core's MoELayer with the all-to-all token dispatcher. The all-to-all and the
-expert-tensor-parallel all-gather / reduce-scatter are collectives the cost model adds; here the
-rank receives, with balanced routing, its etp group's tokens x topk assignments, split evenly over
-its local experts (a fixed permutation, so timings do not depend on random routing).
+Mirrors Megatron-core's MoELayer with the all-to-all token dispatcher and grouped experts
+(MindSpeed-LLM / Megatron `--moe-grouped-gemm`): the local experts' weights are stacked as
+[E_local, h, f] tensors and run as batched matmuls, so a shard with many local experts costs a
+handful of ops, not a Python loop of them. The all-to-all and the expert-tensor-parallel
+all-gather / reduce-scatter are collectives the cost model adds; here the rank receives, with
+balanced routing, its etp group's tokens x topk assignments, split evenly over its local experts
+(a fixed permutation, so timings do not depend on random routing).
 """
 
 from __future__ import annotations
@@ -16,16 +19,56 @@ from tinker_opt.profile.layers import MLP, new_weight
 from tinker_opt.profile.tp_emulation import ScatterToSequence, _repeat_dim0
 
 
-class Expert(nn.Module):
-    """One routed expert's MLP shard (width moe_ffn / etp); no collectives inside."""
+class GroupedExperts(nn.Module):
+    """The rank's routed experts (width moe_ffn / etp each) as stacked weights; no collectives inside.
 
-    def __init__(self, hidden: int, ffn_local: int, *, swiglu: bool, bias: bool, device, dtype) -> None:
+    fc1 [E, h, 2f | f] (+ bias [E, 2f | f]) and fc2 [E, f, h] (+ bias [E, h]): the same parameter
+    count and bytes as E separate expert MLPs."""
+
+    def __init__(self, num_experts: int, hidden: int, ffn_local: int, *, swiglu: bool, bias: bool,
+                 device, dtype) -> None:
         super().__init__()
-        self.mlp = MLP(hidden, ffn_local, swiglu=swiglu, bias=bias, gather=1, device=device, dtype=dtype)
+        width = ffn_local * (2 if swiglu else 1)
+        self.swiglu = swiglu
+        self.fc1 = new_weight(num_experts, hidden, width, device=device, dtype=dtype)
+        self.fc2 = new_weight(num_experts, ffn_local, hidden, device=device, dtype=dtype)
+        self.fc1_bias = nn.Parameter(torch.zeros(num_experts, width, device=device, dtype=dtype)) if bias else None
+        self.fc2_bias = nn.Parameter(torch.zeros(num_experts, hidden, device=device, dtype=dtype)) if bias else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.mlp(x)
-        return out if self.mlp.fc2.bias is None else out + self.mlp.fc2.bias
+    @property
+    def num_experts(self) -> int:
+        return self.fc1.shape[0]
+
+    def _activation(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:  # unfused, as the dense MLP: silu keeps its input, the product both factors
+            gate, up = x.chunk(2, dim=-1)
+            return F.silu(gate) * up
+        return F.gelu(x)
+
+    def _run(self, x: torch.Tensor, experts: slice) -> torch.Tensor:
+        """The experts of `experts` on x [E', n, h] (n tokens each): [E', n, h]."""
+        # All experts: the parameters themselves (a slice would add a full-size zero-filled gradient).
+        pick = (lambda p: p) if experts == slice(None) else (lambda p: p[experts])  # noqa: E731
+        w1, w2 = pick(self.fc1), pick(self.fc2)
+        hidden = (torch.bmm(x, w1) if self.fc1_bias is None
+                  else torch.baddbmm(pick(self.fc1_bias).unsqueeze(1), x, w1))
+        out = torch.bmm(self._activation(hidden), w2)
+        return out if self.fc2_bias is None else out + pick(self.fc2_bias).unsqueeze(1)
+
+    def forward(self, dispatched: torch.Tensor) -> torch.Tensor:
+        """dispatched [T, h], grouped by expert: the first T % E experts get one token more (balanced).
+
+        One batched call per group size: T = extra (per + 1) + (E - extra) per."""
+        total, h = dispatched.shape
+        per, extra = divmod(total, self.num_experts)
+        split = extra * (per + 1)
+        parts = []
+        if extra:
+            parts.append(self._run(dispatched[:split].view(extra, per + 1, h), slice(0, extra)).reshape(-1, h))
+        if per:
+            rest = dispatched[split:].view(self.num_experts - extra, per, h)
+            parts.append(self._run(rest, slice(extra, None) if extra else slice(None)).reshape(-1, h))
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 class MoE(nn.Module):
@@ -35,9 +78,8 @@ class MoE(nn.Module):
         super().__init__()
         self.topk, self.etp = dims.topk, etp
         self.router = new_weight(dims.num_experts, dims.hidden, device=device, dtype=dtype)
-        self.experts = nn.ModuleList(
-            Expert(dims.hidden, dims.expert_ffn, swiglu=model.swiglu, bias=model.add_bias_linear,
-                   device=device, dtype=dtype) for _ in range(dims.num_local_experts))
+        self.experts = GroupedExperts(dims.num_local_experts, dims.hidden, dims.expert_ffn, swiglu=model.swiglu,
+                                      bias=model.add_bias_linear, device=device, dtype=dtype)
         self.shared = (MLP(dims.hidden, dims.shared_ffn, swiglu=model.swiglu, bias=model.add_bias_linear,
                            gather=tp if sp else 1, device=device, dtype=dtype) if dims.shared_ffn else None)
         tokens = dims.seq_sp * dims.mbs * etp
@@ -54,18 +96,13 @@ class MoE(nn.Module):
         scores = torch.softmax(F.linear(tokens, self.router).float(), dim=-1)
         return scores.topk(self.topk, dim=-1).values.to(tokens.dtype)
 
-    def run_experts(self, dispatched: torch.Tensor) -> torch.Tensor:
-        total, num = dispatched.shape[0], len(self.experts)
-        sizes = [total // num + (1 if i < total % num else 0) for i in range(num)]
-        return torch.cat([expert(part) for expert, part in zip(self.experts, dispatched.split(sizes))])
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s, b, h = x.shape
         tokens = x.reshape(s * b, h)
         weights = self.route(tokens)
         gathered = _repeat_dim0(tokens, self.etp)  # expert-tensor-parallel all-gather of the tokens
         dispatched = gathered.index_select(0, self.order)  # permutation + all-to-all
-        expert_out = self.run_experts(dispatched)
+        expert_out = self.experts(dispatched)
         weighted = expert_out * _repeat_dim0(weights, self.etp).reshape(-1, 1)
         combined = torch.zeros_like(gathered).index_add(0, self.order, weighted)  # unpermute
         if self.etp > 1:

@@ -42,7 +42,7 @@ class ProfileSettings:
     device: str = "auto"
     """auto | npu | cuda | cpu"""
     max_npu: int = 8
-    """Largest tensor-parallel size (and largest expert-parallel size) to profile."""
+    """Largest tensor-parallel size to profile (devices per node)."""
     max_mbs: int = 4
     """Largest micro-batch size; 1, 2, 4, ... up to it (and the script's own) are profiled."""
     prof_tp: tuple[int, ...] | None = None
@@ -50,8 +50,11 @@ class ProfileSettings:
     prof_cp: tuple[int, ...] | None = None
     """Context-parallel sizes beyond 1 (default: the script's cp when > 1)."""
     prof_ep: tuple[int, ...] | None = None
+    """Expert-parallel sizes to profile (default: every divisor of num_experts up to max_ep, and the script's)."""
+    max_ep: int | None = None
+    """Largest expert-parallel size to profile (None: num_experts; the script's own ep is always profiled)."""
     prof_etp: tuple[int, ...] | None = None
-    """Expert tensor-parallel sizes beyond tp (default: tp, Megatron's default, and the script's)."""
+    """Expert tensor-parallel sizes beyond 1 and tp (always profiled; tp is Megatron's default) and the script's."""
     warmup: int = 1
     """Untimed passes before the timed ones (the memory pass counts as the first)."""
     repeats: int = 5
@@ -73,6 +76,8 @@ class ProfileSettings:
     def __post_init__(self) -> None:
         if self.repeats < 5:
             raise ConfigError(f"repeats must be at least 5 (a median of fewer is noise), got {self.repeats}")
+        if self.max_ep is not None and self.max_ep < 1:
+            raise ConfigError(f"max_ep must be >= 1 (or unset for every divisor of num_experts), got {self.max_ep}")
         if self.warmup < 0 or self.max_npu < 1 or self.max_mbs < 1:
             raise ConfigError(f"warmup >= 0, max_npu >= 1 and max_mbs >= 1 are needed, got {self.warmup}, "
                               f"{self.max_npu}, {self.max_mbs}")
@@ -87,7 +92,8 @@ class ProfileSettings:
         cp = set(self.prof_cp or ()) | ({strategy.cp} if strategy and strategy.cp > 1 else set())
         etp = set(self.prof_etp or ()) | ({strategy.etp} if strategy and strategy.etp else set())
         return SpaceLimits(max_npu=self.max_npu, max_mbs=self.max_mbs, prof_tp=self.prof_tp, prof_sp=self.prof_sp,
-                           prof_cp=tuple(sorted(cp)) or None, prof_ep=self.prof_ep,
+                           prof_cp=tuple(sorted(cp)) or None, prof_ep=self.prof_ep, max_ep=self.max_ep,
+                           extra_ep=(strategy.ep,) if strategy and strategy.ep > 1 else (),
                            prof_etp=tuple(sorted(etp)) or None,
                            extra_mbs=(train.micro_batch_size,) if train is not None else ())
 

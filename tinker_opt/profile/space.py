@@ -3,7 +3,9 @@
 tp runs over the divisors of max_npu that divide the heads, the query groups and the MLP width;
 sp on and off (on only with tp > 1; always on for MoE models with tp > 1, as Megatron requires);
 cp over 1 and the values the script or the settings ask for; ep over the divisors of num_experts
-up to max_npu, etp over tp and the values asked for (MoE layers only); mbs 1, 2, 4, ... up to
+(up to max_ep when set, plus the script's own ep: expert-parallel groups live in the data-parallel
+dimension and span nodes, so ep is not bounded by one node's devices), etp over 1, tp and the
+values asked for (MoE layers only; the search considers etp in {1, tp}); mbs 1, 2, 4, ... up to
 max_mbs (plus the script's own micro-batch size).
 
 Order (Tinker's): shapes that need less memory first (larger tp, sp on, larger cp / ep / etp,
@@ -31,6 +33,11 @@ class SpaceLimits:
     prof_sp: tuple[int, ...] | None = None
     prof_cp: tuple[int, ...] | None = None
     prof_ep: tuple[int, ...] | None = None
+    """Expert-parallel sizes to keep (None: every divisor of num_experts up to max_ep)."""
+    max_ep: int | None = None
+    """Largest expert-parallel size (None: num_experts)."""
+    extra_ep: tuple[int, ...] = ()
+    """Expert-parallel sizes to add whatever the bounds (the script's own), when they divide num_experts."""
     prof_etp: tuple[int, ...] | None = None
     extra_mbs: tuple[int, ...] = ()
     """Micro-batch sizes to add (the script's own), when not above max_mbs."""
@@ -92,15 +99,21 @@ def cp_values(model: ModelSpec, limits: SpaceLimits) -> list[int]:
     return wanted
 
 
-def expert_values(model: ModelSpec, tp: int, limits: SpaceLimits) -> list[tuple[int, int]]:
-    """(ep, etp) pairs of a MoE layer at tensor-parallel size tp."""
-    moe_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
-    eps = [e for e in divisors(model.num_experts) if e <= limits.max_npu]
+def ep_values(model: ModelSpec, limits: SpaceLimits) -> list[int]:
+    """ep candidates: divisors of num_experts up to max_ep (kept to prof_ep), plus extra_ep."""
+    eps = [e for e in divisors(model.num_experts) if limits.max_ep is None or e <= limits.max_ep]
     if limits.prof_ep is not None:
         eps = [e for e in eps if e in limits.prof_ep]
-    etps = {tp, *(limits.prof_etp or ())}
-    etps = sorted(e for e in etps if moe_ffn % e == 0 and e <= limits.max_npu)
-    return [(ep, etp) for ep in sorted(eps, reverse=True) for etp in sorted(etps, reverse=True)]
+    eps += [e for e in limits.extra_ep if model.num_experts % e == 0]
+    return sorted(set(eps), reverse=True)
+
+
+def expert_values(model: ModelSpec, tp: int, limits: SpaceLimits) -> list[tuple[int, int]]:
+    """(ep, etp) pairs of a MoE layer at tensor-parallel size tp, least memory first."""
+    moe_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
+    etps = {1, tp, *(limits.prof_etp or ())}
+    etps = sorted((e for e in etps if moe_ffn % e == 0 and e <= limits.max_npu), reverse=True)
+    return [(ep, etp) for ep in ep_values(model, limits) for etp in etps]
 
 
 def mbs_values(limits: SpaceLimits) -> list[int]:
