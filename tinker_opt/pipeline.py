@@ -59,7 +59,8 @@ def run_profile_step(values: dict[str, Any], *, progress: Progress | None = None
 
     analytic = values["device"] == "analytic"
     settings = ProfileSettings(
-        device="cpu" if analytic else values["device"], max_npu=values["max_npu"], max_mbs=values["max_mbs"],
+        device="cpu" if analytic else values["device"], max_npu=values["max_npu"], max_ep=values.get("max_ep"),
+        max_mbs=values["max_mbs"],
         prof_tp=values.get("prof_tp"), prof_sp=values.get("prof_sp"), warmup=values["warmup"],
         repeats=values["repeats"], hardware=values.get("hardware"))
     if analytic:
