@@ -147,6 +147,7 @@ class Attention(nn.Module):
         self.flash = model.use_flash_attn
         self.attention_dropout = model.attention_dropout
         self.cp = cp
+        self.softmax_scale = 1.0 / math.sqrt(self.head_dim)
         self.recompute_core = False
         """Megatron's selective recompute: the core attention is recomputed in backward."""
 
@@ -163,22 +164,21 @@ class Attention(nn.Module):
         return q, k, v
 
     def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
-        """Core attention: [s, b, np|ng, d] in, [s, b, np * d] out."""
-        s, b = q.shape[0], q.shape[1]
-        scale = 1.0 / math.sqrt(self.head_dim)
+        """Core attention: q [s, b, np, d], k [s, b, np|ng, d], v [s, b, np|ng, dv] in, [s, b, np * dv] out."""
+        s, b, dv = q.shape[0], q.shape[1], v.shape[-1]
         if self.flash:
             out = F.scaled_dot_product_attention(
                 q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3), is_causal=causal,
-                dropout_p=self.attention_dropout, scale=scale, enable_gqa=self.groups != self.heads)
-            return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * self.head_dim)
-        if self.groups != self.heads:  # legacy Megatron repeats the kv groups for the bmm path
-            k = k.repeat_interleave(self.heads // self.groups, dim=2)
-            v = v.repeat_interleave(self.heads // self.groups, dim=2)
+                dropout_p=self.attention_dropout, scale=self.softmax_scale, enable_gqa=k.shape[2] != self.heads)
+            return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * dv)
+        if k.shape[2] != self.heads:  # legacy Megatron repeats the kv groups for the bmm path
+            k = k.repeat_interleave(self.heads // k.shape[2], dim=2)
+            v = v.repeat_interleave(self.heads // v.shape[2], dim=2)
         ctx = materialised_attention(
-            q.reshape(s, b * self.heads, self.head_dim), k.reshape(k.shape[0], b * self.heads, self.head_dim),
-            v.reshape(v.shape[0], b * self.heads, self.head_dim),
-            scale=scale, causal=causal, p=self.attention_dropout)
-        return ctx.view(b, self.heads, s, self.head_dim).permute(2, 0, 1, 3).contiguous().view(s, b, -1)
+            q.reshape(s, b * self.heads, q.shape[-1]), k.reshape(k.shape[0], b * self.heads, k.shape[-1]),
+            v.reshape(v.shape[0], b * self.heads, dv),
+            scale=self.softmax_scale, causal=causal, p=self.attention_dropout)
+        return ctx.view(b, self.heads, s, dv).permute(2, 0, 1, 3).contiguous().view(s, b, -1)
 
     def run_core(self, q, k, v, causal: bool = True) -> torch.Tensor:
         if self.recompute_core:

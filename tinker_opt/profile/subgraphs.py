@@ -7,7 +7,7 @@ measurements need. It allocates through `device` / `dtype` only, so it also runs
 `FakeTensorMode` (the analytic device) where nothing is allocated.
 
 Style follows the script's flags: normalization (LayerNorm | RMSNorm), swiglu, rope, flash
-attention, dropouts, GQA, MoE. Sequence parallel shards the tokens of norms, dropouts and
+attention, dropouts, GQA, multi-head latent attention (`mla`), MoE. Sequence parallel shards the tokens of norms, dropouts and
 residuals (seq/tp); context parallel shards the sequence (seq/cp).
 """
 
@@ -22,6 +22,7 @@ from torch import nn
 
 from tinker_opt.errors import ConfigError
 from tinker_opt.profile.layers import MLP, Attention, bias_dropout_add, dropout, make_norm, new_weight
+from tinker_opt.profile.mla import LatentAttention
 from tinker_opt.profile.moe import MoE
 from tinker_opt.profile.shape import Shape, ShardDims, shard_dims
 from tinker_opt.profile.tp_emulation import GatherLinear, ScatterToSequence, VocabParallelCrossEntropy
@@ -63,7 +64,8 @@ class DecoderLayer(nn.Module):
         super().__init__()
         gather = shape.tp if shape.sp else 1
         self.norm1 = make_norm(model.normalization, dims.hidden, device=device, dtype=dtype)
-        self.attention = Attention(dims, model, gather=gather, cp=shape.cp, device=device, dtype=dtype)
+        attention = LatentAttention if model.multi_latent_attention else Attention
+        self.attention = attention(dims, model, gather=gather, cp=shape.cp, device=device, dtype=dtype)
         self.norm2 = make_norm(model.normalization, dims.hidden, device=device, dtype=dtype)
         self.mlp = (MoE(dims, model, tp=shape.tp, sp=shape.sp, etp=shape.etp, device=device, dtype=dtype) if moe
                     else MLP(dims.hidden, dims.ffn, swiglu=model.swiglu, bias=model.add_bias_linear,

@@ -8,6 +8,7 @@ counterpart, so time and activation memory match one rank of the real run:
   s/t shard, multiplies, and saves only the shard (re-gathered in backward), hence 34/t in
   Korthikanti's sequence-parallel formula.
 * `ScatterToSequence`: the reduce-scatter after a row-parallel linear under sequence parallel.
+* `GatherFromSequence`: the all-gather of a sequence-parallel tensor (MLA's rotary key part).
 * `FusedScaleMaskSoftmax`: Megatron's fused causal softmax, which saves only its output.
 * `VocabParallelCrossEntropy`: Megatron's cross entropy over a vocabulary shard (fp32 softmax kept).
 * `CheckpointCore`: selective recompute of the core attention (inputs saved, rest recomputed).
@@ -58,6 +59,19 @@ class ScatterToSequence(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         return _repeat_dim0(grad, ctx.parts), None
+
+
+class GatherFromSequence(torch.autograd.Function):
+    """All-gather along the sequence (forward) / reduce-scatter (backward); saves nothing."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, parts: int):
+        ctx.parts = parts
+        return _repeat_dim0(x, parts)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad.narrow(0, 0, grad.shape[0] // ctx.parts).contiguous(), None
 
 
 class FusedScaleMaskSoftmax(torch.autograd.Function):
