@@ -110,3 +110,13 @@ class LatentAttention(Attention):
         k_rope = self.rotary(k_rope.unsqueeze(2)).expand(-1, -1, self.heads, -1)
         k = torch.cat((k_nope, k_rope), dim=-1)
         return q, k, v.contiguous()
+
+    def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
+        """Flash kernels need one head dim for q, k and v: v is zero-padded to dq and the output cut
+        back to v_head_dim (MindSpeed-LLM's default; `--mla-fa-without-pad` skips it on the NPU).
+        Unpadded, torch falls back to the math kernel and materialises the scores."""
+        if not self.flash or v.shape[-1] == q.shape[-1]:
+            return super().core(q, k, v, causal=causal)
+        s, b = q.shape[0], q.shape[1]
+        out = super().core(q, k, F.pad(v, (0, q.shape[-1] - v.shape[-1])), causal=causal)
+        return out.view(s, b, self.heads, q.shape[-1])[..., : self.v_dim].reshape(s, b, self.heads * self.v_dim)
