@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tinker_opt.specs import ModelSpec
 
 
@@ -29,3 +31,12 @@ def moe_model(*, seq: int = 64, hidden: int = 64, experts: int = 8) -> ModelSpec
                      attention_dropout=0.0, hidden_dropout=0.0, add_bias_linear=False, num_experts=experts,
                      moe_router_topk=2, moe_ffn_hidden_size=32, moe_shared_expert_intermediate_size=64,
                      first_k_dense_replace=1)
+
+
+def mla_model(*, seq: int = 32, hidden: int = 64, heads: int = 4, q_lora_rank: int | None = 48,
+              kv_lora_rank: int = 32, flash: bool = True, moe: bool = False) -> ModelSpec:
+    """DeepSeek-V3 style multi-head latent attention (q/kv low-rank, 8-wide rotary part, v dim 12)."""
+    base = moe_model(seq=seq, hidden=hidden) if moe else llama_model(
+        seq=seq, hidden=hidden, heads=heads, groups=heads, ffn=2 * hidden, vocab=256)
+    return replace(base, multi_latent_attention=True, q_lora_rank=q_lora_rank, kv_lora_rank=kv_lora_rank,
+                   qk_head_dim=16, qk_pos_emb_head_dim=8, v_head_dim=12, use_flash_attn=flash)
