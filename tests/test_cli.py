@@ -216,3 +216,29 @@ def test_analytic_needs_hardware(tmp_path):
     """The analytic device without --hardware is a one-line error naming the flag."""
     result = run_cli("profile", str(EXAMPLE), "--device", "analytic", "--save-path", str(tmp_path))
     assert_one_line_error(result, "--hardware")
+
+
+TINKER_ROWS = """config,block_name,forward-compute,backward_compute,input_size,output_size,weights,activations,fwd_reserved,bwd_reserved
+{g},embedding,120.5,300,0.0078,16,250,0.5,2,3
+{g},transformer_block,4000,8000,16,16,386,300.25,40,60
+{g},final_norm,50,90,16,16,0.0078,16,1,1
+{g},post_process,3000,5000,16,0,250,500,100,200
+"""
+
+
+def test_search_on_tinker_profile_with_script(tmp_path):
+    """A Tinker profiled_data.csv folder plus the user's script is enough for search."""
+    folder = tmp_path / "profiled-data-llama2-7b-240101-120000"
+    folder.mkdir()
+    (folder / "profiled_data.csv").write_text(TINKER_ROWS.format(g="llama2_7b_tp1_sp0_ep1_mbs1_algo0"))
+    (folder / "model_info_seq4096.json").write_text(json.dumps({"seq_length": 4096, "bf16": True, "num_layers": 32}))
+    script = EXAMPLE.parent.parent / "tests" / "fixtures" / "scripts" / "pretrain_llama2_7b_ptd.sh"
+    without = run_cli("search", "--profiled-data-path", str(folder), "--global-batch-size", "8", "--num-nodes", "1",
+                      "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(without, "--pretrain-script-path-search")
+    result = run_cli("search", str(script), "--profiled-data-path", str(folder), "--global-batch-size", "8",
+                     "--num-nodes", "1", "--num-npus-per-node", "8", "--memory-limit", "1000000",
+                     "--output-dir", str(tmp_path / "out"), "--quiet")
+    assert result.returncode == 0, result.stderr
+    summary = read_json(next((tmp_path / "out").iterdir()) / "summary.json")
+    assert summary["best"]["strategy"]["tp"] == 1 and summary["inputs"]["model"]["num_layers"] == 32

@@ -125,6 +125,16 @@ def _read_optional_script(path: str | None):
     return read_script(path)
 
 
+def _model_of(profiled, info):
+    """The profile's ModelSpec; a Tinker folder holds none, so the script's is used."""
+    if "model" in profiled.meta:
+        return profiled.model
+    if info is None:
+        raise ConfigError(f"profile '{profiled.path}' (Tinker format) holds no model shape; "
+                          "pass the launch script with --pretrain-script-path-search")
+    return info.model
+
+
 def build_cost_model(profiled, cluster: ClusterSpec, global_batch_size: int, values: dict[str, Any], model=None):
     """The CostModel for a profile, a cluster and the communication overrides of `values`."""
     from tinker_opt.hardware import load_hardware
@@ -153,7 +163,7 @@ def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
     check_writable(output_dir)
     cluster = ClusterSpec(num_nodes=values["num_nodes"], devices_per_node=values["num_npus_per_node"],
                           memory_limit_mb=values["memory_limit"])
-    cost_model = build_cost_model(profiled, cluster, values["global_batch_size"], values)
+    cost_model = build_cost_model(profiled, cluster, values["global_batch_size"], values, model=_model_of(profiled, info))
     for warning in cost_model.warnings:
         log(warning)
     log(f"searching {cluster.num_devices} devices ({cluster.num_nodes} nodes x {cluster.devices_per_node}), "
@@ -167,8 +177,8 @@ def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
     labels = labels_for(profiled.meta.get("script_path"), profiled.meta.get("model_name"), profiled.meta.get("model_size"))
     report = SearchReport(
         labels=RunLabels(labels.model_name, labels.model_size, values["global_batch_size"], cluster.memory_limit_mb,
-                         cluster.num_nodes, cluster.devices_per_node, profiled.model.seq_length),
-        inputs=_inputs_record(values, profiled, cluster), solver=result.solver, status=result.status,
+                         cluster.num_nodes, cluster.devices_per_node, cost_model.model.seq_length),
+        inputs=_inputs_record(values, profiled, cluster, cost_model.model), solver=result.solver, status=result.status,
         gap=result.gap, solve_time_s=result.solve_time_s, objective_ms=result.objective_ms,
         bound_ms=result.bound_ms, top=top, warnings=list(cost_model.warnings), log_lines=log.lines)
     version = values.get("version") or profiled.meta.get("framework_version")
@@ -180,10 +190,10 @@ def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
                          solve_time_s=result.solve_time_s, gap=result.gap, warnings=list(cost_model.warnings))
 
 
-def _inputs_record(values: dict[str, Any], profiled, cluster: ClusterSpec) -> dict[str, Any]:
+def _inputs_record(values: dict[str, Any], profiled, cluster: ClusterSpec, model) -> dict[str, Any]:
     return {
         "profiled_data_path": str(profiled.path), "script_path": profiled.meta.get("script_path"),
-        "model": profiled.meta.get("model"), "global_batch_size": values["global_batch_size"],
+        "model": model.to_dict(), "global_batch_size": values["global_batch_size"],
         "num_nodes": cluster.num_nodes, "num_npus_per_node": cluster.devices_per_node,
         "memory_limit_mb": cluster.memory_limit_mb, "solver": values["solver"], "time_limit_s": values["time_limit"],
         "cpus": values["cpus"], "top_k": values["top_k"], "hardware": values.get("hardware"),
