@@ -147,7 +147,9 @@ def build_cost_model(profiled, cluster: ClusterSpec, global_batch_size: int, val
 
 def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
     """Load a profile, solve, and write the results folder."""
+    from tinker_opt.emit.expressible import search_space_for
     from tinker_opt.emit.results import RunLabels, SearchReport, check_writable, write_results_folder
+    from tinker_opt.script import versions
     from tinker_opt.model.search import SearchSpace, search
     from tinker_opt.profile.store import load_profiled_data
 
@@ -168,7 +170,10 @@ def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
         log(warning)
     log(f"searching {cluster.num_devices} devices ({cluster.num_nodes} nodes x {cluster.devices_per_node}), "
         f"global batch {values['global_batch_size']}, memory limit {cluster.memory_limit_mb:g} MB, solver {values['solver']}")
-    space = SearchSpace(max_mbs=values["max_mbs"]) if values.get("max_mbs") else None
+    version = values.get("version") or profiled.meta.get("framework_version")
+    space = SearchSpace(max_mbs=values.get("max_mbs"))
+    if info is not None:
+        space = search_space_for(info, versions.resolve(version, info.text, info.train.framework.flavour), space)
     result = search(cost_model, solver=values["solver"], time_limit_s=values["time_limit"], cpus=values["cpus"],
                     top_k=values["top_k"], space=space, progress=log)
     log(f"{result.solver}: {result.status}, objective {result.objective_ms:.3f} ms, bound "
@@ -181,7 +186,6 @@ def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
         inputs=_inputs_record(values, profiled, cluster, cost_model.model), solver=result.solver, status=result.status,
         gap=result.gap, solve_time_s=result.solve_time_s, objective_ms=result.objective_ms,
         bound_ms=result.bound_ms, top=top, warnings=list(cost_model.warnings), log_lines=log.lines)
-    version = values.get("version") or profiled.meta.get("framework_version")
     writer = _script_writer(info, cluster, version, log) if info is not None else None
     if writer is None:
         log("no launch script known for this profile: configs/ stays empty (pass --pretrain-script-path-search)")

@@ -8,7 +8,10 @@ or the missing flag.
 
 from __future__ import annotations
 
+import dataclasses
+
 from tinker_opt.errors import StrategyError
+from tinker_opt.model.space import SEARCHED_CP_ALGOS, SearchSpace
 from tinker_opt.model.strategy import Strategy
 from tinker_opt.script import versions
 from tinker_opt.script.reader import ScriptInfo
@@ -129,3 +132,25 @@ def expressible_strategy(strategy: Strategy, info: ScriptInfo, vr: VersionRange,
         sp=strategy.sp and strategy.tp > 1, cp_algo=_cp_algo(strategy, info, vr),
         etp=_etp(strategy, info, vr), num_layer_list=layer_list,
         **_recompute(strategy, stage_layers // strategy.vpp))
+
+
+def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | None = None) -> SearchSpace:
+    """The search space restricted to what this script and framework version can say.
+
+    A strategy the solver returns must be writable as flags (ARCHITECTURE.md): a knob whose flag
+    the version lacks is switched off before the search, never discovered after it.
+    """
+    def can(flag: str) -> bool:
+        return info.launch.has(flag) or flag_allowed(flag, vr)
+
+    megatron = vr.family == versions.MEGATRON
+    algos = (DEFAULT_CP_ALGO,) if megatron else tuple(
+        a for a in SEARCHED_CP_ALGOS if CP_ALGO_SINCE.get(a) is not None and vr.allows(CP_ALGO_SINCE[a]))
+    return dataclasses.replace(
+        base or SearchSpace(),
+        allow_vpp=any(info.launch.has(f) for f in VPP_SIZE_FLAGS) or can(VPP_LAYERS_FLAG),
+        allow_cp=can("--context-parallel-size") and bool(algos),
+        cp_algos=algos or SEARCHED_CP_ALGOS,
+        # Megatron-LM's first/last-stage flags cannot give middle stages different counts.
+        allow_uneven_split=not megatron and can("--num-layer-list"),
+        etp_follows_tp=not (can("--expert-tensor-parallel-size") or info.launch.has("--moe-tp-extend-ep")))

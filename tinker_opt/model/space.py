@@ -42,6 +42,8 @@ class SearchSpace:
     allow_cp: bool = True
     allow_uneven_split: bool = True
     """Let the solver choose a `--num-layer-list` (never with vpp > 1)."""
+    etp_follows_tp: bool = False
+    """Only etp = tp (the framework cannot say `--expert-tensor-parallel-size`)."""
     recompute: tuple[str, ...] = RECOMPUTE_KINDS
     cp_algos: tuple[str, ...] = SEARCHED_CP_ALGOS
 
@@ -94,7 +96,7 @@ def _iter_parallel(model, tp, cp, pp, dp, space, available) -> Iterator[Strategy
     experts = [(1, None)]
     if model.is_moe:
         eps = _allowed(divisors(model.num_experts), space.ep)
-        etps = _allowed(sorted({1, tp}), space.etp)
+        etps = [tp] if space.etp_follows_tp else _allowed(sorted({1, tp}), space.etp)
         experts = [(ep, etp) for ep in eps for etp in etps]
     for sp, algo, (ep, etp) in itertools.product(sps, algos, experts):
         if not available(tp, sp, cp, ep, etp if etp is not None else 1):
