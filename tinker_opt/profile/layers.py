@@ -167,9 +167,14 @@ class Attention(nn.Module):
         """Core attention: q [s, b, np, d], k [s, b, np|ng, d], v [s, b, np|ng, dv] in, [s, b, np * dv] out."""
         s, b, dv = q.shape[0], q.shape[1], v.shape[-1]
         if self.flash:
+            # Flash kernels (FlashAttention-2, Ascend's npu_fusion_attention) regenerate the dropout
+            # mask from the RNG state in backward and keep no s x s tensor. torch's CPU / fake-tensor
+            # SDPA would fall back to the materialising math path for dropout_p > 0, so the profile
+            # runs the kernel without dropout: saved bytes as the fused kernel's; its dropout
+            # arithmetic (elementwise, small beside the matmuls) is not timed.
             out = F.scaled_dot_product_attention(
                 q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3), is_causal=causal,
-                dropout_p=self.attention_dropout, scale=self.softmax_scale, enable_gqa=k.shape[2] != self.heads)
+                dropout_p=0.0, scale=self.softmax_scale, enable_gqa=k.shape[2] != self.heads)
             return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * dv)
         if k.shape[2] != self.heads:  # legacy Megatron repeats the kv groups for the bmm path
             k = k.repeat_interleave(self.heads // k.shape[2], dim=2)
