@@ -64,6 +64,9 @@ def infeasible_message(cost_model, outers) -> str:
     evaluation = cost_model.evaluate(cost_model.split_strategy(outer, layers, r))
     stage = max(evaluation.stages, key=lambda st: st["memory_mb"])
     part = max(HINTS, key=lambda name: stage.get(name, 0.0))
+    hint = HINTS[part]
+    if part == "optimizer_mb" and outer.dist_opt:  # already sharded: only more data-parallel ranks help
+        hint = "more devices (the distributed optimizer already shards the states over data parallelism)"
     return (f"no strategy fits in {limit:g} MB per device; the best ({outer.label()}) needs at least "
             f"{peak / 2**20:.0f} MB, mostly {part[:-3].replace('_', ' ')} ({stage[part]:.0f} MB): "
-            f"try {HINTS[part]}")
+            f"try {hint}")
