@@ -68,16 +68,15 @@ def _search(values: dict[str, Any], quiet: bool) -> Path:
     log = RunLog(echo=None if quiet else lambda line: err_console.print(line, markup=False, highlight=False))
     with console.status(f"solving with {values['solver']}", spinner="dots") if not quiet else nullcontext():
         outcome = run_search_step(values, log=log)
-    if quiet:
+    if quiet:  # the log was not echoed: still show the warnings, then only the path
         for warning in outcome.warnings:
             err_console.print(warning, markup=False, highlight=False)
-    if not quiet:
-        gap = "" if outcome.gap is None else f", gap {outcome.gap:.2%}"
-        console.print(strategies_table(outcome.top, f"top strategies ({outcome.solver}: {outcome.status}{gap}, "
-                                                    f"{outcome.solve_time_s:.2f} s)"))
-        console.print(f"results: [bold]{outcome.folder}[/bold]")
-    else:
         console.print(str(outcome.folder))
+        return outcome.folder
+    gap = "" if outcome.gap is None else f", gap {outcome.gap:.2%}"
+    console.print(strategies_table(outcome.top, f"top strategies ({outcome.solver}: {outcome.status}{gap}, "
+                                                f"{outcome.solve_time_s:.2f} s)"))
+    console.print(f"results: [bold]{outcome.folder}[/bold]")
     return outcome.folder
 
 
