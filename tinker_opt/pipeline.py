@@ -135,14 +135,18 @@ def _model_of(profiled, info):
     return info.model
 
 
-def build_cost_model(profiled, cluster: ClusterSpec, global_batch_size: int, values: dict[str, Any], model=None):
-    """The CostModel for a profile, a cluster and the communication overrides of `values`."""
+def build_cost_model(profiled, cluster: ClusterSpec, global_batch_size: int, values: dict[str, Any], model=None,
+                     info=None):
+    """The CostModel for a profile, a cluster and the communication overrides of `values`; the
+    swap-optimizer chunk count comes from the script (`info`) when known, else from meta.json."""
     from tinker_opt.hardware import load_hardware
     from tinker_opt.model.costs import CostModel
 
     hardware = load_hardware(values["hardware"]) if values.get("hardware") else None
     return CostModel.from_profile(profiled, model or profiled.model, cluster, global_batch_size,
-                                  hardware=hardware, inter_node_bandwidth_gbs=values.get("inter_node_bandwidth"))
+                                  hardware=hardware, inter_node_bandwidth_gbs=values.get("inter_node_bandwidth"),
+                                  swap_optimizer_times=info.train.swap_optimizer_times if info is not None
+                                  else profiled.meta.get("swap_optimizer_times"))
 
 
 def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
@@ -165,7 +169,8 @@ def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
     check_writable(output_dir)
     cluster = ClusterSpec(num_nodes=values["num_nodes"], devices_per_node=values["num_npus_per_node"],
                           memory_limit_mb=values["memory_limit"])
-    cost_model = build_cost_model(profiled, cluster, values["global_batch_size"], values, model=_model_of(profiled, info))
+    cost_model = build_cost_model(profiled, cluster, values["global_batch_size"], values, model=_model_of(profiled, info),
+                                  info=info)
     for warning in cost_model.warnings:
         log(warning)
     log(f"searching {cluster.num_devices} devices ({cluster.num_nodes} nodes x {cluster.devices_per_node}), "

@@ -158,6 +158,9 @@ class TrainSpec:
     is_full_tune: bool = False
     loads_checkpoint: bool = False
     """The script passes `--load`: changing tp / pp / ep then needs a checkpoint conversion."""
+    swap_optimizer_times: int | None = None
+    """MindSpeed `--swap-optimizer`: optimizer states kept on the host and swapped to the device in
+    this many chunks (`--swap-optimizer-times`, default 16) at the step; None when not swapping."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,6 +6,7 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
     {"name": str, "devices_per_node": int, "memory_gb": float,
      "peak_tflops": {"bf16": float, "fp16": float, "fp32": float},
      "memory_bandwidth_gbs": float,
+     "host_link_gbs": float,                                        # optional, device<->host copy
      "intra_node": {"bandwidth_gbs": float, "latency_us": float},   # per device, one direction,
      "inter_node": {"bandwidth_gbs": float, "latency_us": float},   # achievable (efficiency applied)
      "efficiency": {"matmul": CURVE, "memory": CURVE, "notes": [...]},
@@ -37,6 +38,10 @@ __all__ = ["DeviceEfficiency", "EfficiencyCurve", "HardwareSpec", "LinkSpec", "c
            "load_hardware", "shipped_hardware"]
 
 HARDWARE_DIR = Path(__file__).parent
+DEFAULT_HOST_LINK_GBS = 25.0
+"""Device<->host copy bandwidth per device and direction when a hardware file gives none.
+ASSUMPTION: a PCIe 4.0/5.0 x16 class link (32/64 GB/s peak) shared by the devices on its switch,
+about 25 GB/s achieved per device; used only for `--swap-optimizer` traffic."""
 DEFAULT_COMM_SIZES = tuple(64 * 1024 * 4**i for i in range(7))
 """64 KiB ... 256 MiB, the sizes the measured communication profile uses too."""
 
@@ -65,6 +70,8 @@ class HardwareSpec:
     intra_node: LinkSpec
     inter_node: LinkSpec
     efficiency: DeviceEfficiency = field(default_factory=DeviceEfficiency)
+    host_link_gbs: float = DEFAULT_HOST_LINK_GBS
+    """Achieved device<->host copy bandwidth per device and direction (swap-optimizer traffic)."""
     sources: list[Any] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
 
@@ -75,6 +82,8 @@ class HardwareSpec:
             raise ConfigError(
                 f"hardware '{self.name}' needs memory_bandwidth_gbs > 0 and positive peak_tflops, got "
                 f"{self.memory_bandwidth_gbs} and {self.peak_tflops}")
+        if self.host_link_gbs <= 0:
+            raise ConfigError(f"hardware '{self.name}' needs host_link_gbs > 0, got {self.host_link_gbs}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], origin: str = "hardware file") -> "HardwareSpec":
@@ -90,6 +99,7 @@ class HardwareSpec:
                 memory_bandwidth_gbs=float(data["memory_bandwidth_gbs"]),
                 intra_node=LinkSpec(**data["intra_node"]), inter_node=LinkSpec(**data["inter_node"]),
                 efficiency=DeviceEfficiency.from_dict(data.get("efficiency", {}), origin),
+                host_link_gbs=float(data.get("host_link_gbs", DEFAULT_HOST_LINK_GBS)),
                 sources=list(data.get("sources", [])),
                 assumptions=list(data.get("assumptions", [])))
         except (TypeError, ValueError, AttributeError) as exc:
@@ -118,6 +128,7 @@ class HardwareSpec:
         return {
             "name": self.name, "devices_per_node": self.devices_per_node, "memory_gb": self.memory_gb,
             "peak_tflops": dict(self.peak_tflops), "memory_bandwidth_gbs": self.memory_bandwidth_gbs,
+            "host_link_gbs": self.host_link_gbs,
             "intra_node": dataclasses.asdict(self.intra_node), "inter_node": dataclasses.asdict(self.inter_node),
             "efficiency": self.efficiency.to_dict(), "sources": list(self.sources),
             "assumptions": list(self.assumptions)}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tinker_opt.errors import StrategyError
-from tinker_opt.hardware import HardwareSpec
+from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS, HardwareSpec
 from tinker_opt.model.coefficients import (SplitCoefficients, StageCost, iteration_time_ns_x_v,
                                            stage_costs)
 from tinker_opt.model.comm_model import CommModel
@@ -54,28 +54,35 @@ class CostModel:
     """Cost coefficients of every strategy of one model on one cluster, from one profile."""
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, global_batch_size: int,
-                 blocks: BlockTable, comm: CommModel, *, memory_bandwidth_gbs: float | None = None) -> None:
+                 blocks: BlockTable, comm: CommModel, *, memory_bandwidth_gbs: float | None = None,
+                 swap_optimizer_times: int | None = None, host_link_gbs: float | None = None) -> None:
         self.model = model
         self.cluster = cluster
         self.global_batch_size = global_batch_size
         self.blocks = blocks
         self.comm = comm
         self.warnings: list[str] = list(comm.warnings)
+        self.swap_optimizer_times = swap_optimizer_times
         self._terms = TermBuilder(model, cluster, global_batch_size, blocks, comm,
-                                  memory_bandwidth_gbs=memory_bandwidth_gbs)
+                                  memory_bandwidth_gbs=memory_bandwidth_gbs,
+                                  swap_optimizer_times=swap_optimizer_times,
+                                  host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS)
         self._cache: dict[Strategy, SplitCoefficients] = {}
 
     @classmethod
     def from_profile(cls, profiled: ProfiledData, model: ModelSpec, cluster: ClusterSpec,
                      global_batch_size: int, *, hardware: HardwareSpec | None = None,
-                     inter_node_bandwidth_gbs: float | None = None) -> "CostModel":
-        """Build from a loaded profiled-data folder; see CommModel for the inter-node defaults."""
+                     inter_node_bandwidth_gbs: float | None = None,
+                     swap_optimizer_times: int | None = None) -> "CostModel":
+        """Build from a loaded profiled-data folder; see CommModel for the inter-node defaults.
+        `swap_optimizer_times`: the script's `--swap-optimizer` chunk count (None: not swapping)."""
         comm = CommModel(profiled.comm, hardware=hardware,
                          inter_node_bandwidth_gbs=inter_node_bandwidth_gbs,
                          multi_node=cluster.num_nodes > 1, multi_device=cluster.devices_per_node > 1)
         bandwidth = hardware.memory_bandwidth_gbs if hardware is not None else None
         return cls(model, cluster, global_batch_size, BlockTable(profiled.blocks), comm,
-                   memory_bandwidth_gbs=bandwidth)
+                   memory_bandwidth_gbs=bandwidth, swap_optimizer_times=swap_optimizer_times,
+                   host_link_gbs=hardware.host_link_gbs if hardware is not None else None)
 
     def available(self, tp: int, sp: bool, cp: int, ep: int, etp: int) -> bool:
         """Whether every block was profiled at this shard shape (any micro-batch size)."""

@@ -11,12 +11,24 @@ and two Adam moments (8 B without a master copy in fp32 training). With the dist
 the 12 B are sharded over the data-parallel group with context parallelism (dp*cp ranks, Megatron's
 `data_parallel_group_with_cp`); expert parameters are sharded by ep*etp instead of tp and their
 states by the expert-data-parallel group tp*cp*dp / (ep*etp).
+
+Swap optimizer (MindSpeed `--swap-optimizer`, docs/features/swap-optimizer.md of Ascend/MindSpeed,
+and mindspeed/features_manager/optimizer/swap_optimizer_feature.py): the fp32 master weights and
+Adam moments of the distributed optimizer live in host memory between steps; the step copies
+about numel // swap_optimizer_times elements (default 16 chunks) host->device, runs AdamW on them,
+copies them back and frees them. The feature requires the distributed optimizer, so it applies
+only to strategies with dist_opt. Modelled: the device holds one chunk of the states
+(ASSUMPTION: one chunk in flight; the h2d of the next chunk may overlap the d2h of the previous,
+which the model leaves out), and the step pays both copies of the rank's states at the host link
+bandwidth, exposed (ASSUMPTION: conservative, MindSpeed overlaps the copies with the AdamW math on
+separate streams).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS
 from tinker_opt.model.coefficients import SplitCoefficients
 from tinker_opt.model.comm_model import CommModel, group_scope
 from tinker_opt.model.profile_table import BlockCost, BlockTable
@@ -45,7 +57,8 @@ class TermBuilder:
     """Builds the integer coefficients of outer configurations."""
 
     def __init__(self, model, cluster, global_batch_size: int, blocks: BlockTable, comm: CommModel,
-                 *, memory_bandwidth_gbs: float | None = None) -> None:
+                 *, memory_bandwidth_gbs: float | None = None, swap_optimizer_times: int | None = None,
+                 host_link_gbs: float = DEFAULT_HOST_LINK_GBS) -> None:
         self.model = model
         self.cluster = cluster
         self.gbs = global_batch_size
@@ -54,6 +67,8 @@ class TermBuilder:
         self.mem_bw_gbs = memory_bandwidth_gbs or DEFAULT_MEMORY_BANDWIDTH_GBS
         self.bpe = model.bytes_per_element
         self.opt_state_bytes = 12 if self.bpe == 2 else 8
+        self.swap_times = swap_optimizer_times
+        self.host_link_gbs = host_link_gbs
         self.kinds = model.layer_kinds()
         self.layer_block = {k: ("layer" if len(set(self.kinds)) == 1 else f"layer.{k}") for k in set(self.kinds)}
         self.kind_names = sorted(set(self.kinds))
@@ -185,12 +200,18 @@ class TermBuilder:
                 "tail": _ns(sync_us + opt_us), "tail_sync": _ns(sync_us), "estimated": cost.estimated}
 
     def _param_bytes(self, s: Strategy, dense: int, expert: int) -> tuple[int, int]:
-        """(weights + gradients, optimizer states) bytes of these parameters on one rank."""
+        """(weights + gradients, optimizer states) bytes of these parameters on one rank; with
+        the swap optimizer only one of its swap_times chunks of the states is on the device."""
         dp_cp, edp = self._data_groups(s)
         weights = (dense + expert) * (self.bpe + GRAD_BYTES)
         dense_opt = dense * self.opt_state_bytes / (dp_cp if s.dist_opt else 1)
         expert_opt = expert * self.opt_state_bytes / (edp if s.dist_opt else 1)
-        return weights, int(np.ceil(dense_opt + expert_opt))
+        chunks = self.swap_times if self._swaps(s) else 1
+        return weights, int(np.ceil((dense_opt + expert_opt) / chunks))
+
+    def _swaps(self, s: Strategy) -> bool:
+        """Whether the states are swapped to the host: MindSpeed's swap optimizer needs dist_opt."""
+        return bool(self.swap_times) and s.dist_opt
 
     def _data_groups(self, s: Strategy) -> tuple[int, int]:
         """(dense data-parallel group dp*cp, expert data-parallel group tp*cp*dp/(ep*etp))."""
@@ -223,7 +244,10 @@ class TermBuilder:
             sync += self._sync_us(s, *expert_group[0], expert, True)
         dp_cp, edp = self._data_groups(s)
         local = dense / (dp_cp if s.dist_opt else 1) + expert / (edp if s.dist_opt else 1)
-        return sync, local * ADAM_TOUCH_BYTES / (self.mem_bw_gbs * 1e3)
+        step_us = local * ADAM_TOUCH_BYTES / (self.mem_bw_gbs * 1e3)
+        if self._swaps(s):  # host->device and device->host copy of the rank's states (1 GB/s = 1e3 B/us)
+            step_us += 2 * local * self.opt_state_bytes / (self.host_link_gbs * 1e3)
+        return sync, step_us
 
     def _stage_terms(self, s: Strategy, num_micro: int) -> dict:
         from tinker_opt.model.stage_terms import stage_terms

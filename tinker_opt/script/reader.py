@@ -97,6 +97,20 @@ def _is_full_tune(name: str, launch: Launch) -> bool:
     return tune and not any(launch.has(flag) for flag in _LORA_FLAGS)
 
 
+SWAP_OPTIMIZER_TIMES_DEFAULT = 16
+"""MindSpeed's default `--swap-optimizer-times` (mindspeed/features_manager/optimizer/swap_optimizer_feature.py)."""
+
+
+def _swap_optimizer_times(launch: Launch) -> int | None:
+    """The chunk count of `--swap-optimizer` (None when the script does not swap the optimizer)."""
+    if not launch.has("--swap-optimizer"):
+        return None
+    times = int_value(launch, "--swap-optimizer-times", SWAP_OPTIMIZER_TIMES_DEFAULT)
+    if times < 1:
+        raise ScriptError(f"--swap-optimizer-times is {times}; give a positive chunk count (MindSpeed's default is 16)")
+    return times
+
+
 def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = None) -> ScriptInfo:
     """Read a launch script given as text (see `read_script`)."""
     warnings: list[str] = []
@@ -123,7 +137,7 @@ def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = 
     train = TrainSpec(micro_batch_size=mbs, nnodes=nodes, nproc_per_node=local, strategy=strategy,
                       global_batch_size=int_value(launch, "--global-batch-size", mbs * strategy.dp),
                       framework=framework, is_full_tune=_is_full_tune(name, launch),
-                      loads_checkpoint=launch.has("--load"))
+                      loads_checkpoint=launch.has("--load"), swap_optimizer_times=_swap_optimizer_times(launch))
     return ScriptInfo(path=path, text=text, model=model, train=train, warnings=tuple(warnings),
                       num_layers_in_script=total, version_range=version_range, launch=launch,
                       expansion=expansion)
@@ -155,7 +169,8 @@ def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
     fw = info.train.framework
     framework = {"flavour": fw.flavour, "version": fw.version,
                  "version_range": info.version_range.describe(), "launcher": fw.launcher, "entry": fw.entry, "is_full_tune": info.train.is_full_tune,
-                 "loads_checkpoint": info.train.loads_checkpoint}
+                 "loads_checkpoint": info.train.loads_checkpoint,
+                 "swap_optimizer_times": info.train.swap_optimizer_times}
     return {"model": model,
             "cluster": {"nnodes": info.train.nnodes, "nproc_per_node": info.train.nproc_per_node},
             "strategy": info.train.strategy.to_dict(), "framework": framework}
