@@ -38,3 +38,9 @@ def test_megatron_runs_ring_attention_and_no_free_layer_list():
 def test_explicit_version_decides_context_parallel(version, allowed):
     """--version 1.0 (ModelLink RC1) has no --context-parallel-size; 2.0.0 has."""
     assert _space("pretrain_llama2_7b_ptd.sh", version).allow_cp is allowed
+
+
+def test_swap_optimizer_requires_the_distributed_optimizer():
+    """A script with --swap-optimizer is searched only with the distributed optimizer."""
+    assert _space("pretrain_deepseek3_671b_4k_ptd.sh").require_dist_opt is True
+    assert _space("pretrain_llama2_7b_ptd.sh").require_dist_opt is False

@@ -75,7 +75,8 @@ def run_profile_step(values: dict[str, Any], *, progress: Progress | None = None
     is_full_tune = values["is_full_tune"] if values.get("is_full_tune") is not None else info.train.is_full_tune
     _record_origin(out_dir, {"script_path": str(Path(values["pretrain_script_path"]).resolve()),
                              "model_name": labels.model_name, "model_size": labels.model_size,
-                             "framework_version": values.get("version"), "is_full_tune": is_full_tune})
+                             "framework_version": values.get("version"), "is_full_tune": is_full_tune,
+                             "swap_optimizer_times": info.train.swap_optimizer_times})
     return out_dir
 
 

@@ -153,4 +153,6 @@ def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | Non
         cp_algos=algos or SEARCHED_CP_ALGOS,
         # Megatron-LM's first/last-stage flags cannot give middle stages different counts.
         allow_uneven_split=not megatron and can("--num-layer-list"),
-        etp_follows_tp=not (can("--expert-tensor-parallel-size") or info.launch.has("--moe-tp-extend-ep")))
+        etp_follows_tp=not (can("--expert-tensor-parallel-size") or info.launch.has("--moe-tp-extend-ep")),
+        # MindSpeed raises on --swap-optimizer without the distributed optimizer.
+        require_dist_opt=info.train.swap_optimizer_times is not None)

@@ -42,6 +42,8 @@ class SearchSpace:
     allow_cp: bool = True
     allow_uneven_split: bool = True
     """Let the solver choose a `--num-layer-list` (never with vpp > 1)."""
+    require_dist_opt: bool = False
+    """Only strategies with the distributed optimizer (MindSpeed's --swap-optimizer needs it)."""
     etp_follows_tp: bool = False
     """Only etp = tp (the framework cannot say `--expert-tensor-parallel-size`)."""
     recompute: tuple[str, ...] = RECOMPUTE_KINDS
@@ -113,6 +115,8 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
     vpps = _allowed(vpps, space.vpp) or []
     data_groups = base.dp * base.cp > 1 or (model.is_moe and base.tp * base.dp * base.cp > base.ep * base.expert_tp)
     dist_opts = [False, True] if (data_groups and space.allow_dist_opt) else [False]
+    if space.require_dist_opt:
+        dist_opts = [True]
     if model.num_layers % base.pp and not space.allow_uneven_split:
         return
     # Cheap pre-filters of the batch rules (strategy._rule_batch / _rule_vpp check them again).
