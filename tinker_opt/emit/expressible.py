@@ -19,9 +19,14 @@ from tinker_opt.script.strategy_args import DEFAULT_CP_ALGO, VPP_LAYERS_FLAG, VP
 from tinker_opt.script.versions import CP_ALGO_SINCE, VersionRange, flag_allowed
 
 
+def _can(flag: str, info: ScriptInfo, vr: VersionRange) -> bool:
+    """Whether a tuned script may carry `flag`: the script has it, or its version knows it."""
+    return info.launch.has(flag) or flag_allowed(flag, vr)
+
+
 def _needs(flag: str, purpose: str, info: ScriptInfo, vr: VersionRange) -> None:
     """StrategyError when the script lacks `flag` and the version cannot have it."""
-    if info.launch.has(flag) or flag_allowed(flag, vr):
+    if _can(flag, info, vr):
         return
     since = versions.FLAG_SINCE[flag].get(vr.family)
     where = f"added in {versions.format_version(vr.family, since)}" if since else "never available"
@@ -99,8 +104,7 @@ def _cp_algo(s: Strategy, info: ScriptInfo, vr: VersionRange) -> str | None:
 def _etp(s: Strategy, info: ScriptInfo, vr: VersionRange) -> int | None:
     if not info.model.is_moe or s.etp is None:
         return None
-    if info.launch.has("--expert-tensor-parallel-size") or \
-            flag_allowed("--expert-tensor-parallel-size", vr):
+    if _can("--expert-tensor-parallel-size", info, vr):
         return s.etp
     if s.etp == s.tp:
         return None  # the default: no flag needed
@@ -141,7 +145,7 @@ def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | Non
     the version lacks is switched off before the search, never discovered after it.
     """
     def can(flag: str) -> bool:
-        return info.launch.has(flag) or flag_allowed(flag, vr)
+        return _can(flag, info, vr)
 
     megatron = vr.family == versions.MEGATRON
     algos = (DEFAULT_CP_ALGO,) if megatron else tuple(
