@@ -8,7 +8,8 @@ inside the functions so that `search` never imports torch and `--help` stays fas
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -109,8 +110,6 @@ class RunLog:
         self._echo = echo
 
     def __call__(self, message: str) -> None:
-        from datetime import datetime
-
         self.lines.append(f"{datetime.now():%H:%M:%S} {message}")
         if self._echo:
             self._echo(message)
@@ -243,8 +242,6 @@ def strategy_to_write(data: dict[str, Any], info) -> Strategy:
 
 def run_simulate_step(values: dict[str, Any], strategy_file: Path | None):
     """Evaluate one strategy (from a JSON file or the flags); returns (Evaluation, warnings)."""
-    import dataclasses
-
     from tinker_opt.model.strategy import check_strategy
     from tinker_opt.profile.store import load_profiled_data
 
@@ -252,7 +249,7 @@ def run_simulate_step(values: dict[str, Any], strategy_file: Path | None):
     profiled = load_profiled_data(values["profiled_data_path"])
     model = profiled.model
     if values.get("num_layers"):
-        model = dataclasses.replace(model, num_layers=values["num_layers"])
+        model = replace(model, num_layers=values["num_layers"])
     if strategy_file is not None:
         strategy = Strategy.from_dict(read_json_object(strategy_file))
     else:
