@@ -1,5 +1,8 @@
 """Published training runs (the JSON format of shared/data/published_calibration.json) as inputs.
 
+The file lives in the project's shared folder, `../shared/` from the repository root (beside the
+clone, as CI lays it out); `load_runs` says so when it is missing.
+
 For each run: the Megatron-LM launch script that would reproduce it, the shipped hardware
 description of its accelerator, and the Strategy it used. Used by validate_published.py.
 """
@@ -15,7 +18,8 @@ from tinker_opt.hardware import HardwareSpec, load_hardware, shipped_hardware
 from tinker_opt.model.strategy import Strategy
 from tinker_opt.specs import ModelSpec
 
-DEFAULT_RUNS_FILE = Path("/work/shared/data/published_calibration.json")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RUNS_FILE = REPO_ROOT.parent / "shared" / "data" / "published_calibration.json"
 HARDWARE_BY_ID = {
     "a100_80gb_sxm_selene": "a100-80gb", "a100_80gb_sxm": "a100-80gb", "a100_40gb_sxm": "a100-40gb",
     "h100_sxm_80gb": "h100-80gb", "h100_80gb_sxm": "h100-80gb", "ascend_910b_atlas_a2": "910b",
@@ -41,7 +45,13 @@ class PublishedRun:
 
 
 def load_runs(path: Path = DEFAULT_RUNS_FILE) -> list[PublishedRun]:
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    """The runs of a published-runs JSON file; SystemExit with one line when it is missing."""
+    path = Path(path)
+    if not path.is_file():
+        raise SystemExit(f"published-runs file {path} not found: it is shared/data/"
+                         "published_calibration.json in the folder beside the repository "
+                         "(../shared/ from its root); pass the file's path as the first argument")
+    data = json.loads(path.read_text(encoding="utf-8"))
     runs = []
     for run in data["runs"]:
         hw = run.get("hardware", {})

@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"runs file: {args.runs}")
         print(f"model from: {sorted({how for _, _, how, _ in rows})}")
         print(f"hardware: {sorted({hw.name for _, _, _, hw in rows})}")
-        print(f"analytic tracing: " + ", ".join(f"{k} {v:.1f} s" for k, v in profiles.trace_seconds.items())
+        print("analytic tracing: " + ", ".join(f"{k} {v:.1f} s" for k, v in profiles.trace_seconds.items())
               + f"; total {time.perf_counter() - started:.1f} s\n")
         print_table(rows, runs)
     return 0

@@ -1,7 +1,7 @@
 """The analytic device: a profiled-data folder from a hardware description, without the hardware.
 
 `analytic_profile(model, hardware, out_dir)` writes the same folder as a measured profile
-(blocks.csv, comm.csv, meta.json, profile.log; ARCHITECTURE.md) in seconds for any model size:
+(blocks.csv, comm.csv, meta.json, profile.log; README, "Output folders") in seconds for any model size:
 
 * Memory is not modelled but counted: each block's reference sub-graph (subgraphs.build_block,
   the very code the measured profile runs) runs forward and backward under

@@ -16,8 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-
 from tinker_opt.errors import ProfileDataError
 from tinker_opt.hardware import HardwareSpec, LinkSpec
 from tinker_opt.hardware.fit import FitResult, TimedOps, fit_efficiency, fit_link
@@ -114,10 +112,3 @@ def write_hardware_json(data: dict[str, Any], path: str | Path) -> Path:
     HardwareSpec.from_dict(data, origin="calibrated description")  # refuse to write what cannot load
     return write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")
 
-
-def relative_errors(samples: list[TimedOps], hardware: HardwareSpec) -> np.ndarray:
-    """Model / measured - 1 of every sample under `hardware`'s curves (for reports and tests)."""
-    eff, bw = hardware.efficiency, hardware.memory_bytes_per_us
-    return np.array([
-        float(np.maximum(eff.matmul.time_us(s.flops, s.peak_flops_per_us), eff.memory.time_us(s.bytes_moved, bw)).sum())
-        / s.measured_us - 1 for s in samples])

@@ -1,6 +1,6 @@
 """`run_profile`: measure the profile space of a model and write the profiled-data folder.
 
-The folder (ARCHITECTURE.md, "Profiled-data folder") gets blocks.csv (rewritten atomically after
+The folder (README, "Output folders") gets blocks.csv (rewritten atomically after
 every row, so an interrupted run loses at most one row), comm.csv, meta.json and profile.log. A
 rerun into the same folder resumes: rows already measured (`ok`) or found out of memory (`oom`)
 are kept; rows that failed otherwise are measured again.

@@ -1,6 +1,6 @@
 """Reading a Tinker profile folder (`profiled_data.csv`) into this tool's tables.
 
-Tinker's layout (reference/tinker-compat.md): `profiled_data.csv` with the header
+Tinker's layout (Ascend mstt repository, `profiler/tinker`, profiler 1.3.3): `profiled_data.csv` with the header
 `config,block_name,forward-compute,backward_compute,input_size,output_size,weights,activations,
 fwd_reserved,bwd_reserved`, `config` = `<name>_<size>_tp<T>_sp<0|1>_ep<E>_mbs<B>_algo<k>`, block
 names `embedding, transformer_block, final_norm, post_process`, times in microseconds, sizes in
@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from tinker_opt.errors import ProfileDataError
-from tinker_opt.profile.store import BLOCK_COLUMNS, COMM_COLUMNS, ProfiledData, empty_comm
+from tinker_opt.profile.tables import BLOCK_COLUMNS, COMM_COLUMNS, ProfiledData, empty_comm
 
 TINKER_FILE = "profiled_data.csv"
 P2P_FILE = "p2p_intra_node.csv"
