@@ -13,8 +13,18 @@ import operator
 import re
 from dataclasses import dataclass, field
 
-from tinker_opt.script.shell import (Arith, CmdSub, Command, Lit, Param, Word, arith_names,
-                                     iter_params, parse_commands, split_assignment)
+from tinker_opt.script.shell import parse_commands
+from tinker_opt.script.words import (
+    Arith,
+    CmdSub,
+    Command,
+    Lit,
+    Param,
+    Word,
+    arith_names,
+    iter_params,
+    split_assignment,
+)
 
 _DECLARE = {"export", "declare", "typeset", "local", "readonly"}
 _SKIP_KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "time",

@@ -4,8 +4,9 @@ Launch scripts are bash programs, but only a small part of bash matters for read
 assignments (scalars, arrays, `export`), parameter expansion (`$V`, `${V}`, `${V:-d}`,
 `${A[@]}`, `${#A[@]}`), `$((...))`, quotes, backslash continuations, comments and heredocs.
 This module turns the text into `Command`s made of `Word`s whose parts remember where they
-sit in the source, so the writer can later change one argument and keep every other byte.
-Command substitutions are recognised (their extent) but never run.
+sit in the source (the word types are in `words.py`), so the writer can later change one
+argument and keep every other byte. Command substitutions are recognised (their extent) but never
+run.
 """
 
 from __future__ import annotations
@@ -13,82 +14,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tinker_opt.script.words import Arith, CmdSub, Command, Lit, Param, Word
+
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?=)")
 _BRACE_RE = re.compile(
     r"^(?P<len>#)?(?P<keys>!)?(?P<name>[A-Za-z_][A-Za-z0-9_]*|\d+|[@*#?$!0-])"
     r"(?:\[(?P<index>[^\]]*)\])?(?P<rest>.*)$", re.S)
 _BLANK = " \t\r"
 _WORD_END = set(" \t\r\n;&|<>()")
 _SPECIAL_PARAMS = "@*#?$!-0123456789"
-
-
-@dataclass(frozen=True)
-class Lit:
-    """Literal text; `text == source[start:end]` unless it came from an escape (`\\$`)."""
-
-    text: str
-    start: int
-    end: int
-    quoted: bool
-
-
-@dataclass(frozen=True)
-class Param:
-    """A parameter expansion `$NAME` or `${...}` at source span [start, end)."""
-
-    name: str
-    start: int
-    end: int
-    quoted: bool
-    op: str = ""
-    """'' plain; ':-' '-' ':=' '=' ':+' '+' ':?' '?' with `arg`; 'len' for ${#V}; 'keys' for ${!A[@]};
-    'other' for pattern operators (read as the plain value)."""
-    index: str | None = None
-    arg: tuple = ()
-
-
-@dataclass(frozen=True)
-class Arith:
-    """`$((expr))`; evaluated at expansion time."""
-
-    expr: str
-    start: int
-    end: int
-    quoted: bool
-
-
-@dataclass(frozen=True)
-class CmdSub:
-    """`$(...)` or a backquoted command: recognised, never run (expands to nothing)."""
-
-    start: int
-    end: int
-    quoted: bool
-
-
-@dataclass(frozen=True)
-class Word:
-    """One shell word: its parts, its source span, and for `NAME=( ... )` the array elements."""
-
-    parts: tuple
-    start: int
-    end: int
-    array: tuple["Word", ...] | None = None
-
-    def literal_text(self) -> str | None:
-        """The word's text when it is made of literals only (keywords, launcher names)."""
-        if not all(isinstance(p, Lit) for p in self.parts):
-            return None
-        return "".join(p.text for p in self.parts)
-
-
-@dataclass(frozen=True)
-class Command:
-    """One simple command: its words, in order, and the source line where it starts."""
-
-    words: tuple[Word, ...]
-    line: int
 
 
 @dataclass
@@ -418,30 +352,3 @@ class _Lexer:
 def parse_commands(text: str) -> list[Command]:
     """Split a bash script into simple commands made of source-located words."""
     return _Lexer(text).run()
-
-
-def split_assignment(word: Word) -> tuple[str, str, tuple] | None:
-    """`(name, op, value_parts)` when the word is `NAME=value` / `NAME+=value`, else None."""
-    if not word.parts or not isinstance(word.parts[0], Lit) or word.parts[0].quoted:
-        return None
-    first = word.parts[0]
-    match = _ASSIGN_RE.match(first.text)
-    if not match:
-        return None
-    cut = match.end()
-    rest = first.text[cut:]
-    head = (Lit(rest, first.start + cut, first.end, False),) if rest else ()
-    return match.group(1), match.group(2), head + word.parts[1:]
-
-
-def iter_params(parts: tuple):
-    """Every Param in the parts, including those nested in `${V:-...}` defaults."""
-    for part in parts:
-        if isinstance(part, Param):
-            yield part
-            yield from iter_params(part.arg)
-
-
-def arith_names(expr: str) -> list[str]:
-    """Variable names an arithmetic expression reads (`$V`, `${V}` or bare `V`)."""
-    return re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expr)
