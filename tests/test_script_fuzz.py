@@ -55,6 +55,9 @@ NOISE = [
     'log() {\n    echo "[$(date)] $*"\n}',
     "STEPS=$(( (100 + 7) / 8 * 2 ))",
     "while false; do :; done",
+    "SEP=$'a\\'b\\tc'",
+    "VERSION=$(cat <<'EOF'\n1.0 ) ( '\nEOF\n)",
+    "BIG=$((9**9**9)); NEG=$((-7 % 3))",
     "echo done > /dev/null 2>&1",
 ]
 

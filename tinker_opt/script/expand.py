@@ -104,24 +104,41 @@ class Expansion:
 
 
 # ---- arithmetic ------------------------------------------------------------------------------
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.Mod: operator.mod, ast.Pow: operator.pow}
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+_WORD = 2**64
+
+
+def _wrap(value: int) -> int:
+    """Bash arithmetic is signed 64-bit with wrap-around (`$((2**63))` is -9223372036854775808)."""
+    value %= _WORD
+    return value - _WORD if value >= _WORD // 2 else value
+
+
+def _binop(op: ast.operator, left: int, right: int) -> int:
+    if isinstance(op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:
+        raise ZeroDivisionError
+    if isinstance(op, (ast.Div, ast.FloorDiv, ast.Mod)):  # C semantics: truncate toward zero
+        quotient = abs(left) // abs(right) * (1 if (left < 0) == (right < 0) else -1)
+        return _wrap(left - right * quotient if isinstance(op, ast.Mod) else quotient)
+    if isinstance(op, ast.Pow):
+        if right < 0:
+            raise ValueError("negative exponent")  # bash: "exponent less than 0"
+        return _wrap(pow(left, right, _WORD))  # modular: 9**9**9 stays cheap
+    if type(op) in _BINOPS:
+        return _wrap(_BINOPS[type(op)](left, right))
+    raise ValueError("unsupported arithmetic")
 
 
 def _eval_node(node: ast.AST) -> int:
     if isinstance(node, ast.Expression):
         return _eval_node(node.body)
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
+        return _wrap(node.value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = _eval_node(node.operand)
-        return -value if isinstance(node.op, ast.USub) else value
+        return _wrap(-value) if isinstance(node.op, ast.USub) else value
     if isinstance(node, ast.BinOp):
-        left, right = _eval_node(node.left), _eval_node(node.right)
-        if isinstance(node.op, (ast.Div, ast.FloorDiv)):
-            return int(left / right)  # bash truncates toward zero
-        if type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](left, right)
+        return _binop(node.op, _eval_node(node.left), _eval_node(node.right))
     raise ValueError("unsupported arithmetic")
 
 
@@ -133,8 +150,8 @@ def eval_arith(expr: str, lookup) -> int | None:
     expr = re.sub(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)|\b([A-Za-z_]\w*)\b", value_of, expr)
     try:
         return _eval_node(ast.parse(expr.strip() or "0", mode="eval"))
-    except (SyntaxError, ValueError, ZeroDivisionError):
-        return None
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError, MemoryError):
+        return None  # RecursionError: a chain of thousands of terms nests too deep for ast
 
 
 # ---- field splitting -------------------------------------------------------------------------

@@ -20,9 +20,12 @@ _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BRACE_RE = re.compile(
     r"^(?P<len>#)?(?P<keys>!)?(?P<name>[A-Za-z_][A-Za-z0-9_]*|\d+|[@*#?$!0-])"
     r"(?:\[(?P<index>[^\]]*)\])?(?P<rest>.*)$", re.S)
+_HEREDOC_RE = re.compile(r"<<(?P<dash>-?)[ \t]*(?P<q>['\"]?)(?P<word>[A-Za-z_][\w.-]*)(?P=q)")
 _BLANK = " \t\r"
 _WORD_END = set(" \t\r\n;&|<>()")
 _SPECIAL_PARAMS = "@*#?$!-0123456789"
+_ANSI_C_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "e": "\x1b",
+                   "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
 
 @dataclass
@@ -256,10 +259,8 @@ class _Lexer:
             parts.append(self._brace_param(pos, end, quoted))
             self.pos = end
         elif nxt == "'" and not quoted:
-            end = text.find("'", pos + 2)
-            end = len(text) if end < 0 else end
-            parts.append(Lit(text[pos + 2:end], pos + 2, end, True))
-            self.pos = end + 1
+            parts.append(self._ansi_c_quoted(pos))
+            self.pos = parts[-1].end + 1
         elif nxt and (nxt in _SPECIAL_PARAMS):
             parts.append(Param(nxt, pos, pos + 2, quoted))
             self.pos = pos + 2
@@ -271,6 +272,22 @@ class _Lexer:
             else:
                 parts.append(Lit("$", pos, pos + 1, quoted))
                 self.pos = pos + 1
+
+    def _ansi_c_quoted(self, pos: int) -> Lit:
+        """`$'...'` at pos: backslash escapes (`\\'` included) are decoded, the rest is literal."""
+        text = self.text
+        out: list[str] = []
+        i = pos + 2
+        while i < len(text) and text[i] != "'":
+            if text[i] == "\\" and i + 1 < len(text):
+                out.append(_ANSI_C_ESCAPES.get(text[i + 1], "\\" + text[i + 1]))
+                i += 2
+            else:
+                out.append(text[i])
+                i += 1
+        if i >= len(text):
+            raise ShellSyntaxError(f"unterminated $' quote at line {text.count(chr(10), 0, pos) + 1}")
+        return Lit("".join(out), pos + 2, i, True)
 
     def _arith_end(self, pos: int) -> int:
         depth = 0
@@ -299,6 +316,9 @@ class _Lexer:
             if ch == "'" and opener == "(":
                 i = text.find("'", i + 1) + 1 or len(text)
                 continue
+            if ch == "<" and opener == "(" and _HEREDOC_RE.match(text, i):
+                i = self._past_heredoc_body(i)
+                continue
             if ch == opener:
                 depth += 1
             elif ch == closer:
@@ -308,6 +328,19 @@ class _Lexer:
             i += 1
         line = text.count("\n", 0, open_pos) + 1
         raise ShellSyntaxError(f"unterminated ${opener} at line {line}")
+
+    def _past_heredoc_body(self, pos: int) -> int:
+        """For a heredoc opened at pos inside `$(...)`: the offset after its body's last line."""
+        match = _HEREDOC_RE.match(self.text, pos)
+        delimiter, strip_tabs = match.group("word"), bool(match.group("dash"))
+        line_end = self.text.find("\n", match.end())
+        while line_end >= 0:
+            start = line_end + 1
+            line_end = self.text.find("\n", start)
+            line = self.text[start:len(self.text) if line_end < 0 else line_end].rstrip("\r")
+            if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                return len(self.text) if line_end < 0 else line_end
+        return len(self.text)
 
     def _brace_param(self, pos: int, end: int, quoted: bool) -> Param:
         inner_start = pos + 2
