@@ -169,15 +169,17 @@ def test_inspect_never_raises_anything_but_a_one_line_error(script, data):
 
 @settings(max_examples=40 * SCALE)
 @given(script=launch_scripts(),
-       tp_pp=st.sampled_from([(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (1, 4), (4, 2), (2, 4)]))
-def test_apply_keeps_bash_syntax_and_reads_back(script, tp_pp):
-    """apply's output passes bash -n like its input and reads back the tp / pp / dp it wrote."""
+       tp_pp=st.sampled_from([(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (1, 4), (4, 2), (2, 4)]),
+       sp=st.booleans(), dist_opt=st.booleans(), recompute=st.sampled_from(["none", "selective"]))
+def test_apply_keeps_bash_syntax_and_reads_back(script, tp_pp, sp, dist_opt, recompute):
+    """apply's output passes bash -n like its input and reads back the strategy it wrote."""
     tp, pp = tp_pp
     info = read_script_text(script)
-    target = info.train.strategy.replace(tp=tp, pp=pp, dp=8 // (tp * pp), sp=False)
+    target = info.train.strategy.replace(tp=tp, pp=pp, dp=8 // (tp * pp), sp=sp and tp > 1,
+                                         dist_opt=dist_opt, recompute=recompute)
     out = apply_strategy(script, target, nnodes=1, nproc_per_node=8)
     ok, err = bash_syntax_ok(out.text)
     assert ok, f"{err}\n{out.text}"
     back = read_script_text(out.text).train
-    assert (back.strategy.tp, back.strategy.pp, back.strategy.dp) == (tp, pp, 8 // (tp * pp))
+    assert back.strategy == target
     assert (back.nnodes, back.nproc_per_node) == (1, 8)
