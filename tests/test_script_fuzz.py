@@ -102,12 +102,13 @@ def launch_scripts(draw) -> str:
     blocks += [draw(value_text("TP", draw(st.sampled_from([1, 2])))),
                draw(value_text("PP", draw(st.sampled_from([1, 2])))),
                "NPUS_PER_NODE=8", "NNODES=1", "WORLD_SIZE=$(($NPUS_PER_NODE*$NNODES))"]
-    ref = lambda name: draw(reference(name))  # noqa: E731
-    model_flags = [f"--num-layers {ref('NUM_LAYERS')}", f"--hidden-size {ref('HIDDEN_SIZE')}",
-                   f"--num-attention-heads {ref('NUM_HEADS')}", f"--seq-length {ref('SEQ_LEN')}",
-                   f"--max-position-embeddings {ref('SEQ_LEN')}", "--vocab-size 1000"]
-    parallel_flags = [f"--tensor-model-parallel-size {ref('TP')}",
-                      f"--pipeline-model-parallel-size {ref('PP')}",
+    def arg(flag: str, name: str) -> str:  # `--flag $V` or `--flag=$V`
+        return f"{flag}{draw(st.sampled_from([' ', '=']))}{draw(reference(name))}"
+    model_flags = [arg("--num-layers", "NUM_LAYERS"), arg("--hidden-size", "HIDDEN_SIZE"),
+                   arg("--num-attention-heads", "NUM_HEADS"), arg("--seq-length", "SEQ_LEN"),
+                   arg("--max-position-embeddings", "SEQ_LEN"), "--vocab-size 1000"]
+    parallel_flags = [arg("--tensor-model-parallel-size", "TP"),
+                      arg("--pipeline-model-parallel-size", "PP"),
                       "--micro-batch-size 1", "--global-batch-size 16"]
     if draw(st.booleans()):
         parallel_flags.append("--use-distributed-optimizer")
