@@ -19,9 +19,22 @@ import pandas as pd
 from tinker_opt.comm_cost import COMM_OPS
 from tinker_opt.errors import ProfileDataError
 from tinker_opt.io_utils import write_text_atomic
-from tinker_opt.profile.tables import (BLOCK_COLUMNS, BLOCK_KEY, BLOCK_MEASURES, BLOCK_NAMES, BLOCKS_FILE, COMM_COLUMNS,
-                                       COMM_FILE, COMM_SCOPES, DEFAULT_PROFILE_ROOT, LOG_FILE,
-                                       META_FILE, OPTIONAL_BLOCK_COLUMNS, ProfiledData, empty_comm)
+from tinker_opt.profile.tables import (
+    BLOCK_COLUMNS,
+    BLOCK_KEY,
+    BLOCK_MEASURES,
+    BLOCK_NAMES,
+    BLOCKS_FILE,
+    COMM_COLUMNS,
+    COMM_FILE,
+    COMM_SCOPES,
+    DEFAULT_PROFILE_ROOT,
+    LOG_FILE,
+    META_FILE,
+    OPTIONAL_BLOCK_COLUMNS,
+    ProfiledData,
+    empty_comm,
+)
 from tinker_opt.profile.tinker_compat import read_tinker_folder
 
 __all__ = [  # the tables' names are re-exported: callers use `store` for the whole folder format

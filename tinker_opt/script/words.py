@@ -65,7 +65,7 @@ class Word:
     parts: tuple
     start: int
     end: int
-    array: tuple["Word", ...] | None = None
+    array: tuple[Word, ...] | None = None
 
     def literal_text(self) -> str | None:
         """The word's text when it is made of literals only (keywords, launcher names)."""
