@@ -2,28 +2,26 @@
 
 Format (ARCHITECTURE.md, "Profiled-data folder"): one `blocks.csv` row per (block, tp, sp, cp,
 ep, etp, mbs) shape with integer microseconds and bytes, units in the column names; one
-`comm.csv` row per measured collective; `meta.json` with the ModelSpec and the profile settings.
+`comm.csv` row per measured collective; `meta.json` (profile/meta.py, a typed ProfileMeta).
 This module needs no torch: `search` and `simulate` read profiles through it. A Tinker
 `profiled_data.csv` folder is read by `tinker_compat` into the same tables.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from io import StringIO
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from tinker_opt.errors import ProfileDataError
 from tinker_opt.io_utils import write_text_atomic
+from tinker_opt.profile.meta import ProfileMeta, read_meta
 from tinker_opt.specs import ModelSpec
 
 BLOCKS_FILE = "blocks.csv"
 COMM_FILE = "comm.csv"
-META_FILE = "meta.json"
 LOG_FILE = "profile.log"
 DEFAULT_PROFILE_ROOT = Path("profiled_data")
 
@@ -62,13 +60,11 @@ class ProfiledData:
     """Columns BLOCK_COLUMNS; only rows with status `ok` are kept."""
     comm: pd.DataFrame
     """Columns COMM_COLUMNS (may be empty when only a hardware file gives bandwidths)."""
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: ProfileMeta = field(default_factory=ProfileMeta)
 
     @property
     def model(self) -> ModelSpec:
-        if "model" not in self.meta:
-            raise ProfileDataError(f"{self.path / META_FILE} has no 'model' entry; re-run `tinker-opt profile`")
-        return ModelSpec.from_dict(self.meta["model"])
+        return self.meta.model_spec(self.path)
 
 
 def resolve_profiled_data_path(path: str | Path, root: Path = DEFAULT_PROFILE_ROOT) -> Path:
@@ -94,7 +90,7 @@ def load_profiled_data(path: str | Path) -> ProfiledData:
         return read_tinker_folder(folder)
     blocks = read_blocks_csv(folder / BLOCKS_FILE)
     comm = read_comm_csv(folder / COMM_FILE) if (folder / COMM_FILE).exists() else empty_comm()
-    meta = read_meta(folder / META_FILE)
+    meta = read_meta(folder)
     return ProfiledData(path=folder, blocks=blocks, comm=comm, meta=meta)
 
 
@@ -159,15 +155,6 @@ def empty_comm() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object" if c in ("op", "scope") else "float64") for c in COMM_COLUMNS})
 
 
-def read_meta(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise ProfileDataError(f"{path} is missing; the profile folder is incomplete, re-run `tinker-opt profile`")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ProfileDataError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); re-run `tinker-opt profile`") from None
-
-
 def frame_to_csv_text(frame: pd.DataFrame, columns: tuple[str, ...]) -> str:
     buffer = StringIO()
     frame.loc[:, list(columns)].to_csv(buffer, index=False, lineterminator="\n")
@@ -184,6 +171,3 @@ def write_comm_csv(folder: Path, comm: pd.DataFrame) -> Path:
     ordered = comm.sort_values(["op", "scope", "group_size", "bytes"], kind="stable")
     return write_text_atomic(folder / COMM_FILE, frame_to_csv_text(ordered, COMM_COLUMNS))
 
-
-def write_meta(folder: Path, meta: dict[str, Any]) -> Path:
-    return write_text_atomic(folder / META_FILE, json.dumps(meta, indent=2, sort_keys=False) + "\n")
