@@ -123,7 +123,7 @@ class Setting:
     @property
     def help_text(self) -> str:
         unit = f" {self.unit}" if self.unit else ""
-        return self.help if self.default is None else f"{self.help} [default: {self.default}{unit}]"
+        return self.help if self.default is None else f"{self.help} (default: {self.default}{unit})"
 
 
 def _s(key: str, kind: str, default: Any, help_text: str, sections: str, *, unit: str = "",
@@ -151,7 +151,6 @@ TABLE = (
     _s("device", "str", "auto", "Profiling device: auto | npu | cuda | cpu | analytic.", P),
     _s("repeats", "int", 5, "Timed repeats per block (median reported).", P, positive=True),
     _s("warmup", "int", 2, "Untimed warm-up runs per block (the memory pass counts as the first).", P),
-    _s("hardware", "str", None, "Hardware description (name or JSON file): communication figures, and the analytic device.", f"{P} {S} {M}"),
     # search and simulate
     _s("profiled_data_path", "str", None, "Profiled-data folder (a bare name is looked up under ./profiled_data).", f"{S} {M}"),
     _s("pretrain_script_path_search", "str", None, "Script to rewrite into tuned configs (default: the profiled one).", S),
@@ -162,6 +161,7 @@ TABLE = (
     _s("num_npus_per_node", "int", 8, "Devices per node of the target cluster.", f"{S} {M}", positive=True),
     _s("memory_limit", "float", 57000, "Modelled memory budget per device (weights, grads, optimizer, activations, transients).", f"{S} {M}", unit="MB", positive=True),
     _s("inter_node_bandwidth", "float", None, "Inter-node bandwidth per device (overrides the profile).", f"{S} {M}", unit="GB/s", positive=True),
+    _s("hardware", "str", None, "Hardware description (name or JSON file): communication figures, and the analytic device.", f"{P} {S} {M}"),
     # search
     _s("cpus", "int", 2, "Solver workers / enumeration processes.", S, positive=True),
     _s("output_dir", "str", "./results", "Folder that receives the results folder.", S),
