@@ -283,13 +283,17 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
 
     require(settings, "profiled_data_path")
     profiled = load_profiled_data(settings.profiled_data_path)
-    info = _read_optional_script(settings.pretrain_script_path or profiled.meta.script_path, SIMULATE_SCRIPT)
+    profiled_script = profiled.meta.script_path
+    if profiled_script and not Path(profiled_script).exists():
+        profiled_script = None  # moved since profiling: the profile's own model and batch size still serve
+    info = _read_optional_script(settings.pretrain_script_path or profiled_script, SIMULATE_SCRIPT)
     model = _model_of(profiled, info, SIMULATE_SCRIPT)
     if settings.num_layers:
         model = replace(model, num_layers=settings.num_layers)
     strategy = Strategy.from_dict(read_json_object(strategy_file)) if strategy_file is not None else None
-    settings = replace(settings, global_batch_size=settings.global_batch_size
-                       or (info.train.global_batch_size if info is not None else profiled.meta.global_batch_size),
+    script_gbs = info.train.global_batch_size if info is not None else None
+    settings = replace(settings, global_batch_size=settings.global_batch_size or script_gbs
+                       or profiled.meta.global_batch_size,
                        num_nodes=settings.num_nodes or _default_nodes(strategy, info, settings.num_npus_per_node))
     require(settings, "global_batch_size", "num_nodes")
     cluster = ClusterSpec(num_nodes=settings.num_nodes, devices_per_node=settings.num_npus_per_node,
