@@ -23,8 +23,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tinker_opt import config
-from tinker_opt import verbs
+from tinker_opt import config, verbs
 from tinker_opt.errors import ConfigError, TinkerError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,

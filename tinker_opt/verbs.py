@@ -3,8 +3,8 @@
 cli.py parses the command line into settings objects (config.py) and prints what these functions
 return; nothing here prints. Heavy imports (torch, solvers) happen inside the functions so that
 `search` and `simulate` never import torch and `--help` stays fast. The cost model and solvers
-(tinker_opt.model) are imported only in this module's `_model_*` helpers and at the top, so that
-moving them is a change here alone.
+(tinker_opt.model) are imported by no other verb code: here at the top (Strategy) and inside
+`_cost_model`, `_solve` and `_strategy_from_flags`, so that moving them is a change here alone.
 """
 
 from __future__ import annotations
