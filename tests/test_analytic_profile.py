@@ -7,7 +7,7 @@ import pytest
 
 from tinker_opt.hardware import comm_table, load_hardware
 from tinker_opt.profile.analytic import DEVICE_PREFIX, analytic_profile, block_row, trace_block
-from tinker_opt.profile.runner import ProfileSettings, run_profile
+from tinker_opt.profile.runner import MeasureSettings, run_profile
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.space import SpaceLimits
 from tinker_opt.profile.store import BLOCK_COLUMNS, load_profiled_data
@@ -31,7 +31,7 @@ def small_llama():
 def both(request, tmp_path_factory):
     """A measured CPU profile and an analytic profile of the same model and profile space."""
     model = request.param()
-    settings = ProfileSettings(**MEASURED)
+    settings = MeasureSettings(**MEASURED)
     measured = run_profile(model, settings, tmp_path_factory.mktemp("measured"))
     analytic = analytic_profile(model, load_hardware("a100-80gb"), tmp_path_factory.mktemp("analytic"),
                                 limits=settings.limits(None))
@@ -59,9 +59,9 @@ def test_folder_loads_with_every_row_ok(both):
 def test_meta_names_the_analytic_device_and_description(both):
     """meta.json says analytic:<hardware> and embeds the description that timed the rows."""
     _, analytic = both
-    assert analytic.meta["device"]["name"] == DEVICE_PREFIX + load_hardware("a100-80gb").name
-    assert analytic.meta["device"]["kind"] == "analytic"
-    assert analytic.meta["hardware"]["memory_bandwidth_gbs"] == 2039
+    assert analytic.meta.device["name"] == DEVICE_PREFIX + load_hardware("a100-80gb").name
+    assert analytic.meta.device["kind"] == "analytic"
+    assert analytic.meta.hardware["memory_bandwidth_gbs"] == 2039
 
 
 def test_comm_csv_is_the_description_table(both):
@@ -116,6 +116,6 @@ def test_profile_space_follows_the_limits(tmp_path):
 def test_progress_reports_every_row(tmp_path):
     """progress(i, n, label) is called once per row, ending at n."""
     calls = []
-    analytic_profile(small_gpt(), load_hardware("a100-40gb"), tmp_path, max_npu=1, max_mbs=1,
+    analytic_profile(small_gpt(), load_hardware("a100-40gb"), tmp_path, limits=SpaceLimits(max_npu=1, max_mbs=1),
                      progress=lambda i, n, label: calls.append((i, n, label)))
     assert [c[0] for c in calls] == list(range(1, len(calls) + 1)) and calls[-1][1] == len(calls) == 4

@@ -65,7 +65,7 @@ def test_p2p_becomes_send_recv_rows(tinker_folder):
 def test_store_dispatches_to_tinker_reader(tinker_folder):
     """load_profiled_data recognises a Tinker folder and reads its model info."""
     data = load_profiled_data(tinker_folder)
-    assert data.meta["source"] == "tinker" and data.meta["seq_length"] == 4096 and len(data.blocks) == 6
+    assert data.meta.source == "tinker" and data.meta.extra["seq_length"] == 4096 and len(data.blocks) == 6
 
 
 def test_bad_config_is_a_profile_data_error(tmp_path):

@@ -73,7 +73,7 @@ def _note(what: str, result: FitResult, source: Path) -> str:
 
 def eager_device(profiled: ProfiledData) -> bool:
     """A CPU profile ran eager aten ops one by one: no kernel fusion to model."""
-    device = profiled.meta.get("device")
+    device = profiled.meta.device
     kind = device.get("kind") if isinstance(device, dict) else str(device or "")
     return kind == "cpu"
 
@@ -100,7 +100,7 @@ def calibrate(profiled: ProfiledData, hardware: HardwareSpec, *, log: Log | None
     data["intra_node"] = {"bandwidth_gbs": links["intra_node"].bandwidth_gbs, "latency_us": links["intra_node"].latency_us}
     data["inter_node"] = {"bandwidth_gbs": links["inter_node"].bandwidth_gbs, "latency_us": links["inter_node"].latency_us}
     data["calibration"] = {
-        "profile": str(profiled.path), "device": profiled.meta.get("device"),
+        "profile": str(profiled.path), "device": profiled.meta.device,
         "num_samples": result.num_samples, "mean_abs_rel_error": result.mean_abs_rel_error,
         "max_abs_rel_error": result.max_abs_rel_error,
         "scopes_fitted": sorted(link_results)}

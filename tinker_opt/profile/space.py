@@ -25,10 +25,11 @@ from tinker_opt.specs import ModelSpec
 
 @dataclass(frozen=True)
 class SpaceLimits:
-    """What the settings restrict (None: the default rule)."""
+    """What the settings restrict (None: the default rule). max_npu and max_mbs have no default
+    here: they come from the `profile` settings (config.TABLE), the one place defaults live."""
 
-    max_npu: int = 8
-    max_mbs: int = 4
+    max_npu: int
+    max_mbs: int
     prof_tp: tuple[int, ...] | None = None
     prof_sp: tuple[int, ...] | None = None
     prof_cp: tuple[int, ...] | None = None

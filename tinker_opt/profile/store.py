@@ -2,23 +2,22 @@
 
 Format (README, "Output folders"): one `blocks.csv` row per (block, tp, sp, cp,
 ep, etp, mbs) shape with integer microseconds and bytes, units in the column names; one
-`comm.csv` row per measured collective; `meta.json` with the ModelSpec and the profile settings.
+`comm.csv` row per measured collective; `meta.json` (profile/meta.py, a typed ProfileMeta).
 This module needs no torch: `search` and `simulate` read profiles through it. A Tinker
 `profiled_data.csv` folder is read by `tinker_compat` into the same tables.
 """
 
 from __future__ import annotations
 
-import json
 from io import StringIO
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from tinker_opt.comm_cost import COMM_OPS
 from tinker_opt.errors import ProfileDataError
 from tinker_opt.io_utils import write_text_atomic
+from tinker_opt.profile.meta import META_FILE, read_meta, write_meta
 from tinker_opt.profile.tables import (
     BLOCK_COLUMNS,
     BLOCK_KEY,
@@ -30,7 +29,6 @@ from tinker_opt.profile.tables import (
     COMM_SCOPES,
     DEFAULT_PROFILE_ROOT,
     LOG_FILE,
-    META_FILE,
     OPTIONAL_BLOCK_COLUMNS,
     ProfiledData,
     empty_comm,
@@ -66,7 +64,7 @@ def load_profiled_data(path: str | Path) -> ProfiledData:
         return read_tinker_folder(folder)
     blocks = read_blocks_csv(folder / BLOCKS_FILE)
     comm = read_comm_csv(folder / COMM_FILE) if (folder / COMM_FILE).exists() else empty_comm()
-    meta = read_meta(folder / META_FILE)
+    meta = read_meta(folder)
     return ProfiledData(path=folder, blocks=blocks, comm=comm, meta=meta)
 
 
@@ -127,13 +125,6 @@ def read_comm_csv(path: Path) -> pd.DataFrame:
     return frame[list(COMM_COLUMNS)].reset_index(drop=True)
 
 
-def read_meta(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise ProfileDataError(f"{path} is missing; the profile folder is incomplete, re-run `tinker-opt profile`")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ProfileDataError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); re-run `tinker-opt profile`") from None
 
 
 def frame_to_csv_text(frame: pd.DataFrame, columns: tuple[str, ...]) -> str:
@@ -152,6 +143,3 @@ def write_comm_csv(folder: Path, comm: pd.DataFrame) -> Path:
     ordered = comm.sort_values(["op", "scope", "group_size", "bytes"], kind="stable")
     return write_text_atomic(folder / COMM_FILE, frame_to_csv_text(ordered, COMM_COLUMNS))
 
-
-def write_meta(folder: Path, meta: dict[str, Any]) -> Path:
-    return write_text_atomic(folder / META_FILE, json.dumps(meta, indent=2, sort_keys=False) + "\n")

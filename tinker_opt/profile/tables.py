@@ -8,16 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from tinker_opt.errors import ProfileDataError
+from tinker_opt.profile.meta import ProfileMeta
 from tinker_opt.specs import ModelSpec
 
 BLOCKS_FILE = "blocks.csv"
 COMM_FILE = "comm.csv"
-META_FILE = "meta.json"
 LOG_FILE = "profile.log"
 DEFAULT_PROFILE_ROOT = Path("profiled_data")
 
@@ -55,13 +53,11 @@ class ProfiledData:
     """Columns BLOCK_COLUMNS; only rows with status `ok` are kept."""
     comm: pd.DataFrame
     """Columns COMM_COLUMNS (may be empty when only a hardware file gives bandwidths)."""
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: ProfileMeta = field(default_factory=ProfileMeta)
 
     @property
     def model(self) -> ModelSpec:
-        if "model" not in self.meta:
-            raise ProfileDataError(f"{self.path / META_FILE} has no 'model' entry; re-run `tinker-opt profile`")
-        return ModelSpec.from_dict(self.meta["model"])
+        return self.meta.model_spec(self.path)
 
 
 def empty_comm() -> pd.DataFrame:

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from tinker_opt.errors import ProfileDataError
+from tinker_opt.profile.meta import ProfileMeta
 from tinker_opt.profile.tables import BLOCK_COLUMNS, COMM_COLUMNS, ProfiledData, empty_comm
 
 TINKER_FILE = "profiled_data.csv"
@@ -133,7 +134,8 @@ def read_tinker_folder(folder: str | Path) -> ProfiledData:
     blocks = read_tinker_blocks(folder / TINKER_FILE, bytes_per_weight(model_info))
     comm = read_p2p(folder / P2P_FILE) if (folder / P2P_FILE).exists() else empty_comm()
     first_config = parse_config(pd.read_csv(folder / TINKER_FILE).dropna(subset=["config"])["config"].iloc[0])
-    meta = {"source": "tinker", "tinker_config_prefix": first_config["prefix"], "model_info": model_info,
-            "seq_length": model_info.get("seq_length"), "num_layers": model_info.get("num_layers"),
-            "version_files": _version_files(folder)}
+    meta = ProfileMeta(source="tinker", extra={
+        "tinker_config_prefix": first_config["prefix"], "model_info": model_info,
+        "seq_length": model_info.get("seq_length"), "num_layers": model_info.get("num_layers"),
+        "version_files": _version_files(folder)})
     return ProfiledData(path=folder, blocks=blocks, comm=comm, meta=meta)
