@@ -42,7 +42,8 @@ class ProfileSettings:
     device: str = "auto"
     """auto | npu | cuda | cpu"""
     max_npu: int = 8
-    """Largest tensor-parallel size to profile (devices per node)."""
+    """Largest tensor-parallel size to profile (devices per node); the script's own tp and prof_tp
+    multiples of it are profiled too (tensor parallelism across nodes)."""
     max_mbs: int = 4
     """Largest micro-batch size; 1, 2, 4, ... up to it (and the script's own) are profiled."""
     prof_tp: tuple[int, ...] | None = None
@@ -92,6 +93,7 @@ class ProfileSettings:
         cp = set(self.prof_cp or ()) | ({strategy.cp} if strategy and strategy.cp > 1 else set())
         etp = set(self.prof_etp or ()) | ({strategy.etp} if strategy and strategy.etp else set())
         return SpaceLimits(max_npu=self.max_npu, max_mbs=self.max_mbs, prof_tp=self.prof_tp, prof_sp=self.prof_sp,
+                           extra_tp=(strategy.tp,) if strategy and strategy.tp > 1 else (),
                            prof_cp=tuple(sorted(cp)) or None, prof_ep=self.prof_ep, max_ep=self.max_ep,
                            extra_ep=(strategy.ep,) if strategy and strategy.ep > 1 else (),
                            prof_etp=tuple(sorted(etp)) or None,
