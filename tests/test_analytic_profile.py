@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 
@@ -119,3 +121,16 @@ def test_progress_reports_every_row(tmp_path):
     analytic_profile(small_gpt(), load_hardware("a100-40gb"), tmp_path, limits=SpaceLimits(max_npu=1, max_mbs=1),
                      progress=lambda i, n, label: calls.append((i, n, label)))
     assert [c[0] for c in calls] == list(range(1, len(calls) + 1)) and calls[-1][1] == len(calls) == 4
+
+
+def test_tp_across_nodes_is_profiled_with_inter_node_comm(tmp_path):
+    """tp 8 on nodes of 4 (prof_tp a multiple of max_npu): tp-8 rows in blocks.csv, and comm.csv
+    has inter-node rows for groups of 8 but no intra-node row wider than a node."""
+    model = gpt_model(seq=32, hidden=64, heads=8, vocab=256)
+    hardware = dataclasses.replace(load_hardware("910b"), devices_per_node=4)
+    folder = analytic_profile(model, hardware, tmp_path, limits=SpaceLimits(max_npu=4, max_mbs=1, prof_tp=(4, 8)))
+    data = load_profiled_data(folder)
+    assert sorted(set(data.blocks["tp"])) == [4, 8]
+    comm = data.comm
+    assert not comm[(comm["scope"] == "inter_node") & (comm["group_size"] == 8)].empty
+    assert comm[comm["scope"] == "intra_node"]["group_size"].max() == 4

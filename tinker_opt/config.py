@@ -139,7 +139,7 @@ TABLE = (
     _s("model_name", "str", None, "Model label for output names (default: from the script's file name).", P),
     _s("model_size", "str", None, "Model size label, e.g. 7b (default: from the script's file name).", P),
     _s("version", "str", None, "Framework version (1.0, 1.1, 1.2, 1.0.0, 2.0.0, 2.3.0, ...); detected from the script if unset.", f"{P} {S}"),
-    _s("max_npu", "int", 8, "Largest tensor-parallel size to profile (bounds tp only; devices per node of the target).", P, positive=True),
+    _s("max_npu", "int", 8, "Largest tensor-parallel size to profile (devices per node; also the script's tp and --prof-tp multiples of it, across nodes).", P, positive=True),
     _s("max_ep", "int", None, "Largest expert-parallel size to profile (default: every divisor of the expert count).", P, positive=True),
     _s("max_mbs", "int", 8, "Largest micro-batch size to profile.", P, positive=True),
     _s("prof_tp", "int_list", None, "Comma list restricting the profiled tp values, e.g. 1,2,4.", P, positive=True),

@@ -45,7 +45,8 @@ class MeasureSettings:
     device: str
     """auto | npu | cuda | cpu"""
     max_npu: int
-    """Largest tensor-parallel size to profile (devices per node)."""
+    """Largest tensor-parallel size to profile (devices per node); the script's own tp and prof_tp
+    multiples of it are profiled too (tensor parallelism across nodes)."""
     max_mbs: int
     """Largest micro-batch size; 1, 2, 4, ... up to it (and the script's own) are profiled."""
     warmup: int
@@ -102,6 +103,7 @@ class MeasureSettings:
         cp = set(self.prof_cp or ()) | ({strategy.cp} if strategy and strategy.cp > 1 else set())
         etp = set(self.prof_etp or ()) | ({strategy.etp} if strategy and strategy.etp else set())
         return SpaceLimits(max_npu=self.max_npu, max_mbs=self.max_mbs, prof_tp=self.prof_tp, prof_sp=self.prof_sp,
+                           extra_tp=(strategy.tp,) if strategy and strategy.tp > 1 else (),
                            prof_cp=tuple(sorted(cp)) or None, prof_ep=self.prof_ep, max_ep=self.max_ep,
                            extra_ep=(strategy.ep,) if strategy and strategy.ep > 1 else (),
                            prof_etp=tuple(sorted(etp)) or None,
