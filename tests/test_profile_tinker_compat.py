@@ -118,10 +118,11 @@ def test_block_times_are_marked_as_holding_tp_collectives(llama7b):
 
 
 def test_labels_and_framework_version_come_from_the_version_file(tmp_path):
-    """model_name / model_size / framework version are the VERSION file's, not the folder name's."""
+    """model_name / model_size (and, for reference, the framework version) are the VERSION file's."""
     folder = write_tinker_folder(tmp_path, LLAMA2_70B, version={"model_name": "llama2chat", "version": "1.2"})
     meta = read_tinker_folder(folder).meta
-    assert (meta["model_name"], meta["model_size"], meta["framework_version"]) == ("llama2chat", "70b", "1.2")
+    assert (meta["model_name"], meta["model_size"], meta["tinker_framework_version"]) == ("llama2chat", "70b", "1.2")
+    assert "framework_version" not in meta  # the launch script decides which framework's flags are written
     assert meta["version_file"] == "VERSION_TinkerProfiler-1.3.3.json"
 
 
@@ -136,7 +137,7 @@ def test_labels_fall_back_to_the_config_prefix(tmp_path):
 def test_old_version_file_has_no_framework_version(tmp_path):
     """A pre-1.3 VERSION file's `version` is the profiler's, not the framework's."""
     folder = write_tinker_folder(tmp_path, TINY, version={"version_profiler": None, "version": "TinkerProfiler-1.1.0"})
-    assert "framework_version" not in read_tinker_folder(folder).meta
+    assert "tinker_framework_version" not in read_tinker_folder(folder).meta
 
 
 def test_script_path_is_taken_only_when_it_exists(tmp_path):

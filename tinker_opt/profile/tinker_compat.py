@@ -29,7 +29,8 @@ search can record them):
 * The attention mask: Tinker's search adds seq^2 bytes (a bool mask) to every transformer block
   (`TinkerCostModel.init_blocks`, `BlockArgs.block_mem`); it is one tensor shared by the layers,
   recorded once as `meta["attention_mask_bytes"]`.
-* Labels (`model_name`, `model_size`) and the framework version come from the VERSION file.
+* Labels (`model_name`, `model_size`) come from the VERSION file; its framework version is kept
+  as `tinker_framework_version` (informational: the script given to search decides the flags).
 No torch here: `search` reads these folders.
 """
 
@@ -209,8 +210,11 @@ def _version_meta(folder: Path, version_name: str | None, version: dict[str, Any
         notes.append(f"{version_name}: profiled by {profiler}; labels {name}-{size} from {source}")
     framework = _framework_version(version)
     if framework is not None:
-        meta["framework_version"] = framework
-        notes.append(f"framework version {framework} from {version_name} (`--version` overrides it)")
+        # Informational only: the launch script given to search may be another framework's
+        # (Megatron-LM), whose flags the script itself tells apart; `--version` sets it for the writer.
+        meta["tinker_framework_version"] = framework
+        notes.append(f"{version_name} was profiled on MindSpeed-LLM / ModelLink version {framework}; scripts are "
+                     "written for the version the launch script shows (pass --version to fix it)")
     script = version.get("pretrain_script_path")
     if script and Path(script).is_file():
         meta["script_path"] = str(Path(script).resolve())
