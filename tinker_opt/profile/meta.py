@@ -53,6 +53,15 @@ class ProfileMeta:
     framework_version: str | None = None
     is_full_tune: bool | None = None
     swap_optimizer_times: int | None = None
+    times_include_tp_comm: bool | None = None
+    """True when block times already include the TP / SP collectives (Tinker folders): the cost
+    model must not add them again."""
+    times_include_ep_comm: bool | None = None
+    """True when block times already include the expert all-to-all (Tinker folders, ep > 1)."""
+    attention_mask_bytes: int | None = None
+    """The attention mask Tinker charges (seq^2 bytes), recorded once for the whole stack."""
+    notes: list[str] | None = None
+    """What was assumed about the folder, one line each (search records them in summary.json)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys not named above (a Tinker folder's model_info, seq_length, version files, ...)."""
 
