@@ -36,9 +36,9 @@ from published_runs import (DEFAULT_RUNS_FILE, PublishedRun, hardware_for, launc
                             load_runs, model_spec_of, strategy_of)
 
 from tinker_opt.hardware import HardwareSpec  # noqa: E402
-from tinker_opt.model.coefficients import stage_costs  # noqa: E402
-from tinker_opt.model.costs import CostModel  # noqa: E402
-from tinker_opt.model.strategy import Strategy  # noqa: E402
+from tinker_opt.costs.coefficients import stage_costs  # noqa: E402
+from tinker_opt.costs.evaluate import CostModel  # noqa: E402
+from tinker_opt.strategy import Strategy  # noqa: E402
 from tinker_opt.profile.analytic import analytic_meta, blocks_frame, trace_space, write_analytic_folder  # noqa: E402
 from tinker_opt.profile.space import SpaceLimits, profile_space  # noqa: E402
 from tinker_opt.profile.store import load_profiled_data  # noqa: E402

@@ -7,12 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model_support import cluster, dense_model, synthetic_profile
-from tinker_opt.model.bounds import is_feasible, lower_bound_x_v, recompute_bounds
-from tinker_opt.model.costs import CostModel
-from tinker_opt.model.coefficients import iteration_time_ns_x_v, stage_costs
-from tinker_opt.model.enumerate import brute_force, compositions
-from tinker_opt.model.layer_split import best_split, pack
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.solve.bounds import is_feasible, lower_bound_x_v, recompute_bounds
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.costs.coefficients import iteration_time_ns_x_v, stage_costs
+from tinker_opt.solve.enumerate import brute_force, compositions
+from tinker_opt.solve.layer_split import best_split, pack
+from tinker_opt.strategy import Strategy
 
 MODEL = dense_model(num_layers=9, hidden=512, heads=8, seq=1024)
 PROFILE = synthetic_profile(MODEL, tps=(1, 2), cps=(1,), mbss=(1, 2))

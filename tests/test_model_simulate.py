@@ -6,9 +6,9 @@ import pytest
 
 from model_support import cluster, dense_model, synthetic_profile
 from tinker_opt.errors import StrategyError
-from tinker_opt.model.costs import CostModel
-from tinker_opt.model.simulate import parse_layer_list, simulate, strategy_from_flags
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.costs.simulate import parse_layer_list, simulate, strategy_from_flags
+from tinker_opt.strategy import Strategy
 
 MODEL = dense_model(num_layers=8, hidden=512, heads=8, seq=1024)
 COST_MODEL = CostModel.from_profile(synthetic_profile(MODEL, tps=(1, 2), cps=(1,), mbss=(1, 2)), MODEL,

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from tinker_opt.config import require
 from tinker_opt.errors import ConfigError
 from tinker_opt.io_utils import write_text_atomic
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 from tinker_opt.specs import ClusterSpec
 
 Progress = Callable[[int, int, str], None]
@@ -140,7 +140,7 @@ def build_cost_model(profiled, cluster: ClusterSpec, global_batch_size: int, val
     """The CostModel for a profile, a cluster and the communication overrides of `values`; the
     swap-optimizer chunk count comes from the script (`info`) when known, else from meta.json."""
     from tinker_opt.hardware import load_hardware
-    from tinker_opt.model.costs import CostModel
+    from tinker_opt.costs.evaluate import CostModel
 
     hardware = load_hardware(values["hardware"]) if values.get("hardware") else None
     return CostModel.from_profile(profiled, model or profiled.model, cluster, global_batch_size,
@@ -154,7 +154,7 @@ def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
     from tinker_opt.emit.expressible import search_space_for
     from tinker_opt.emit.results import RunLabels, SearchReport, check_writable, write_results_folder
     from tinker_opt.script import versions
-    from tinker_opt.model.search import SearchSpace, search
+    from tinker_opt.solve.search import SearchSpace, search
     from tinker_opt.profile.store import load_profiled_data
 
     require(values, "search", "profiled_data_path")
@@ -242,7 +242,7 @@ def strategy_to_write(data: dict[str, Any], info) -> Strategy:
 
 def run_simulate_step(values: dict[str, Any], strategy_file: Path | None):
     """Evaluate one strategy (from a JSON file or the flags); returns (Evaluation, warnings)."""
-    from tinker_opt.model.strategy import check_strategy
+    from tinker_opt.strategy import check_strategy
     from tinker_opt.profile.store import load_profiled_data
 
     require(values, "simulate", "profiled_data_path")
@@ -273,7 +273,7 @@ def run_simulate_step(values: dict[str, Any], strategy_file: Path | None):
 
 def _strategy_from_flags(values: dict[str, Any], num_devices: int, num_layers: int) -> Strategy:
     """simulate's Tinker-style flags as a Strategy (dp is what the devices leave)."""
-    from tinker_opt.model.simulate import strategy_from_flags
+    from tinker_opt.costs.simulate import strategy_from_flags
 
     dist_opt = values["dist_opt"] if values.get("dist_opt") is not None else values["zero"]
     return strategy_from_flags(

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from tinker_opt.errors import StrategyError
-from tinker_opt.model.costs import CostModel, Evaluation
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.costs.evaluate import CostModel, Evaluation
+from tinker_opt.strategy import Strategy
 
 RECOMPUTE_ALIASES = {"0": "none", "1": "full", "none": "none", "selective": "selective", "full": "full"}
 """Tinker's `--recompute 0|1` (1 = full recompute of every layer) and our kind names."""

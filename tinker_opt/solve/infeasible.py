@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinker_opt.model.coefficients import SplitCoefficients, stage_costs
-from tinker_opt.model.mixed_split import least_peak_split
-from tinker_opt.model.layer_split import Scalars, _piecewise_cap, pack, recompute_range
+from tinker_opt.costs.coefficients import SplitCoefficients, stage_costs
+from tinker_opt.solve.mixed_split import least_peak_split
+from tinker_opt.solve.layer_split import Scalars, _piecewise_cap, pack, recompute_range
 
 HINTS = {
     "weights_mb": "more pipeline or tensor parallelism (more devices) or a larger memory limit",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinker_opt.model.strategy import Strategy
-from tinker_opt.model.terms import GRAD_BYTES, TermBuilder, m_tokens, ns_array
+from tinker_opt.strategy import Strategy
+from tinker_opt.costs.terms import GRAD_BYTES, TermBuilder, m_tokens, ns_array
 
 
 def inflight_x_v(p: int, v: int, num_micro: int) -> np.ndarray:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinker_opt.model.coefficients import SplitCoefficients, iteration_time_ns_x_v, stage_costs
+from tinker_opt.costs.coefficients import SplitCoefficients, iteration_time_ns_x_v, stage_costs
 
 BIG = np.iinfo(np.int64).max // 4
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 
 
 @dataclass(frozen=True, eq=False)

@@ -29,10 +29,10 @@ from __future__ import annotations
 import numpy as np
 
 from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS
-from tinker_opt.model.coefficients import SplitCoefficients
-from tinker_opt.model.comm_model import CommModel, group_scope
-from tinker_opt.model.profile_table import BlockCost, BlockTable
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.costs.comm_model import CommModel, group_scope
+from tinker_opt.costs.profile_table import BlockCost, BlockTable
+from tinker_opt.strategy import Strategy
 
 GRAD_BYTES = 4
 """fp32 main gradients (Megatron: bf16 implies accumulate_allreduce_grads_in_fp32)."""
@@ -250,7 +250,7 @@ class TermBuilder:
         return sync, step_us
 
     def _stage_terms(self, s: Strategy, num_micro: int) -> dict:
-        from tinker_opt.model.stage_terms import stage_terms
+        from tinker_opt.costs.stage_terms import stage_terms
 
         return stage_terms(self, s, num_micro)
 

@@ -18,9 +18,9 @@ from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from tinker_opt.model.coefficients import iteration_time_ns_x_v, stage_costs
-from tinker_opt.model.layer_split import Split, best_split, recompute_range
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.costs.coefficients import iteration_time_ns_x_v, stage_costs
+from tinker_opt.solve.layer_split import Split, best_split, recompute_range
+from tinker_opt.strategy import Strategy
 
 _WORKER_MODEL = None
 """The CostModel inherited by forked workers (set before the pool starts)."""
@@ -51,7 +51,7 @@ def _solve_chunk(outers: Sequence[Strategy]) -> list[Candidate]:
 
 def _presolve_chunk(outers: Sequence[Strategy]) -> list[tuple[Strategy, float]]:
     """(outer, cheap lower bound on T in ns) of each configuration in which some split fits."""
-    from tinker_opt.model.bounds import is_feasible, lower_bound_x_v
+    from tinker_opt.solve.bounds import is_feasible, lower_bound_x_v
 
     found = []
     for outer in outers:

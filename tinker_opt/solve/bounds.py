@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinker_opt.model.coefficients import SplitCoefficients
-from tinker_opt.model.mixed_split import bound_terms_for_r, mixed_recompute_bounds
-from tinker_opt.model.layer_split import (Scalars, _best_even, _inverse_caps, _min_feasible,
+from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.solve.mixed_split import bound_terms_for_r, mixed_recompute_bounds
+from tinker_opt.solve.layer_split import (Scalars, _best_even, _inverse_caps, _min_feasible,
                                           memory_caps, pack, recompute_range)
 
 
@@ -35,7 +35,7 @@ def loosest_caps(c: SplitCoefficients, k: Scalars) -> np.ndarray:
 def min_recompute_even(c: SplitCoefficients, k: Scalars | None = None):
     """Virtual pipeline: the best (smallest feasible r) even split, or None (exact)."""
     if not c.homogeneous:
-        from tinker_opt.model.layer_split import best_split
+        from tinker_opt.solve.layer_split import best_split
         return best_split(c)
     k = k or Scalars.of(c)
     for r in recompute_range(c):
