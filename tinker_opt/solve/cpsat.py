@@ -27,7 +27,8 @@ import numpy as np
 from tinker_opt.costs.coefficients import SplitCoefficients, iteration_time_ns_x_v, stage_costs
 from tinker_opt.solve.bounds import bound_terms, lower_bound_x_v, min_recompute_even, recompute_bounds
 from tinker_opt.solve.layer_split import Scalars, Split
-from tinker_opt.solve.outcome import SolverOutcome, common_scale, horizon, upper_caps
+from tinker_opt.solve.outcome import SolverOutcome, common_scale, objective_horizon, upper_caps
+
 
 def solve_cpsat(coeffs: Sequence[SplitCoefficients], *, time_limit_s: float, workers: int,
                 hint: tuple[int, Split] | None = None, upper_x_scale: int | None = None) -> SolverOutcome:
@@ -37,7 +38,7 @@ def solve_cpsat(coeffs: Sequence[SplitCoefficients], *, time_limit_s: float, wor
     start = time.perf_counter()
     scale = common_scale(coeffs)
     model = cp_model.CpModel()
-    horizon = upper_x_scale if upper_x_scale is not None else horizon(coeffs, scale)
+    horizon = upper_x_scale if upper_x_scale is not None else objective_horizon(coeffs, scale)
     objective = model.new_int_var(0, horizon, "T")  # T: V * iteration time (ns)
     choices, decode, bound_terms_ = [], [], []
     for i, c in enumerate(coeffs):
@@ -168,8 +169,8 @@ def _cpsat_mixed_configuration(model, cp_model, c: SplitCoefficients, x, objecti
                   <= c.memory_limit_bytes - fixed).only_enforce_if(x)
         times.append(t)
         tails.append(tail)
-    bottleneck = model.new_int_var(0, horizon([c], 1), f"M{i}")  # M_i >= t_is
-    tail_max = model.new_int_var(0, horizon([c], 1), f"Q{i}")  # Q_i >= tail_is
+    bottleneck = model.new_int_var(0, objective_horizon([c], 1), f"M{i}")  # M_i >= t_is
+    tail_max = model.new_int_var(0, objective_horizon([c], 1), f"Q{i}")  # Q_i >= tail_is
     for s in range(p):
         model.add(bottleneck >= times[s]).only_enforce_if(x)
         model.add(tail_max >= tails[s]).only_enforce_if(x)

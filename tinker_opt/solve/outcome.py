@@ -37,7 +37,7 @@ def upper_caps(c: SplitCoefficients, k: Scalars) -> np.ndarray:
     return np.minimum(loosest_caps(c, k), c.num_layers - c.num_stages + 1)
 
 
-def horizon(coeffs: Sequence[SplitCoefficients], scale: int) -> int:
+def objective_horizon(coeffs: Sequence[SplitCoefficients], scale: int) -> int:
     """An upper bound on the scaled objective: every stage at its largest layer count."""
     worst = 0
     for c in coeffs:
