@@ -36,7 +36,6 @@ from published_runs import (DEFAULT_RUNS_FILE, PublishedRun, hardware_for, launc
                             load_runs, model_spec_of, strategy_of)
 
 from tinker_opt.hardware import HardwareSpec  # noqa: E402
-from tinker_opt.costs.coefficients import stage_costs  # noqa: E402
 from tinker_opt.costs.evaluate import CostModel  # noqa: E402
 from tinker_opt.strategy import Strategy  # noqa: E402
 from tinker_opt.profile.analytic import analytic_meta, blocks_frame, trace_space, write_analytic_folder  # noqa: E402
@@ -88,7 +87,8 @@ def predict(run: PublishedRun, model: ModelSpec, strategy: Strategy, profile_dir
                                   hardware=hardware)
     evaluation = cost.evaluate(strategy)
     coefficients = cost.coefficients(strategy)
-    first = stage_costs(coefficients, strategy.stage_layers(model.num_layers), strategy.recompute_num_layers or 0)[0]
+    layers = strategy.stage_layers(model.num_layers)
+    first = coefficients.stage_costs(layers, strategy.recompute_num_layers or 0)[0]
     v = strategy.vpp
     non_layer_x_v = int(coefficients.stage_inflight_x_v[0]) * int(coefficients.stage_act_bytes[0])
     return Prediction(iteration_s=evaluation.iteration_time_ms / 1e3,

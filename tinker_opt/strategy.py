@@ -17,8 +17,6 @@ from tinker_opt.specs import ClusterSpec, ModelSpec
 
 RECOMPUTE_KINDS = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("block", "uniform")
-CP_ALGOS = ("ulysses_cp_algo", "megatron_cp_algo", "hybrid_cp_algo", "kvallgather_cp_algo",
-            "adaptive_cp_algo")
 STRATEGY_KEYS = ("tp", "pp", "dp", "cp", "cp_algo", "ep", "etp", "sp", "vpp", "dist_opt", "mbs",
                  "recompute", "recompute_method", "recompute_num_layers", "num_layer_list")
 
@@ -62,11 +60,6 @@ class Strategy:
             raise StrategyError(
                 f"num_layer_list has {len(self.num_layer_list)} entries but pp is {self.pp}; "
                 "give one layer count per pipeline stage")
-
-    @property
-    def model_parallel_size(self) -> int:
-        """Devices of one model replica: tp x pp x cp."""
-        return self.tp * self.pp * self.cp
 
     @property
     def world_size(self) -> int:

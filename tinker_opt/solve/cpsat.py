@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tinker_opt.costs.coefficients import SplitCoefficients, iteration_time_ns_x_v, stage_costs
+from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.bounds import bound_terms, lower_bound_x_v, min_recompute_even, recompute_bounds
 from tinker_opt.solve.layer_split import Scalars, Split
 from tinker_opt.solve.outcome import SolverOutcome, common_scale, objective_horizon, upper_caps
@@ -111,9 +111,7 @@ def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, fa
     def decode(value) -> Split:
         layers = tuple(int(value(v)) for v in n)
         rr = min(int(value(r)), max(layers)) if c.outer.recompute == "full" else 0
-        times_ = [k.a * ns + k.f * min(rr, ns) + int(c.stage_time_ns[s]) for s, ns in enumerate(layers)]
-        tails_ = [k.alpha * ns + int(c.stage_tail_ns[s]) for s, ns in enumerate(layers)]
-        return Split(layers, rr, int(sum(times_) + (m - 1) * max(times_) + max(tails_)))
+        return Split(layers, rr, c.time_ns_x_v(layers, rr))
     decode.hint = lambda split: [*zip(n, split.layers), *_recompute_hint(r, choice, split)]
     return decode, bound_term
 
@@ -180,7 +178,7 @@ def _cpsat_mixed_configuration(model, cp_model, c: SplitCoefficients, x, objecti
         cuts = [0] + [int(value(v)) for v in bd[1:-1]] + [L]
         layers = tuple(cuts[s + 1] - cuts[s] for s in range(p))
         rr = min(int(value(r)), max(layers)) if full else 0
-        return Split(layers, rr, iteration_time_ns_x_v(c, stage_costs(c, layers, rr)))
+        return Split(layers, rr, c.time_ns_x_v(layers, rr))
     decode.hint = lambda split: [*zip(bd[1:-1], np.cumsum(split.layers)[:-1].tolist()),
                                  *_recompute_hint(r, choice, split)]
     return decode, bound_term

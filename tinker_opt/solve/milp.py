@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tinker_opt.costs.coefficients import SplitCoefficients, iteration_time_ns_x_v, stage_costs
+from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.bounds import bound_terms, lower_bound_x_v, min_recompute_even, recompute_bounds
 from tinker_opt.solve.layer_split import Scalars, Split
 from tinker_opt.solve.outcome import SolverOutcome, common_scale, upper_caps
@@ -155,9 +155,7 @@ def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
     def decode() -> Split:
         layers = tuple(int(round(v.varValue or 0)) for v in n)
         rr = min(int(round(r.varValue or 0)), max(layers)) if full else 0
-        times_ = [k.a * ns + k.f * min(rr, ns) + int(c.stage_time_ns[s]) for s, ns in enumerate(layers)]
-        tails_ = [k.alpha * ns + int(c.stage_tail_ns[s]) for s, ns in enumerate(layers)]
-        return Split(layers, rr, int(sum(times_) + (m - 1) * max(times_) + max(tails_)))
+        return Split(layers, rr, c.time_ns_x_v(layers, rr))
     return term, decode, bound
 
 
@@ -221,7 +219,7 @@ def _milp_mixed_configuration(problem, pulp, c: SplitCoefficients, x, i: int, r)
         cuts = [0] + [max(hot, key=lambda q: hot[q].varValue or 0.0) for hot in bd[1:-1]] + [L]
         layers = tuple(int(cuts[s + 1] - cuts[s]) for s in range(p))
         rr = min(int(round(r.varValue or 0)), max(layers)) if full else 0
-        return Split(layers, rr, iteration_time_ns_x_v(c, stage_costs(c, layers, rr)))
+        return Split(layers, rr, c.time_ns_x_v(layers, rr))
     return pulp.lpSum(times) + (m - 1) * bottleneck + tail, decode
 
 
