@@ -23,7 +23,7 @@ import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.mixed_split import bound_terms_for_r, mixed_recompute_bounds
-from tinker_opt.solve.layer_split import (Scalars, best_even, inverse_caps, min_feasible,
+from tinker_opt.solve.layer_split import (Scalars, best_even, best_split, inverse_caps, min_feasible,
                                           memory_caps, pack, recompute_range)
 
 
@@ -35,7 +35,6 @@ def loosest_caps(c: SplitCoefficients, k: Scalars) -> np.ndarray:
 def min_recompute_even(c: SplitCoefficients, k: Scalars | None = None):
     """Virtual pipeline: the best (smallest feasible r) even split, or None (exact)."""
     if not c.homogeneous:
-        from tinker_opt.solve.layer_split import best_split
         return best_split(c)
     k = k or Scalars.of(c)
     for r in recompute_range(c):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.solve.mixed_split import best_for_r, even_for_r, mixed_recompute_bounds
 
 INF = np.iinfo(np.int64).max // 4
 
@@ -132,8 +133,6 @@ def best_split(c: SplitCoefficients) -> Split | None:
 def _best_split_mixed(c: SplitCoefficients) -> Split | None:
     """best_split of a mixed stack: even split with vpp > 1 (the smallest r that fits, since time
     grows with r), else the exact split per r, cut off by the per-r bounds."""
-    from tinker_opt.solve.mixed_split import best_for_r, even_for_r, mixed_recompute_bounds
-
     if c.vpp > 1:
         for r in recompute_range(c):
             found = even_for_r(c, r)
