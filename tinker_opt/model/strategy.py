@@ -283,12 +283,16 @@ def interleaved_pipeline_message(pp: int, vpp: int, fw: FrameworkRules) -> str |
 
 def _rule_overlap(s: Strategy, model: Any, num_devices: int, gbs: int,
                   fw: FrameworkRules = LATEST_RULES) -> str | None:
+    return overlap_message(s, model.is_moe)
+
+
+def overlap_message(s: Strategy, is_moe: bool) -> str | None:
     """Where each overlap switch applies (Megatron-LM arguments.py validate_args; MindSpeed mc2 likewise)."""
     if s.overlap_param_gather and not s.dist_opt:
         return "overlap_param_gather needs the distributed optimizer (dist_opt); turn one on or the other off"
     if s.overlap_param_gather and s.overlap_grad_reduce is False:
         return "overlap_param_gather needs overlap_grad_reduce (Megatron: 'Must use --overlap-param-gather with --overlap-grad-reduce')"
-    if s.overlap_moe_comm and not model.is_moe:
+    if s.overlap_moe_comm and not is_moe:
         return "overlap_moe_comm applies to MoE models only; this model has no experts"
     if s.tp_comm_overlap and not (s.tp > 1 and s.sp):
         return f"tp_comm_overlap needs tp > 1 with sequence parallelism (tp {s.tp}, sp {s.sp})"

@@ -111,7 +111,7 @@ def _swap_optimizer_times(launch: Launch) -> int | None:
     return times
 
 
-def _p2p_overlap(launch: Launch, version_range: versions.VersionRange) -> bool:
+def p2p_overlap(launch: Launch, version_range: versions.VersionRange) -> bool:
     """`--no-overlap-p2p-communication` / `--overlap-p2p-communication`, else the version's default."""
     if launch.has("--no-overlap-p2p-communication"):
         return False
@@ -156,7 +156,7 @@ def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = 
                       global_batch_size=int_value(launch, "--global-batch-size", mbs * strategy.dp),
                       framework=framework, is_full_tune=_is_full_tune(name, launch),
                       loads_checkpoint=launch.has("--load"), swap_optimizer_times=_swap_optimizer_times(launch),
-                      overlap_p2p_comm=_p2p_overlap(launch, version_range),
+                      overlap_p2p_comm=p2p_overlap(launch, version_range),
                       **_activation_recompute(launch, version_range))
     return ScriptInfo(path=path, text=text, model=model, train=train, warnings=tuple(warnings),
                       num_layers_in_script=total, version_range=version_range, launch=launch,
