@@ -171,7 +171,8 @@ def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
                           memory_limit_mb=values["memory_limit"])
     cost_model = build_cost_model(profiled, cluster, values["global_batch_size"], values, model=_model_of(profiled, info),
                                   info=info)
-    for warning in cost_model.warnings:
+    warnings = list(cost_model.warnings) + _script_warnings(info)
+    for warning in warnings:
         log(warning)
     log(f"searching {cluster.num_devices} devices ({cluster.num_nodes} nodes x {cluster.devices_per_node}), "
         f"global batch {values['global_batch_size']}, memory limit {cluster.memory_limit_mb:g} MB, solver {values['solver']}")
@@ -190,13 +191,21 @@ def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
                          cluster.num_nodes, cluster.devices_per_node, cost_model.model.seq_length),
         inputs=_inputs_record(values, profiled, cluster, cost_model.model), solver=result.solver, status=result.status,
         gap=result.gap, solve_time_s=result.solve_time_s, objective_ms=result.objective_ms,
-        bound_ms=result.bound_ms, top=top, warnings=list(cost_model.warnings), log_lines=log.lines)
+        bound_ms=result.bound_ms, top=top, warnings=warnings, log_lines=log.lines)
     writer = _script_writer(info, cluster, version, log) if info is not None else None
     if writer is None:
         log("no launch script known for this profile: configs/ stays empty (pass --pretrain-script-path-search)")
     folder = write_results_folder(report, output_dir, write_script=writer)
     return SearchOutcome(folder=folder, top=top, status=result.status, solver=result.solver,
-                         solve_time_s=result.solve_time_s, gap=result.gap, warnings=list(cost_model.warnings))
+                         solve_time_s=result.solve_time_s, gap=result.gap, warnings=warnings)
+
+
+def _script_warnings(info) -> list[str]:
+    """The script's flags the prediction does not include (script/flags.py), for log and summary."""
+    from tinker_opt.script.flags import unpriced_warning
+
+    warning = unpriced_warning(info.launch) if info is not None else None
+    return [warning] if warning else []
 
 
 def _inputs_record(values: dict[str, Any], profiled, cluster: ClusterSpec, model) -> dict[str, Any]:

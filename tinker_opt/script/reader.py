@@ -14,6 +14,7 @@ from typing import Any
 from tinker_opt.errors import ScriptError
 from tinker_opt.script import versions
 from tinker_opt.script.expand import Expansion, Scalar, expand_script
+from tinker_opt.script.flags import unpriced_warning
 from tinker_opt.script.launch import Launch, find_launch
 from tinker_opt.script.model_args import int_value, read_model, script_num_layers
 from tinker_opt.script.shell import ShellSyntaxError
@@ -151,6 +152,9 @@ def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = 
     framework = FrameworkInfo(flavour=flavour, version=version_range.describe() if
                               version_range.exact else None, launcher=launch.launcher,
                               entry=launch.entry_source)
+    unpriced = unpriced_warning(launch)
+    if unpriced:
+        warn(unpriced)
     mbs = int_value(launch, "--micro-batch-size", 1)
     train = TrainSpec(micro_batch_size=mbs, nnodes=nodes, nproc_per_node=local, strategy=strategy,
                       global_batch_size=int_value(launch, "--global-batch-size", mbs * strategy.dp),
