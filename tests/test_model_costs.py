@@ -24,7 +24,7 @@ def test_to_dict_has_the_interface_keys():
     """Evaluation.to_dict() carries exactly the documented top-level keys and the stage keys."""
     out = _model().evaluate(Strategy(tp=2, pp=2, dp=2, sp=True)).to_dict()
     assert set(out) == {"strategy", "iteration_time_ms", "peak_memory_mb", "tokens_per_s_per_device",
-                        "stages", "time_breakdown_ms", "fits", "estimated"}
+                        "stages", "time_breakdown_ms", "fits", "estimated", "in_block_times"}
     assert len(out["stages"]) == 2 and all(STAGE_KEYS <= set(stage) for stage in out["stages"])
 
 

@@ -97,6 +97,11 @@ class SplitCoefficients:
     """Some block cost was interpolated in the micro-batch size."""
     uniform: bool = False
     """The model has one layer kind (then every layer costs the same by construction)."""
+    stage_mask_bytes: np.ndarray | None = None
+    """The attention-mask part of stage_static_bytes (Tinker folders; None: no mask)."""
+    layer_form: str = "free"
+    """Which per-stage layer counts the framework can write (strategy.LAYER_FORMS): every split
+    solver returns only splits of this form."""
     memo: Memo = field(default_factory=Memo, repr=False, compare=False)
     """Derived values computed on first use (Memo)."""
 
@@ -164,6 +169,8 @@ class StageCost:
     act_bytes_x_v: int
     other_bytes_x_v: int
     memory_bytes_x_v: int
+    mask_bytes_x_v: int = 0
+    """The attention-mask part of static_bytes_x_v."""
 
 
 _PREFIXED = ("layer_time_ns", "layer_comm_ns", "layer_recompute_ns", "layer_tail_ns", "layer_tail_sync_ns",
@@ -193,6 +200,7 @@ def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act) -> Sta
     tail_ns = total["layer_tail_ns"] + int(c.stage_tail_ns[s])
     tail_sync_ns = total["layer_tail_sync_ns"] + int(c.stage_tail_sync_ns[s])
     static = v * (total["layer_static_bytes"] + int(c.stage_static_bytes[s]))
+    mask = v * int(c.stage_mask_bytes[s]) if c.stage_mask_bytes is not None else 0
     optimizer = v * (total["layer_optimizer_bytes"] + int(c.stage_optimizer_bytes[s]))
     grad = v * (total["layer_grad_bytes"] + int(c.stage_grad_bytes[s]))
     transient = v * int(c.stage_transient_bytes[s])
@@ -201,4 +209,4 @@ def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act) -> Sta
     act = int(c.stage_inflight_x_v[s]) * per_micro
     other = v * c.work_bytes if num_rc else 0
     return StageCost(num, num_rc, time_ns, comm_ns, recompute_ns, tail_ns, tail_sync_ns, static,
-                     optimizer, grad, transient, act, other, static + act + other)
+                     optimizer, grad, transient, act, other, static + act + other, mask)

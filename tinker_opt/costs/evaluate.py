@@ -8,6 +8,8 @@ exact split, the enumeration and the CP-SAT / MILP models use too. The terms are
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +41,9 @@ class Evaluation:
     estimated: bool
     time_ns_x_vpp: int = field(default=0, compare=False)
     """vpp times the iteration time in ns: the exact integer the solvers optimise."""
+    in_block_times: tuple[str, ...] = ()
+    """Terms not added because the profile's block times include them (Tinker folders:
+    `tp_comm`, `ep_comm`); the breakdown's comm_ms then holds only the other collectives."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy.to_dict(), "iteration_time_ms": self.iteration_time_ms,
@@ -46,7 +51,7 @@ class Evaluation:
                 "tokens_per_s_per_device": self.tokens_per_s_per_device,
                 "stages": [dict(stage) for stage in self.stages],
                 "time_breakdown_ms": dict(self.time_breakdown_ms), "fits": self.fits,
-                "estimated": self.estimated}
+                "estimated": self.estimated, "in_block_times": list(self.in_block_times)}
 
 
 class CostModel:
@@ -54,7 +59,9 @@ class CostModel:
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, global_batch_size: int,
                  blocks: BlockTable, comm: CommModel, *, memory_bandwidth_gbs: float | None = None,
-                 swap_optimizer_times: int | None = None, host_link_gbs: float | None = None) -> None:
+                 swap_optimizer_times: int | None = None, host_link_gbs: float | None = None,
+                 times_include_tp_comm: bool = False, times_include_ep_comm: bool = False,
+                 attention_mask_bytes: int = 0, layer_form: str = "free") -> None:
         self.model = model
         self.cluster = cluster
         self.global_batch_size = global_batch_size
@@ -65,7 +72,10 @@ class CostModel:
         self._terms = TermBuilder(model, cluster, global_batch_size, blocks, comm,
                                   memory_bandwidth_gbs=memory_bandwidth_gbs,
                                   swap_optimizer_times=swap_optimizer_times,
-                                  host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS)
+                                  host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS,
+                                  times_include_tp_comm=times_include_tp_comm,
+                                  times_include_ep_comm=times_include_ep_comm,
+                                  attention_mask_bytes=attention_mask_bytes, layer_form=layer_form)
         self._cache: dict[Strategy, SplitCoefficients] = {}
 
     @classmethod
@@ -79,9 +89,28 @@ class CostModel:
                          inter_node_bandwidth_gbs=inter_node_bandwidth_gbs,
                          multi_node=cluster.num_nodes > 1, multi_device=cluster.devices_per_node > 1)
         bandwidth = hardware.memory_bandwidth_gbs if hardware is not None else None
+        meta = profiled.meta
         return cls(model, cluster, global_batch_size, BlockTable(profiled.blocks), comm,
                    memory_bandwidth_gbs=bandwidth, swap_optimizer_times=swap_optimizer_times,
-                   host_link_gbs=hardware.host_link_gbs if hardware is not None else None)
+                   host_link_gbs=hardware.host_link_gbs if hardware is not None else None,
+                   times_include_tp_comm=bool(meta.times_include_tp_comm),
+                   times_include_ep_comm=bool(meta.times_include_ep_comm),
+                   attention_mask_bytes=meta.attention_mask_bytes or 0)
+
+    @property
+    def layer_form(self) -> str:
+        """The per-stage layer-count form every split of this model takes (strategy.LAYER_FORMS)."""
+        return self._terms.layer_form
+
+    def with_layer_form(self, form: str) -> "CostModel":
+        """This cost model restricted to splits of `form` (its own coefficient cache)."""
+        if form == self.layer_form:
+            return self
+        other = copy.copy(self)
+        other._terms = copy.copy(self._terms)
+        other._terms.layer_form = form
+        other._cache = {}
+        return other
 
     def available(self, tp: int, sp: bool, cp: int, ep: int, etp: int) -> bool:
         """Whether every block was profiled at this shard shape (any micro-batch size)."""
@@ -113,8 +142,9 @@ class CostModel:
         coeffs = self.coefficients(strategy)
         layers = strategy.stage_layers(self.model.num_layers)
         r = strategy.recompute_num_layers if strategy.recompute == "full" else 0
-        return evaluation_of(coeffs, strategy, layers, r or 0, self.global_batch_size,
-                             self.model.seq_length, self.cluster.num_devices)
+        evaluation = evaluation_of(coeffs, strategy, layers, r or 0, self.global_batch_size,
+                                   self.model.seq_length, self.cluster.num_devices)
+        return dataclasses.replace(evaluation, in_block_times=self._terms.left_out())
 
     def split_strategy(self, outer: Strategy, layers: tuple[int, ...], r: int) -> Strategy:
         """The full Strategy of an outer configuration with a split and recompute count."""
@@ -149,9 +179,10 @@ def _stage_dict(s: int, st: StageCost, v: int) -> dict[str, Any]:
             "time_ms": st.time_ns / NS_PER_MS, "memory_mb": st.memory_bytes_x_v / mb,
             "compute_ms": (st.time_ns - st.comm_ns) / NS_PER_MS, "comm_ms": st.comm_ns / NS_PER_MS,
             "recompute_ms": st.recompute_ns / NS_PER_MS,
-            # The memory parts add up to memory_mb: static = weights + gradients + optimizer + transient.
+            # The memory parts add up to memory_mb: static = weights + gradients + optimizer + transient + mask.
             "weights_mb": (st.static_bytes_x_v - st.grad_bytes_x_v - st.optimizer_bytes_x_v
-                           - st.transient_bytes_x_v) / mb,
+                           - st.transient_bytes_x_v - st.mask_bytes_x_v) / mb,
+            "attention_mask_mb": st.mask_bytes_x_v / mb,
             "gradients_mb": st.grad_bytes_x_v / mb,
             "optimizer_mb": st.optimizer_bytes_x_v / mb, "activations_mb": st.act_bytes_x_v / mb,
             "transient_mb": st.transient_bytes_x_v / mb, "recompute_work_mb": st.other_bytes_x_v / mb,

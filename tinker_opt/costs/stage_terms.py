@@ -35,11 +35,12 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     norm = tb.cost("final_norm", s)
     head = tb.cost("head", s)
     act = m_tokens(m, s) * m.hidden_size * tb.bpe
+    tp_comm = s.tp > 1 and not tb.tp_comm_in_times  # Tinker's block times include them
     # Vocab-parallel embedding: all-reduce (reduce-scatter with SP) of its output, forward only.
-    emb_comm = tb.tp_pair_us(s, act) / (2 if s.sp else 1) if s.tp > 1 else 0.0
+    emb_comm = tb.tp_pair_us(s, act) / (2 if s.sp else 1) if tp_comm else 0.0
     # Column-parallel output layer: all-gather of its input forward + reduce-scatter backward with
     # SP, else an all-reduce of the input gradient backward: one pair either way.
-    head_comm = tb.tp_pair_us(s, act) if s.tp > 1 else 0.0
+    head_comm = tb.tp_pair_us(s, act) if tp_comm else 0.0
     p2p_us = _p2p_us(tb, s)
     time = np.full(p, p2p_us, dtype=float)
     comm = np.full(p, p2p_us, dtype=float)
@@ -58,6 +59,8 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
         grad[index] += GRAD_BYTES * params
     layer_transient = max(tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)).transient_bytes
                           for k in set(tb.kinds))
+    # Tinker's attention mask: one seq^2 tensor per stage (Tinker itself adds it per layer).
+    static += tb.attention_mask_bytes
     transient = np.full(p, layer_transient, dtype=np.int64)
     transient[0] = max(transient[0], emb.transient_bytes)
     transient[-1] = max(transient[-1], norm.transient_bytes, head.transient_bytes)
@@ -68,6 +71,7 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     return {"stage_time_ns": ns_array(time), "stage_comm_ns": ns_array(comm),
             "stage_static_bytes": static + transient, "stage_optimizer_bytes": optimizer, "stage_grad_bytes": grad,
             "stage_transient_bytes": transient, "stage_act_bytes": act_bytes,
+            "stage_mask_bytes": np.full(p, tb.attention_mask_bytes, dtype=np.int64),
             "stage_inflight_x_v": inflight_x_v(p, v, num_micro),
             "stage_tail_ns": tail, "stage_tail_sync_ns": tail_sync,
             "estimated": emb.estimated or norm.estimated or head.estimated}

@@ -2,7 +2,10 @@
 
 Conventions. Block times in blocks.csv are the compute of one rank's shard for one micro-batch,
 measured alone on one device (no collective inside); every collective is added here from the
-communication model. Sizes: s sequence, b micro-batch, h hidden, a heads, g query groups, d head
+communication model. A Tinker folder is the exception (profile/tinker_compat.py): its blocks ran on
+real tp x ep ranks, so `times_include_tp_comm` / `times_include_ep_comm` leave out the TP / SP
+collectives of the layers, embedding and head, and the expert all-to-all (forward, backward and
+the recompute forward alike), and its attention mask (seq^2 bytes) is charged once per stage. Sizes: s sequence, b micro-batch, h hidden, a heads, g query groups, d head
 dim, t tp, c cp, e ep, bpe bytes per element (2 for bf16 / fp16).
 
 Memory per parameter (Megatron mixed precision with Adam, cost-facts.md): bpe weight + 4 B fp32
@@ -48,8 +51,17 @@ class TermBuilder:
 
     def __init__(self, model, cluster, global_batch_size: int, blocks: BlockTable, comm: CommModel,
                  *, memory_bandwidth_gbs: float | None = None, swap_optimizer_times: int | None = None,
-                 host_link_gbs: float = DEFAULT_HOST_LINK_GBS) -> None:
+                 host_link_gbs: float = DEFAULT_HOST_LINK_GBS, times_include_tp_comm: bool = False,
+                 times_include_ep_comm: bool = False, attention_mask_bytes: int = 0,
+                 layer_form: str = "free") -> None:
         self.model = model
+        self.tp_comm_in_times = times_include_tp_comm
+        """The block times already include the TP / SP collectives (Tinker folders): add none."""
+        self.ep_comm_in_times = times_include_ep_comm
+        """The block times already include the expert all-to-all and etp collectives."""
+        self.attention_mask_bytes = int(attention_mask_bytes or 0)
+        """A mask every stage holds once (Tinker's seq^2 bytes), 0 for our own profiles."""
+        self.layer_form = layer_form
         self.cluster = cluster
         self.gbs = global_batch_size
         self.blocks = blocks
@@ -136,8 +148,8 @@ class TermBuilder:
         """(forward, backward) collectives of one layer; the backward mirrors the forward."""
         act = m_tokens(self.model, s) * self.model.hidden_size * self.bpe
         parts = 2 if kind == "dense" else 1 + bool(self.model.moe_shared_expert_intermediate_size)
-        tp_us = parts * self.tp_pair_us(s, act) if s.tp > 1 else 0.0
-        moe_us = self._moe_us(s) if kind == "moe" else 0.0
+        tp_us = parts * self.tp_pair_us(s, act) if s.tp > 1 and not self.tp_comm_in_times else 0.0
+        moe_us = self._moe_us(s) if kind == "moe" and not self.ep_comm_in_times else 0.0
         cp_fwd, cp_bwd = self._cp_fwd_bwd_us(s)
         return tp_us + moe_us + cp_fwd, tp_us + moe_us + cp_bwd
 
@@ -163,7 +175,7 @@ class TermBuilder:
             layer_input_bytes=layer["input"], layer_tail_ns=layer["tail"],
             layer_tail_sync_ns=layer["tail_sync"], work_bytes=int(layer["act_full"].max()),
             memory_limit_bytes=int(self.cluster.memory_limit_mb * 2**20), estimated=bool(estimated),
-            uniform=len(self.kind_names) == 1,
+            uniform=len(self.kind_names) == 1, layer_form=self.layer_form,
             **stage)
 
     def _layer_arrays(self, s: Strategy) -> dict[str, np.ndarray]:
@@ -238,6 +250,10 @@ class TermBuilder:
         if self._swaps(s):  # host->device and device->host copy of the rank's states (1 GB/s = 1e3 B/us)
             step_us += 2 * local * self.opt_state_bytes / (self.host_link_gbs * 1e3)
         return sync, step_us
+
+    def left_out(self) -> tuple[str, ...]:
+        """The terms not added because the profile's block times include them (for the breakdown)."""
+        return (("tp_comm",) if self.tp_comm_in_times else ()) + (("ep_comm",) if self.ep_comm_in_times else ())
 
     def _stage_terms(self, s: Strategy, num_micro: int) -> dict:
         return stage_terms(self, s, num_micro)

@@ -29,7 +29,8 @@ STAGE_COLUMNS = (("stage", "stage", "{:d}"), ("layers", "layers", "{:d}"), ("rec
                  ("comm_ms", "comm ms", "{:.1f}"), ("memory_mb", "memory MB", "{:.0f}"),
                  ("weights_mb", "weights MB", "{:.0f}"), ("gradients_mb", "grads MB", "{:.0f}"),
                  ("optimizer_mb", "optim MB", "{:.0f}"), ("activations_mb", "activ MB", "{:.0f}"),
-                 ("transient_mb", "transient MB", "{:.0f}"), ("recompute_work_mb", "rc work MB", "{:.0f}"))
+                 ("transient_mb", "transient MB", "{:.0f}"), ("recompute_work_mb", "rc work MB", "{:.0f}"),
+                 ("attention_mask_mb", "mask MB", "{:.0f}"))
 """(Evaluation stage key, column title, format) of the `simulate --detail` table."""
 
 
@@ -39,7 +40,7 @@ def stages_table(evaluation: dict[str, Any]) -> Table:
     for _, title, _ in STAGE_COLUMNS:
         table.add_column(title, justify="right", overflow="fold")
     for stage in evaluation["stages"]:
-        table.add_row(*(fmt.format(stage[key]) for key, _, fmt in STAGE_COLUMNS))
+        table.add_row(*(fmt.format(stage.get(key, 0)) for key, _, fmt in STAGE_COLUMNS))
     return table
 
 
@@ -47,4 +48,7 @@ def breakdown_line(evaluation: dict[str, Any]) -> str:
     """Iteration time by term, peak memory and whether the figures are interpolated."""
     parts = ", ".join(f"{key.removesuffix('_ms')} {value:.1f}" for key, value in evaluation["time_breakdown_ms"].items())
     estimated = "; estimated (micro-batch interpolated)" if evaluation.get("estimated") else ""
-    return f"iteration {evaluation['iteration_time_ms']:.3f} ms ({parts} ms); peak {evaluation['peak_memory_mb']:.0f} MB{estimated}"
+    inside = evaluation.get("in_block_times") or []
+    included = f"; not added, in the profiled block times: {', '.join(inside)}" if inside else ""
+    return (f"iteration {evaluation['iteration_time_ms']:.3f} ms ({parts} ms); peak "
+            f"{evaluation['peak_memory_mb']:.0f} MB{estimated}{included}")
