@@ -164,6 +164,38 @@ class FrameworkRules:
     """The interleaved schedule overlaps p2p send/recv with compute: on by default since Megatron-LM
     core_v0.8 / MindSpeed-LLM 2.0.0 (`--no-overlap-p2p-communication` turns it off), off before
     (`--overlap-p2p-communication` turned it on)."""
+    layer_form: str = "free"
+    """Which per-stage layer counts the framework can be told (LAYER_FORMS)."""
+
+    def __post_init__(self) -> None:
+        if self.layer_form not in LAYER_FORMS:
+            raise ValueError(f"layer_form must be one of {list(LAYER_FORMS)}, got {self.layer_form!r}")
+
+
+LAYER_FORMS = ("free", "first_last", "even")
+"""Per-stage layer counts a framework can write. `free`: any list (MindSpeed-LLM `--num-layer-list`,
+mindspeed_llm/training/arguments.py). `first_last`: the first and last stages free, the middle ones
+equal (Megatron-LM `--decoder-first-pipeline-num-layers` / `--decoder-last-pipeline-num-layers`,
+megatron/training/arguments.py, which split the rest evenly). `even`: num_layers / pp each."""
+
+
+def layer_form_message(layers: tuple[int, ...], form: str) -> str | None:
+    """Why a framework with layer form `form` cannot write per-stage counts `layers`; None if it can.
+    The one rule the split solvers, `simulate` and the script writer share."""
+    if form == "free" or len(set(layers)) <= 1:
+        return None
+    if form == "even":
+        return (f"this framework version can only split the layers evenly over the stages; "
+                f"num_layer_list {list(layers)} is uneven")
+    if len(set(layers[1:-1])) > 1:
+        return (f"Megatron-LM can only give the first and last stages their own layer counts; "
+                f"num_layer_list {list(layers)} has unequal middle stages")
+    return None
+
+
+def form_allows(layers, form: str) -> bool:
+    """layer_form_message(layers, form) is None (for filters over candidate splits)."""
+    return layer_form_message(tuple(layers), form) is None
 
 
 LATEST_RULES = FrameworkRules()
@@ -317,7 +349,7 @@ def check_outer(strategy: Strategy, model: ModelSpec, num_devices: int, global_b
             raise StrategyError(message)
 
 
-def _layer_split_message(s: Strategy, num_layers: int) -> str | None:
+def _layer_split_message(s: Strategy, num_layers: int, form: str = "free") -> str | None:
     if s.num_layer_list is None:
         if num_layers % s.pp:
             return (f"num_layers ({num_layers}) is not divisible by pp ({s.pp}); "
@@ -327,7 +359,7 @@ def _layer_split_message(s: Strategy, num_layers: int) -> str | None:
         return f"num_layer_list sums to {sum(s.num_layer_list)} but the model has {num_layers} layers"
     if min(s.num_layer_list) < 1:
         return f"every pipeline stage needs at least one layer; num_layer_list is {list(s.num_layer_list)}"
-    return None
+    return layer_form_message(tuple(s.num_layer_list), form)
 
 
 def _recompute_count_message(s: Strategy, num_layers: int) -> str | None:
@@ -349,7 +381,7 @@ def check_strategy(strategy: Strategy, model: ModelSpec, cluster: ClusterSpec, g
     `framework` the version-dependent facts (the script's, else recent versions').
     """
     check_outer(strategy, model, cluster.num_devices, global_batch_size, framework)
-    for message in (_layer_split_message(strategy, model.num_layers),
+    for message in (_layer_split_message(strategy, model.num_layers, framework.layer_form),
                     _recompute_count_message(strategy, model.num_layers)):
         if message:
             raise StrategyError(message)

@@ -13,7 +13,7 @@ import dataclasses
 from tinker_opt.errors import StrategyError
 from tinker_opt.solve.space import SEARCHED_CP_ALGOS, SearchSpace
 from tinker_opt.strategy import (FrameworkRules, Strategy, interleaved_pipeline_message,
-                                 overlap_message)
+                                 layer_form_message, overlap_message)
 from tinker_opt.script import versions
 from tinker_opt.script.reader import ScriptInfo, p2p_overlap
 from tinker_opt.script.strategy_args import (DEFAULT_CP_ALGO, OVERLAP_FLAGS, VPP_LAYERS_FLAG,
@@ -39,7 +39,16 @@ def _needs(flag: str, purpose: str, info: ScriptInfo, vr: VersionRange) -> None:
 
 def framework_rules(info: ScriptInfo, vr: VersionRange) -> FrameworkRules:
     """The version-dependent rule facts for this script at version `vr`."""
-    return FrameworkRules(overlap_p2p_comm=p2p_overlap(info.launch, vr))
+    return FrameworkRules(overlap_p2p_comm=p2p_overlap(info.launch, vr), layer_form=layer_form(info, vr))
+
+
+def layer_form(info: ScriptInfo, vr: VersionRange) -> str:
+    """The per-stage layer counts this script can say (strategy.LAYER_FORMS): MindSpeed-LLM's
+    `--num-layer-list` any list, Megatron-LM's `--decoder-first/last-pipeline-num-layers` free
+    first and last stages with equal middle ones, else (older versions) the even split only."""
+    if vr.family == versions.MEGATRON:
+        return "first_last" if _can("--decoder-first-pipeline-num-layers", info, vr) else "even"
+    return "free" if _can("--num-layer-list", info, vr) else "even"
 
 
 def overlap_flag(key: str, info: ScriptInfo, vr: VersionRange) -> str | None:
@@ -115,10 +124,9 @@ def _layer_list(s: Strategy, info: ScriptInfo, vr: VersionRange) -> tuple[int, .
         return layers
     if s.pp == 1:
         return None
-    middle = layers[1:-1]
-    if len(set(middle)) > 1:
-        raise StrategyError(f"Megatron-LM can only give the first and last stages their own layer "
-                            f"counts; num_layer_list {list(layers)} has unequal middle stages")
+    message = layer_form_message(tuple(layers), "first_last")
+    if message:
+        raise StrategyError(message)
     _needs("--decoder-first-pipeline-num-layers", "num_layer_list", info, vr)
     return layers
 
@@ -195,8 +203,8 @@ def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | Non
         allow_vpp=any(info.launch.has(f) for f in VPP_SIZE_FLAGS) or can(VPP_LAYERS_FLAG),
         allow_cp=can("--context-parallel-size") and bool(algos),
         cp_algos=algos or SEARCHED_CP_ALGOS,
-        # Megatron-LM's first/last-stage flags cannot give middle stages different counts.
-        allow_uneven_split=not megatron and can("--num-layer-list"),
+        # The split solvers return only layer lists of this form (the writer's own rule).
+        layer_form=layer_form(info, vr),
         etp_follows_tp=not (can("--expert-tensor-parallel-size") or info.launch.has("--moe-tp-extend-ep")),
         # MindSpeed raises on --swap-optimizer without the distributed optimizer.
         require_dist_opt=info.train.swap_optimizer_times is not None)

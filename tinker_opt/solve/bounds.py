@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.solve.form_split import feasible_under_caps, restricted
 from tinker_opt.solve.mixed_split import bound_terms_for_r, mixed_recompute_bounds
 from tinker_opt.solve.layer_split import (Scalars, best_even, best_split, inverse_caps, min_feasible,
                                           memory_caps, pack, recompute_range)
@@ -48,6 +49,10 @@ def is_feasible(c: SplitCoefficients) -> bool:
     """Some split and recompute count of this configuration fits in memory (exact)."""
     if c.vpp > 1:
         return min_recompute_even(c) is not None
+    if restricted(c):
+        if not c.homogeneous:
+            return best_split(c) is not None
+        return feasible_under_caps(loosest_caps(c, Scalars.of(c)), c.num_layers, c.layer_form)
     if not c.homogeneous:
         return bound_terms_for_r(c, recompute_range(c)[-1]) is not None  # most recompute: least memory
     caps = loosest_caps(c, Scalars.of(c))

@@ -26,6 +26,7 @@ import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.bounds import bound_terms, lower_bound_x_v, min_recompute_even, recompute_bounds
+from tinker_opt.solve.form_split import form_equalities
 from tinker_opt.solve.layer_split import Scalars, Split
 from tinker_opt.solve.outcome import SolverOutcome, common_scale, objective_horizon, upper_caps
 
@@ -85,6 +86,8 @@ def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, fa
     caps = upper_caps(c, k)
     n = [model.new_int_var(1, int(caps[s]), f"n{i}_{s}") for s in range(p)]  # layers of stage s
     model.add(sum(n) == L).only_enforce_if(x)
+    for s, t in form_equalities(c):  # the framework's layer form (form_split.py)
+        model.add(n[s] == n[t]).only_enforce_if(x)
     r, choice, bound_term = _cpsat_recompute(model, cp_model, c, x, factor, i, upper)
     rs = [0] * p
     if c.outer.recompute == "full":
@@ -135,6 +138,8 @@ def _cpsat_mixed_configuration(model, cp_model, c: SplitCoefficients, x, objecti
     n = [bd[s + 1] - bd[s] for s in range(p)]  # layers of stage s (>= 1: ordered boundaries)
     for s in range(p):
         model.add(n[s] >= 1)
+    for s, t in form_equalities(c):  # the framework's layer form (form_split.py)
+        model.add(n[s] == n[t]).only_enforce_if(x)
     r, choice, bound_term = _cpsat_recompute(model, cp_model, c, x, factor, i, upper)
     prefix = {name: [0] + np.cumsum(getattr(c, name)).tolist() for name in (
         "layer_time_ns", "layer_recompute_ns", "layer_tail_ns", "layer_static_bytes", "layer_act_bytes",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from tinker_opt.solve.layer_split import Split, best_split, recompute_range
-from tinker_opt.strategy import Strategy
+from tinker_opt.strategy import Strategy, form_allows
 
 _WORKER_MODEL = None
 """The CostModel inherited by forked workers (set before the pool starts)."""
@@ -133,7 +133,8 @@ def brute_force(cost_model, outers: Sequence[Strategy]) -> list[Candidate]:
     for outer in outers:
         coeffs = cost_model.coefficients(outer)
         L, p = coeffs.num_layers, coeffs.num_stages
-        splits = [(L // p,) * p] if coeffs.vpp > 1 else compositions(L, p)
+        splits = [(L // p,) * p] if coeffs.vpp > 1 else (
+            layers for layers in compositions(L, p) if form_allows(layers, coeffs.layer_form))
         best = None
         for layers in splits:
             for r in recompute_range(coeffs):

@@ -8,7 +8,9 @@ per-stage caps on n_s, and under caps the sum of min(r, n_s) is smallest when la
 into the stages with the largest caps (a concave sum is minimised by the vector that majorises all
 others). The optimal split is feasible for its own (B*, C*), where packing is no worse, so the best
 pair is the optimum; pairs are visited in increasing order and cut off by a lower bound. With a
-virtual pipeline the split is the even one and only r is chosen.
+virtual pipeline the split is the even one and only r is chosen. When the framework can write only
+some splits (Megatron-LM's first/last-stage counts, older versions' even split) the search runs over
+those splits instead (form_split.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.solve.form_split import best_form_split, restricted
 from tinker_opt.solve.mixed_split import best_for_r, even_for_r, mixed_recompute_bounds
 
 INF = np.iinfo(np.int64).max // 4
@@ -116,6 +119,8 @@ def pack(caps: np.ndarray, total: int) -> np.ndarray | None:
 def best_split(c: SplitCoefficients) -> Split | None:
     """The exact optimal split of an outer configuration, None if nothing fits (mixed stacks:
     mixed_split.py)."""
+    if restricted(c):  # the framework cannot write every split (form_split.py)
+        return _best_form_split(c)
     if not c.homogeneous:
         return _best_split_mixed(c)
     k = Scalars.of(c)
@@ -128,6 +133,17 @@ def best_split(c: SplitCoefficients) -> Split | None:
         if found is not None and (best is None or found.time_ns_x_v < best.time_ns_x_v):
             best = found
     return best
+
+
+def _best_form_split(c: SplitCoefficients) -> Split | None:
+    """best_split among the splits of the framework's layer form, r visited by its lower bound."""
+    if c.homogeneous:
+        k = Scalars.of(c)
+        bounds = {r: _lower_bound_for_r(c, k, r) for r in recompute_range(c)}
+    else:
+        bounds = mixed_recompute_bounds(c, recompute_range(c))
+    found = best_form_split(c, bounds)
+    return None if found is None else Split(found[1], found[2], found[0])
 
 
 def _best_split_mixed(c: SplitCoefficients) -> Split | None:

@@ -15,6 +15,7 @@ import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.bounds import bound_terms, lower_bound_x_v, min_recompute_even, recompute_bounds
+from tinker_opt.solve.form_split import form_equalities
 from tinker_opt.solve.layer_split import Scalars, Split
 from tinker_opt.solve.outcome import SolverOutcome, common_scale, upper_caps
 
@@ -137,6 +138,8 @@ def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
     problem.addConstraint(bottleneck >= max_lb * x, f"bottleneck_lb{i}")
     problem.addConstraint(tail >= tail_lb * x, f"tail_lb{i}")
     problem.addConstraint(pulp.lpSum(n) == L * x, f"layers{i}")
+    for s, t in form_equalities(c):  # the framework's layer form (form_split.py)
+        problem.addConstraint(n[s] == n[t], f"form{i}_{s}_{t}")
     times = []
     for s in range(p):
         problem.addConstraint(n[s] >= x, f"n_min{i}_{s}")
@@ -192,6 +195,8 @@ def _milp_mixed_configuration(problem, pulp, c: SplitCoefficients, x, i: int, r)
     pos = [pulp.lpSum(q * z for q, z in hot.items()) for hot in bd]  # b_j (0 when x_i = 0)
     at = lambda name, hot: pulp.lpSum(prefix[name][q] * z for q, z in hot.items())
     bottleneck, tail = add(f"M{i}", 0, None), add(f"Q{i}", 0, None)
+    for s, t in form_equalities(c):  # the framework's layer form (form_split.py)
+        problem.addConstraint(pos[s + 1] - pos[s] == pos[t + 1] - pos[t], f"form{i}_{s}_{t}")
     times = []
     for s in range(p):
         n_s = pos[s + 1] - pos[s]

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from tinker_opt.errors import ConfigError
-from tinker_opt.strategy import (MODELLED_CP_ALGOS, OUTER_RULES, RECOMPUTE_KINDS,
-                                       Strategy)
+from tinker_opt.strategy import (LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES, RECOMPUTE_KINDS,
+                                 Strategy)
 
 SEARCHED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo")
 """Context-parallel algorithms searched by default (kvallgather can be simulated and allowed)."""
@@ -41,13 +41,21 @@ class SearchSpace:
     allow_vpp: bool = True
     allow_cp: bool = True
     allow_uneven_split: bool = True
-    """Let the solver choose a `--num-layer-list` (never with vpp > 1)."""
+    """Let the solver choose a `--num-layer-list` (never with vpp > 1); False is layer_form `even`."""
+    layer_form: str = "free"
+    """The per-stage layer counts the target framework can write (strategy.LAYER_FORMS): a
+    constraint of every split solver, so the search returns only writable splits."""
     require_dist_opt: bool = False
     """Only strategies with the distributed optimizer (MindSpeed's --swap-optimizer needs it)."""
     etp_follows_tp: bool = False
     """Only etp = tp (the framework cannot say `--expert-tensor-parallel-size`)."""
     recompute: tuple[str, ...] = RECOMPUTE_KINDS
     cp_algos: tuple[str, ...] = SEARCHED_CP_ALGOS
+
+    @property
+    def split_form(self) -> str:
+        """The layer form the solvers apply (`even` when uneven splits are switched off)."""
+        return self.layer_form if self.allow_uneven_split else "even"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.recompute) - set(RECOMPUTE_KINDS))
@@ -56,6 +64,8 @@ class SearchSpace:
         bad_algos = sorted(set(self.cp_algos) - set(MODELLED_CP_ALGOS))
         if bad_algos:
             raise ConfigError(f"context-parallel algorithm(s) {bad_algos} are not modelled; use {list(MODELLED_CP_ALGOS)}")
+        if self.layer_form not in LAYER_FORMS:
+            raise ConfigError(f"layer_form must be one of {list(LAYER_FORMS)}, got {self.layer_form!r}")
         if self.max_mbs is not None and self.max_mbs < 1:
             raise ConfigError(f"max_mbs must be >= 1, got {self.max_mbs}")
 
@@ -117,7 +127,7 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
     dist_opts = [False, True] if (data_groups and space.allow_dist_opt) else [False]
     if space.require_dist_opt:
         dist_opts = [True]
-    if model.num_layers % base.pp and not space.allow_uneven_split:
+    if model.num_layers % base.pp and space.split_form == "even":
         return
     # Cheap pre-filters of the batch rules (strategy._rule_batch / _rule_vpp check them again).
     mbss = [b for b in range(1, max_mbs + 1) if gbs % (b * base.dp) == 0]

@@ -1,0 +1,91 @@
+"""Exact split when the framework restricts the per-stage layer counts (strategy.LAYER_FORMS).
+
+Megatron-LM writes an uneven split only as `--decoder-first-pipeline-num-layers` /
+`--decoder-last-pipeline-num-layers`, giving the middle stages the rest evenly (first_last); older
+versions only split evenly (even). The free split of layer_split.py / mixed_split.py may return
+lists these frameworks cannot say, so for a restricted form the split is chosen among the form's
+own lists: every (n_first, q, n_last) with n_first + (p - 2) q + n_last = L (at most L^2 / (p - 2)
+lists), each scored with the range tables of mixed_split.range_costs (the integers of
+coefficients.stage_costs, for uniform and mixed stacks alike), per recompute count r visited in
+increasing order of its lower bound. The CP-SAT and MILP models add the same form as equalities
+(`form_equalities`), so every solver returns the same optimum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.solve.mixed_split import range_costs
+
+
+def restricted(c: SplitCoefficients) -> bool:
+    """Whether the form excludes some split of this configuration (vpp > 1 is even anyway)."""
+    if c.vpp > 1:
+        return False
+    return ((c.layer_form == "first_last" and c.num_stages >= 3)
+            or (c.layer_form == "even" and c.num_stages >= 2))
+
+
+def form_equalities(c: SplitCoefficients) -> list[tuple[int, int]]:
+    """Pairs (s, t) of stages whose layer counts must be equal under the form."""
+    if not restricted(c):
+        return []
+    p = c.num_stages
+    if c.layer_form == "even":
+        return [(0, s) for s in range(1, p)]
+    return [(1, s) for s in range(2, p - 1)]
+
+
+def form_splits(num_layers: int, num_stages: int, form: str) -> np.ndarray:
+    """Every split of the form as rows (lists x stages), each stage >= 1 layer."""
+    L, p = num_layers, num_stages
+    if form == "even":
+        return np.full((1, p), L // p, dtype=np.int64) if L % p == 0 else np.zeros((0, p), dtype=np.int64)
+    if form != "first_last" or p < 3:
+        raise ValueError(f"form_splits lists the restricted forms only (first_last needs p >= 3), got {form}, p={p}")
+    rows = []
+    for q in range(1, (L - 2) // (p - 2) + 1):
+        rest = L - q * (p - 2)
+        first = np.arange(1, rest)
+        block = np.empty((len(first), p), dtype=np.int64)
+        block[:, 0] = first
+        block[:, 1:-1] = q
+        block[:, -1] = rest - first
+        rows.append(block)
+    return np.concatenate(rows) if rows else np.zeros((0, p), dtype=np.int64)
+
+
+def feasible_under_caps(caps: np.ndarray, num_layers: int, form: str) -> bool:
+    """Some split of the form has every stage within its layer cap."""
+    rows = form_splits(num_layers, len(caps), form)
+    return bool((rows <= caps[None, :]).all(axis=1).any())
+
+
+def best_form_split(c: SplitCoefficients, r_bounds: dict[int, int]):
+    """(v*T, layers, r) of the best split of the form, None if none fits; `r_bounds` maps each
+    candidate recompute count to a valid lower bound of v*T with it (visited in that order)."""
+    rows = form_splits(c.num_layers, c.num_stages, c.layer_form)
+    if len(rows) == 0:
+        return None
+    ends = np.cumsum(rows, axis=1)
+    starts = ends - rows
+    stages = np.arange(c.num_stages)[None, :]
+    m = c.num_microbatches
+    best = None
+    for r in sorted(r_bounds, key=lambda value: (r_bounds[value], value)):
+        if best is not None and r_bounds[r] >= best[0]:
+            break
+        rc = range_costs(c, r)
+        ok = rc.valid[stages, starts, ends].all(axis=1)
+        if not ok.any():
+            continue
+        times = rc.time[stages, starts, ends][ok]
+        tails = rc.tail[stages, starts, ends][ok]
+        objective = times.sum(axis=1) + (m - 1) * times.max(axis=1) + tails.max(axis=1)
+        index = int(np.argmin(objective))
+        value = int(objective[index])
+        if best is None or value < best[0]:
+            layers = tuple(int(n) for n in rows[ok][index])
+            best = (value, layers, min(r, max(layers)) if c.outer.recompute == "full" else 0)
+    return best
