@@ -16,6 +16,7 @@ from tinker_opt.solve.cpsat import solve_cpsat
 from tinker_opt.solve.milp import solve_milp
 from tinker_opt.solve.search import _outers, search
 from tinker_opt.solve.space import SearchSpace
+from tinker_opt.strategy import form_allows
 
 SPACE = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1, 2), ep=(1, 2))
 
@@ -94,3 +95,50 @@ def test_unpruned_models_match_brute_force(cost_model):
         strategy = cost_model.split_strategy(outers[outcome.index], outcome.split.layers,
                                              outcome.split.recompute_num_layers)
         assert cost_model.evaluate(strategy).time_ns_x_vpp == outcome.objective_x_v
+
+
+@st.composite
+def form_instances(draw):
+    """A model deep enough for 3+ stages, a cluster of 4 or 8 devices and a restricted layer form."""
+    layers = draw(st.integers(4, 11))
+    kind = draw(st.sampled_from(["dense", "mixed"]))
+    if kind == "mixed":
+        model = moe_model(num_layers=layers, hidden=256, heads=4, seq=256, experts=4, first_dense=1, layer_freq=2)
+    else:
+        model = dense_model(num_layers=layers, hidden=256, heads=4, seq=256)
+    nodes, per_node = draw(st.sampled_from([(1, 4), (1, 8), (2, 4)]))
+    memory_mb = draw(st.integers(60, 800))
+    profile = synthetic_profile(model, tps=(1, 2), cps=(1,), eps=(1, 2), mbss=(1, 2))
+    cost_model = CostModel.from_profile(profile, model, cluster(nodes, per_node, memory_mb), 8)
+    return cost_model, draw(st.sampled_from(["first_last", "even"]))
+
+
+@pytest.mark.filterwarnings("error")
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(form_instances())
+def test_solvers_agree_within_a_layer_form(instance):
+    """Under Megatron-LM's first/last form (or the even one) cpsat, milp, enum and brute force over
+    the form's own splits find the same optimum, and every split they return has that form."""
+    cost_model, form = instance
+    space = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1,), ep=(1, 2), allow_vpp=False, layer_form=form)
+    restricted = cost_model.with_layer_form(form)
+    brute = brute_force(restricted, _outers(restricted, space))
+    expected = brute[0].time_ns / 1e6 if brute else None
+    for solver in ("cpsat", "milp", "enum"):
+        try:
+            result = search(cost_model, solver=solver, cpus=1, top_k=3, space=space, time_limit_s=30)
+        except InfeasibleError:
+            assert expected is None, solver
+            continue
+        assert expected is not None and result.objective_ms == pytest.approx(expected, rel=1e-12), solver
+        for evaluation in result.top:
+            layers = evaluation.strategy.stage_layers(cost_model.model.num_layers)
+            assert form_allows(layers, form), (solver, layers)
+    outers = [o for o in _outers(restricted, space) if is_feasible(restricted.coefficients(o))]
+    assert {cand.outer for cand in brute} == set(outers)  # is_feasible is exact within the form
+    coeffs = [restricted.coefficients(o) for o in outers]
+    if brute and coeffs:
+        for solve in (solve_cpsat, solve_milp):
+            outcome = solve(coeffs, time_limit_s=120, workers=1)
+            assert outcome.status == "optimal" and outcome.objective_x_v / coeffs[outcome.index].vpp == brute[0].time_ns
+            assert form_allows(outcome.split.layers, form)

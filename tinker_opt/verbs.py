@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tinker_opt.config import ProfileSettings, SearchSettings, SimulateSettings, require
-from tinker_opt.errors import ConfigError
+from tinker_opt.errors import ConfigError, InfeasibleError, TinkerError
 from tinker_opt.strategy import Strategy, check_strategy
 from tinker_opt.profile.meta import read_meta, write_meta
 from tinker_opt.specs import ClusterSpec
@@ -194,9 +194,37 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
         f"global batch {settings.global_batch_size}, memory limit {cluster.memory_limit_mb:g} MB, "
         f"solver {settings.solver}")
     version = settings.version or profiled.meta.framework_version
-    result = _solve(cost_model, settings, info, version, log)
+    try:
+        result = _solve(cost_model, settings, info, version, log)
+    except InfeasibleError as exc:
+        # Nothing fits: the results folder still records the inputs, the status and the message.
+        log(f"{settings.solver}: infeasible: {exc}")
+        folder = _write_infeasible(str(exc), settings, profiled, script_path, cluster, cost_model, warnings, log)
+        raise InfeasibleError(f"{exc} (summary in {folder})") from None
     return _write_search_results(result, settings, profiled, script_path, info, cluster, cost_model, version,
                                  warnings, log)
+
+
+def _write_infeasible(message: str, settings: SearchSettings, profiled, script_path: str | None,
+                      cluster: ClusterSpec, cost_model, warnings: list[str], log: RunLog) -> Path:
+    """The results folder of a search where nothing fits: summary.json status `infeasible`."""
+    from tinker_opt.emit.results import SearchReport, write_results_folder
+
+    report = SearchReport(
+        labels=_run_labels(settings, profiled, script_path, cluster, cost_model),
+        inputs=_inputs_record(settings, profiled, script_path, cluster, cost_model.model), solver=settings.solver,
+        status="infeasible", gap=None, solve_time_s=0.0, objective_ms=None, bound_ms=None, top=[],
+        warnings=warnings, log_lines=log.lines, message=message)
+    return write_results_folder(report, Path(settings.output_dir), write_script=None)
+
+
+def _run_labels(settings: SearchSettings, profiled, script_path: str | None, cluster: ClusterSpec, cost_model):
+    from tinker_opt.emit.results import RunLabels
+
+    meta = profiled.meta
+    labels = labels_for(meta.script_path or script_path, meta.model_name, meta.model_size)
+    return RunLabels(labels.model_name, labels.model_size, settings.global_batch_size, cluster.memory_limit_mb,
+                     cluster.num_nodes, cluster.devices_per_node, cost_model.model.seq_length)
 
 
 def _script_warnings(info) -> list[str]:
@@ -226,18 +254,16 @@ def _solve(cost_model, settings: SearchSettings, info, version: str | None, log:
 def _write_search_results(result, settings: SearchSettings, profiled, script_path: str | None, info,
                           cluster: ClusterSpec, cost_model, version: str | None, warnings: list[str],
                           log: RunLog) -> SearchOutcome:
-    from tinker_opt.emit.results import RunLabels, SearchReport, write_results_folder
+    from tinker_opt.emit.results import SearchReport, write_results_folder
 
     top = [evaluation.to_dict() for evaluation in result.top]
-    meta = profiled.meta
-    labels = labels_for(meta.script_path or script_path, meta.model_name, meta.model_size)
+    warnings = list(warnings)  # the writer adds the rows it could not write
     report = SearchReport(
-        labels=RunLabels(labels.model_name, labels.model_size, settings.global_batch_size, cluster.memory_limit_mb,
-                         cluster.num_nodes, cluster.devices_per_node, cost_model.model.seq_length),
+        labels=_run_labels(settings, profiled, script_path, cluster, cost_model),
         inputs=_inputs_record(settings, profiled, script_path, cluster, cost_model.model), solver=result.solver,
         status=result.status, gap=result.gap, solve_time_s=result.solve_time_s, objective_ms=result.objective_ms,
         bound_ms=result.bound_ms, top=top, warnings=warnings, log_lines=log.lines)
-    writer = _script_writer(info, cluster, version, log) if info is not None else None
+    writer = _script_writer(info, cluster, version, log, warnings) if info is not None else None
     if writer is None:
         log("no launch script known for this profile: configs/ stays empty (pass the script positionally)")
     folder = write_results_folder(report, Path(settings.output_dir), write_script=writer)
@@ -259,13 +285,21 @@ def _inputs_record(settings: SearchSettings, profiled, script_path: str | None, 
     }
 
 
-def _script_writer(info, cluster: ClusterSpec, version: str | None, log: RunLog):
+def _script_writer(info, cluster: ClusterSpec, version: str | None, log: RunLog, warnings: list[str]):
+    """Writes the tuned script of one ranked row; a row the writer refuses is reported (search.log,
+    summary warnings) and left without a script, never failing the finished search."""
     from tinker_opt.emit.script_writer import apply_strategy
 
-    def write(rank: int, evaluation: dict[str, Any], header: list[str]) -> str:
-        strategy = strategy_to_write(evaluation, info)
-        applied = apply_strategy(info.text, strategy, nnodes=cluster.num_nodes,
-                                 nproc_per_node=cluster.devices_per_node, version=version, header=header)
+    def write(rank: int, evaluation: dict[str, Any], header: list[str]) -> str | None:
+        try:
+            strategy = strategy_to_write(evaluation, info)
+            applied = apply_strategy(info.text, strategy, nnodes=cluster.num_nodes,
+                                     nproc_per_node=cluster.devices_per_node, version=version, header=header)
+        except TinkerError as exc:
+            message = f"rank {rank}: no tuned script written: {exc}"
+            log(message)
+            warnings.append(message)
+            return None
         for warning in applied.warnings:
             log(f"rank {rank}: {warning}")
         return applied.text

@@ -58,6 +58,8 @@ class SearchReport:
     top: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
     log_lines: list[str] = field(default_factory=list)
+    message: str | None = None
+    """Why nothing was found (status `infeasible`): the search's one-line error."""
 
 
 def results_folder_name(labels: RunLabels, when: datetime) -> str:
@@ -125,6 +127,7 @@ def summary_dict(report: SearchReport) -> dict[str, Any]:
         "objective_ms": report.objective_ms,
         "bound_ms": report.bound_ms,
         "warnings": report.warnings,
+        "message": report.message,
         "best": report.top[0] if report.top else None,
         "top": report.top,
     }
