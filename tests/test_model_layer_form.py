@@ -47,3 +47,16 @@ def test_megatron_search_yields_only_writable_layer_lists(tmp_path, num_layers, 
         assert "--num-layer-list" not in text
     if num_layers == 30:
         assert uneven, "30 layers over 8 or 16 stages: some ranked row uses the first/last counts"
+
+
+def test_simulate_warns_when_the_framework_cannot_write_the_split(tmp_path):
+    """simulate still evaluates an unequal middle split on a Megatron-LM script, with the warning."""
+    from tinker_opt.config import SimulateSettings
+    from tinker_opt.verbs import _layer_form_warning
+    from tinker_opt.strategy import Strategy
+
+    info = _megatron_script(tmp_path, 30)
+    strategy = Strategy(tp=8, pp=4, dp=1, num_layer_list=(7, 7, 8, 8))
+    (warning,) = _layer_form_warning(strategy, info, SimulateSettings())
+    assert "unequal middle stages" in warning
+    assert _layer_form_warning(strategy.replace(num_layer_list=(6, 8, 8, 8)), info, SimulateSettings()) == []

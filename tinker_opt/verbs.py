@@ -351,7 +351,22 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
         strategy = _strategy_from_flags(settings, cluster.num_devices, model.num_layers)
     check_strategy(strategy, model, cluster, settings.global_batch_size)
     cost_model = _cost_model(profiled, model, cluster, settings.global_batch_size, settings, info)
-    return cost_model.evaluate(strategy), list(cost_model.warnings)
+    return cost_model.evaluate(strategy), list(cost_model.warnings) + _layer_form_warning(strategy, info, settings)
+
+
+def _layer_form_warning(strategy: Strategy, info, settings: SimulateSettings) -> list[str]:
+    """simulate evaluates any split (Tinker's own picks included) but says when the script's
+    framework could not write it: the rule the search and the writer apply (strategy.LAYER_FORMS)."""
+    from tinker_opt.emit.expressible import layer_form
+    from tinker_opt.script import versions
+    from tinker_opt.strategy import layer_form_message
+
+    if info is None or strategy.num_layer_list is None:
+        return []
+    vr = versions.resolve(getattr(settings, "version", None), info.text, info.train.framework.flavour)
+    message = layer_form_message(tuple(strategy.num_layer_list), layer_form(info, vr))
+    name = info.path.name if info.path is not None else "this script"
+    return [f"{message}: the search would not choose this split for {name}"] if message else []
 
 
 def _default_nodes(strategy: Strategy | None, info, devices_per_node: int) -> int | None:
