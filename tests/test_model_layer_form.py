@@ -60,3 +60,21 @@ def test_simulate_warns_when_the_framework_cannot_write_the_split(tmp_path):
     (warning,) = _layer_form_warning(strategy, info, SimulateSettings())
     assert "unequal middle stages" in warning
     assert _layer_form_warning(strategy.replace(num_layer_list=(6, 8, 8, 8)), info, SimulateSettings()) == []
+
+
+def test_a_row_the_writer_refuses_is_reported_not_fatal(tmp_path):
+    """If a ranked row still cannot be written, the writer logs it, adds a warning and returns no
+    script, so the finished search keeps its results folder."""
+    from tinker_opt.specs import ClusterSpec
+    from tinker_opt.strategy import Strategy
+    from tinker_opt.verbs import RunLog, _script_writer
+
+    info = _megatron_script(tmp_path, 30)
+    log, warnings = RunLog(), []
+    write = _script_writer(info, ClusterSpec(num_nodes=4, devices_per_node=8, memory_limit_mb=57000), None,
+                           log, warnings)
+    bad = Strategy(tp=8, pp=4, dp=1, num_layer_list=(7, 7, 8, 8)).to_dict()
+    assert write(3, bad, ["# header"]) is None
+    assert warnings and warnings[0].startswith("rank 3: no tuned script written:")
+    assert "unequal middle stages" in warnings[0] and log.lines[-1].endswith(warnings[0])
+    assert "--decoder-first-pipeline-num-layers 6" in write(1, {**bad, "num_layer_list": [6, 8, 8, 8]}, [])
