@@ -157,7 +157,11 @@ def test_memory_limit_nothing_fits(profile_dir, tmp_path):
     result = run_cli("search", "--profiled-data-path", str(profile_dir), "--global-batch-size", "64",
                      "--num-nodes", "2", "--memory-limit", "1", "--output-dir", str(tmp_path / "out"), "--quiet")
     assert_one_line_error(result, "MB")
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    # The results folder is still written: summary.json says infeasible and why (README, Results).
+    (folder,) = list((tmp_path / "out").iterdir())
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    assert summary["status"] == "infeasible" and summary["message"].startswith("no strategy fits in 1 MB")
+    assert not list((folder / "configs").iterdir())
 
 
 def test_profiled_data_path_missing(tmp_path):
