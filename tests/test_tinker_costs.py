@@ -103,3 +103,26 @@ def test_attention_mask_is_charged_once_per_stage(tinker):
     strategy = strategy_from_flags(num_devices=8, num_layers=model.num_layers, tp=8, pp=1, mbs=1)
     stage = _cost_model(folder, model).evaluate(strategy).stages[0]
     assert stage["attention_mask_mb"] == pytest.approx(shape.seq_length**2 / 2**20)
+
+
+def test_with_pipeline_stages_the_difference_is_the_send_receive_and_the_tail(tinker):
+    """Single node, pp = 2 with a Tinker-style uneven list: modelled time - Tinker's block formula
+    (sum of stages + (m - 1) x the slowest, before Tinker adds its table's send / receive) = the
+    pipeline send / receive per stage (p + m - 1 times, the stage comm term) + dp sync + optimizer."""
+    shape, folder, model = tinker
+    L = model.num_layers
+    layers = (L // 2 - 1, L // 2 + 1)
+    strategy = strategy_from_flags(num_devices=8, num_layers=L, tp=4, pp=2, sp=True, mbs=1,
+                                   num_layer_list=layers)
+    evaluation = _cost_model(folder, model).evaluate(strategy)
+    m = 64 // strategy.dp
+    rows = _tinker_rows(folder, 4, 1, 1)
+    block = {name: sum(rows[name]) for name in BLOCK_ORDER}
+    stages_us = [block["embedding"] + layers[0] * block["transformer_block"],
+                 layers[1] * block["transformer_block"] + block["final_norm"] + block["post_process"]]
+    tinker_blocks_ms = (sum(stages_us) + (m - 1) * max(stages_us)) / 1e3
+    p2p_ms = evaluation.stages[0]["comm_ms"]
+    assert p2p_ms > 0 and evaluation.stages[1]["comm_ms"] == p2p_ms
+    parts = evaluation.time_breakdown_ms
+    expected = (2 + m - 1) * p2p_ms + parts["dp_sync_ms"] + parts["optimizer_ms"]
+    assert evaluation.iteration_time_ms - tinker_blocks_ms == pytest.approx(expected, rel=1e-9)
