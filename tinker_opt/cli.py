@@ -62,7 +62,7 @@ def _profile(values: dict[str, Any], quiet: bool) -> Path:
 
 
 def _search(values: dict[str, Any], quiet: bool) -> Path:
-    from tinker_opt.emit.tables import strategies_table
+    from tinker_opt.emit.tables import search_summary
     from tinker_opt.pipeline import RunLog, run_search_step
 
     log = RunLog(echo=None if quiet else lambda line: err_console.print(line, markup=False, highlight=False))
@@ -74,8 +74,8 @@ def _search(values: dict[str, Any], quiet: bool) -> Path:
         console.print(str(outcome.folder))
         return outcome.folder
     gap = "" if outcome.gap is None else f", gap {outcome.gap:.2%}"
-    console.print(strategies_table(outcome.top, f"top strategies ({outcome.solver}: {outcome.status}{gap}, "
-                                                f"{outcome.solve_time_s:.2f} s)"))
+    console.print(search_summary(outcome, f"top strategies ({outcome.solver}: {outcome.status}{gap}, "
+                                          f"{outcome.solve_time_s:.2f} s)"))
     console.print(f"results: [bold]{outcome.folder}[/bold]")
     return outcome.folder
 
@@ -131,6 +131,7 @@ def search(
     time_limit: Optional[float] = _opt("search", "time_limit"),
     cpus: Optional[int] = _opt("search", "cpus"),
     top_k: Optional[int] = _opt("search", "top_k"),
+    headroom: Optional[float] = _opt("search", "headroom"),
     max_mbs: Optional[int] = _opt("search", "max_mbs"),
     output_dir: Optional[str] = _opt("search", "output_dir"),
     pretrain_script_path_search: Optional[str] = _opt("search", "pretrain_script_path_search"),
@@ -174,6 +175,7 @@ def all_(
     time_limit: Optional[float] = _opt("search", "time_limit"),
     cpus: Optional[int] = _opt("search", "cpus"),
     top_k: Optional[int] = _opt("search", "top_k"),
+    headroom: Optional[float] = _opt("search", "headroom"),
     output_dir: Optional[str] = _opt("search", "output_dir"),
     inter_node_bandwidth: Optional[float] = _opt("search", "inter_node_bandwidth"),
     config_path: Optional[Path] = CONFIG_OPT,

@@ -140,6 +140,7 @@ SEARCH = (
     _s("solver", "str", "cpsat", "cpsat | milp | enum."),
     _s("time_limit", "float", 60, "Solver time limit in seconds.", True),
     _s("top_k", "int", 10, "Number of ranked strategies (and tuned scripts) to write.", True),
+    _s("headroom", "float", 10, "Memory the 'headroom' pick leaves free, in percent of --memory-limit."),
     _s("max_mbs", "int", None, "Largest micro-batch size the search may choose.", True),
     _s("hardware", "str", None, "Hardware description (name or JSON) for communication figures."),
     _s("inter_node_bandwidth", "float", None, "Inter-node bandwidth in GB/s per device (overrides the profile).", True),

@@ -100,6 +100,10 @@ class SearchOutcome:
     solve_time_s: float
     gap: float | None
     warnings: list[str] = field(default_factory=list)
+    current: dict[str, Any] | None = None
+    folded: int = 0
+    picks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pick_titles: dict[str, str] = field(default_factory=dict)
 
 
 class RunLog:
@@ -152,6 +156,7 @@ def build_cost_model(profiled, cluster: ClusterSpec, global_batch_size: int, val
 def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
     """Load a profile, solve, and write the results folder."""
     from tinker_opt.emit.expressible import search_space_for
+    from tinker_opt.emit.picks import POOL_FACTOR, choices
     from tinker_opt.emit.results import RunLabels, SearchReport, check_writable, write_results_folder
     from tinker_opt.script import versions
     from tinker_opt.model.search import SearchSpace, search
@@ -180,23 +185,41 @@ def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
     if info is not None:
         space = search_space_for(info, versions.resolve(version, info.text, info.train.framework.flavour), space)
     result = search(cost_model, solver=values["solver"], time_limit_s=values["time_limit"], cpus=values["cpus"],
-                    top_k=values["top_k"], space=space, progress=log)
+                    top_k=POOL_FACTOR * values["top_k"], space=space, progress=log)
     log(f"{result.solver}: {result.status}, objective {result.objective_ms:.3f} ms, bound "
         f"{result.bound_ms:.3f} ms, gap {result.gap:.2%}, {result.solve_time_s:.2f} s")
-    top = [evaluation.to_dict() for evaluation in result.top]
+
+    def restricted(narrowed: SearchSpace, memory_fraction: float) -> dict[str, Any]:
+        """The fastest strategy of a narrower space or under a lower limit, evaluated by `cost_model`."""
+        limited = cost_model if memory_fraction == 1 else build_cost_model(
+            profiled, replace(cluster, memory_limit_mb=memory_fraction * cluster.memory_limit_mb),
+            values["global_batch_size"], values, model=cost_model.model, info=info)
+        found = search(limited, solver=values["solver"], time_limit_s=values["time_limit"], cpus=values["cpus"],
+                       top_k=1, space=narrowed)
+        return cost_model.evaluate(found.best.strategy).to_dict()
+
+    chosen = choices(result, cost_model, info, space, top_k=values["top_k"], headroom_pct=values["headroom"],
+                     restricted_search=restricted)
+    top = chosen.top
+    log(f"{chosen.folded} near-copies folded; picks: {', '.join(chosen.picks) or 'none'}; script's own strategy: "
+        f"{'not known' if chosen.current is None else chosen.current.get('error', 'evaluated')}")
     labels = labels_for(profiled.meta.get("script_path"), profiled.meta.get("model_name"), profiled.meta.get("model_size"))
     report = SearchReport(
         labels=RunLabels(labels.model_name, labels.model_size, values["global_batch_size"], cluster.memory_limit_mb,
                          cluster.num_nodes, cluster.devices_per_node, cost_model.model.seq_length),
         inputs=_inputs_record(values, profiled, cluster, cost_model.model), solver=result.solver, status=result.status,
         gap=result.gap, solve_time_s=result.solve_time_s, objective_ms=result.objective_ms,
-        bound_ms=result.bound_ms, top=top, warnings=list(cost_model.warnings), log_lines=log.lines)
+        bound_ms=result.bound_ms, top=top, warnings=list(cost_model.warnings), log_lines=log.lines,
+        current=chosen.current, picks=chosen.picks, pick_titles=chosen.pick_titles,
+        picks_missing=chosen.picks_missing, pareto=chosen.pareto, evaluated=chosen.evaluated, folded=chosen.folded)
     writer = _script_writer(info, cluster, version, log) if info is not None else None
     if writer is None:
         log("no launch script known for this profile: configs/ stays empty (pass --pretrain-script-path-search)")
     folder = write_results_folder(report, output_dir, write_script=writer)
     return SearchOutcome(folder=folder, top=top, status=result.status, solver=result.solver,
-                         solve_time_s=result.solve_time_s, gap=result.gap, warnings=list(cost_model.warnings))
+                         solve_time_s=result.solve_time_s, gap=result.gap, warnings=list(cost_model.warnings),
+                         current=chosen.current, folded=chosen.folded, picks=chosen.picks,
+                         pick_titles=chosen.pick_titles)
 
 
 def _inputs_record(values: dict[str, Any], profiled, cluster: ClusterSpec, model) -> dict[str, Any]:
@@ -205,7 +228,7 @@ def _inputs_record(values: dict[str, Any], profiled, cluster: ClusterSpec, model
         "model": model.to_dict(), "global_batch_size": values["global_batch_size"],
         "num_nodes": cluster.num_nodes, "num_npus_per_node": cluster.devices_per_node,
         "memory_limit_mb": cluster.memory_limit_mb, "solver": values["solver"], "time_limit_s": values["time_limit"],
-        "cpus": values["cpus"], "top_k": values["top_k"], "hardware": values.get("hardware"),
+        "cpus": values["cpus"], "top_k": values["top_k"], "headroom_pct": values["headroom"], "hardware": values.get("hardware"),
         "inter_node_bandwidth_gbs": values.get("inter_node_bandwidth"),
     }
 

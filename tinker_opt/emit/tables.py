@@ -4,24 +4,82 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from rich import box
+from rich.console import Group
+from rich.text import Text
 from rich.table import Table
 
 from tinker_opt.model.strategy import Strategy
 
 
-def strategies_table(evaluations: Sequence[dict[str, Any]], title: str) -> Table:
-    """One row per strategy: its short label, the layer split and the modelled figures."""
-    table = Table(title=title)
-    for column, justify in (("#", "right"), ("strategy", "left"), ("layers/stage", "left"),
-                            ("time (ms)", "right"), ("memory (MB)", "right"), ("tokens/s/dev", "right")):
-        table.add_column(column, justify=justify, overflow="fold")
-    for rank, evaluation in enumerate(evaluations, start=1):
-        strategy = Strategy.from_dict(evaluation["strategy"]).replace(num_layer_list=None)
-        table.add_row(
-            str(rank), strategy.label(), ",".join(str(st["layers"]) for st in evaluation["stages"]),
-            f"{evaluation['iteration_time_ms']:.1f}", f"{evaluation['peak_memory_mb']:.0f}",
-            f"{evaluation['tokens_per_s_per_device']:.0f}")
+def _short(evaluation: dict[str, Any]) -> str:
+    return Strategy.from_dict(evaluation["strategy"]).replace(num_layer_list=None).label()
+
+
+def strategies_table(evaluations: Sequence[dict[str, Any]], title: str, *, current: dict[str, Any] | None = None,
+                     folded: int = 0, row_names: Sequence[str] | None = None) -> Table:
+    """One row per strategy: its short label, the layer split and the modelled figures; the
+    script's own strategy (`current`: an Evaluation or {"error": ...}) as a last row of its own.
+
+    Fits an 80-column terminal: the strategy label never wraps (no_wrap), the layer split folds,
+    and the borders are light."""
+    caption = f"{folded} near-copies folded (same layout, no faster, no less memory)" if folded else None
+    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("strategy", justify="left", no_wrap=True)
+    table.add_column("layers", justify="left", overflow="fold", max_width=14)
+    for column in ("ms", "MB", "tok/s/dev"):
+        table.add_column(column, justify="right", no_wrap=True)
+    names = row_names or [str(rank) for rank in range(1, len(evaluations) + 1)]
+    for name, evaluation in zip(names, evaluations):
+        table.add_row(name, _short(evaluation), ",".join(str(st["layers"]) for st in evaluation["stages"]),
+                      f"{evaluation['iteration_time_ms']:.1f}", f"{evaluation['peak_memory_mb']:.0f}",
+                      f"{evaluation['tokens_per_s_per_device']:.0f}")
+    if current is not None:
+        table.add_section()
+        if "error" in current:
+            label = _short(current) if "strategy" in current else ""
+            table.add_row("now", label, "", "-", "-", "-")
+        else:
+            table.add_row("now", _short(current), ",".join(str(st["layers"]) for st in current["stages"]),
+                          f"{current['iteration_time_ms']:.1f}", f"{current['peak_memory_mb']:.0f}",
+                          f"{current['tokens_per_s_per_device']:.0f}", style="yellow")
     return table
+
+
+def current_line(best: dict[str, Any] | None, current: dict[str, Any] | None) -> str | None:
+    """One sentence comparing the best strategy with the script's own (None without a script)."""
+    if current is None or best is None:
+        return None
+    if "error" in current:
+        return f"the script's own strategy cannot be compared: {current['error']}"
+    ratio = current["iteration_time_ms"] / best["iteration_time_ms"]
+    return (f"best is {ratio:.2f}x as fast as the script's own ({current['iteration_time_ms']:.1f} ms -> "
+            f"{best['iteration_time_ms']:.1f} ms per iteration)")
+
+
+def picks_table(picks: dict[str, dict[str, Any]], titles: dict[str, str]) -> Table:
+    """The named picks: what each means and its strategy (80 columns, labels unwrapped)."""
+    table = Table(title="picks", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    table.add_column("pick", justify="left", overflow="fold", ratio=1)
+    table.add_column("strategy", justify="left", no_wrap=True)
+    for column in ("ms", "MB"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for name, evaluation in picks.items():
+        table.add_row(titles.get(name, name), _short(evaluation), f"{evaluation['iteration_time_ms']:.1f}",
+                      f"{evaluation['peak_memory_mb']:.0f}")
+    return table
+
+
+def search_summary(outcome: Any, title: str) -> Group:
+    """What `search` and `all` print: the ranking with the script's own row, the picks, the comparison."""
+    parts: list[Any] = [strategies_table(outcome.top, title, current=outcome.current, folded=outcome.folded)]
+    if outcome.picks:
+        parts.append(picks_table(outcome.picks, outcome.pick_titles))
+    comparison = current_line(outcome.top[0] if outcome.top else None, outcome.current)
+    if comparison:
+        parts.append(Text(comparison))
+    return Group(*parts)
 
 
 STAGE_COLUMNS = (("stage", "stage", "{:d}"), ("layers", "layers", "{:d}"), ("recompute_layers", "rc", "{:d}"),
