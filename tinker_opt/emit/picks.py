@@ -3,8 +3,9 @@
 * `current_evaluation`: the strategy the launch script runs now (as `inspect` reads it), under the
   same CostModel as the search, or `{"error": ...}` naming the rule it breaks or the memory it lacks.
 * `fold_near_copies`: a ranked strategy is folded into a higher-ranked one of the same parallel
-  layout (tp, pp, dp, cp, ep, vpp) when it is no faster and uses no less memory: it offers nothing
-  the higher one does not (typically the same layout with one more recomputed layer).
+  layout (tp, pp, dp, cp, ep, vpp) when it is no faster and saves no more than FOLD_MEMORY_SHARE
+  of that one's memory: it offers nothing the higher one does not (typically the same layout with
+  selective recompute or one more recomputed layer, a fraction of a MB lighter and slower).
 * `pareto_front`: the strategies no other one beats in both time and memory.
 * Picks: the fastest; the fastest keeping the checkpoint's tp / pp / ep (no conversion) when the
   script loads one (`--load`); the fastest leaving `--headroom` percent of the memory limit free; the fastest
@@ -29,6 +30,8 @@ Evaluation = dict[str, Any]
 LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "vpp")
 PICK_NAMES = ("fastest", "keeps_checkpoint", "headroom", "no_pipeline")
 DEFAULT_HEADROOM_PCT = 10.0
+FOLD_MEMORY_SHARE = 0.01
+"""A slower strategy of the same layout must save more than this share of memory to stay listed."""
 
 
 def layout(evaluation: Evaluation) -> tuple[int, ...]:
@@ -41,7 +44,7 @@ def fold_near_copies(ranked: Sequence[Evaluation]) -> tuple[list[Evaluation], in
     kept: list[Evaluation] = []
     for evaluation in ranked:
         if any(layout(k) == layout(evaluation) and evaluation["iteration_time_ms"] >= k["iteration_time_ms"]
-               and evaluation["peak_memory_mb"] >= k["peak_memory_mb"] for k in kept):
+               and evaluation["peak_memory_mb"] >= (1 - FOLD_MEMORY_SHARE) * k["peak_memory_mb"] for k in kept):
             continue
         kept.append(evaluation)
     return kept, len(ranked) - len(kept)

@@ -60,7 +60,7 @@ def plot_stage_breakdown(best: Mapping[str, Any], current: Mapping[str, Any] | N
                          memory_limit_mb: float, path: Path, *, current_note: str | None = None) -> Path:
     """Per-stage stacked time and memory of the best strategy, and of the script's own beside it."""
     columns = [("best", best)] + ([("current (the script's own)", current)] if current else [])
-    fig, axes = plt.subplots(2, len(columns), figsize=(6.5 * len(columns), 7.5), squeeze=False,
+    fig, axes = plt.subplots(2, len(columns), figsize=(5.5 * len(columns) + 2.5, 7.5), squeeze=False,
                              sharey="row")
     for col, (name, evaluation) in enumerate(columns):
         m = num_microbatches(evaluation, global_batch_size)
@@ -74,8 +74,11 @@ def plot_stage_breakdown(best: Mapping[str, Any], current: Mapping[str, Any] | N
         axes[1][col].set_title(f"{name}: peak {evaluation['peak_memory_mb']:.0f} MB", fontsize=10)
     axes[0][0].set_ylabel("time per iteration (ms)")
     axes[1][0].set_ylabel(f"memory per device (MB), limit {memory_limit_mb:g}")
-    axes[0][-1].legend(handles=[Patch(color=c, label=n) for n, c in TIME_PARTS], fontsize=8, loc="lower right")
-    axes[1][-1].legend(handles=[Patch(color=c, label=n) for _, n, c in MEMORY_PARTS], fontsize=8, loc="lower right")
+    axes[0][-1].legend(handles=[Patch(color=c, label=n) for n, c in reversed(TIME_PARTS)], fontsize=8,
+                       loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    axes[1][-1].legend(handles=[Patch(color=c, label=n) for _, n, c in reversed(MEMORY_PARTS)] +
+                       [plt.Line2D([], [], color="black", linestyle="--", label="memory limit")],
+                       fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if current is None and current_note:
         fig.text(0.5, 0.005, f"the script's own strategy: {current_note}"[:160], ha="center", fontsize=8)
     fig.tight_layout(rect=(0, 0.02, 1, 1))
@@ -133,10 +136,15 @@ def plot_candidates(evaluated: Sequence[Mapping[str, Any]], pareto: Sequence[Map
     front = sorted(pareto, key=lambda e: e["peak_memory_mb"])
     ax.step([e["peak_memory_mb"] for e in front], [e["iteration_time_ms"] for e in front], where="post",
             color="tab:green", linewidth=1.5, marker="o", markersize=5, label="Pareto front")
-    markers = {"fastest": "*", "keeps_checkpoint": "s", "headroom": "D", "no_pipeline": "^"}
+    points: dict[tuple[float, float], list[str]] = {}
     for name, evaluation in picks.items():
-        ax.scatter([evaluation["peak_memory_mb"]], [evaluation["iteration_time_ms"]], s=160,
-                   marker=markers.get(name, "P"), edgecolor="black", zorder=3, label=f"pick: {name}")
+        points.setdefault((evaluation["peak_memory_mb"], evaluation["iteration_time_ms"]), []).append(name)
+    for (memory, time), names in points.items():  # picks that are the same strategy share one marker
+        ax.scatter([memory], [time], s=150, marker="*", color="gold", edgecolor="black", zorder=3)
+        ax.annotate(", ".join(names), (memory, time), textcoords="offset points", xytext=(8, 6), fontsize=8,
+                    zorder=4)
+    if points:
+        ax.scatter([], [], s=150, marker="*", color="gold", edgecolor="black", label="picks (named)")
     if current is not None:
         ax.scatter([current["peak_memory_mb"]], [current["iteration_time_ms"]], s=140, marker="X",
                    color="tab:red", edgecolor="black", zorder=3, label="current (the script's own)")

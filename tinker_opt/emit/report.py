@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from urllib.parse import quote
 
+from tinker_opt.emit.picks import FOLD_MEMORY_SHARE
 from tinker_opt.model.strategy import Strategy
 
 if TYPE_CHECKING:
@@ -123,7 +124,8 @@ def _ranked(report: "SearchReport", scripts: Sequence[str | None]) -> str:
     rows = [_row([str(rank)] + _figures(e) + [_script_link(name)], "best" if rank == 1 else "", left=(1, 2, 6))
             for rank, (e, name) in enumerate(zip(report.top, scripts), start=1)]
     note = (f'<p class="note">{report.folded} near-copies folded (same tp, pp, dp, cp, ep and vpp as a '
-            "higher-ranked strategy, no faster and using no less memory).</p>") if report.folded else ""
+            "higher-ranked strategy, no faster and saving less than "
+            f"{FOLD_MEMORY_SHARE:.0%} of its memory).</p>") if report.folded else ""
     return f"<table>{head}{''.join(rows)}</table>{note}"
 
 

@@ -9,6 +9,7 @@ from rich.console import Group
 from rich.text import Text
 from rich.table import Table
 
+from tinker_opt.emit.picks import FOLD_MEMORY_SHARE
 from tinker_opt.model.strategy import Strategy
 
 
@@ -17,33 +18,52 @@ def _short(evaluation: dict[str, Any]) -> str:
 
 
 def strategies_table(evaluations: Sequence[dict[str, Any]], title: str, *, current: dict[str, Any] | None = None,
-                     folded: int = 0, row_names: Sequence[str] | None = None) -> Table:
+                     folded: int = 0) -> Table:
     """One row per strategy: its short label, the layer split and the modelled figures; the
     script's own strategy (`current`: an Evaluation or {"error": ...}) as a last row of its own.
 
-    Fits an 80-column terminal: the strategy label never wraps (no_wrap), the layer split folds,
-    and the borders are light."""
-    caption = f"{folded} near-copies folded (same layout, no faster, no less memory)" if folded else None
-    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    Fits an 80-column terminal with labels up to about 50 characters: the label never wraps
+    (no_wrap), the layer split folds, light borders; tokens/s per device is in results.csv."""
+    caption = (f"{folded} near-copies folded (same layout, slower, < {FOLD_MEMORY_SHARE:.0%} less memory)"
+               if folded else None)
+    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0))
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("strategy", justify="left", no_wrap=True)
     table.add_column("layers", justify="left", overflow="fold", max_width=14)
-    for column in ("ms", "MB", "tok/s/dev"):
+    for column in ("time ms", "mem MB"):
         table.add_column(column, justify="right", no_wrap=True)
-    names = row_names or [str(rank) for rank in range(1, len(evaluations) + 1)]
-    for name, evaluation in zip(names, evaluations):
-        table.add_row(name, _short(evaluation), ",".join(str(st["layers"]) for st in evaluation["stages"]),
-                      f"{evaluation['iteration_time_ms']:.1f}", f"{evaluation['peak_memory_mb']:.0f}",
-                      f"{evaluation['tokens_per_s_per_device']:.0f}")
+    for rank, evaluation in enumerate(evaluations, start=1):
+        table.add_row(str(rank), *_cells(evaluation))
     if current is not None:
         table.add_section()
         if "error" in current:
-            label = _short(current) if "strategy" in current else ""
-            table.add_row("now", label, "", "-", "-", "-")
+            table.add_row("now", _short(current) if "strategy" in current else "", "", "-", "-")
         else:
-            table.add_row("now", _short(current), ",".join(str(st["layers"]) for st in current["stages"]),
-                          f"{current['iteration_time_ms']:.1f}", f"{current['peak_memory_mb']:.0f}",
-                          f"{current['tokens_per_s_per_device']:.0f}", style="yellow")
+            table.add_row("now", *_cells(current), style="yellow")
+    return table
+
+
+def _cells(evaluation: dict[str, Any]) -> list[str]:
+    return [_short(evaluation), ",".join(str(st["layers"]) for st in evaluation["stages"]),
+            f"{evaluation['iteration_time_ms']:.1f}", f"{evaluation['peak_memory_mb']:.0f}"]
+
+
+PICK_SHORT = {"keeps_checkpoint": "checkpoint", "no_pipeline": "no pp"}
+"""Terminal names of the picks (summary.json keeps the full ones)."""
+
+
+def picks_table(picks: dict[str, dict[str, Any]], titles: dict[str, str]) -> Table:
+    """The named picks with short names; the caption says what each means (80 columns)."""
+    caption = "; ".join(f"{PICK_SHORT.get(name, name)}: {titles[name]}" for name in picks
+                        if name in titles and name != "fastest")
+    table = Table(title="picks", caption=caption or None, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0))
+    table.add_column("pick", justify="left", no_wrap=True)
+    table.add_column("strategy", justify="left", no_wrap=True)
+    for column in ("time ms", "mem MB"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for name, evaluation in picks.items():
+        table.add_row(PICK_SHORT.get(name, name), _short(evaluation), f"{evaluation['iteration_time_ms']:.1f}",
+                      f"{evaluation['peak_memory_mb']:.0f}")
     return table
 
 
@@ -56,19 +76,6 @@ def current_line(best: dict[str, Any] | None, current: dict[str, Any] | None) ->
     ratio = current["iteration_time_ms"] / best["iteration_time_ms"]
     return (f"best is {ratio:.2f}x as fast as the script's own ({current['iteration_time_ms']:.1f} ms -> "
             f"{best['iteration_time_ms']:.1f} ms per iteration)")
-
-
-def picks_table(picks: dict[str, dict[str, Any]], titles: dict[str, str]) -> Table:
-    """The named picks: what each means and its strategy (80 columns, labels unwrapped)."""
-    table = Table(title="picks", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-    table.add_column("pick", justify="left", overflow="fold", ratio=1)
-    table.add_column("strategy", justify="left", no_wrap=True)
-    for column in ("ms", "MB"):
-        table.add_column(column, justify="right", no_wrap=True)
-    for name, evaluation in picks.items():
-        table.add_row(titles.get(name, name), _short(evaluation), f"{evaluation['iteration_time_ms']:.1f}",
-                      f"{evaluation['peak_memory_mb']:.0f}")
-    return table
 
 
 def search_summary(outcome: Any, title: str) -> Group:
