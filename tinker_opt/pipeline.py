@@ -156,7 +156,7 @@ def build_cost_model(profiled, cluster: ClusterSpec, global_batch_size: int, val
 def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
     """Load a profile, solve, and write the results folder."""
     from tinker_opt.emit.expressible import search_space_for
-    from tinker_opt.emit.picks import POOL_FACTOR, choices
+    from tinker_opt.emit.picks import choices, deep_ranking
     from tinker_opt.emit.results import RunLabels, SearchReport, check_writable, write_results_folder
     from tinker_opt.script import versions
     from tinker_opt.model.search import SearchSpace, search
@@ -184,8 +184,9 @@ def run_search_step(values: dict[str, Any], *, log: RunLog) -> SearchOutcome:
     space = SearchSpace(max_mbs=values.get("max_mbs"))
     if info is not None:
         space = search_space_for(info, versions.resolve(version, info.text, info.train.framework.flavour), space)
-    result = search(cost_model, solver=values["solver"], time_limit_s=values["time_limit"], cpus=values["cpus"],
-                    top_k=POOL_FACTOR * values["top_k"], space=space, progress=log)
+    result = deep_ranking(lambda depth: search(cost_model, solver=values["solver"], time_limit_s=values["time_limit"],
+                                               cpus=values["cpus"], top_k=depth, space=space, progress=log),
+                          values["top_k"])
     log(f"{result.solver}: {result.status}, objective {result.objective_ms:.3f} ms, bound "
         f"{result.bound_ms:.3f} ms, gap {result.gap:.2%}, {result.solve_time_s:.2f} s")
 

@@ -66,6 +66,16 @@ def speedup(best: Evaluation | None, current: dict[str, Any] | None) -> float | 
     return current["iteration_time_ms"] / best["iteration_time_ms"]
 
 
+def comparison_sentence(best: Evaluation, current: Evaluation) -> str:
+    """The best strategy against the script's own (both evaluated), in one sentence."""
+    ratio = current["iteration_time_ms"] / best["iteration_time_ms"]
+    times = f"{current['iteration_time_ms']:.1f} ms -> {best['iteration_time_ms']:.1f} ms per iteration"
+    if ratio >= 1:
+        return f"the best strategy is {ratio:.2f}x as fast as the script's own ({times})"
+    return (f"the script's own strategy is modelled {1 / ratio:.2f}x faster than the best found ({times}): "
+            "it uses something the search space leaves out")
+
+
 # ---------------------------------------------------------------------------------------------
 # The script's own strategy
 # ---------------------------------------------------------------------------------------------
@@ -175,8 +185,23 @@ def find_picks(ranked: Sequence[Evaluation], rules: Sequence[PickRule], space: S
 # Everything the results folder shows beside the ranking
 # ---------------------------------------------------------------------------------------------
 
-POOL_FACTOR = 3
-"""The search ranks POOL_FACTOR x top_k strategies, so that folding near-copies leaves top_k."""
+POOL_FACTOR = 5
+"""The search first ranks POOL_FACTOR x top_k strategies, so that folding near-copies leaves top_k."""
+MAX_POOL = 400
+"""The deepest ranking `deep_ranking` asks for."""
+
+
+def deep_ranking(run_search: Callable[[int], Any], top_k: int):
+    """The SearchResult of `run_search(depth)` ranked deep enough that top_k strategies remain after
+    folding near-copies: POOL_FACTOR x top_k first, four times deeper while too few remain, until
+    the space is exhausted or MAX_POOL is reached."""
+    depth = POOL_FACTOR * top_k
+    while True:
+        result = run_search(depth)
+        kept, _ = fold_near_copies([e.to_dict() for e in result.top])
+        if len(kept) >= top_k or len(result.top) < depth or depth >= MAX_POOL:
+            return result
+        depth = min(4 * depth, MAX_POOL)
 
 
 @dataclass(frozen=True)

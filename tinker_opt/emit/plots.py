@@ -39,9 +39,9 @@ def stage_time_parts(evaluation: Mapping[str, Any], microbatches: int) -> list[l
     span = (sum(times) + (microbatches * vpp - 1) * max(times)) / vpp
     parts = []
     for st in stages:
-        recompute = st.get("recompute_ms", 0.0)
-        compute = st["compute_ms"] - recompute
-        parts.append([microbatches * compute, microbatches * recompute, microbatches * st["comm_ms"],
+        recompute, comm = st.get("recompute_ms", 0.0), st.get("comm_ms", 0.0)
+        compute = st.get("compute_ms", st["time_ms"] - comm) - recompute
+        parts.append([microbatches * compute, microbatches * recompute, microbatches * comm,
                       max(span - microbatches * st["time_ms"], 0.0), st.get("tail_ms", 0.0)])
     return parts
 
@@ -54,6 +54,15 @@ def _stacked(ax, rows: Sequence[Sequence[float]], colours: Sequence[str], labels
         ax.bar(index, values, bottom=bottom, color=colour, width=0.7)
         bottom = [b + v for b, v in zip(bottom, values)]
     ax.set_xticks(index, labels)
+
+
+def _limit_line(ax, limit_mb: float, tallest_mb: float) -> None:
+    """The memory limit as a dashed line, or a note when it is far above every bar (the bars stay readable)."""
+    if limit_mb <= 4 * tallest_mb:
+        ax.axhline(limit_mb, color="black", linestyle="--", linewidth=1)
+        ax.set_ylim(top=max(ax.get_ylim()[1], 1.05 * limit_mb))
+    else:
+        ax.text(0.02, 0.95, f"limit {limit_mb:g} MB is off the scale", transform=ax.transAxes, fontsize=8, va="top")
 
 
 def plot_stage_breakdown(best: Mapping[str, Any], current: Mapping[str, Any] | None, global_batch_size: int,
@@ -70,7 +79,7 @@ def plot_stage_breakdown(best: Mapping[str, Any], current: Mapping[str, Any] | N
                                f"{_short_label(evaluation)}", fontsize=10)
         memory = [[st.get(key, 0.0) for key, _, _ in MEMORY_PARTS] for st in evaluation["stages"]]
         _stacked(axes[1][col], memory, [c for _, _, c in MEMORY_PARTS], labels)
-        axes[1][col].axhline(memory_limit_mb, color="black", linestyle="--", linewidth=1)
+        _limit_line(axes[1][col], memory_limit_mb, max(sum(row) for row in memory))
         axes[1][col].set_title(f"{name}: peak {evaluation['peak_memory_mb']:.0f} MB", fontsize=10)
     axes[0][0].set_ylabel("time per iteration (ms)")
     axes[1][0].set_ylabel(f"memory per device (MB), limit {memory_limit_mb:g}")
@@ -128,14 +137,18 @@ def _short_label(evaluation: Mapping[str, Any]) -> str:
 
 def plot_candidates(evaluated: Sequence[Mapping[str, Any]], pareto: Sequence[Mapping[str, Any]],
                     picks: Mapping[str, Mapping[str, Any]], memory_limit_mb: float, path: Path, *,
-                    current: Mapping[str, Any] | None = None) -> Path:
-    """Every evaluated strategy's time against memory, with the Pareto front, picks and the limit."""
+                    current: Mapping[str, Any] | None = None, ranked: Sequence[Mapping[str, Any]] = ()) -> Path:
+    """Every evaluated strategy's time against memory, with the Pareto front, picks, the ranks of
+    the ranked list, the script's own strategy and the limit."""
     fig, ax = plt.subplots(figsize=(9, 6))
     ax.scatter([e["peak_memory_mb"] for e in evaluated], [e["iteration_time_ms"] for e in evaluated],
                color="tab:blue", alpha=0.35, s=18, label=f"evaluated ({len(evaluated)})")
     front = sorted(pareto, key=lambda e: e["peak_memory_mb"])
     ax.step([e["peak_memory_mb"] for e in front], [e["iteration_time_ms"] for e in front], where="post",
             color="tab:green", linewidth=1.5, marker="o", markersize=5, label="Pareto front")
+    for rank, evaluation in enumerate(ranked, start=1):
+        ax.annotate(str(rank), (evaluation["peak_memory_mb"], evaluation["iteration_time_ms"]),
+                    textcoords="offset points", xytext=(-4, -11), fontsize=7, color="tab:blue")
     points: dict[tuple[float, float], list[str]] = {}
     for name, evaluation in picks.items():
         points.setdefault((evaluation["peak_memory_mb"], evaluation["iteration_time_ms"]), []).append(name)

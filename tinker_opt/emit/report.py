@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from urllib.parse import quote
 
-from tinker_opt.emit.picks import FOLD_MEMORY_SHARE
+from tinker_opt.emit.picks import FOLD_MEMORY_SHARE, comparison_sentence
 from tinker_opt.model.strategy import Strategy
 
 if TYPE_CHECKING:
@@ -25,7 +25,9 @@ body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
 table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
-th { background: #f0f0f0; } td.l, th.l { text-align: left; font-family: monospace; }
+th { background: #f0f0f0; } td.l, th.l { text-align: left; font-family: monospace; white-space: nowrap; }
+td.s { text-align: left; font-family: monospace; font-size: 0.75em; word-break: break-all; max-width: 28em; }
+td.t { text-align: left; max-width: 22em; }
 tr.best td { background: #e8f6e8; } tr.current td { background: #fdf0e6; }
 .error { color: #a00; } .note { color: #555; font-size: 0.9em; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
@@ -41,8 +43,13 @@ def _layers(evaluation: Mapping[str, Any]) -> str:
     return ",".join(str(st["layers"]) for st in evaluation["stages"])
 
 
-def _row(cells: Sequence[str], css: str = "", left: Sequence[int] = (1, 2)) -> str:
-    tds = "".join(f'<td class="l">{c}</td>' if i in left else f"<td>{c}</td>" for i, c in enumerate(cells))
+def _row(cells: Sequence[str], css: str = "", left: Sequence[int] = (1, 2), script: int | None = None,
+         text: int | None = None) -> str:
+    def cell(i: int, content: str) -> str:
+        kind = "s" if i == script else "t" if i == text else "l" if i in left else ""
+        return f'<td class="{kind}">{content}</td>' if kind else f"<td>{content}</td>"
+
+    tds = "".join(cell(i, c) for i, c in enumerate(cells))
     return f'<tr class="{css}">{tds}</tr>' if css else f"<tr>{tds}</tr>"
 
 
@@ -81,7 +88,7 @@ def _inputs(report: "SearchReport") -> str:
                                 if k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "num_experts")
                                 and v))]
     body = "".join(f'<tr><th class="l">{escape(k)}</th><td class="l">{escape(str(v))}</td></tr>'
-                   for k, v in rows if v is not None)
+                   for k, v in rows if v)
     return f"<table>{body}</table>"
 
 
@@ -99,29 +106,34 @@ def _current_vs_best(report: "SearchReport", speedup: float | None) -> str:
     else:
         rows.append(_row(["current"] + _figures(current), "current"))
     if speedup is not None:
-        note += (f'<p class="big">The best strategy is {speedup:.2f}x as fast as the script\'s own '
-                 f'({current["iteration_time_ms"]:.1f} ms to {report.top[0]["iteration_time_ms"]:.1f} ms per iteration).</p>')
+        sentence = comparison_sentence(report.top[0], current)
+        note += f'<p class="big">{escape(sentence[0].upper() + sentence[1:])}.</p>'
     return note + f"<table>{head}{''.join(rows)}</table>"
 
 
 def _picks(report: "SearchReport", pick_scripts: Mapping[str, str | None]) -> str:
     head = _header(["pick", "strategy", "layers/stage", "time (ms)", "memory (MB)", "tokens/s/dev",
-                    "vs fastest", "tuned script"], left=(1, 2, 7))
+                    "time vs fastest", "tuned script"], left=(0, 1, 2, 7))
     rows = []
     fastest = report.top[0]["iteration_time_ms"] if report.top else None
     for name, evaluation in report.picks.items():
-        ratio = f"{evaluation['iteration_time_ms'] / fastest:.2f}x time" if fastest else ""
+        ratio = f"{evaluation['iteration_time_ms'] / fastest:.2f}x" if fastest else ""
         title = report.pick_titles.get(name, name)
         rows.append(_row([escape(title)] + _figures(evaluation) + [ratio, _script_link(pick_scripts.get(name))],
-                         left=(1, 2, 7)))
+                         script=7, text=0))
     missing = "".join(f"<li>{escape(reason)}</li>" for reason in report.picks_missing.values())
     return f"<table>{head}{''.join(rows)}</table>" + (f'<ul class="note">{missing}</ul>' if missing else "")
 
 
 def _ranked(report: "SearchReport", scripts: Sequence[str | None]) -> str:
-    head = _header(["#", "strategy", "layers/stage", "time (ms)", "memory (MB)", "tokens/s/dev", "tuned script"],
-                   left=(1, 2, 6))
-    rows = [_row([str(rank)] + _figures(e) + [_script_link(name)], "best" if rank == 1 else "", left=(1, 2, 6))
+    current = report.current if report.current and "error" not in report.current else None
+    head = _header(["#", "strategy", "layers/stage", "time (ms)", "memory (MB)", "tokens/s/dev", "speed-up vs current",
+                    "tuned script"], left=(1, 2, 7))
+
+    def versus(evaluation: Mapping[str, Any]) -> str:
+        return f"{current['iteration_time_ms'] / evaluation['iteration_time_ms']:.2f}x" if current else "-"
+
+    rows = [_row([str(rank)] + _figures(e) + [versus(e), _script_link(name)], "best" if rank == 1 else "", script=7)
             for rank, (e, name) in enumerate(zip(report.top, scripts), start=1)]
     note = (f'<p class="note">{report.folded} near-copies folded (same tp, pp, dp, cp, ep and vpp as a '
             "higher-ranked strategy, no faster and saving less than "

@@ -227,7 +227,7 @@ def _fill_folder(folder: Path, report: SearchReport, write_script: ScriptWriter 
         plot_stage_breakdown(best, current, gbs, limit, folder / STAGES_PNG, current_note=note)
         plot_schedule(best, gbs, folder / SCHEDULE_PNG)
         plot_candidates(report.evaluated or report.top, report.pareto, report.picks, limit, folder / CANDIDATES_PNG,
-                        current=current)
+                        current=current, ranked=report.top)
     html = render_report(report, folder, scripts=names, pick_scripts=pick_names, pictures=PICTURES,
                          speedup=summary["speedup_vs_current"])
     (folder / REPORT_HTML).write_text(html, encoding="utf-8")

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.text import Text
 from rich.table import Table
 
-from tinker_opt.emit.picks import FOLD_MEMORY_SHARE
+from tinker_opt.emit.picks import FOLD_MEMORY_SHARE, comparison_sentence
 from tinker_opt.model.strategy import Strategy
 
 
@@ -73,9 +73,7 @@ def current_line(best: dict[str, Any] | None, current: dict[str, Any] | None) ->
         return None
     if "error" in current:
         return f"the script's own strategy cannot be compared: {current['error']}"
-    ratio = current["iteration_time_ms"] / best["iteration_time_ms"]
-    return (f"best is {ratio:.2f}x as fast as the script's own ({current['iteration_time_ms']:.1f} ms -> "
-            f"{best['iteration_time_ms']:.1f} ms per iteration)")
+    return comparison_sentence(best, current)
 
 
 def search_summary(outcome: Any, title: str) -> Group:
