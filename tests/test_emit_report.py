@@ -35,17 +35,17 @@ def evaluations():
                                                                     recompute="full", recompute_method="block",
                                                                     recompute_num_layers=1),
                   Strategy(tp=1, pp=1, dp=16, mbs=1, dist_opt=True), Strategy(tp=2, pp=2, dp=4, sp=True, mbs=1)]
-    return [model.evaluate(s).to_dict() for s in strategies]
+    return sorted((model.evaluate(s).to_dict() for s in strategies), key=lambda e: e["iteration_time_ms"])
 
 
 @pytest.fixture(scope="module")
 def folder(evaluations, tmp_path_factory):
-    top = sorted(evaluations[:3], key=lambda e: e["iteration_time_ms"])
+    top = evaluations[:3]  # the slowest plays the script's own strategy
     report = SearchReport(
         labels=RunLabels("llama", "tiny", 64, 60000, 2, 8, 512), inputs={"script_path": str(EXAMPLE)},
         solver="cpsat", status="optimal", gap=0.0, solve_time_s=0.1, objective_ms=top[0]["iteration_time_ms"],
         bound_ms=top[0]["iteration_time_ms"], top=top, warnings=["a <warning> & more"], current=evaluations[3],
-        picks={"fastest": top[0], "no_pipeline": evaluations[2]},
+        picks={"fastest": top[0], "no_pipeline": next(e for e in evaluations if e["strategy"]["pp"] == 1)},
         pick_titles={"fastest": "fastest", "no_pipeline": "fastest without pipeline parallelism (pp 1)"},
         picks_missing={"headroom": "none: fastest with headroom (nothing fits)"},
         pareto=pareto_front(evaluations), evaluated=evaluations, folded=2)
