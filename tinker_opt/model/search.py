@@ -11,7 +11,7 @@ Pipeline for `cpsat` and `milp`:
      the optimum over them. A configuration left out has a valid bound at least the incumbent's
      time, so it cannot be strictly better: the optimum over the whole space is exact;
   5. ranks 2..k: exact splits in increasing bound order until the next bound reaches the k-th
-     best time found (so the top-k is exact too).
+     best time found (so the top-k is exact too). Every split computed is kept in `pool`.
 `enum` splits every configuration exactly, with no bound, in parallel: the reference.
 Every strategy returned is re-evaluated with `CostModel.evaluate`, which must agree exactly with
 the integer objective the solver or split reported.
