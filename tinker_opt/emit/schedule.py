@@ -64,11 +64,12 @@ def _order(stage: int, p: int, v: int, m: int) -> list[tuple[str, int, int]]:
 def pipeline_ops(evaluation: Mapping[str, Any], global_batch_size: int, *,
                  max_microbatches: int = 8) -> tuple[list[Op], int, int]:
     """(timed operations, micro-batches shown, micro-batches of the iteration). At most
-    max(max_microbatches, 2p) micro-batches are drawn (a multiple of p when interleaved)."""
+    max(max_microbatches, p) micro-batches are drawn (a multiple of p when interleaved): enough
+    for the warm-up, a steady phase and the flush."""
     strategy = evaluation["strategy"]
     p, v = strategy["pp"], strategy["vpp"]
     total = num_microbatches(evaluation, global_batch_size)
-    shown = min(total, max(max_microbatches, 2 * p))
+    shown = min(total, max(max_microbatches, p))
     if v > 1:
         shown = max(p, shown // p * p)
     stages = evaluation["stages"]
