@@ -242,7 +242,7 @@ def _script_writer(info, cluster: ClusterSpec, version: str | None, log: RunLog)
         applied = apply_strategy(info.text, strategy, nnodes=cluster.num_nodes,
                                  nproc_per_node=cluster.devices_per_node, version=version, header=header)
         for warning in applied.warnings:
-            log(f"rank {rank}: {warning}")
+            log(f"{'rank' if isinstance(rank, int) else 'pick'} {rank}: {warning}")
         return applied.text
 
     return write

@@ -29,7 +29,7 @@ def strategies_table(evaluations: Sequence[dict[str, Any]], title: str, *, curre
     table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0))
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("strategy", justify="left", no_wrap=True)
-    table.add_column("layers", justify="left", overflow="fold", max_width=14)
+    table.add_column("layers", justify="left", overflow="fold")
     for column in ("time ms", "mem MB"):
         table.add_column(column, justify="right", no_wrap=True)
     for rank, evaluation in enumerate(evaluations, start=1):
