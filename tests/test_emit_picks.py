@@ -4,11 +4,19 @@ the Pareto front and the named picks."""
 import dataclasses
 
 import pytest
-
 from cli_support import EXAMPLE
 from model_support import cluster, synthetic_profile
-from tinker_opt.emit.picks import (computing_layer_strategy, current_evaluation, find_picks, fold_near_copies,
-                                   layout, pareto_front, pick_rules, speedup)
+
+from tinker_opt.emit.picks import (
+    computing_layer_strategy,
+    current_evaluation,
+    find_picks,
+    fold_near_copies,
+    layout,
+    pareto_front,
+    pick_rules,
+    speedup,
+)
 from tinker_opt.errors import ConfigError, InfeasibleError, TinkerError
 from tinker_opt.model.costs import CostModel
 from tinker_opt.model.space import SearchSpace

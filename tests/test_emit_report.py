@@ -10,13 +10,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rich.console import Console
-
 from cli_support import EXAMPLE
 from model_support import cluster, synthetic_profile
+from rich.console import Console
+
 from tinker_opt.emit.picks import pareto_front
-from tinker_opt.emit.results import (CANDIDATES_PNG, REPORT_HTML, SCHEDULE_PNG, STAGES_PNG, RunLabels,
-                                     SearchReport, write_results_folder)
+from tinker_opt.emit.results import (
+    CANDIDATES_PNG,
+    REPORT_HTML,
+    SCHEDULE_PNG,
+    STAGES_PNG,
+    RunLabels,
+    SearchReport,
+    write_results_folder,
+)
 from tinker_opt.emit.schedule import pipeline_ops
 from tinker_opt.emit.tables import picks_table, strategies_table
 from tinker_opt.model.costs import CostModel

@@ -17,8 +17,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from tinker_opt.errors import ConfigError, InfeasibleError, TinkerError
 from tinker_opt.model.space import SearchSpace

@@ -11,16 +11,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-from matplotlib.patches import Patch  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
 
-from tinker_opt.emit.schedule import Op, num_microbatches, pipeline_ops  # noqa: E402
+from tinker_opt.emit.schedule import Op, num_microbatches, pipeline_ops
 
 TIME_PARTS = (("compute", "tab:blue"), ("recompute", "tab:orange"), ("communication (exposed)", "tab:red"),
               ("pipeline bubble", "lightgray"), ("grad sync + optimizer", "tab:purple"))

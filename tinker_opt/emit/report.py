@@ -9,9 +9,10 @@ tuned scripts in the folder's configs/.
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from tinker_opt.emit.picks import FOLD_MEMORY_SHARE, comparison_sentence
@@ -77,7 +78,7 @@ def _image(folder: Path, name: str, alt: str) -> str:
     return f'<h3>{escape(alt)}</h3><img alt="{escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _inputs(report: "SearchReport") -> str:
+def _inputs(report: SearchReport) -> str:
     inputs = report.inputs
     rows = [("launch script", inputs.get("script_path")), ("profiled data", inputs.get("profiled_data_path")),
             ("cluster", f"{report.labels.num_nodes} nodes x {report.labels.devices_per_node} devices"),
@@ -92,7 +93,7 @@ def _inputs(report: "SearchReport") -> str:
     return f"<table>{body}</table>"
 
 
-def _current_vs_best(report: "SearchReport", speedup: float | None) -> str:
+def _current_vs_best(report: SearchReport, speedup: float | None) -> str:
     head = _header(["", "strategy", "layers/stage", "time (ms)", "memory (MB)", "tokens/s/dev"])
     rows = [_row(["best"] + _figures(report.top[0]), "best")] if report.top else []
     current = report.current
@@ -111,7 +112,7 @@ def _current_vs_best(report: "SearchReport", speedup: float | None) -> str:
     return note + f"<table>{head}{''.join(rows)}</table>"
 
 
-def _picks(report: "SearchReport", pick_scripts: Mapping[str, str | None]) -> str:
+def _picks(report: SearchReport, pick_scripts: Mapping[str, str | None]) -> str:
     head = _header(["pick", "strategy", "layers/stage", "time (ms)", "memory (MB)", "tokens/s/dev",
                     "time vs fastest", "tuned script"], left=(0, 1, 2, 7))
     rows = []
@@ -125,7 +126,7 @@ def _picks(report: "SearchReport", pick_scripts: Mapping[str, str | None]) -> st
     return f"<table>{head}{''.join(rows)}</table>" + (f'<ul class="note">{missing}</ul>' if missing else "")
 
 
-def _ranked(report: "SearchReport", scripts: Sequence[str | None]) -> str:
+def _ranked(report: SearchReport, scripts: Sequence[str | None]) -> str:
     current = report.current if report.current and "error" not in report.current else None
     head = _header(["#", "strategy", "layers/stage", "time (ms)", "memory (MB)", "tokens/s/dev", "speed-up vs current",
                     "tuned script"], left=(1, 2, 7))
@@ -141,7 +142,7 @@ def _ranked(report: "SearchReport", scripts: Sequence[str | None]) -> str:
     return f"<table>{head}{''.join(rows)}</table>{note}"
 
 
-def render_report(report: "SearchReport", folder: Path, *, scripts: Sequence[str | None],
+def render_report(report: SearchReport, folder: Path, *, scripts: Sequence[str | None],
                   pick_scripts: Mapping[str, str | None], pictures: Sequence[tuple[str, str]],
                   speedup: float | None) -> str:
     """The page's HTML; `folder` holds the pictures (file name, caption) to inline."""

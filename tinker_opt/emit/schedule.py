@@ -20,8 +20,9 @@ recompute runs just before its backward. Communication is inside those times, as
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 FORWARD_SHARE = 1 / 3
 """Forward share of a stage's forward + backward time (drawing only; the cost model uses the sum)."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rich import box
 from rich.console import Group
-from rich.text import Text
 from rich.table import Table
+from rich.text import Text
 
 from tinker_opt.emit.picks import FOLD_MEMORY_SHARE, comparison_sentence
 from tinker_opt.model.strategy import Strategy
