@@ -18,9 +18,9 @@ from tinker_opt.emit.picks import (
     speedup,
 )
 from tinker_opt.errors import ConfigError, InfeasibleError, TinkerError
-from tinker_opt.model.costs import CostModel
-from tinker_opt.model.space import SearchSpace
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.solve.space import SearchSpace
+from tinker_opt.strategy import Strategy
 from tinker_opt.script.reader import read_script
 
 

@@ -26,8 +26,8 @@ from tinker_opt.emit.results import (
 )
 from tinker_opt.emit.schedule import pipeline_ops
 from tinker_opt.emit.tables import picks_table, strategies_table
-from tinker_opt.model.costs import CostModel
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.strategy import Strategy
 from tinker_opt.script.reader import read_script
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinker_opt.errors import ConfigError, InfeasibleError, TinkerError
-from tinker_opt.model.space import SearchSpace
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.solve.space import SearchSpace
+from tinker_opt.strategy import Strategy
 
 Evaluation = dict[str, Any]
 """An Evaluation as its JSON dict (ARCHITECTURE.md)."""

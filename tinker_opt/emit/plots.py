@@ -141,7 +141,7 @@ def _draw_ops(ax, ops: Sequence[Op], *, labels: bool) -> None:
 
 
 def _short_label(evaluation: Mapping[str, Any]) -> str:
-    from tinker_opt.model.strategy import Strategy
+    from tinker_opt.strategy import Strategy
 
     return Strategy.from_dict(evaluation["strategy"]).replace(num_layer_list=None).label()
 

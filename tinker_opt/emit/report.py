@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from tinker_opt.emit.picks import FOLD_MEMORY_SHARE, comparison_sentence
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 
 if TYPE_CHECKING:
     from tinker_opt.emit.results import SearchReport

@@ -21,7 +21,7 @@ import pandas as pd
 
 from tinker_opt.emit.picks import speedup
 from tinker_opt.errors import ConfigError
-from tinker_opt.model.strategy import STRATEGY_KEYS, Strategy
+from tinker_opt.strategy import STRATEGY_KEYS, Strategy
 
 RESULTS_CSV = "results.csv"
 SUMMARY_JSON = "summary.json"

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tinker_opt.emit.picks import FOLD_MEMORY_SHARE, comparison_sentence
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 
 
 def _short(evaluation: dict[str, Any]) -> str:
