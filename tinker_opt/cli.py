@@ -56,9 +56,18 @@ def _profile(values: dict[str, Any], quiet: bool) -> Path:
             bar.update(task, completed=done, total=total, description=f"profiling {label}")
 
         folder = run_profile_step(values, progress=progress, log=None)
+    _print_profile_warnings(folder)
     if not quiet:
         console.print(f"profiled data: [bold]{folder}[/bold]")
     return folder
+
+
+def _print_profile_warnings(folder: Path) -> None:
+    """The profile's warnings (fused kernels the device lacks) on the terminal, as in profile.log."""
+    meta_path = folder / "meta.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+    for warning in (meta.get("kernels") or {}).get("warnings", []):
+        err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}", highlight=False)
 
 
 def _search(values: dict[str, Any], quiet: bool) -> Path:
@@ -106,6 +115,8 @@ def profile(
     hardware: Optional[str] = _opt("profile", "hardware"),
     repeats: Optional[int] = _opt("profile", "repeats"),
     warmup: Optional[int] = _opt("profile", "warmup"),
+    devices: Optional[int] = _opt("profile", "devices"),
+    blocks: Optional[str] = _opt("profile", "blocks"),
     config_path: Optional[Path] = CONFIG_OPT,
     quiet: bool = QUIET_OPT,
 ) -> None:

@@ -126,6 +126,8 @@ PROFILE = (
     _s("hardware", "str", None, "Hardware description (name or JSON file): comm figures, and the analytic device."),
     _s("repeats", "int", 5, "Timed repeats per block (median reported).", True),
     _s("warmup", "int", 2, "Untimed warm-up runs per block."),
+    _s("devices", "int", None, "Local devices to profile on at once, one worker process each (default: every device; 1 on the CPU).", True),
+    _s("blocks", "str", "reference", "Decoder-layer source: reference | megatron-core (needs the megatron extra)."),
 )
 
 SEARCH = (

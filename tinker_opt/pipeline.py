@@ -56,6 +56,7 @@ def run_profile_step(values: dict[str, Any], *, progress: Progress | None = None
     info = read_script(values["pretrain_script_path"])
     labels = labels_for(values["pretrain_script_path"], values.get("model_name"), values.get("model_size"))
     out_dir = profile_folder(values, labels)
+    from tinker_opt.profile.kernels import script_flags
     from tinker_opt.profile.runner import ProfileSettings, run_profile
 
     analytic = values["device"] == "analytic"
@@ -63,7 +64,8 @@ def run_profile_step(values: dict[str, Any], *, progress: Progress | None = None
         device="cpu" if analytic else values["device"], max_npu=values["max_npu"], max_ep=values.get("max_ep"),
         max_mbs=values["max_mbs"],
         prof_tp=values.get("prof_tp"), prof_sp=values.get("prof_sp"), warmup=values["warmup"],
-        repeats=values["repeats"], hardware=values.get("hardware"))
+        repeats=values["repeats"], hardware=values.get("hardware"), devices=values.get("devices"),
+        blocks=values.get("blocks") or "reference", kernel_flags=script_flags(info.launch))
     if analytic:
         from tinker_opt.hardware import load_hardware
         from tinker_opt.profile.analytic import analytic_profile

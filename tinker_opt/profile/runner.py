@@ -25,11 +25,13 @@ import tinker_opt
 from tinker_opt.errors import ConfigError, ProfileDataError
 from tinker_opt.profile import store
 from tinker_opt.profile.device import Device, detect_device
+from tinker_opt.profile.kernels import FLAG_OPS, KernelSet, requested_ops, select_kernels
 from tinker_opt.profile.measure import Measurement, measure_block
 from tinker_opt.profile.space import OomFrontier, ProfilePoint, SpaceLimits, profile_space
 from tinker_opt.profile.subgraphs import build_block
 from tinker_opt.specs import ModelSpec, TrainSpec
 
+BLOCK_SOURCES = ("reference", "megatron-core")
 CPU_MEMORY_FRACTION = 0.5
 """On the CPU, rows predicted to need more than this share of the available memory count as `oom`."""
 MIB = 2**20
@@ -72,8 +74,21 @@ class ProfileSettings:
     comm_repeats: int = 5
     memory_limit_mb: float | None = None
     """Rows predicted to need more are `oom`; None: the device memory (cpu: half of what is free)."""
+    kernel_flags: tuple[str, ...] = ()
+    """The script's fused-kernel flags (kernels.FLAG_OPS): each op runs the device's fused kernel."""
+    devices: int | None = None
+    """Worker processes, one per local device (None: every device; 1 on the CPU)."""
+    blocks: str = "reference"
+    """Where the decoder layers come from: `reference` (subgraphs.py) or `megatron-core` (mcore_blocks.py)."""
 
     def __post_init__(self) -> None:
+        unknown = [f for f in self.kernel_flags if f not in FLAG_OPS]
+        if unknown:
+            raise ConfigError(f"unknown fused-kernel flag(s) {unknown}; known: {sorted(FLAG_OPS)}")
+        if self.devices is not None and self.devices < 1:
+            raise ConfigError(f"devices must be >= 1, got {self.devices}")
+        if self.blocks not in BLOCK_SOURCES:
+            raise ConfigError(f"blocks must be one of {list(BLOCK_SOURCES)}, got {self.blocks!r}")
         if self.repeats < 5:
             raise ConfigError(f"repeats must be at least 5 (a median of fewer is noise), got {self.repeats}")
         if self.max_ep is not None and self.max_ep < 1:
@@ -85,6 +100,21 @@ class ProfileSettings:
             raise ConfigError(f"comm must be 'measure' or 'skip', got {self.comm!r}")
         if self.comm_procs is not None and self.comm_procs < 1:
             raise ConfigError(f"comm_procs must be >= 1, got {self.comm_procs}")
+
+    def memory_budget_bytes(self, device: Device) -> float:
+        """Rows predicted to need more than this are `oom`."""
+        if self.memory_limit_mb is not None:
+            return self.memory_limit_mb * MIB
+        total = device.total_memory_bytes()
+        return total * CPU_MEMORY_FRACTION if device.kind == "cpu" else total
+
+    def num_workers(self, device: Device) -> int:
+        """Processes that profile at once: `devices`, checked against the device count (cpu: any)."""
+        wanted = self.devices if self.devices is not None else device.count
+        if device.kind != "cpu" and wanted > device.count:
+            raise ConfigError(f"--devices {wanted}, but this node has {device.count} {device.kind} device(s); "
+                              f"pass --devices {device.count} or fewer")
+        return wanted
 
     def limits(self, train: TrainSpec | None) -> SpaceLimits:
         """The profile space these settings (and the script's own strategy) ask for."""
@@ -179,28 +209,42 @@ def _predicted_bytes(point: ProfilePoint, rows: dict[tuple, dict[str, Any]]) -> 
     return None
 
 
-def _memory_budget_bytes(device: Device, settings: ProfileSettings) -> float:
-    if settings.memory_limit_mb is not None:
-        return settings.memory_limit_mb * MIB
-    total = device.total_memory_bytes()
-    return total * CPU_MEMORY_FRACTION if device.kind == "cpu" else total
+def settings_from_dict(data: dict[str, Any]) -> ProfileSettings:
+    """ProfileSettings back from `dataclasses.asdict` (JSON lists become tuples)."""
+    return ProfileSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
-def _measure_point(model: ModelSpec, point: ProfilePoint, device: Device, settings: ProfileSettings) -> dict[str, Any]:
-    block = build_block(model, point.block, point.shape, device=device.torch_device)
+def kernel_set(model: ModelSpec, settings: ProfileSettings, device: Device) -> KernelSet:
+    """The implementation of each op on `device` for the script's flags (kernels.py)."""
+    return select_kernels(requested_ops(settings.kernel_flags, flash_attn=model.use_flash_attn), device.kind)
+
+
+def block_builder(source: str):
+    """`build_block` of the block source: the reference sub-graphs or Megatron-core's layers."""
+    if source == "megatron-core":
+        from tinker_opt.profile.mcore_blocks import build_block as build_mcore_block
+
+        return build_mcore_block
+    return build_block
+
+
+def _measure_point(model: ModelSpec, point: ProfilePoint, device: Device, settings: ProfileSettings,
+                   kernels: KernelSet | None) -> dict[str, Any]:
+    build = block_builder(settings.blocks)
+    block = build(model, point.block, point.shape, device=device.torch_device, kernels=kernels)
     measurement = measure_block(block, device, warmup=max(settings.warmup - 1, 0), repeats=settings.repeats,
                                 selective=settings.selective)
     return _row(point, "ok", measurement)
 
 
-def _attempt(model, point, device, settings, rows, budget_bytes, log) -> dict[str, Any]:
+def _attempt(model, point, device, settings, rows, budget_bytes, log, kernels) -> dict[str, Any]:
     """Measure one row; out-of-memory (real or predicted) gives status `oom`, other failures their error."""
     predicted = _predicted_bytes(point, rows)
     if predicted is not None and predicted > budget_bytes:
         log(f"{point.label}: oom (predicted {predicted / MIB:.0f} MiB > budget {budget_bytes / MIB:.0f} MiB)")
         return _row(point, "oom")
     try:
-        row = _measure_point(model, point, device, settings)
+        row = _measure_point(model, point, device, settings, kernels)
     except Exception as exc:  # one bad row must not stop the profile: record it and go on
         gc.collect()
         device.empty_cache()
@@ -216,27 +260,53 @@ def _attempt(model, point, device, settings, rows, budget_bytes, log) -> dict[st
     return row
 
 
+def measure_row(model, point: ProfilePoint, device: Device, settings: ProfileSettings, rows, frontier: OomFrontier,
+                budget_bytes: float, log, kernels: KernelSet | None) -> dict[str, Any]:
+    """One row: `oom` when an out-of-memory row of `frontier` needs no more memory, else measured."""
+    if frontier.blocks(point):
+        log(f"{point.label}: oom (needs at least the memory of an out-of-memory row)")
+        return _row(point, "oom")
+    row = _attempt(model, point, device, settings, rows, budget_bytes, log, kernels)
+    if row["status"] == "oom":
+        frontier.add(point)
+    return row
+
+
 def profile_blocks(model: ModelSpec, settings: ProfileSettings, out_dir: Path, device: Device, *,
-                   train: TrainSpec | None, progress, log) -> dict[tuple, dict[str, Any]]:
-    """Measure every row of the space not already in out_dir; blocks.csv is rewritten after each."""
+                   train: TrainSpec | None, progress, log, kernels: KernelSet | None = None) -> dict[tuple, dict[str, Any]]:
+    """Measure every row of the space not already in out_dir, in one process or one per device
+    (workers.py); blocks.csv is rewritten after each row."""
     points = profile_space(model, settings.limits(train))
     rows = existing_rows(out_dir)
     frontier = OomFrontier(p for p in points if rows.get(p.key, {}).get("status") == "oom")
-    budget = _memory_budget_bytes(device, settings)
+    budget = settings.memory_budget_bytes(device)
     kept = sum(p.key in rows for p in points)
-    log(f"profile space: {len(points)} rows ({kept} kept from a previous run) on {device.kind} '{device.name}'")
-    for done, point in enumerate(points, start=1):
-        if point.key not in rows:
-            if frontier.blocks(point):
-                rows[point.key] = _row(point, "oom")
-                log(f"{point.label}: oom (needs at least the memory of an out-of-memory row)")
-            else:
-                rows[point.key] = _attempt(model, point, device, settings, rows, budget, log)
-                if rows[point.key]["status"] == "oom":
-                    frontier.add(point)
+    workers = settings.num_workers(device)
+    log(f"profile space: {len(points)} rows ({kept} kept from a previous run) on {device.kind} '{device.name}'"
+        f"{f', {workers} workers' if workers > 1 else ''}")
+    done = 0
+
+    def record(point: ProfilePoint, row: dict[str, Any] | None) -> None:
+        nonlocal done
+        if row is not None:
+            rows[point.key] = row
             _write_blocks(out_dir, rows)
+        done += 1
         if progress is not None:
             progress(done, len(points), point.label)
+
+    pending = [p for p in points if p.key not in rows]
+    for point in points:
+        if point.key in rows:
+            record(point, None)
+    if workers > 1 and pending:
+        from tinker_opt.profile.workers import measure_in_workers
+
+        measure_in_workers(model, settings, pending, device_kind=device.kind, num_workers=workers,
+                           on_row=record, log=log)
+    else:
+        for point in pending:
+            record(point, measure_row(model, point, device, settings, rows, frontier, budget, log, kernels))
     return rows
 
 
@@ -250,7 +320,8 @@ def comm_rows(settings: ProfileSettings, device: Device, log: Callable[[str], No
         return store.empty_comm(), "skipped"
     from tinker_opt.profile.comm import measure_comm
 
-    procs = settings.comm_procs or (2 if device.kind == "cpu" else min(device.count, settings.max_npu))
+    workers = settings.num_workers(device)
+    procs = settings.comm_procs or (workers if workers > 1 else 2 if device.kind == "cpu" else 1)
     max_bytes = settings.comm_max_bytes or (16 * MIB if device.kind == "cpu" else 256 * MIB)
     frame, notes = measure_comm(backend=device.comm_backend, device_kind=device.kind, num_procs=procs,
                                 max_bytes=max_bytes, repeats=settings.comm_repeats)
@@ -288,7 +359,8 @@ def _versions() -> dict[str, str]:
     return versions
 
 
-def _meta(model, settings, device, train, started: str, rows, comm_source: str, seconds: float) -> dict[str, Any]:
+def _meta(model, settings, device, train, started: str, rows, comm_source: str, seconds: float,
+          kernels: dict[str, Any]) -> dict[str, Any]:
     statuses = [str(r["status"]) for r in rows.values()]
     return {
         "tool": "tinker-opt", "format_version": 1, "model": model.to_dict(),
@@ -297,11 +369,26 @@ def _meta(model, settings, device, train, started: str, rows, comm_source: str, 
         "train": None if train is None else {"micro_batch_size": train.micro_batch_size,
                                              "global_batch_size": train.global_batch_size,
                                              "strategy": train.strategy.to_dict()},
-        "comm_source": comm_source, "started": started, "finished": datetime.now().isoformat(timespec="seconds"),
+        "kernels": kernels, "comm_source": comm_source, "started": started, "finished": datetime.now().isoformat(timespec="seconds"),
         "profile_seconds": round(seconds, 1),
         "rows": {"total": len(statuses), "ok": statuses.count("ok"), "oom": statuses.count("oom"),
                  "failed": sum(s not in ("ok", "oom") for s in statuses)},
     }
+
+
+def block_kernels(model: ModelSpec, settings: ProfileSettings, rows, kernels: KernelSet) -> dict[str, dict[str, str]]:
+    """{block: {op: implementation}} for each measured block, from a copy built on the meta device."""
+    from tinker_opt.profile.shape import Shape
+
+    out: dict[str, dict[str, str]] = {}
+    build = block_builder(settings.blocks)
+    for row in rows.values():
+        name = str(row["block"])
+        if name not in out and row["status"] == "ok":
+            shape = Shape(tp=int(row["tp"]), sp=bool(int(row["sp"])), cp=int(row["cp"]), ep=int(row["ep"]),
+                          etp=int(row["etp"]), mbs=int(row["mbs"]))
+            out[name] = build(model, name, shape, device="meta", kernels=kernels).kernels
+    return out
 
 
 def run_profile(model: ModelSpec, settings: ProfileSettings, out_dir: Path, *, train: TrainSpec | None = None,
@@ -318,10 +405,15 @@ def run_profile(model: ModelSpec, settings: ProfileSettings, out_dir: Path, *, t
     if not (out_dir / store.META_FILE).exists():  # provisional, so that an interrupted run can resume
         store.write_meta(out_dir, {"tool": "tinker-opt", "format_version": 1, "model": model.to_dict(),
                                    "started": started, "finished": None})
-    rows = profile_blocks(model, settings, out_dir, device, train=train, progress=progress, log=logger)
+    kernels = kernel_set(model, settings, device)
+    for warning in kernels.warnings:
+        logger(f"WARNING {warning}")
+    rows = profile_blocks(model, settings, out_dir, device, train=train, progress=progress, log=logger,
+                          kernels=kernels)
     comm_source = _profile_comm(settings, device, out_dir, logger)
     seconds = time.perf_counter() - clock
-    store.write_meta(out_dir, _meta(model, settings, device, train, started, rows, comm_source, seconds))
+    kernel_meta = {**kernels.summary(), "blocks": block_kernels(model, settings, rows, kernels)}
+    store.write_meta(out_dir, _meta(model, settings, device, train, started, rows, comm_source, seconds, kernel_meta))
     ok = sum(str(r["status"]) == "ok" for r in rows.values())
     logger(f"done in {seconds:.1f} s: {ok} of {len(rows)} rows measured")
     if ok == 0:
