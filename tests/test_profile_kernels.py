@@ -130,14 +130,26 @@ def test_script_flags_of_the_example():
 
 
 def test_cpu_runs_reference_ops_and_warns_for_each_unfused_flag(monkeypatch):
-    """On the CPU only attention has a fused kernel (torch's CPU flash SDPA); every other flag warns."""
+    """On the CPU without megatron-core only attention has a fused kernel (torch's CPU flash SDPA);
+    every other flag warns."""
     monkeypatch.setitem(sys.modules, "torch_npu", None)
+    _hide_cuda_libraries(monkeypatch)
     chosen = K.select_kernels(K.requested_ops(ALL_FLAGS), "cpu")
     assert chosen.impls["attention"].name == "torch.sdpa"
     assert {op: chosen.impls[op] for op in ("rmsnorm", "swiglu", "rope", "mc2")} == {
         op: K.REFERENCE[op] for op in ("rmsnorm", "swiglu", "rope", "mc2")}
     warned = {w.split(":")[0] for w in chosen.warnings}
     assert warned == {"--use-fused-rmsnorm", "--use-fused-swiglu", "--use-fused-rotary-pos-emb", "--use-ascend-mc2"}
+
+
+def test_cpu_runs_megatron_core_swiglu_when_installed(monkeypatch):
+    """megatron-core's SwiGLU function is device-agnostic: on the CPU it serves --use-fused-swiglu."""
+    calls: list[str] = []
+    _install_fake_cuda_libraries(monkeypatch, calls)
+    chosen = K.select_kernels(frozenset({"swiglu", "rmsnorm"}), "cpu")
+    assert chosen.impls["swiglu"].name == "megatron.core bias_swiglu_impl"
+    assert chosen.impls["rmsnorm"] == K.REFERENCE["rmsnorm"]  # apex is a CUDA library: not used on the CPU
+    assert [w.split(":")[0] for w in chosen.warnings] == ["--use-fused-rmsnorm"]
 
 
 def test_unrequested_ops_run_the_reference_without_warning(monkeypatch):

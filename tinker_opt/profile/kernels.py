@@ -13,7 +13,8 @@ reference block runs the device's fused implementation when one is importable:
   or torch's native `rms_norm`; SwiGLU from megatron-core (`megatron/core/fusions/fused_bias_swiglu.py`,
   `bias_swiglu_impl`); rotary from Transformer Engine (`transformer_engine.pytorch.attention.rope.
   apply_rotary_pos_emb(..., fused=True)`) or apex (`apex.transformer.functional.fused_apply_rotary_pos_emb`);
-* cpu: the reference ops, except attention, where torch's SDPA runs its CPU flash kernel.
+* cpu: the reference ops, except attention, where torch's SDPA runs its CPU flash kernel, and
+  SwiGLU, where megatron-core's function runs when megatron-core is installed.
 
 A requested op with no fused implementation on the device keeps the reference op and yields a
 warning (the caller logs it and prints it); MC2 (matmul fused with the tensor-parallel collective)
@@ -189,12 +190,15 @@ def _cuda_rope() -> Impl | None:
     return None
 
 
+def _megatron_swiglu() -> Impl | None:
+    """megatron-core's SwiGLU autograd function (saves only its input; torch.jit elementwise)."""
+    swiglu = _attr("megatron.core.fusions.fused_bias_swiglu", "bias_swiglu_impl")
+    return Impl("swiglu", "megatron.core bias_swiglu_impl", True, lambda x: swiglu(x, None)) if swiglu else None
+
+
 def _cuda_impls() -> dict[str, Impl]:
     found = {"attention": Impl("attention", "torch.sdpa (flash / efficient / cudnn)", True, _flash_sdpa)}
-    swiglu = _attr("megatron.core.fusions.fused_bias_swiglu", "bias_swiglu_impl")
-    if swiglu is not None:
-        found["swiglu"] = Impl("swiglu", "megatron.core bias_swiglu_impl", True, lambda x: swiglu(x, None))
-    for impl in (_cuda_rms_norm(), _cuda_rope()):
+    for impl in (_megatron_swiglu(), _cuda_rms_norm(), _cuda_rope()):
         if impl is not None:
             found[impl.op] = impl
     return found
@@ -206,7 +210,9 @@ def device_impls(device_kind: str) -> dict[str, Impl]:
         return _npu_impls()
     if device_kind == "cuda":
         return _cuda_impls()
-    return {"attention": REFERENCE["attention"]}  # torch's CPU flash SDPA kernel
+    found = {"attention": REFERENCE["attention"]}  # torch's CPU flash SDPA kernel
+    swiglu = _megatron_swiglu()  # device-agnostic: what megatron-core runs for --use-fused-swiglu on any device
+    return found | ({"swiglu": swiglu} if swiglu else {})
 
 
 # --- the choice --------------------------------------------------------------------------------

@@ -381,13 +381,23 @@ def block_kernels(model: ModelSpec, settings: ProfileSettings, rows, kernels: Ke
     from tinker_opt.profile.shape import Shape
 
     out: dict[str, dict[str, str]] = {}
-    build = block_builder(settings.blocks)
+    sources: dict[str, set[str]] = {}
     for row in rows.values():
         name = str(row["block"])
-        if name not in out and row["status"] == "ok":
-            shape = Shape(tp=int(row["tp"]), sp=bool(int(row["sp"])), cp=int(row["cp"]), ep=int(row["ep"]),
-                          etp=int(row["etp"]), mbs=int(row["mbs"]))
-            out[name] = build(model, name, shape, device="meta", kernels=kernels).kernels
+        if row["status"] != "ok":
+            continue
+        shape = Shape(tp=int(row["tp"]), sp=bool(int(row["sp"])), cp=int(row["cp"]), ep=int(row["ep"]),
+                      etp=int(row["etp"]), mbs=int(row["mbs"]))
+        record = build_block(model, name, shape, device="meta", kernels=kernels).kernels
+        if settings.blocks == "megatron-core":
+            from tinker_opt.profile.mcore_blocks import source_record
+
+            record = source_record(name, shape, record, kernels.device_kind)
+        out.setdefault(name, record)
+        sources.setdefault(name, set()).add(record.get("source", "reference"))
+    for name, found in sources.items():
+        if len(found) > 1:  # megatron-core layers at some shapes, reference ones at others
+            out[name] = {**out[name], "source": "; ".join(sorted(found))}
     return out
 
 
