@@ -78,10 +78,10 @@ def test_failed_row_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
     """A block that raises gets its error in `status`; the other rows are measured."""
     real = runner._measure_point
 
-    def flaky(model, point, device, settings):
+    def flaky(model, point, device, settings, *rest):
         if point.block == "final_norm":
             raise ValueError("boom")
-        return real(model, point, device, settings)
+        return real(model, point, device, settings, *rest)
 
     monkeypatch.setattr(runner, "_measure_point", flaky)
     run_profile(tiny_model(), ProfileSettings(**{**SMALL, "max_npu": 1, "max_mbs": 1}), tmp_path)

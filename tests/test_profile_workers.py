@@ -83,3 +83,19 @@ def test_more_devices_than_the_node_has_is_an_error():
     with pytest.raises(ConfigError, match="--devices 4.*2 cuda"):
         ProfileSettings(devices=4).num_workers(fake_gpu)
     assert ProfileSettings().num_workers(fake_gpu) == 2
+
+
+def test_cli_megatron_core_blocks_without_megatron_is_one_line_error(tmp_path):
+    """`profile --blocks megatron-core` where megatron-core does not import: exit 2, one line naming the pin."""
+    import os
+    import subprocess
+    import sys
+
+    from cli_support import ROOT, assert_one_line_error
+
+    code = ("import sys; sys.modules['megatron'] = None; sys.modules['megatron.core'] = None; "
+            "from tinker_opt.cli import main; sys.argv = ['tinker-opt'] + sys.argv[1:]; main()")
+    args = ("profile", str(EXAMPLE), "--device", "cpu", "--prof-path", str(tmp_path / "p"), "--blocks", "megatron-core")
+    result = subprocess.run([sys.executable, "-c", code, *args], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                            capture_output=True, text=True, timeout=300)
+    assert_one_line_error(result, "megatron-core==0.16.1")

@@ -177,6 +177,8 @@ def all_(
     hardware: Optional[str] = _opt("profile", "hardware"),
     repeats: Optional[int] = _opt("profile", "repeats"),
     warmup: Optional[int] = _opt("profile", "warmup"),
+    devices: Optional[int] = _opt("profile", "devices"),
+    blocks: Optional[str] = _opt("profile", "blocks"),
     global_batch_size: Optional[int] = _opt("search", "global_batch_size"),
     num_nodes: Optional[int] = _opt("search", "num_nodes"),
     num_npus_per_node: Optional[int] = _opt("search", "num_npus_per_node"),

@@ -405,6 +405,10 @@ def run_profile(model: ModelSpec, settings: ProfileSettings, out_dir: Path, *, t
                 progress: Callable[[int, int, str], None] | None = None,
                 log: Callable[[str], None] | None = None) -> Path:
     """Profile `model` on the local device into `out_dir` (blocks.csv, comm.csv, meta.json, profile.log)."""
+    if settings.blocks == "megatron-core":  # a missing install is one error, not one per row
+        from tinker_opt.profile.mcore_blocks import require_megatron
+
+        require_megatron()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     _check_same_model(out_dir, model)
