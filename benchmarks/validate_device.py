@@ -166,7 +166,7 @@ def mcore_model(model: ModelSpec, recompute: str, device: Device) -> torch.nn.Mo
 
     ensure_parallel_state(device.kind)
     config = transformer_config(model, moe=False, dtype=torch.bfloat16, device_kind=device.kind)
-    config = replace(config, num_layers=model.num_layers, use_cpu_initialization=False,
+    config = replace(config, num_layers=model.num_layers, use_cpu_initialization=device.kind == "cpu",
                      recompute_granularity=None if recompute == "none" else recompute,
                      recompute_method="uniform" if recompute == "full" else None,
                      recompute_num_layers=1 if recompute == "full" else None)

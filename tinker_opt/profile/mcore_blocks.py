@@ -121,7 +121,8 @@ def cpu_redirects(device: torch.device):
     fused_softmax.get_default_causal_mask = causal_mask
     utils.GlobalMemoryBuffer.get_tensor = get_tensor
     random._CUDA_RNG_STATE_TRACKER, random._CUDA_RNG_STATE_TRACKER_INITIALIZED = _CpuRngTracker(), True
-    parallel_state._GLOBAL_MEMORY_BUFFER = utils.GlobalMemoryBuffer()
+    if parallel_state._GLOBAL_MEMORY_BUFFER is None:  # before initialize_model_parallel
+        parallel_state._GLOBAL_MEMORY_BUFFER = utils.GlobalMemoryBuffer()
     F.dropout, router.Router.gating = fused_dropout, gating
     try:
         yield
