@@ -214,18 +214,19 @@ def test_cuda_without_libraries_falls_back_with_warnings(monkeypatch):
 
 
 def test_cuda_flash_sdpa_excludes_the_math_backend(monkeypatch):
-    """The CUDA attention runs with the math (score-materialising) backend switched off, flash on."""
+    """The CUDA attention runs with the math (score-materialising) backend switched off, flash on,
+    and the key / value groups of GQA passed as they are (not repeated to every head)."""
     seen = []
     sdpa = F.scaled_dot_product_attention
 
-    def spy(*args, **kwargs):
-        seen.append((torch.backends.cuda.math_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled()))
-        return sdpa(*args, **kwargs)
+    def spy(q, k, v, **kwargs):
+        seen.append((torch.backends.cuda.math_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(), k.shape[1]))
+        return sdpa(q, k, v, **kwargs)
 
     monkeypatch.setattr(K.F, "scaled_dot_product_attention", spy)
     q, kv = torch.randn(8, 1, 4, 16), torch.randn(8, 1, 2, 16)
     out = K._flash_sdpa(q, kv, kv, True, 0.25)
-    assert seen == [(False, True)]
+    assert seen == [(False, True, 2)]
     torch.testing.assert_close(out, K.sdpa_attention(q, kv, kv, True, 0.25))
 
 

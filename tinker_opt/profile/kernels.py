@@ -160,10 +160,9 @@ def _flash_sdpa(q, k, v, causal: bool, scale: float) -> torch.Tensor:
     silently materialising the scores."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    # GQA goes in as it is (enable_gqa, which torch's flash backend takes): repeating the key /
+    # value groups would save np / ng times their bytes, which no flash kernel does.
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):
-        if k.shape[2] != q.shape[2]:  # GQA: not every fused backend takes enable_gqa
-            k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
-            v = v.repeat_interleave(q.shape[2] // v.shape[2], dim=2)
         return _sdpa(q, k, v, causal, scale)
 
 
