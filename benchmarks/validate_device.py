@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import json
 import os
 import statistics
@@ -194,6 +195,7 @@ def train_row(model: ModelSpec, mbs: int, recompute: str, device: Device, plan: 
     from tinker_opt.profile.accounting import LiveBytesTracker
 
     torch.manual_seed(0)
+    gc.collect()  # the previous row's model and optimizer
     device.empty_cache()
     device.reset_peak_memory()
     ids = torch.randint(0, model.vocab_size, (mbs, model.seq_length), device=device.torch_device)

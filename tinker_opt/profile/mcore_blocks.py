@@ -7,15 +7,25 @@ and measures it like a reference block. Embedding, final norm and head stay the 
 
 Megatron-core runs one shard per process inside real tensor / context / expert parallel groups, so
 a layer is built here for tp = cp = ep = etp = 1 only; other shapes use the reference layer and
-meta.json says so (`source`). On the CPU three CUDA-only allocations are redirected, the minimal
-set found for megatron-core 0.16.1 (a dense, GQA + rope, and MoE layer runs forward and backward):
+meta.json says so (`source`). What a local-spec layer needs on the CPU, found for megatron-core
+0.16.1 by running a dense (GPT), a GQA + rope + SwiGLU (LLaMA) and a MoE layer forward and backward:
 
-* the default causal mask (`megatron/core/transformer/utils.py`, `get_default_causal_mask`,
-  used by `fusions/fused_softmax.py`) is built with `device="cuda"`;
-* the global memory buffer (`megatron/core/utils.py`, `GlobalMemoryBuffer.get_tensor`), which the
-  local `DotProductAttention` uses for its baddbmm output, allocates on `torch.cuda.current_device()`;
-* the model-parallel RNG tracker (`megatron/core/tensor_parallel/random.py`) forks CUDA generator
-  states around the attention dropout: it is replaced by one whose `fork` keeps the CPU generator.
+* three CUDA-only allocations, redirected to the CPU (`cpu_redirects`): the default causal mask
+  (`megatron/core/transformer/utils.py`, `get_default_causal_mask`, `device="cuda"`), the global
+  memory buffer that the local `DotProductAttention` uses for its baddbmm output
+  (`megatron/core/utils.py`, `GlobalMemoryBuffer.get_tensor`), the model-parallel RNG tracker that
+  forks CUDA generator states around the attention dropout (`megatron/core/tensor_parallel/random.py`:
+  a tracker whose `fork` keeps the CPU generator);
+* the router's move of its weight to the CUDA device (`megatron/core/transformer/moe/router.py`,
+  `Router.gating`): the same gating without the move;
+* the all-to-all token dispatcher creates a `torch.cuda.Stream`: on the CPU the all-gather
+  dispatcher runs instead (identical with ep = tp = 1: no tokens leave the rank);
+* `te_general_gemm`, undefined without Transformer Engine in `transformer/moe/moe_utils.py`
+  (every MoE forward would raise NameError): defined as None;
+* device semantics rather than allocations: `F.dropout` keeps a 1-byte mask as the device kernels do
+  (torch's CPU dropout keeps a 4-byte one) and the softmax keeps its 16-bit output as the fused
+  masked-softmax kernel does (`attention_softmax_in_fp32` off on the CPU), so that saved bytes are
+  the device's.
 
 Rotary positions are computed as `GPTModel` does (its `RotaryEmbedding.get_freqs_non_repeated`,
 concatenated, [s, 1, 1, d]) without its move to the CUDA device. Selective recompute is not
