@@ -128,11 +128,11 @@ def test_profile_with_megatron_core_blocks(tmp_path):
     import json
 
     from cli_support import EXAMPLE
-    from tinker_opt.profile.runner import ProfileSettings, run_profile
+    from tinker_opt.profile.runner import MeasureSettings, run_profile
     from tinker_opt.script.reader import read_script
 
     info = read_script(EXAMPLE)
-    settings = ProfileSettings(device="cpu", max_npu=2, max_mbs=1, prof_sp=(0,), warmup=0, repeats=5,
+    settings = MeasureSettings(device="cpu", max_npu=2, max_mbs=1, prof_sp=(0,), warmup=0, repeats=5,
                                selective=False, comm="skip", blocks="megatron-core")
     folder = run_profile(replace(info.model, seq_length=128), settings, tmp_path / "p", train=info.train)
     meta = json.loads((folder / "meta.json").read_text())

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from profile_support import llama_model, moe_model
 from tinker_opt.errors import ConfigError
 from tinker_opt.profile import kernels as K
-from tinker_opt.profile.runner import ProfileSettings
+from tinker_opt.profile.runner import MeasureSettings
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.subgraphs import build_block
 
@@ -248,11 +248,14 @@ def test_gpt_layer_without_flash_has_no_attention_kernel():
     assert "attention" not in block.kernels and block.kernels["rmsnorm"] == K.REFERENCE["rmsnorm"].name
 
 
+BASE = dict(device="cpu", max_npu=2, max_mbs=1, warmup=0, repeats=5)
+
+
 def test_settings_reject_unknown_flags_and_bad_device_counts():
     """Bad --devices / --blocks values and unknown kernel flags are ConfigErrors naming the value."""
     with pytest.raises(ConfigError, match="--use-fused-nothing"):
-        ProfileSettings(kernel_flags=("--use-fused-nothing",))
+        MeasureSettings(**BASE, kernel_flags=("--use-fused-nothing",))
     with pytest.raises(ConfigError, match="devices"):
-        ProfileSettings(devices=0)
+        MeasureSettings(**BASE, devices=0)
     with pytest.raises(ConfigError, match="megatron"):
-        ProfileSettings(blocks="megatron")
+        MeasureSettings(**BASE, blocks="megatron")

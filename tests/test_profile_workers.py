@@ -15,7 +15,7 @@ from cli_support import EXAMPLE
 from tinker_opt.errors import ConfigError
 from tinker_opt.profile import runner, store
 from tinker_opt.profile.device import detect_device
-from tinker_opt.profile.runner import ProfileSettings, run_profile
+from tinker_opt.profile.runner import MeasureSettings, run_profile
 from tinker_opt.profile.space import ProfilePoint
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.workers import deal
@@ -24,8 +24,11 @@ from tinker_opt.script.reader import read_script
 TIMES = [c for c in store.BLOCK_COLUMNS if c.endswith("_us") or c.endswith("_us_spread")]
 
 
-def _settings(devices: int | None, flags: tuple[str, ...]) -> ProfileSettings:
-    return ProfileSettings(device="cpu", max_npu=2, max_mbs=1, prof_tp=(2,), prof_sp=(1,), warmup=0, repeats=5,
+BASE = dict(device="cpu", max_npu=2, max_mbs=1, warmup=0, repeats=5)
+
+
+def _settings(devices: int | None, flags: tuple[str, ...]) -> MeasureSettings:
+    return MeasureSettings(device="cpu", max_npu=2, max_mbs=1, prof_tp=(2,), prof_sp=(1,), warmup=0, repeats=5,
                            selective=False, comm="skip", devices=devices, kernel_flags=flags)
 
 
@@ -66,9 +69,9 @@ def test_collectives_use_one_process_per_device(monkeypatch):
 
     monkeypatch.setattr(comm, "measure_comm", fake_measure)
     cpu = detect_device("cpu")
-    runner.comm_rows(ProfileSettings(device="cpu", devices=3), cpu, lambda _: None)
+    runner.comm_rows(MeasureSettings(**BASE, devices=3), cpu, lambda _: None)
     assert seen["num_procs"] == 3 and seen["backend"] == "gloo"
-    runner.comm_rows(ProfileSettings(device="cpu"), cpu, lambda _: None)
+    runner.comm_rows(MeasureSettings(**BASE), cpu, lambda _: None)
     assert seen["num_procs"] == 2  # one CPU worker: still a 2-process measurement
 
 
@@ -77,12 +80,12 @@ def test_more_devices_than_the_node_has_is_an_error():
     from dataclasses import replace
 
     cpu = detect_device("cpu")
-    assert ProfileSettings(devices=4).num_workers(cpu) == 4
-    assert ProfileSettings().num_workers(cpu) == 1
+    assert MeasureSettings(**BASE, devices=4).num_workers(cpu) == 4
+    assert MeasureSettings(**BASE).num_workers(cpu) == 1
     fake_gpu = replace(cpu, kind="cuda", count=2)
     with pytest.raises(ConfigError, match="--devices 4.*2 cuda"):
-        ProfileSettings(devices=4).num_workers(fake_gpu)
-    assert ProfileSettings().num_workers(fake_gpu) == 2
+        MeasureSettings(**BASE, devices=4).num_workers(fake_gpu)
+    assert MeasureSettings(**BASE).num_workers(fake_gpu) == 2
 
 
 def test_cli_megatron_core_blocks_without_megatron_is_one_line_error(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from script_support import FIXTURES
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.errors import ConfigError, StrategyError
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 from tinker_opt.script.reader import read_script_text
 
 MODEL = "--num-layers 8 --hidden-size 64 --num-attention-heads 8 --seq-length 128 --vocab-size 1000"
@@ -168,7 +168,7 @@ def test_vpp_needs_rc2():
     """Tinker's version 1.0 (RC1) has no virtual pipeline."""
     text = text_of("pretrain_llama2_13B_ptd_8p.sh")
     with pytest.raises(StrategyError, match="--num-layers-per-virtual-pipeline-stage"):
-        apply_strategy(text, Strategy(tp=4, pp=2, vpp=2, dp=1), nnodes=1, nproc_per_node=8, version="1.0")
+        apply_strategy(text, Strategy(tp=2, pp=4, vpp=2, dp=1), nnodes=1, nproc_per_node=8, version="1.0")
 
 
 def test_megatron_has_only_ring_context_parallel():
@@ -275,5 +275,20 @@ def test_crlf_script_round_trips_with_crlf_lines():
     strategy = Strategy(tp=2, pp=2, dp=2, cp=2, sp=True, recompute="full", recompute_method="block",
                         recompute_num_layers=2)
     out = apply_strategy(text, strategy, nnodes=2, nproc_per_node=8, header=["x"])
-    assert read_script_text(out.text).train.strategy == strategy.replace(cp_algo="megatron_cp_algo")
+    assert read_script_text(out.text).train.strategy == strategy.replace(
+        cp_algo="megatron_cp_algo", overlap_grad_reduce=False, tp_comm_overlap=False)
     assert "\n" not in out.text.replace("\r\n", "")
+
+
+def test_flags_added_and_removed_next_to_a_quoted_value():
+    """`--pipeline-model-parallel-size "$PP"` in an array: a new flag goes after the closing
+    quote (it used to land inside it, giving the value '1 --use-distributed-optimizer'), and a
+    removed flag takes its quotes along."""
+    head = (f"#!/bin/bash\nPP=1\nGPT_ARGS=({MODEL})\n")
+    launch = "torchrun --nproc_per_node 8 pretrain_gpt.py ${GPT_ARGS[@]} \"${PAR[@]}\"\n"
+    text = head + 'PAR=(\n    --tensor-model-parallel-size 1\n    --pipeline-model-parallel-size "$PP"\n)\n' + launch
+    out = apply_strategy(text, Strategy(tp=1, pp=1, dp=8, dist_opt=True), nnodes=1, nproc_per_node=8)
+    assert '    --pipeline-model-parallel-size "$PP"\n    --use-distributed-optimizer\n' in out.text
+    text = head + 'PAR=(\n    --tensor-model-parallel-size 1 "--use-distributed-optimizer"\n)\n' + launch
+    out = apply_strategy(text, Strategy(tp=1, pp=1, dp=8), nnodes=1, nproc_per_node=8)
+    assert "    --tensor-model-parallel-size 1\n)" in out.text

@@ -1,7 +1,7 @@
 """The results folder of a search: results.csv, summary.json, search.log, configs/*.sh, pictures.
 
 Everything is written into a hidden temporary folder beside the target and renamed into place at
-the end, so an interrupted run leaves no half-written results folder. Layout (ARCHITECTURE.md):
+the end, so an interrupted run leaves no half-written results folder. Layout (README, "Output folders"):
 `results/<model>-<size>-gbs<G>-<mem>-<N>nodes<M>npus-<YYYY-MM-DD-HH-MM-SS>/`.
 """
 
@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from tinker_opt.errors import ConfigError
-from tinker_opt.model.strategy import STRATEGY_KEYS, Strategy
+from tinker_opt.strategy import STRATEGY_KEYS, Strategy
 
 RESULTS_CSV = "results.csv"
 SUMMARY_JSON = "summary.json"

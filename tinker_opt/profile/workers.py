@@ -5,7 +5,7 @@ The parent (`measure_in_workers`) deals the rows still to measure round-robin ov
 out-of-memory frontier), starts `python -m tinker_opt.profile.workers JOB RANK` per device
 (npu / cuda: device RANK; cpu: N processes sharing the cores), and reads the rows each worker
 appends as JSON lines, so blocks.csv grows while they run and an interrupted run resumes as a
-single-process one does. A row is measured by the same `runner.attempt_row` in either mode, so the
+single-process one does. A row is measured by the same `rows.measure_row` in either mode, so the
 two give the same rows (times aside, which are measurements).
 """
 
@@ -122,7 +122,8 @@ def _worker(job: dict[str, Any], rank: int) -> None:
     import torch
 
     from tinker_opt.profile.device import detect_device
-    from tinker_opt.profile.runner import ProfileSettings, kernel_set, measure_row, settings_from_dict
+    from tinker_opt.profile.rows import kernel_set, measure_row
+    from tinker_opt.profile.settings import MeasureSettings
     from tinker_opt.profile.space import OomFrontier
 
     torch.set_num_threads(job["threads"])
@@ -132,7 +133,7 @@ def _worker(job: dict[str, Any], rank: int) -> None:
             import torch_npu  # noqa: F401
         getattr(torch, kind).set_device(rank)
     device = detect_device(kind)
-    settings: ProfileSettings = settings_from_dict(job["settings"])
+    settings = MeasureSettings.from_dict(job["settings"])
     model = ModelSpec.from_dict(job["model"])
     kernels = kernel_set(model, settings, device)
     rows: dict[tuple, dict[str, Any]] = {}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from tinker_opt.errors import ConfigError
-from tinker_opt.model.strategy import (MODELLED_CP_ALGOS, OUTER_RULES, RECOMPUTE_KINDS,
+from tinker_opt.strategy import (MODELLED_CP_ALGOS, OUTER_RULES, RECOMPUTE_KINDS,
                                        Strategy)
 
 SEARCHED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo")
