@@ -151,6 +151,8 @@ TABLE = (
     _s("device", "str", "auto", "Profiling device: auto | npu | cuda | cpu | analytic.", P),
     _s("repeats", "int", 5, "Timed repeats per block (median reported).", P, positive=True),
     _s("warmup", "int", 2, "Untimed warm-up runs per block (the memory pass counts as the first).", P),
+    _s("devices", "int", None, "Local devices to profile on at once, one worker process each (default: every device; 1 on the CPU).", P, positive=True),
+    _s("blocks", "str", "reference", "Decoder-layer source: reference | megatron-core (needs the megatron extra).", P),
     # search and simulate
     _s("profiled_data_path", "str", None, "Profiled-data folder (a bare name is looked up under ./profiled_data).", f"{S} {M}"),
     _s("pretrain_script_path_search", "str", None, "Script to rewrite into tuned configs (default: the profiled one).", S),

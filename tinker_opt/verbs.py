@@ -109,6 +109,7 @@ def profile_folder(settings: ProfileSettings, labels: ScriptLabels) -> Path:
 
 def run_profile(settings: ProfileSettings, *, progress: Progress | None = None, log: Log | None = None) -> Path:
     """Read the script, profile its blocks on the chosen device (or analytically) and return the folder."""
+    from tinker_opt.profile.kernels import script_flags
     from tinker_opt.profile.runner import MeasureSettings, run_profile as measure
     from tinker_opt.script.reader import read_script
 
@@ -117,7 +118,8 @@ def run_profile(settings: ProfileSettings, *, progress: Progress | None = None, 
     labels = labels_for(settings.pretrain_script_path, settings.model_name, settings.model_size)
     out_dir = profile_folder(settings, labels)
     analytic = settings.device == "analytic"
-    measure_settings = MeasureSettings.from_settings(replace(settings, device="cpu") if analytic else settings)
+    measure_settings = MeasureSettings.from_settings(replace(settings, device="cpu") if analytic else settings,
+                                                     kernel_flags=script_flags(info.launch))
     if analytic:
         from tinker_opt.hardware import load_hardware
         from tinker_opt.profile.analytic import analytic_profile
