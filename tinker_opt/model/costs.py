@@ -93,7 +93,7 @@ class CostModel:
         cached = self._cache.get(outer)
         if cached is not None:
             return cached
-        method = "block" if outer.recompute == "full" else None
+        method = (outer.recompute_method or "block") if outer.recompute == "full" else None
         algo = outer.cp_algo if outer.cp > 1 else None
         key = outer
         if (outer.num_layer_list, outer.recompute_num_layers, outer.recompute_method, outer.cp_algo) != (
@@ -122,7 +122,8 @@ class CostModel:
         even = len(set(layers)) == 1
         return outer.replace(num_layer_list=None if even else tuple(int(n) for n in layers),
                              recompute_num_layers=int(r) if outer.recompute == "full" else None,
-                             recompute_method="block" if outer.recompute == "full" else None)
+                             recompute_method=(outer.recompute_method or "block") if outer.recompute == "full"
+                             else None)
 
 
 def evaluation_of(c: SplitCoefficients, strategy: Strategy, layers: tuple[int, ...], r: int,

@@ -133,7 +133,8 @@ class Strategy:
         if self.recompute == "selective":
             parts.append("rc_sel")
         elif self.recompute == "full":
-            parts.append(f"rc_full{self.recompute_num_layers or ''}")
+            method = "_uni" if self.recompute_method == "uniform" else ""
+            parts.append(f"rc_full{method}{self.recompute_num_layers or ''}")
         if self.num_layer_list is not None:
             parts.append("L" + "_".join(str(n) for n in self.num_layer_list))
         return "-".join(parts)
@@ -232,9 +233,6 @@ def _rule_vpp(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None
 
 
 def _rule_recompute_kind(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
-    if s.recompute == "full" and s.recompute_method not in (None, "block"):
-        return (f"recompute_method {s.recompute_method!r} is not modelled; use 'block' "
-                "(each stage recomputes its first recompute_num_layers layers)")
     if s.recompute != "full" and s.recompute_num_layers is not None:
         return f"recompute_num_layers ({s.recompute_num_layers}) applies to full recompute only"
     return None
