@@ -17,12 +17,30 @@ balanced stages; `tail_s` is the stage's exposed gradient synchronisation plus i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from tinker_opt.model.recompute import chunk_plan
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.costs.recompute import chunk_plan
+from tinker_opt.strategy import Strategy
+
+
+@dataclass(eq=False)
+class Memo:
+    """Values derived from one SplitCoefficients, each computed on first use by the module that
+    owns it: the coefficients stay frozen and this is their one mutable part."""
+
+    prefix: dict[str, list[int]] | None = None
+    """Prefix sums of the layer arrays (`_prefix_sums` below)."""
+    scalars: Any = None
+    """Scalar coefficients of a uniform stack (layer_split.Scalars.of)."""
+    recompute_bounds: dict[int, int] | None = None
+    """{r: lower bound} (bounds.recompute_bounds)."""
+    range_costs: tuple[int, Any] | None = None
+    """(r, tables) of the last r tabulated (mixed_split.range_costs)."""
+    mixed_terms: dict[int, Any] = field(default_factory=dict)
+    """Per-r bound terms of a mixed stack (mixed_split.bound_terms_for_r)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,6 +99,8 @@ class SplitCoefficients:
     """Some block cost was interpolated in the micro-batch size."""
     uniform: bool = False
     """The model has one layer kind (then every layer costs the same by construction)."""
+    memo: Memo = field(default_factory=Memo, repr=False, compare=False)
+    """Derived values computed on first use (Memo)."""
 
     @property
     def homogeneous(self) -> bool:
@@ -90,11 +110,6 @@ class SplitCoefficients:
         arrays = (self.layer_time_ns, self.layer_recompute_ns, self.layer_static_bytes,
                   self.layer_act_bytes, self.layer_input_bytes, self.layer_tail_ns)
         return all(bool((a == a[0]).all()) for a in arrays)
-
-    @property
-    def even_only(self) -> bool:
-        """The split is fixed (virtual pipeline: Megatron never combines it with a layer list)."""
-        return self.vpp > 1
 
     @property
     def method(self) -> str | None:
@@ -107,6 +122,47 @@ class SplitCoefficients:
     def checkpoint_bytes(self) -> int:
         """What one `uniform` group keeps per micro-batch: its input, the hidden state (recompute.py)."""
         return int(self.layer_input_bytes.max())
+
+    def stage_costs(self, layers: tuple[int, ...], r: int) -> list[StageCost]:
+        """The per-stage integers of a split (`layers` per stage, recompute count r, 0 for none):
+        the one definition of the per-stage sums, for uniform and mixed stacks alike.
+
+        Full recompute per chunk (recompute.chunk_plan, Megatron's `_checkpointed_forward`):
+        `block` recomputes the first min(r, n) layers of each chunk, which keep their inputs;
+        `uniform` recomputes every layer and keeps ceil(n / r) group inputs. The working set of
+        the group being recomputed is the largest over the stage's chunks."""
+        pre = _prefix_sums(self)
+        method = self.method
+        out = []
+        for s in range(self.num_stages):
+            total = dict.fromkeys(_PREFIXED, 0)
+            num, num_rc, recompute_ns, rc_input, rc_act, work_layers = 0, 0, 0, 0, 0, 0
+            for start, end in _chunk_bounds(self, layers, s):
+                plan = chunk_plan(method, end - start, r)
+                cut = start + plan.recomputed
+                for name in _PREFIXED:
+                    total[name] += pre[name][end] - pre[name][start]
+                recompute_ns += pre["layer_recompute_ns"][cut] - pre["layer_recompute_ns"][start]
+                if method == "uniform":
+                    rc_input += plan.checkpoints * self.checkpoint_bytes
+                else:
+                    rc_input += pre["layer_input_bytes"][cut] - pre["layer_input_bytes"][start]
+                rc_act += pre["layer_act_bytes"][cut] - pre["layer_act_bytes"][start]
+                num, num_rc = num + end - start, num_rc + cut - start
+                work_layers = max(work_layers, plan.work_layers)
+            out.append(_stage_cost(self, s, total, num, num_rc, recompute_ns, rc_input, rc_act, work_layers))
+        return out
+
+    def iteration_time_ns_x_v(self, stages: list[StageCost]) -> int:
+        """The objective, v * T in ns: sum_s t_s + (m*v - 1) * max_s t_s + v * max_s tail_s
+        (module docstring)."""
+        times = [st.time_ns for st in stages]
+        return (sum(times) + (self.num_microbatches * self.vpp - 1) * max(times)
+                + self.vpp * max(st.tail_ns for st in stages))
+
+    def time_ns_x_v(self, layers: tuple[int, ...], r: int) -> int:
+        """v * T in ns of a split (layers per stage, recompute count r)."""
+        return self.iteration_time_ns_x_v(self.stage_costs(layers, r))
 
 
 @dataclass(frozen=True)
@@ -135,11 +191,9 @@ _PREFIXED = ("layer_time_ns", "layer_comm_ns", "layer_recompute_ns", "layer_tail
 
 def _prefix_sums(c: SplitCoefficients) -> dict[str, list[int]]:
     """Prefix sums of the layer arrays (Python ints), so a range of layers sums in O(1)."""
-    cached = c.__dict__.get("_prefix")
-    if cached is None:
-        cached = {name: [0] + np.cumsum(getattr(c, name)).tolist() for name in _PREFIXED}
-        object.__setattr__(c, "_prefix", cached)
-    return cached
+    if c.memo.prefix is None:
+        c.memo.prefix = {name: [0] + np.cumsum(getattr(c, name)).tolist() for name in _PREFIXED}
+    return c.memo.prefix
 
 
 def _chunk_bounds(c: SplitCoefficients, layers: tuple[int, ...], s: int) -> list[tuple[int, int]]:
@@ -149,36 +203,6 @@ def _chunk_bounds(c: SplitCoefficients, layers: tuple[int, ...], s: int) -> list
         return [(start, start + layers[s])]
     size = c.num_layers // (c.num_stages * c.vpp)
     return [((j * c.num_stages + s) * size, (j * c.num_stages + s + 1) * size) for j in range(c.vpp)]
-
-
-def stage_costs(c: SplitCoefficients, layers: tuple[int, ...], r: int) -> list[StageCost]:
-    """The per-stage integers of a split (`layers` per stage, recompute count r, 0 for none).
-
-    Full recompute per chunk (recompute.chunk_plan, Megatron's `_checkpointed_forward`): `block`
-    recomputes the first min(r, n) layers of each chunk, which keep their inputs; `uniform`
-    recomputes every layer and keeps ceil(n / r) group inputs. The working set of the group being
-    recomputed is the largest over the stage's chunks."""
-    pre = _prefix_sums(c)
-    method = c.method
-    out = []
-    for s in range(c.num_stages):
-        total = dict.fromkeys(_PREFIXED, 0)
-        num, num_rc, recompute_ns, rc_input, rc_act, work_layers = 0, 0, 0, 0, 0, 0
-        for start, end in _chunk_bounds(c, layers, s):
-            plan = chunk_plan(method, end - start, r)
-            cut = start + plan.recomputed
-            for name in _PREFIXED:
-                total[name] += pre[name][end] - pre[name][start]
-            recompute_ns += pre["layer_recompute_ns"][cut] - pre["layer_recompute_ns"][start]
-            if method == "uniform":
-                rc_input += plan.checkpoints * c.checkpoint_bytes
-            else:
-                rc_input += pre["layer_input_bytes"][cut] - pre["layer_input_bytes"][start]
-            rc_act += pre["layer_act_bytes"][cut] - pre["layer_act_bytes"][start]
-            num, num_rc = num + end - start, num_rc + cut - start
-            work_layers = max(work_layers, plan.work_layers)
-        out.append(_stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act, work_layers))
-    return out
 
 
 def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act, work_layers) -> StageCost:
@@ -197,10 +221,3 @@ def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act, work_l
     other = v * work_layers * c.work_bytes  # the group being recomputed (recompute.py)
     return StageCost(num, num_rc, time_ns, comm_ns, recompute_ns, tail_ns, tail_sync_ns, static,
                      optimizer, grad, transient, act, other, static + act + other)
-
-
-def iteration_time_ns_x_v(c: SplitCoefficients, stages: list[StageCost]) -> int:
-    """v * T in ns: sum_s t_s + (m*v - 1) * max_s t_s + v * max_s tail_s (module docstring)."""
-    times = [st.time_ns for st in stages]
-    return (sum(times) + (c.num_microbatches * c.vpp - 1) * max(times)
-            + c.vpp * max(st.tail_ns for st in stages))
