@@ -25,6 +25,15 @@ NOT_RECOMPUTE = {
 """Scripts refused for a rule that is not about recompute (left to the context-parallel work)."""
 
 
+def _computing_layers(layer_list, noop_layers) -> tuple[int, ...]:
+    """The script's per-stage layer counts (noop layers included) as computing layers per stage."""
+    noop, out, start = set(noop_layers), [], 0
+    for count in layer_list:
+        out.append(sum(1 for index in range(start, start + count) if index not in noop))
+        start += count
+    return tuple(out)
+
+
 def _cost_model(script: Path, tmp: Path):
     from tinker_opt.profile.analytic import analytic_profile
     from tinker_opt.profile.space import SpaceLimits
@@ -38,6 +47,8 @@ def _cost_model(script: Path, tmp: Path):
     limits = SpaceLimits(max_npu=max(8, s.tp), max_mbs=s.mbs, prof_tp=(s.tp,), extra_tp=(s.tp,),
                          prof_sp=(int(s.sp),), prof_cp=(s.cp,), prof_ep=(s.ep,) if moe else None,
                          extra_ep=(s.ep,) if moe else (), extra_mbs=(s.mbs,))
+    if s.num_layer_list is not None and model.noop_layers:
+        s = s.replace(num_layer_list=_computing_layers(s.num_layer_list, model.noop_layers))
     profiled = load_profiled_data(analytic_profile(model, hardware, tmp / script.stem, limits=limits))
     devices = s.world_size
     cluster = ClusterSpec(num_nodes=max(1, devices // 8), devices_per_node=min(8, devices),
