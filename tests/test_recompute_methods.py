@@ -137,3 +137,24 @@ def test_block_per_virtual_chunk(interleaved):
 def test_recompute_count_above_the_chunk_is_refused(interleaved):
     with pytest.raises(StrategyError, match="recompute_num_layers"):
         interleaved.evaluate(_full(4, "uniform", 3, vpp=2))
+
+
+def test_activation_function_recompute_saves_the_mlp_activation():
+    """MindSpeed's --recompute-activation-function: a kept layer drops tokens * ffn/tp * bpe (the
+    activation output) and re-runs SwiGLU (read 2 ffn/tp, write ffn/tp at the HBM bandwidth); a
+    fully recomputed layer is unchanged (MindSpeed skips it there)."""
+    model = dense_model(num_layers=4, hidden=512, heads=4, seq=512)
+    profile = synthetic_profile(model, tps=(1,), cps=(1,), mbss=(1,))
+    plain, recomputing = (CostModel.from_profile(profile, model, cluster(1, 1, 100_000), 8, recompute_activation=on)
+                          for on in (False, True))
+    saved = 512 * model.ffn_hidden_size * 2
+    extra_ns = round(3 * saved / 1600e3 * 1000)  # default HBM bandwidth 1600 GB/s
+    kept = Strategy(mbs=1)
+    a, b = plain.coefficients(kept), recomputing.coefficients(kept)
+    assert int(a.layer_act_bytes[0]) - int(b.layer_act_bytes[0]) == saved
+    assert int(b.layer_time_ns[0]) - int(a.layer_time_ns[0]) == pytest.approx(extra_ns, abs=1)
+    full = _full(1, "block", 2)
+    a, b = plain.coefficients(full), recomputing.coefficients(full)
+    both = lambda c: int(c.layer_time_ns[0]) + int(c.layer_recompute_ns[0])
+    assert both(b) == pytest.approx(both(a), abs=1)
+    assert recomputing.evaluate(full).peak_memory_mb < plain.evaluate(full).peak_memory_mb  # 2 kept layers

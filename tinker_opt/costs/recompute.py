@@ -90,3 +90,27 @@ def caps_from_memory(memory: np.ndarray, limit: int) -> np.ndarray:
     even n = 0 does not fit."""
     fits = memory <= limit
     return np.cumprod(fits, axis=1).sum(axis=1).astype(np.int64) - 1
+
+
+def activation_function_terms(model, kind: str, tokens: int, tp: int, bytes_per_element: int,
+                              memory_bandwidth_gbs: float) -> tuple[int, float]:
+    """(bytes not kept, extra microseconds) per layer and micro-batch of MindSpeed's
+    `--recompute-activation-function` (Ascend/MindSpeed mindspeed/core/memory/recompute/activation/
+    activation_recompute_forward.py and recompute_common.py `should_recompute`).
+
+    The MLP's activation function runs under `CheckpointWithoutOutput`: its output (the input of
+    linear_fc2, [tokens, ffn/tp]) is freed right after linear_fc2's forward and recomputed from the
+    kept linear_fc1 output just before linear_fc2's backward. Saved: tokens * ffn/tp * bpe per
+    MLP. Time: one more activation forward, elementwise, counted memory-bound at the HBM
+    bandwidth: it reads the fc1 output (2 ffn/tp wide with a gated unit such as SwiGLU, else
+    ffn/tp) and writes ffn/tp (ASSUMPTION: no fusion with the fc2 backward).
+    Applied to the dense MLP and the shared experts of MoE layers (Megatron's `MLP` class, which
+    the feature patches); the routed experts' grouped MLP is left as is (ASSUMPTION).
+    `tokens` is the micro-batch's tokens on one context-parallel rank (the MLP sees the whole
+    sequence slice even with sequence parallelism)."""
+    width = model.ffn_hidden_size if kind == "dense" else (model.moe_shared_expert_intermediate_size or 0)
+    if width <= 0:
+        return 0, 0.0
+    out_bytes = tokens * (width // tp) * bytes_per_element
+    moved = out_bytes * ((2 if model.swiglu else 1) + 1)
+    return out_bytes, moved / (memory_bandwidth_gbs * 1e3)  # 1 GB/s = 1e3 B/us
