@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
-from tinker_opt.solve.mixed_split import bound_terms_for_r, mixed_recompute_bounds
+from tinker_opt.solve.mixed_split import bound_terms_for_r, mixed_recompute_bounds, uniform_fits
 from tinker_opt.solve.layer_split import (Scalars, best_even, best_split, inverse_caps, min_feasible,
                                           memory_caps, pack, recompute_range, shape_of)
 from tinker_opt.costs.recompute import piecewise
@@ -54,7 +54,10 @@ def is_feasible(c: SplitCoefficients) -> bool:
     if c.vpp > 1:
         return min_recompute_even(c) is not None
     if c.method == "uniform":  # no r uses the least memory everywhere: some r must fit
-        return bool(recompute_bounds(c))
+        if not c.homogeneous:
+            return uniform_fits(c, recompute_range(c))
+        k = Scalars.of(c)
+        return any(pack(memory_caps(c, k, r), c.num_layers) is not None for r in recompute_range(c))
     if not c.homogeneous:
         return bound_terms_for_r(c, recompute_range(c)[-1]) is not None  # most recompute: least memory
     caps = loosest_caps(c, Scalars.of(c))

@@ -207,3 +207,26 @@ def least_peak_split(c: SplitCoefficients, r: int) -> tuple[tuple[int, ...], int
     index = _first_feasible(values, lambda v: _reachable(ranges & (rc.memory <= v)))
     peak = int(values[index])
     return _least_sum(rc, ranges & (rc.memory <= peak))[1], peak
+
+
+def uniform_fits(c: SplitCoefficients, r_values) -> bool:
+    """Whether some split fits with the `uniform` method and some r in r_values (v = 1), exactly:
+    the memory tables of range_costs without the time tables, a necessary check first (every
+    range holds at least one checkpoint and one layer's working set), then r by r, stopping at
+    the first that fits."""
+    L = c.num_layers
+    b = np.arange(L + 1)[:, None]
+    e = np.arange(L + 1)[None, :]
+    n = np.maximum(e - b, 0)
+    static = _prefix(c.layer_static_bytes)
+    kk = c.stage_inflight_x_v.astype(np.int64)[:, None, None]
+    base = ((static[e] - static[b])[None] + c.stage_static_bytes[:, None, None]
+            + kk * c.stage_act_bytes[:, None, None])
+    ranges = (n > 0)[None]
+    if not _reachable(ranges & (base + kk * c.checkpoint_bytes + c.work_bytes <= c.memory_limit_bytes)):
+        return False
+    for r in r_values:
+        memory = base + kk * (-(-n // r) * c.checkpoint_bytes)[None] + (np.minimum(r, n) * c.work_bytes)[None]
+        if _reachable(ranges & (memory <= c.memory_limit_bytes)):
+            return True
+    return False
