@@ -323,6 +323,7 @@ def _strategy_from_flags(settings: SimulateSettings, num_devices: int, num_layer
         ep=settings.simu_ep, etp=settings.simu_etp, sp=settings.simu_sp, dist_opt=dist_opt,
         mbs=settings.micro_batch_size, num_layer_list=settings.num_layer_list, recompute=settings.recompute,
         recompute_num_layers=settings.recompute_num_layers, cp=settings.simu_cp, cp_algo=settings.cp_algo,
+        recompute_method=settings.recompute_method,
         vpp=settings.simu_vpp)
 
 
