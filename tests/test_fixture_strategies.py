@@ -53,8 +53,9 @@ def _cost_model(script: Path, tmp: Path):
     devices = s.world_size
     cluster = ClusterSpec(num_nodes=max(1, devices // 8), devices_per_node=min(8, devices),
                           memory_limit_mb=64 * 1024)
+    act = info.train.recompute_activation_function and info.train.recompute_activation_function_num_layers is None
     return CostModel.from_profile(profiled, profiled.model, cluster, info.train.global_batch_size,
-                                  hardware=hardware), s
+                                  hardware=hardware, recompute_activation=bool(act)), s
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.name for p in SCRIPTS])

@@ -91,8 +91,13 @@ def _cost_model(profiled, model, cluster: ClusterSpec, global_batch_size: int, s
 
     hardware = load_hardware(settings.hardware) if settings.hardware else None
     swap = info.train.swap_optimizer_times if info is not None else profiled.meta.swap_optimizer_times
+    # MindSpeed's activation-function recompute, priced for every kept layer; a layer count
+    # (first N layers of each chunk) is not modelled and stays out (flags.py warns).
+    act = (info is not None and info.train.recompute_activation_function
+           and info.train.recompute_activation_function_num_layers is None)
     return CostModel.from_profile(profiled, model, cluster, global_batch_size, hardware=hardware,
-                                  inter_node_bandwidth_gbs=settings.inter_node_bandwidth, swap_optimizer_times=swap)
+                                  inter_node_bandwidth_gbs=settings.inter_node_bandwidth, swap_optimizer_times=swap,
+                                  recompute_activation=bool(act))
 
 
 # --- profile ------------------------------------------------------------------------------------
