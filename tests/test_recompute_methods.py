@@ -158,3 +158,17 @@ def test_activation_function_recompute_saves_the_mlp_activation():
     both = lambda c: int(c.layer_time_ns[0]) + int(c.layer_recompute_ns[0])
     assert both(b) == pytest.approx(both(a), abs=1)
     assert recomputing.evaluate(full).peak_memory_mb < plain.evaluate(full).peak_memory_mb  # 2 kept layers
+
+
+def test_uniform_only_search_that_fits_nothing_explains_itself():
+    """The infeasibility hint prices uniform with one layer per group (block's every-layer memory)."""
+    from tinker_opt.errors import InfeasibleError
+    from tinker_opt.solve.search import search
+    from tinker_opt.solve.space import SearchSpace
+
+    model = dense_model(num_layers=4, hidden=512, heads=4, seq=512)
+    profile = synthetic_profile(model, tps=(1,), cps=(1,), mbss=(1,))
+    cost_model = CostModel.from_profile(profile, model, cluster(1, 2, 20), 8)
+    space = SearchSpace(max_mbs=1, recompute=("full",), recompute_methods=("uniform",))
+    with pytest.raises(InfeasibleError, match=r"needs at least \d+ MB"):
+        search(cost_model, solver="cpsat", cpus=1, top_k=1, space=space)
