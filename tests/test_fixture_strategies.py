@@ -19,8 +19,8 @@ from tinker_opt.specs import ClusterSpec
 
 SCRIPTS = sorted((Path(__file__).parent / "fixtures" / "scripts").glob("*.sh"))
 NOT_RECOMPUTE = {
-    "pretrain_chatglm3_6b_64k_ptd.sh": "hybrid_cp_algo is not modelled (context parallelism, not recompute)",
-    "pretrain_qwen25_7b_32k_ptd.sh": "Ulysses needs heads (28) divisible by tp*cp (8) (context parallelism rule)",
+    "pretrain_chatglm3_6b_64k_ptd.sh": "hybrid_cp_algo is not modelled (a context-parallel rule)",
+    "pretrain_qwen25_7b_32k_ptd.sh": "Ulysses: heads (28) not divisible by tp*cp (8)",
 }
 """Scripts refused for a rule that is not about recompute (left to the context-parallel work)."""
 
@@ -44,18 +44,38 @@ def _cost_model(script: Path, tmp: Path):
     s, model = info.train.strategy, info.model
     hardware = load_hardware("910b")
     moe = model.is_moe
-    limits = SpaceLimits(max_npu=max(8, s.tp), max_mbs=s.mbs, prof_tp=(s.tp,), extra_tp=(s.tp,),
-                         prof_sp=(int(s.sp),), prof_cp=(s.cp,), prof_ep=(s.ep,) if moe else None,
-                         extra_ep=(s.ep,) if moe else (), extra_mbs=(s.mbs,))
+    limits = SpaceLimits(
+        max_npu=max(8, s.tp),
+        max_mbs=s.mbs,
+        prof_tp=(s.tp,),
+        extra_tp=(s.tp,),
+        prof_sp=(int(s.sp),),
+        prof_cp=(s.cp,),
+        prof_ep=(s.ep,) if moe else None,
+        extra_ep=(s.ep,) if moe else (),
+        extra_mbs=(s.mbs,),
+    )
     if s.num_layer_list is not None and model.noop_layers:
         s = s.replace(num_layer_list=_computing_layers(s.num_layer_list, model.noop_layers))
-    profiled = load_profiled_data(analytic_profile(model, hardware, tmp / script.stem, limits=limits))
+    profiled = load_profiled_data(
+        analytic_profile(model, hardware, tmp / script.stem, limits=limits)
+    )
     devices = s.world_size
-    cluster = ClusterSpec(num_nodes=max(1, devices // 8), devices_per_node=min(8, devices),
-                          memory_limit_mb=64 * 1024)
-    act = info.train.recompute_activation_function and info.train.recompute_activation_function_num_layers is None
-    return CostModel.from_profile(profiled, profiled.model, cluster, info.train.global_batch_size,
-                                  hardware=hardware, recompute_activation=bool(act)), s
+    cluster = ClusterSpec(
+        num_nodes=max(1, devices // 8), devices_per_node=min(8, devices), memory_limit_mb=64 * 1024
+    )
+    act = (
+        info.train.recompute_activation_function
+        and info.train.recompute_activation_function_num_layers is None
+    )
+    return CostModel.from_profile(
+        profiled,
+        profiled.model,
+        cluster,
+        info.train.global_batch_size,
+        hardware=hardware,
+        recompute_activation=bool(act),
+    ), s
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.name for p in SCRIPTS])
@@ -66,9 +86,16 @@ def test_own_strategy_simulates_and_search_is_exact(script, tmp_path):
     evaluation = cost_model.evaluate(strategy)
     assert evaluation.iteration_time_ms > 0
     assert evaluation.strategy.recompute_method == strategy.recompute_method
-    space = SearchSpace(max_mbs=strategy.mbs, tp=(strategy.tp,), pp=(strategy.pp,), cp=(strategy.cp,),
-                        ep=(strategy.ep,), vpp=(strategy.vpp,), allow_sp=strategy.sp or strategy.tp == 1,
-                        **({"cp_algos": (strategy.cp_algo,)} if strategy.cp > 1 else {}))
+    space = SearchSpace(
+        max_mbs=strategy.mbs,
+        tp=(strategy.tp,),
+        pp=(strategy.pp,),
+        cp=(strategy.cp,),
+        ep=(strategy.ep,),
+        vpp=(strategy.vpp,),
+        allow_sp=strategy.sp or strategy.tp == 1,
+        **({"cp_algos": (strategy.cp_algo,)} if strategy.cp > 1 else {}),
+    )
     try:
         result = search(cost_model, solver="cpsat", cpus=1, top_k=1, space=space, time_limit_s=60)
     except InfeasibleError:

@@ -11,8 +11,8 @@ under test.
 from __future__ import annotations
 
 import pytest
-
 from model_support import cluster, dense_model, synthetic_profile
+
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.errors import StrategyError
 from tinker_opt.strategy import Strategy
@@ -25,9 +25,14 @@ def _cost_model(num_layers: int, devices: int, gbs: int = 8) -> CostModel:
 
 
 def _scalars(c):
-    """(layer time, recompute, input, kept activations, one layer's full activations) in ns / bytes."""
-    return (int(c.layer_time_ns[0]), int(c.layer_recompute_ns[0]), int(c.layer_input_bytes[0]),
-            int(c.layer_act_bytes[0]), int(c.work_bytes))
+    """(layer time, recompute, input, kept activations, full activations): ns / bytes."""
+    return (
+        int(c.layer_time_ns[0]),
+        int(c.layer_recompute_ns[0]),
+        int(c.layer_input_bytes[0]),
+        int(c.layer_act_bytes[0]),
+        int(c.work_bytes),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +48,9 @@ def interleaved():
 
 
 def _full(pp: int, method: str, r: int, **extra) -> Strategy:
-    return Strategy(pp=pp, mbs=1, recompute="full", recompute_method=method, recompute_num_layers=r, **extra)
+    return Strategy(
+        pp=pp, mbs=1, recompute="full", recompute_method=method, recompute_num_layers=r, **extra
+    )
 
 
 def test_uniform_groups_of_three_in_four_layers(two_stages):
@@ -57,7 +64,9 @@ def test_uniform_groups_of_three_in_four_layers(two_stages):
         assert st.recompute_layers == 4
         assert st.time_ns == 4 * a + 4 * f + int(c.stage_time_ns[s])
         assert st.recompute_ns == 4 * f
-        assert st.act_bytes_x_v == int(c.stage_inflight_x_v[s]) * (2 * inp + int(c.stage_act_bytes[s]))
+        assert st.act_bytes_x_v == int(c.stage_inflight_x_v[s]) * (
+            2 * inp + int(c.stage_act_bytes[s])
+        )
         assert st.other_bytes_x_v == 3 * work
     evaluation = two_stages.evaluate(strategy)
     assert evaluation.time_ns_x_vpp == c.iteration_time_ns_x_v(stages)
@@ -72,12 +81,14 @@ def test_block_recomputes_the_first_layers_only(two_stages):
     for s, st in enumerate(c.stage_costs((4, 4), 3)):
         assert st.recompute_layers == 3
         assert st.time_ns == 4 * a + 3 * f + int(c.stage_time_ns[s])
-        assert st.act_bytes_x_v == int(c.stage_inflight_x_v[s]) * (3 * inp + act + int(c.stage_act_bytes[s]))
+        assert st.act_bytes_x_v == int(c.stage_inflight_x_v[s]) * (
+            3 * inp + act + int(c.stage_act_bytes[s])
+        )
         assert st.other_bytes_x_v == work
 
 
 def test_uniform_one_equals_block_over_the_whole_chunk(two_stages):
-    """Both checkpoint every layer: the same time and memory (Korthikanti et al.'s full recompute)."""
+    """Both checkpoint every layer: same time and memory (Korthikanti et al.'s full recompute)."""
     uniform = two_stages.evaluate(_full(2, "uniform", 1))
     block = two_stages.evaluate(_full(2, "block", 4))
     assert uniform.time_ns_x_vpp == block.time_ns_x_vpp
@@ -85,7 +96,7 @@ def test_uniform_one_equals_block_over_the_whole_chunk(two_stages):
 
 
 def test_uniform_trades_checkpoints_for_working_set(two_stages):
-    """uniform r = 4: one checkpoint per micro-batch and a 4-layer working set; same time as r = 1."""
+    """uniform r = 4: one checkpoint per micro-batch, a 4-layer working set, r = 1's time."""
     c = two_stages.coefficients(_full(2, "uniform", 4))
     _, _, inp, _, work = _scalars(c)
     one, four = c.stage_costs((4, 4), 1), c.stage_costs((4, 4), 4)
@@ -102,8 +113,12 @@ def test_uneven_split_groups_per_stage(two_stages):
     a, f, inp, _, work = _scalars(c)
     stages = c.stage_costs((5, 3), 2)
     assert [st.act_bytes_x_v for st in stages] == [
-        int(c.stage_inflight_x_v[s]) * (groups * inp + int(c.stage_act_bytes[s])) for s, groups in ((0, 3), (1, 2))]
-    assert [st.time_ns for st in stages] == [n * (a + f) + int(c.stage_time_ns[s]) for s, n in ((0, 5), (1, 3))]
+        int(c.stage_inflight_x_v[s]) * (groups * inp + int(c.stage_act_bytes[s]))
+        for s, groups in ((0, 3), (1, 2))
+    ]
+    assert [st.time_ns for st in stages] == [
+        n * (a + f) + int(c.stage_time_ns[s]) for s, n in ((0, 5), (1, 3))
+    ]
     assert [st.other_bytes_x_v for st in stages] == [2 * work, 2 * work]
 
 
@@ -118,8 +133,12 @@ def test_uniform_per_virtual_chunk(interleaved, r, groups):
     for s, st in enumerate(stages):
         assert st.recompute_layers == 4
         assert st.time_ns == 4 * (a + f) + int(c.stage_time_ns[s])
-        assert st.act_bytes_x_v == int(c.stage_inflight_x_v[s]) * (2 * groups * inp + int(c.stage_act_bytes[s]))
-        assert st.other_bytes_x_v == 2 * r * work  # v times the working set of one group of r layers
+        assert st.act_bytes_x_v == int(c.stage_inflight_x_v[s]) * (
+            2 * groups * inp + int(c.stage_act_bytes[s])
+        )
+        assert (
+            st.other_bytes_x_v == 2 * r * work
+        )  # v times the working set of one group of r layers
     assert interleaved.evaluate(strategy).time_ns_x_vpp == c.iteration_time_ns_x_v(stages)
 
 
@@ -130,7 +149,9 @@ def test_block_per_virtual_chunk(interleaved):
     for s, st in enumerate(c.stage_costs((4, 4, 4, 4), 1)):
         assert st.recompute_layers == 2
         assert st.time_ns == 4 * a + 2 * f + int(c.stage_time_ns[s])
-        assert st.act_bytes_x_v == int(c.stage_inflight_x_v[s]) * (2 * inp + 2 * act + int(c.stage_act_bytes[s]))
+        assert st.act_bytes_x_v == int(c.stage_inflight_x_v[s]) * (
+            2 * inp + 2 * act + int(c.stage_act_bytes[s])
+        )
         assert st.other_bytes_x_v == 2 * work
 
 
@@ -145,8 +166,10 @@ def test_activation_function_recompute_saves_the_mlp_activation():
     fully recomputed layer is unchanged (MindSpeed skips it there)."""
     model = dense_model(num_layers=4, hidden=512, heads=4, seq=512)
     profile = synthetic_profile(model, tps=(1,), cps=(1,), mbss=(1,))
-    plain, recomputing = (CostModel.from_profile(profile, model, cluster(1, 1, 100_000), 8, recompute_activation=on)
-                          for on in (False, True))
+    plain, recomputing = (
+        CostModel.from_profile(profile, model, cluster(1, 1, 100_000), 8, recompute_activation=on)
+        for on in (False, True)
+    )
     saved = 512 * model.ffn_hidden_size * 2
     extra_ns = round(3 * saved / 1600e3 * 1000)  # default HBM bandwidth 1600 GB/s
     kept = Strategy(mbs=1)
@@ -157,11 +180,13 @@ def test_activation_function_recompute_saves_the_mlp_activation():
     a, b = plain.coefficients(full), recomputing.coefficients(full)
     both = lambda c: int(c.layer_time_ns[0]) + int(c.layer_recompute_ns[0])
     assert both(b) == pytest.approx(both(a), abs=1)
-    assert recomputing.evaluate(full).peak_memory_mb < plain.evaluate(full).peak_memory_mb  # 2 kept layers
+    assert (
+        recomputing.evaluate(full).peak_memory_mb < plain.evaluate(full).peak_memory_mb
+    )  # 2 kept layers
 
 
 def test_uniform_only_search_that_fits_nothing_explains_itself():
-    """The infeasibility hint prices uniform with one layer per group (block's every-layer memory)."""
+    """The infeasibility hint prices uniform with one layer per group."""
     from tinker_opt.errors import InfeasibleError
     from tinker_opt.solve.search import search
     from tinker_opt.solve.space import SearchSpace

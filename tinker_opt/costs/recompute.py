@@ -74,15 +74,20 @@ def piecewise(n, low: int, high: int, knee: int):
     return low * head + high * (np.asarray(n) - head)
 
 
-def uniform_stage_memory(n: np.ndarray, r: int, *, w: int, ckpt: int, work: int, inflight: np.ndarray,
-                         fixed: np.ndarray) -> np.ndarray:
+def uniform_stage_memory(
+    n: np.ndarray, r: int, *, w: int, ckpt: int, work: int, inflight: np.ndarray, fixed: np.ndarray
+) -> np.ndarray:
     """Memory of each stage (rows) holding n layers (columns), uniform method, 1F1B:
     fixed_s + w n + K_s ceil(n / r) ckpt + min(r, n) work, with fixed_s the stage's static bytes
     plus K_s times its embedding / head activations."""
     n = np.asarray(n, dtype=np.int64)
     groups = -(-n // r)
-    return (fixed[:, None] + w * n[None, :] + inflight.astype(np.int64)[:, None] * groups[None, :] * ckpt
-            + np.minimum(r, n)[None, :] * work)
+    return (
+        fixed[:, None]
+        + w * n[None, :]
+        + inflight.astype(np.int64)[:, None] * groups[None, :] * ckpt
+        + np.minimum(r, n)[None, :] * work
+    )
 
 
 def caps_from_memory(memory: np.ndarray, limit: int) -> np.ndarray:
@@ -92,8 +97,9 @@ def caps_from_memory(memory: np.ndarray, limit: int) -> np.ndarray:
     return np.cumprod(fits, axis=1).sum(axis=1).astype(np.int64) - 1
 
 
-def activation_function_terms(model, kind: str, tokens: int, tp: int, bytes_per_element: int,
-                              memory_bandwidth_gbs: float) -> tuple[int, float]:
+def activation_function_terms(
+    model, kind: str, tokens: int, tp: int, bytes_per_element: int, memory_bandwidth_gbs: float
+) -> tuple[int, float]:
     """(bytes not kept, extra microseconds) per layer and micro-batch of MindSpeed's
     `--recompute-activation-function` (Ascend/MindSpeed mindspeed/core/memory/recompute/activation/
     activation_recompute_forward.py and recompute_common.py `should_recompute`).
@@ -108,7 +114,11 @@ def activation_function_terms(model, kind: str, tokens: int, tp: int, bytes_per_
     the feature patches); the routed experts' grouped MLP is left as is (ASSUMPTION).
     `tokens` is the micro-batch's tokens on one context-parallel rank (the MLP sees the whole
     sequence slice even with sequence parallelism)."""
-    width = model.ffn_hidden_size if kind == "dense" else (model.moe_shared_expert_intermediate_size or 0)
+    width = (
+        model.ffn_hidden_size
+        if kind == "dense"
+        else (model.moe_shared_expert_intermediate_size or 0)
+    )
     if width <= 0:
         return 0, 0.0
     out_bytes = tokens * (width // tp) * bytes_per_element
