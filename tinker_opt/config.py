@@ -186,7 +186,9 @@ TABLE = (
     _s("micro_batch_size", "int", 1, "Micro-batch size.", M, positive=True, aliases=("--mbs",)),
     _s("num_layer_list", "int_list", None, "Layers per pipeline stage, e.g. 4,4,4,4.", M, positive=True),
     _s("recompute", "recompute", "none", "none | selective | full (Tinker's 0/1 = none/full).", M),
-    _s("recompute_num_layers", "int", None, "Layers per stage fully recomputed (default: all).", M, positive=True),
+    _s("recompute_num_layers", "int", None, "Layers per stage fully recomputed (default: all; uniform: 1).", M,
+       positive=True),
+    _s("recompute_method", "str", None, "Full recompute method: block | uniform (Megatron's; default block).", M),
 )
 """Every setting. A key may have one row per meaning (max_mbs: what to profile / what to search)."""
 

@@ -91,8 +91,13 @@ def _cost_model(profiled, model, cluster: ClusterSpec, global_batch_size: int, s
 
     hardware = load_hardware(settings.hardware) if settings.hardware else None
     swap = info.train.swap_optimizer_times if info is not None else profiled.meta.swap_optimizer_times
+    # MindSpeed's activation-function recompute, priced for every kept layer; a layer count
+    # (first N layers of each chunk) is not modelled and stays out (flags.py warns).
+    act = (info is not None and info.train.recompute_activation_function
+           and info.train.recompute_activation_function_num_layers is None)
     return CostModel.from_profile(profiled, model, cluster, global_batch_size, hardware=hardware,
-                                  inter_node_bandwidth_gbs=settings.inter_node_bandwidth, swap_optimizer_times=swap)
+                                  inter_node_bandwidth_gbs=settings.inter_node_bandwidth, swap_optimizer_times=swap,
+                                  recompute_activation=bool(act))
 
 
 # --- profile ------------------------------------------------------------------------------------
@@ -373,6 +378,7 @@ def _strategy_from_flags(settings: SimulateSettings, num_devices: int, num_layer
         ep=settings.simu_ep, etp=settings.simu_etp, sp=settings.simu_sp, dist_opt=dist_opt,
         mbs=settings.micro_batch_size, num_layer_list=settings.num_layer_list, recompute=settings.recompute,
         recompute_num_layers=settings.recompute_num_layers, cp=settings.simu_cp, cp_algo=settings.cp_algo,
+        recompute_method=settings.recompute_method,
         vpp=settings.simu_vpp)
 
 

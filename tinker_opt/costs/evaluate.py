@@ -54,7 +54,8 @@ class CostModel:
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, global_batch_size: int,
                  blocks: BlockTable, comm: CommModel, *, memory_bandwidth_gbs: float | None = None,
-                 swap_optimizer_times: int | None = None, host_link_gbs: float | None = None) -> None:
+                 swap_optimizer_times: int | None = None, host_link_gbs: float | None = None,
+                 recompute_activation: bool = False) -> None:
         self.model = model
         self.cluster = cluster
         self.global_batch_size = global_batch_size
@@ -65,23 +66,26 @@ class CostModel:
         self._terms = TermBuilder(model, cluster, global_batch_size, blocks, comm,
                                   memory_bandwidth_gbs=memory_bandwidth_gbs,
                                   swap_optimizer_times=swap_optimizer_times,
-                                  host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS)
+                                  host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS,
+                                  recompute_activation=recompute_activation)
         self._cache: dict[Strategy, SplitCoefficients] = {}
 
     @classmethod
     def from_profile(cls, profiled: ProfiledData, model: ModelSpec, cluster: ClusterSpec,
                      global_batch_size: int, *, hardware: HardwareSpec | None = None,
                      inter_node_bandwidth_gbs: float | None = None,
-                     swap_optimizer_times: int | None = None) -> "CostModel":
+                     swap_optimizer_times: int | None = None, recompute_activation: bool = False) -> "CostModel":
         """Build from a loaded profiled-data folder; see CommModel for the inter-node defaults.
-        `swap_optimizer_times`: the script's `--swap-optimizer` chunk count (None: not swapping)."""
+        `swap_optimizer_times`: the script's `--swap-optimizer` chunk count (None: not swapping);
+        `recompute_activation`: MindSpeed's `--recompute-activation-function` (costs/recompute.py)."""
         comm = CommModel(profiled.comm, hardware=hardware,
                          inter_node_bandwidth_gbs=inter_node_bandwidth_gbs,
                          multi_node=cluster.num_nodes > 1, multi_device=cluster.devices_per_node > 1)
         bandwidth = hardware.memory_bandwidth_gbs if hardware is not None else None
         return cls(model, cluster, global_batch_size, BlockTable(profiled.blocks), comm,
                    memory_bandwidth_gbs=bandwidth, swap_optimizer_times=swap_optimizer_times,
-                   host_link_gbs=hardware.host_link_gbs if hardware is not None else None)
+                   host_link_gbs=hardware.host_link_gbs if hardware is not None else None,
+                   recompute_activation=recompute_activation)
 
     def available(self, tp: int, sp: bool, cp: int, ep: int, etp: int) -> bool:
         """Whether every block was profiled at this shard shape (any micro-batch size)."""
@@ -92,7 +96,7 @@ class CostModel:
         cached = self._cache.get(outer)
         if cached is not None:
             return cached
-        method = "block" if outer.recompute == "full" else None
+        method = (outer.recompute_method or "block") if outer.recompute == "full" else None
         algo = outer.cp_algo if outer.cp > 1 else None
         key = outer
         if (outer.num_layer_list, outer.recompute_num_layers, outer.recompute_method, outer.cp_algo) != (
@@ -121,7 +125,8 @@ class CostModel:
         even = len(set(layers)) == 1
         return outer.replace(num_layer_list=None if even else tuple(int(n) for n in layers),
                              recompute_num_layers=int(r) if outer.recompute == "full" else None,
-                             recompute_method="block" if outer.recompute == "full" else None)
+                             recompute_method=(outer.recompute_method or "block") if outer.recompute == "full"
+                             else None)
 
 
 def evaluation_of(c: SplitCoefficients, strategy: Strategy, layers: tuple[int, ...], r: int,
