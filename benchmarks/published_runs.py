@@ -101,15 +101,14 @@ def hardware_for(run: PublishedRun, override: str | None = None) -> HardwareSpec
     return load_hardware(name)
 
 
-def recompute_flags(strategy: dict[str, Any], num_layers_per_chunk: int) -> list[str]:
+def recompute_flags(strategy: dict[str, Any]) -> list[str]:
     kind = strategy.get("recompute", "none")
     if kind == "selective":
         return ["--recompute-granularity selective"]
     if kind == "full":
-        # Korthikanti et al. 2022 checkpoint every transformer layer: the block method over all the
-        # layers of a chunk does the same (each layer keeps only its input).
-        return ["--recompute-granularity full", "--recompute-method block",
-                f"--recompute-num-layers {num_layers_per_chunk}"]
+        # Korthikanti et al. 2022 checkpoint every transformer layer: Megatron's standard full
+        # recompute, `--recompute-method uniform --recompute-num-layers 1`, as published.
+        return ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     return []
 
 
@@ -146,7 +145,7 @@ def launch_script(run: PublishedRun) -> str:
         parallel_args.append("--use-mc2")
     training_args = [f"--micro-batch-size {s['mbs']}", f"--global-batch-size {s['gbs']}",
                      f"--{s.get('precision', 'bf16')}", "--train-iters 100", "--lr 6.0e-5",
-                     *recompute_flags(s, layers_per_chunk)]
+                     *recompute_flags(s)]
     gpus_per_node = min(8, run.n_devices)
 
     def array(name: str, flags: list[str]) -> str:
@@ -185,8 +184,7 @@ def strategy_of(run: PublishedRun) -> Strategy:
     """The published strategy in the tool's Strategy schema."""
     s = run.strategy
     full = s.get("recompute") == "full"
-    chunk = run.model["layers"] // (s["pp"] * s.get("vpp", 1))
     return Strategy(
         tp=s["tp"], pp=s["pp"], dp=s.get("dp", 1), vpp=s.get("vpp", 1), sp=bool(s.get("sp")),
         dist_opt=bool(s.get("distributed_optimizer")), mbs=s["mbs"], recompute=s.get("recompute", "none"),
-        recompute_method="block" if full else None, recompute_num_layers=chunk if full else None)
+        recompute_method="uniform" if full else None, recompute_num_layers=1 if full else None)

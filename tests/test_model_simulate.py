@@ -23,6 +23,15 @@ def test_flags_give_the_strategy_with_dp_from_the_cluster():
                                 recompute_method="block", recompute_num_layers=5, num_layer_list=(5, 3))
 
 
+def test_uniform_flag_defaults_to_one_layer_per_group():
+    """--recompute-method uniform: Megatron's usual full recompute, r = 1 unless given; it simulates."""
+    strategy = strategy_from_flags(num_devices=8, num_layers=8, pp=2, recompute="full", recompute_method="uniform")
+    assert (strategy.recompute_method, strategy.recompute_num_layers) == ("uniform", 1)
+    assert COST_MODEL.evaluate(strategy).stages[0]["recompute_layers"] == 4
+    with pytest.raises(StrategyError, match="block or uniform"):
+        strategy_from_flags(num_devices=8, num_layers=8, recompute="full", recompute_method="chunk")
+
+
 def test_indivisible_device_count_is_an_error():
     """tp*pp*cp must divide the devices."""
     with pytest.raises(StrategyError, match=r"8 devices.*tp\*pp\*cp = 3\*1\*1"):

@@ -19,6 +19,9 @@ from tinker_opt.solve.space import SearchSpace
 from tinker_opt.strategy import form_allows
 
 SPACE = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1, 2), ep=(1, 2))
+UNIFORM_SPACE = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1, 2), ep=(1, 2), recompute=("full",),
+                            recompute_methods=("uniform",))
+"""Only Megatron's uniform full recompute: every solver must price its groups and working set."""
 
 
 @st.composite
@@ -44,9 +47,9 @@ def instances(draw):
     return cost_model
 
 
-def _optimum_ms(cost_model, solver):
+def _optimum_ms(cost_model, solver, space=SPACE):
     try:
-        result = search(cost_model, solver=solver, cpus=1, top_k=3, space=SPACE, time_limit_s=30)
+        result = search(cost_model, solver=solver, cpus=1, top_k=3, space=space, time_limit_s=30)
     except InfeasibleError:
         return None, None
     return result.objective_ms, result
@@ -54,14 +57,14 @@ def _optimum_ms(cost_model, solver):
 
 @pytest.mark.filterwarnings("error")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(instances())
-def test_all_solvers_find_the_same_optimum(cost_model):
+@given(instances(), st.sampled_from([SPACE, SPACE, UNIFORM_SPACE]))
+def test_all_solvers_find_the_same_optimum(cost_model, space):
     """cpsat, milp, enum and brute force agree on the optimum (or all find nothing fits), on
-    uniform and mixed dense / MoE stacks."""
-    brute = brute_force(cost_model, _outers(cost_model, SPACE))
+    uniform and mixed dense / MoE stacks, with both recompute methods and with uniform alone."""
+    brute = brute_force(cost_model, _outers(cost_model, space))
     expected = brute[0].time_ns / 1e6 if brute else None
     for solver in ("cpsat", "milp", "enum"):
-        objective_ms, result = _optimum_ms(cost_model, solver)
+        objective_ms, result = _optimum_ms(cost_model, solver, space)
         if expected is None:
             assert objective_ms is None, solver
             continue
@@ -74,15 +77,18 @@ def test_all_solvers_find_the_same_optimum(cost_model):
 
 UNPRUNED_SPACE = SearchSpace(max_mbs=1, tp=(1, 2), cp=(1,), ep=(1, 2))
 """A smaller space: the unpruned model holds every feasible configuration at once."""
+UNIFORM_UNPRUNED_SPACE = SearchSpace(max_mbs=1, tp=(1, 2), cp=(1,), ep=(1, 2), recompute=("full",),
+                                     recompute_methods=("uniform",))
 
 
 @pytest.mark.filterwarnings("error")
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(instances())
-def test_unpruned_models_match_brute_force(cost_model):
+@given(instances(), st.booleans())
+def test_unpruned_models_match_brute_force(cost_model, uniform_only):
     """The CP-SAT and MILP models over every feasible configuration (no pruning) reach the
     brute-force optimum, and their solutions' integers are evaluate()'s."""
-    outers = [o for o in _outers(cost_model, UNPRUNED_SPACE) if is_feasible(cost_model.coefficients(o))]
+    space = UNIFORM_UNPRUNED_SPACE if uniform_only else UNPRUNED_SPACE
+    outers = [o for o in _outers(cost_model, space) if is_feasible(cost_model.coefficients(o))]
     brute = brute_force(cost_model, outers)
     if not brute:
         return

@@ -34,7 +34,6 @@ def test_valid_strategy_passes():
     (Strategy(tp=2, pp=1, dp=4, tp_comm_overlap=True), ["sequence parallelism"]),
     (Strategy(tp=1, pp=1, dp=8, overlap_moe_comm=True), ["MoE models only"]),
     (Strategy(tp=1, pp=1, dp=8, recompute="full", recompute_num_layers=9), ["between 1", "(8)", "got 9"]),
-    (Strategy(tp=1, pp=1, dp=8, recompute="full", recompute_method="uniform", recompute_num_layers=1), ["uniform"]),
     (Strategy(tp=1, pp=1, dp=4, cp=2), ["cp_algo"]),
     (Strategy(tp=1, pp=1, dp=8, ep=2), ["MoE models only"]),
 ])

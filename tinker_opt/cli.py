@@ -85,11 +85,6 @@ def _progress(quiet: bool) -> Progress:
                     console=err_console, disable=quiet, transient=False)
 
 
-def _progress(quiet: bool) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err_console, disable=quiet, transient=False)
-
-
 def _bar_callback(bar: Progress) -> verbs.Progress:
     task = bar.add_task("profiling blocks", total=None)
 
@@ -97,6 +92,14 @@ def _bar_callback(bar: Progress) -> verbs.Progress:
         bar.update(task, completed=done, total=total, description=f"profiling {label}")
 
     return progress
+
+
+def _print_profile_warnings(folder: Path) -> None:
+    """The profile's warnings (fused kernels the device lacks) on the terminal, as in profile.log."""
+    from tinker_opt.profile.meta import read_meta
+
+    for warning in (read_meta(folder).kernels or {}).get("warnings", []):
+        err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}", highlight=False)
 
 
 def _run_log(quiet: bool) -> verbs.RunLog:
@@ -134,6 +137,7 @@ def profile(given: dict[str, Any], script: Optional[Path] = SCRIPT_ARG, config_p
                               config.load_config_file(config_path))
     with _progress(quiet) as bar:
         folder = verbs.run_profile(settings, progress=_bar_callback(bar))
+    _print_profile_warnings(folder)
     console.print(str(folder) if quiet else f"profiled data: [bold]{folder}[/bold]")
 
 
@@ -165,6 +169,7 @@ def all_(given: dict[str, Any], script: Optional[Path] = SCRIPT_ARG, config_path
     with _progress(quiet) as bar:
         folder, outcome = verbs.run_all(profile_settings, search_settings, progress=_bar_callback(bar),
                                         log=_run_log(quiet))
+    _print_profile_warnings(folder)
     if not quiet:
         console.print(f"profiled data: [bold]{folder}[/bold]")
     _print_search(outcome, quiet)

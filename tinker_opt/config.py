@@ -151,6 +151,8 @@ TABLE = (
     _s("device", "str", "auto", "Profiling device: auto | npu | cuda | cpu | analytic.", P),
     _s("repeats", "int", 5, "Timed repeats per block (median reported).", P, positive=True),
     _s("warmup", "int", 2, "Untimed warm-up runs per block (the memory pass counts as the first).", P),
+    _s("devices", "int", None, "Local devices to profile on at once, one worker process each (default: every device; 1 on the CPU).", P, positive=True),
+    _s("blocks", "str", "reference", "Decoder-layer source: reference | megatron-core (needs the megatron extra).", P),
     # search and simulate
     _s("profiled_data_path", "str", None, "Profiled-data folder (a bare name is looked up under ./profiled_data).", f"{S} {M}"),
     _s("pretrain_script_path_search", "str", None, "Script to rewrite into tuned configs (default: the profiled one).", S),
@@ -184,7 +186,9 @@ TABLE = (
     _s("micro_batch_size", "int", 1, "Micro-batch size.", M, positive=True, aliases=("--mbs",)),
     _s("num_layer_list", "int_list", None, "Layers per pipeline stage, e.g. 4,4,4,4.", M, positive=True),
     _s("recompute", "recompute", "none", "none | selective | full (Tinker's 0/1 = none/full).", M),
-    _s("recompute_num_layers", "int", None, "Layers per stage fully recomputed (default: all).", M, positive=True),
+    _s("recompute_num_layers", "int", None, "Layers per stage fully recomputed (default: all; uniform: 1).", M,
+       positive=True),
+    _s("recompute_method", "str", None, "Full recompute method: block | uniform (Megatron's; default block).", M),
 )
 """Every setting. A key may have one row per meaning (max_mbs: what to profile / what to search)."""
 

@@ -143,7 +143,8 @@ class Strategy:
         if self.recompute == "selective":
             parts.append("rc_sel")
         elif self.recompute == "full":
-            parts.append(f"rc_full{self.recompute_num_layers or ''}")
+            method = "_uni" if self.recompute_method == "uniform" else ""
+            parts.append(f"rc_full{method}{self.recompute_num_layers or ''}")
         if self.num_layer_list is not None:
             parts.append("L" + "_".join(str(n) for n in self.num_layer_list))
         return "-".join(parts)
@@ -327,9 +328,6 @@ def overlap_message(s: Strategy, is_moe: bool) -> str | None:
 
 def _rule_recompute_kind(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
              fw: FrameworkRules = LATEST_RULES) -> str | None:
-    if s.recompute == "full" and s.recompute_method not in (None, "block"):
-        return (f"recompute_method {s.recompute_method!r} is not modelled; use 'block' "
-                "(each stage recomputes its first recompute_num_layers layers)")
     if s.recompute != "full" and s.recompute_num_layers is not None:
         return f"recompute_num_layers ({s.recompute_num_layers}) applies to full recompute only"
     return None

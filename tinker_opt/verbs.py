@@ -91,8 +91,13 @@ def _cost_model(profiled, model, cluster: ClusterSpec, global_batch_size: int, s
 
     hardware = load_hardware(settings.hardware) if settings.hardware else None
     swap = info.train.swap_optimizer_times if info is not None else profiled.meta.swap_optimizer_times
+    # MindSpeed's activation-function recompute, priced for every kept layer; a layer count
+    # (first N layers of each chunk) is not modelled and stays out (flags.py warns).
+    act = (info is not None and info.train.recompute_activation_function
+           and info.train.recompute_activation_function_num_layers is None)
     return CostModel.from_profile(profiled, model, cluster, global_batch_size, hardware=hardware,
-                                  inter_node_bandwidth_gbs=settings.inter_node_bandwidth, swap_optimizer_times=swap)
+                                  inter_node_bandwidth_gbs=settings.inter_node_bandwidth, swap_optimizer_times=swap,
+                                  recompute_activation=bool(act))
 
 
 # --- profile ------------------------------------------------------------------------------------
@@ -109,6 +114,7 @@ def profile_folder(settings: ProfileSettings, labels: ScriptLabels) -> Path:
 
 def run_profile(settings: ProfileSettings, *, progress: Progress | None = None, log: Log | None = None) -> Path:
     """Read the script, profile its blocks on the chosen device (or analytically) and return the folder."""
+    from tinker_opt.profile.kernels import script_flags
     from tinker_opt.profile.runner import MeasureSettings, run_profile as measure
     from tinker_opt.script.reader import read_script
 
@@ -117,7 +123,8 @@ def run_profile(settings: ProfileSettings, *, progress: Progress | None = None, 
     labels = labels_for(settings.pretrain_script_path, settings.model_name, settings.model_size)
     out_dir = profile_folder(settings, labels)
     analytic = settings.device == "analytic"
-    measure_settings = MeasureSettings.from_settings(replace(settings, device="cpu") if analytic else settings)
+    measure_settings = MeasureSettings.from_settings(replace(settings, device="cpu") if analytic else settings,
+                                                     kernel_flags=script_flags(info.launch))
     if analytic:
         from tinker_opt.hardware import load_hardware
         from tinker_opt.profile.analytic import analytic_profile
@@ -420,6 +427,7 @@ def _strategy_from_flags(settings: SimulateSettings, num_devices: int, num_layer
         ep=settings.simu_ep, etp=settings.simu_etp, sp=settings.simu_sp, dist_opt=dist_opt,
         mbs=settings.micro_batch_size, num_layer_list=settings.num_layer_list, recompute=settings.recompute,
         recompute_num_layers=settings.recompute_num_layers, cp=settings.simu_cp, cp_algo=settings.cp_algo,
+        recompute_method=settings.recompute_method,
         vpp=settings.simu_vpp)
 
 

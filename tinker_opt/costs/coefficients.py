@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tinker_opt.costs.recompute import chunk_plan
 from tinker_opt.strategy import Strategy
 
 
@@ -91,7 +92,8 @@ class SplitCoefficients:
     """The synchronisation part of stage_tail_ns (for the breakdown)."""
     layer_tail_sync_ns: np.ndarray
     work_bytes: int
-    """Working set of re-running one layer's forward when the stage recomputes (its activations)."""
+    """Full activations of the largest layer: the working set of re-running one layer's forward
+    when the stage recomputes (a `uniform` group of g layers holds g times this)."""
     memory_limit_bytes: int
     estimated: bool
     """Some block cost was interpolated in the micro-batch size."""
@@ -114,29 +116,46 @@ class SplitCoefficients:
                   self.layer_act_bytes, self.layer_input_bytes, self.layer_tail_ns)
         return all(bool((a == a[0]).all()) for a in arrays)
 
-    def recompute_count(self, chunk_len: int, r: int) -> int:
-        """Block method: each chunk recomputes its first min(r, layers) layers."""
-        return min(r, chunk_len)
+    @property
+    def method(self) -> str | None:
+        """Megatron's `--recompute-method` (`block` or `uniform`) with full recompute, else None."""
+        if self.outer.recompute != "full":
+            return None
+        return self.outer.recompute_method or "block"
+
+    @property
+    def checkpoint_bytes(self) -> int:
+        """What one `uniform` group keeps per micro-batch: its input, the hidden state (recompute.py)."""
+        return int(self.layer_input_bytes.max())
 
     def stage_costs(self, layers: tuple[int, ...], r: int) -> list[StageCost]:
         """The per-stage integers of a split (`layers` per stage, recompute count r, 0 for none):
         the one definition of the per-stage sums, for uniform and mixed stacks alike.
 
-        Block recompute method: each chunk recomputes its first min(r, chunk length) layers."""
+        Full recompute per chunk (recompute.chunk_plan, Megatron's `_checkpointed_forward`):
+        `block` recomputes the first min(r, n) layers of each chunk, which keep their inputs;
+        `uniform` recomputes every layer and keeps ceil(n / r) group inputs. The working set of
+        the group being recomputed is the largest over the stage's chunks."""
         pre = _prefix_sums(self)
+        method = self.method
         out = []
         for s in range(self.num_stages):
             total = dict.fromkeys(_PREFIXED, 0)
-            num, num_rc, recompute_ns, rc_input, rc_act = 0, 0, 0, 0, 0
+            num, num_rc, recompute_ns, rc_input, rc_act, work_layers = 0, 0, 0, 0, 0, 0
             for start, end in _chunk_bounds(self, layers, s):
-                cut = start + self.recompute_count(end - start, r)
+                plan = chunk_plan(method, end - start, r)
+                cut = start + plan.recomputed
                 for name in _PREFIXED:
                     total[name] += pre[name][end] - pre[name][start]
                 recompute_ns += pre["layer_recompute_ns"][cut] - pre["layer_recompute_ns"][start]
-                rc_input += pre["layer_input_bytes"][cut] - pre["layer_input_bytes"][start]
+                if method == "uniform":
+                    rc_input += plan.checkpoints * self.checkpoint_bytes
+                else:
+                    rc_input += pre["layer_input_bytes"][cut] - pre["layer_input_bytes"][start]
                 rc_act += pre["layer_act_bytes"][cut] - pre["layer_act_bytes"][start]
                 num, num_rc = num + end - start, num_rc + cut - start
-            out.append(_stage_cost(self, s, total, num, num_rc, recompute_ns, rc_input, rc_act))
+                work_layers = max(work_layers, plan.work_layers)
+            out.append(_stage_cost(self, s, total, num, num_rc, recompute_ns, rc_input, rc_act, work_layers))
         return out
 
     def iteration_time_ns_x_v(self, stages: list[StageCost]) -> int:
@@ -193,7 +212,7 @@ def _chunk_bounds(c: SplitCoefficients, layers: tuple[int, ...], s: int) -> list
     return [((j * c.num_stages + s) * size, (j * c.num_stages + s + 1) * size) for j in range(c.vpp)]
 
 
-def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act) -> StageCost:
+def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act, work_layers) -> StageCost:
     v = c.vpp
     time_ns = total["layer_time_ns"] + recompute_ns + int(c.stage_time_ns[s])
     comm_ns = total["layer_comm_ns"] + int(c.stage_comm_ns[s])
@@ -204,9 +223,9 @@ def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act) -> Sta
     optimizer = v * (total["layer_optimizer_bytes"] + int(c.stage_optimizer_bytes[s]))
     grad = v * (total["layer_grad_bytes"] + int(c.stage_grad_bytes[s]))
     transient = v * int(c.stage_transient_bytes[s])
-    # In flight: kept layers hold their activations, recomputed ones only their input.
+    # In flight: kept layers hold their activations, recomputed ones only their checkpoints.
     per_micro = total["layer_act_bytes"] - rc_act + rc_input + int(c.stage_act_bytes[s])
     act = int(c.stage_inflight_x_v[s]) * per_micro
-    other = v * c.work_bytes if num_rc else 0
+    other = v * work_layers * c.work_bytes  # the group being recomputed (recompute.py)
     return StageCost(num, num_rc, time_ns, comm_ns, recompute_ns, tail_ns, tail_sync_ns, static,
                      optimizer, grad, transient, act, other, static + act + other, mask)

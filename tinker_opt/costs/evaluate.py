@@ -61,7 +61,8 @@ class CostModel:
                  blocks: BlockTable, comm: CommModel, *, memory_bandwidth_gbs: float | None = None,
                  swap_optimizer_times: int | None = None, host_link_gbs: float | None = None,
                  times_include_tp_comm: bool = False, times_include_ep_comm: bool = False,
-                 attention_mask_bytes: int = 0, layer_form: str = "free") -> None:
+                 attention_mask_bytes: int = 0, layer_form: str = "free",
+                 recompute_activation: bool = False) -> None:
         self.model = model
         self.cluster = cluster
         self.global_batch_size = global_batch_size
@@ -75,16 +76,18 @@ class CostModel:
                                   host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS,
                                   times_include_tp_comm=times_include_tp_comm,
                                   times_include_ep_comm=times_include_ep_comm,
-                                  attention_mask_bytes=attention_mask_bytes, layer_form=layer_form)
+                                  attention_mask_bytes=attention_mask_bytes, layer_form=layer_form,
+                                  recompute_activation=recompute_activation)
         self._cache: dict[Strategy, SplitCoefficients] = {}
 
     @classmethod
     def from_profile(cls, profiled: ProfiledData, model: ModelSpec, cluster: ClusterSpec,
                      global_batch_size: int, *, hardware: HardwareSpec | None = None,
                      inter_node_bandwidth_gbs: float | None = None,
-                     swap_optimizer_times: int | None = None) -> "CostModel":
+                     swap_optimizer_times: int | None = None, recompute_activation: bool = False) -> "CostModel":
         """Build from a loaded profiled-data folder; see CommModel for the inter-node defaults.
-        `swap_optimizer_times`: the script's `--swap-optimizer` chunk count (None: not swapping)."""
+        `swap_optimizer_times`: the script's `--swap-optimizer` chunk count (None: not swapping);
+        `recompute_activation`: MindSpeed's `--recompute-activation-function` (costs/recompute.py)."""
         comm = CommModel(profiled.comm, hardware=hardware,
                          inter_node_bandwidth_gbs=inter_node_bandwidth_gbs,
                          multi_node=cluster.num_nodes > 1, multi_device=cluster.devices_per_node > 1)
@@ -95,7 +98,8 @@ class CostModel:
                    host_link_gbs=hardware.host_link_gbs if hardware is not None else None,
                    times_include_tp_comm=bool(meta.times_include_tp_comm),
                    times_include_ep_comm=bool(meta.times_include_ep_comm),
-                   attention_mask_bytes=meta.attention_mask_bytes or 0)
+                   attention_mask_bytes=meta.attention_mask_bytes or 0,
+                   recompute_activation=recompute_activation)
 
     @property
     def layer_form(self) -> str:
@@ -121,7 +125,7 @@ class CostModel:
         cached = self._cache.get(outer)
         if cached is not None:
             return cached
-        method = "block" if outer.recompute == "full" else None
+        method = (outer.recompute_method or "block") if outer.recompute == "full" else None
         algo = outer.cp_algo if outer.cp > 1 else None
         key = outer
         if (outer.num_layer_list, outer.recompute_num_layers, outer.recompute_method, outer.cp_algo) != (
@@ -151,7 +155,8 @@ class CostModel:
         even = len(set(layers)) == 1
         return outer.replace(num_layer_list=None if even else tuple(int(n) for n in layers),
                              recompute_num_layers=int(r) if outer.recompute == "full" else None,
-                             recompute_method="block" if outer.recompute == "full" else None)
+                             recompute_method=(outer.recompute_method or "block") if outer.recompute == "full"
+                             else None)
 
 
 def evaluation_of(c: SplitCoefficients, strategy: Strategy, layers: tuple[int, ...], r: int,

@@ -35,6 +35,7 @@ from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.comm_model import CommModel, group_scope
 from tinker_opt.costs.profile_table import BlockCost, BlockTable
+from tinker_opt.costs.recompute import activation_function_terms
 from tinker_opt.costs.stage_terms import stage_terms
 from tinker_opt.costs.units import GRAD_BYTES, m_tokens, to_ns
 from tinker_opt.strategy import Strategy
@@ -53,7 +54,7 @@ class TermBuilder:
                  *, memory_bandwidth_gbs: float | None = None, swap_optimizer_times: int | None = None,
                  host_link_gbs: float = DEFAULT_HOST_LINK_GBS, times_include_tp_comm: bool = False,
                  times_include_ep_comm: bool = False, attention_mask_bytes: int = 0,
-                 layer_form: str = "free") -> None:
+                 layer_form: str = "free", recompute_activation: bool = False) -> None:
         self.model = model
         self.tp_comm_in_times = times_include_tp_comm
         """The block times already include the TP / SP collectives (Tinker folders): add none."""
@@ -71,6 +72,7 @@ class TermBuilder:
         self.opt_state_bytes = 12 if self.bpe == 2 else 8
         self.swap_times = swap_optimizer_times
         self.host_link_gbs = host_link_gbs
+        self.recompute_activation = recompute_activation
         self.kinds = model.layer_kinds()
         self.layer_block = {k: ("layer" if len(set(self.kinds)) == 1 else f"layer.{k}") for k in set(self.kinds)}
         self.kind_names = sorted(set(self.kinds))
@@ -194,8 +196,17 @@ class TermBuilder:
         weights, optimizer = self.param_bytes(s, dense_params, cost.expert_param_count)
         sync_us, opt_us = self.tail_slope_us(s, dense_params, cost.expert_param_count)
         act = cost.selective_activation_bytes if selective else cost.activation_bytes
+        recompute_us = cost.fwd_us + fwd_comm if s.recompute == "full" else 0.0
+        if self.recompute_activation:
+            # MindSpeed's activation-function recompute (costs/recompute.py): layers that keep
+            # their activations drop the activation output and re-run it; a fully recomputed
+            # layer does not (should_recompute), so its recompute term gives that time back.
+            saved, extra_us = activation_function_terms(self.model, kind, m_tokens(self.model, s), s.tp,
+                                                        self.bpe, self.mem_bw_gbs)
+            act, compute = act - saved, compute + extra_us
+            recompute_us = recompute_us - extra_us if s.recompute == "full" else 0.0
         return {"time": to_ns(compute + fwd_comm + bwd_comm), "comm": to_ns(fwd_comm + bwd_comm),
-                "recompute": to_ns(cost.fwd_us + fwd_comm) if s.recompute == "full" else 0,
+                "recompute": to_ns(recompute_us) if s.recompute == "full" else 0,
                 "static": weights + optimizer, "optimizer": optimizer,
                 "grad": GRAD_BYTES * cost.param_count, "act": act,
                 "act_full": cost.activation_bytes, "input": cost.input_bytes,

@@ -79,8 +79,10 @@ FLAGS: tuple[Flag, ...] = (
            "--swap-optimizer-times"),
     *_rows("job, not priced", "pipeline send/recv overlapped in the interleaved schedule (default by version)",
            "--overlap-p2p-communication", "--no-overlap-p2p-communication"),
-    *_rows("job, not priced", "MLP activation recomputed in the backward (MindSpeed)",
-           "--recompute-activation-function", "--recompute-activation-function-num-layers"),
+    *_rows("job", "MLP activation output dropped and recomputed in the backward (MindSpeed; costs/recompute.py)",
+           "--recompute-activation-function"),
+    *_rows("job, not priced", "activation recompute in the first N layers of each chunk only; with it the "
+           "activation recompute is left out of the prediction", "--recompute-activation-function-num-layers"),
     # The model (profiled shapes).
     *_rows("model", "model shape", "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
            "--num-query-groups", "--group-query-attention", "--kv-channels", "--seq-length", "--vocab-size",

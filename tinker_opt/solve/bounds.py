@@ -23,13 +23,18 @@ import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.form_split import feasible_under_caps, restricted
-from tinker_opt.solve.mixed_split import bound_terms_for_r, mixed_recompute_bounds
+from tinker_opt.solve.mixed_split import bound_terms_for_r, mixed_recompute_bounds, uniform_fits
 from tinker_opt.solve.layer_split import (Scalars, best_even, best_split, inverse_caps, min_feasible,
-                                          memory_caps, pack, recompute_range)
+                                          memory_caps, pack, recompute_range, shape_of)
+from tinker_opt.costs.recompute import piecewise
 
 
 def loosest_caps(c: SplitCoefficients, k: Scalars) -> np.ndarray:
-    """Memory caps per stage with the most recompute the configuration allows."""
+    """Per stage, the most layers it can hold under any recompute count: block's largest r (most
+    recompute, least memory); uniform's memory is not monotone in r (fewer checkpoints, larger
+    working set, costs/recompute.py), so the largest cap over every r."""
+    if c.method == "uniform":
+        return np.max([memory_caps(c, k, r) for r in recompute_range(c)], axis=0)
     return memory_caps(c, k, recompute_range(c)[-1])
 
 
@@ -50,9 +55,14 @@ def is_feasible(c: SplitCoefficients) -> bool:
     if c.vpp > 1:
         return min_recompute_even(c) is not None
     if restricted(c):
-        if not c.homogeneous:
+        if not c.homogeneous or c.method == "uniform":
             return best_split(c) is not None
         return feasible_under_caps(loosest_caps(c, Scalars.of(c)), c.num_layers, c.layer_form)
+    if c.method == "uniform":  # no r uses the least memory everywhere: some r must fit
+        if not c.homogeneous:
+            return uniform_fits(c, recompute_range(c))
+        k = Scalars.of(c)
+        return any(pack(memory_caps(c, k, r), c.num_layers) is not None for r in recompute_range(c))
     if not c.homogeneous:
         return bound_terms_for_r(c, recompute_range(c)[-1]) is not None  # most recompute: least memory
     caps = loosest_caps(c, Scalars.of(c))
@@ -93,6 +103,8 @@ def _cheap_mixed_bound(c: SplitCoefficients) -> int:
     full = c.outer.recompute == "full"
     least_rc = int(c.layer_recompute_ns.min()) if full else 0
     sum_lb = int(c.layer_time_ns.sum() + c.stage_time_ns.sum()) + p * least_rc
+    if c.method == "uniform":  # every layer is recomputed
+        sum_lb = int(c.layer_time_ns.sum() + c.layer_recompute_ns.sum() + c.stage_time_ns.sum())
     max_lb = max(-(-sum_lb // p), int((c.stage_time_ns + c.layer_time_ns.min() + least_rc).max()))
     tails = int(c.layer_tail_ns.sum() + c.stage_tail_ns.sum())
     tail_lb = max(-(-tails // p), int((c.stage_tail_ns + c.layer_tail_ns.min()).max()))
@@ -106,8 +118,9 @@ def _bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int | None:
     packed = pack(caps, L)
     if packed is None:
         return None
-    sum_lb = k.a * L + int(c.stage_time_ns.sum()) + k.f * int(np.minimum(r, packed).sum())
-    max_lb = _least_max(c.stage_time_ns, k.a + k.f, k.a, r, caps, L)
+    low, high, knee = shape_of(c, k, r)
+    sum_lb = high * L + int(c.stage_time_ns.sum()) + (low - high) * int(np.minimum(knee, packed).sum())
+    max_lb = _least_max(c.stage_time_ns, low, high, knee, caps, L)
     tail_lb = _least_max(c.stage_tail_ns, k.alpha, k.alpha, 0, caps, L)
     return int(sum_lb + (c.num_microbatches - 1) * max_lb + tail_lb)
 
@@ -117,14 +130,15 @@ def bound_terms(c: SplitCoefficients, *, tight: bool = True) -> tuple[int, int, 
     k = Scalars.of(c)
     L, p = c.num_layers, c.num_stages
     r_lo = recompute_range(c)[0]
-    sum_lb = k.a * L + int(c.stage_time_ns.sum()) + k.f * p * min(r_lo, 1)
+    low, high, knee = shape_of(c, k, r_lo)  # times grow with r: the smallest r bounds them all
+    sum_lb = high * L + int(c.stage_time_ns.sum()) + (low - high) * p * min(knee, 1)
     per = -(-L // p)
-    max_lb = max(k.a * per + k.f * min(r_lo, per) + int(c.stage_time_ns.min()),
-                 int((k.a + k.f * min(r_lo, 1) + c.stage_time_ns).max()))
+    max_lb = max(int(piecewise(per, low, high, knee)) + int(c.stage_time_ns.min()),
+                 int((int(piecewise(1, low, high, knee)) + c.stage_time_ns).max()))
     tail_lb = max(k.alpha * per + int(c.stage_tail_ns.min()), int((k.alpha + c.stage_tail_ns).max()))
     if tight:
         caps = loosest_caps(c, k)
-        max_lb = max(max_lb, _least_max(c.stage_time_ns, k.a + k.f, k.a, r_lo, caps, L))
+        max_lb = max(max_lb, _least_max(c.stage_time_ns, low, high, knee, caps, L))
         tail_lb = max(tail_lb, _least_max(c.stage_tail_ns, k.alpha, k.alpha, 0, caps, L))
     return int(sum_lb), int(max_lb), int(tail_lb)
 

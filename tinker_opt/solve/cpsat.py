@@ -27,7 +27,7 @@ import numpy as np
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.bounds import bound_terms, lower_bound_x_v, min_recompute_even, recompute_bounds
 from tinker_opt.solve.form_split import form_equalities
-from tinker_opt.solve.layer_split import Scalars, Split
+from tinker_opt.solve.layer_split import Scalars, Split, memory_caps
 from tinker_opt.solve.outcome import SolverOutcome, common_scale, objective_horizon, upper_caps
 
 
@@ -89,8 +89,15 @@ def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, fa
     for s, t in form_equalities(c):  # the framework's layer form (form_split.py)
         model.add(n[s] == n[t]).only_enforce_if(x)
     r, choice, bound_term = _cpsat_recompute(model, cp_model, c, x, factor, i, upper)
+    uniform = c.method == "uniform"
     rs = [0] * p
-    if c.outer.recompute == "full":
+    if uniform:  # every layer recomputed; the memory of the chosen r caps n_s (costs/recompute.py)
+        rs = n
+        for value, y in choice.items():
+            caps_r = memory_caps(c, k, value)
+            for s in range(p):
+                model.add(n[s] <= int(caps_r[s])).only_enforce_if(y)
+    elif c.outer.recompute == "full":
         rs = [model.new_int_var(0, int(caps[s]), f"rs{i}_{s}") for s in range(p)]  # min(r, n_s)
         for s in range(p):
             model.add_min_equality(rs[s], [r, n[s]])
@@ -105,6 +112,8 @@ def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, fa
         times.append(t)
         model.add(bottleneck >= t).only_enforce_if(x)
         model.add(tail >= k.alpha * n[s] + int(c.stage_tail_ns[s])).only_enforce_if(x)
+        if uniform:
+            continue
         kk = int(c.stage_inflight_x_v[s])
         fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if choice else 0)
         model.add(k.w * n[s] + kk * k.act * (n[s] - rs[s]) + kk * k.inp * rs[s]
@@ -151,6 +160,7 @@ def _cpsat_mixed_configuration(model, cp_model, c: SplitCoefficients, x, objecti
         var = model.new_int_var(min(prefix[name]), max(prefix[name]), f"{tag}{i}")
         model.add_element(index, prefix[name], var)
         return var
+    uniform = c.method == "uniform"
     times, tails = [], []
     for s in range(p):
         cut = bd[s]
@@ -158,17 +168,26 @@ def _cpsat_mixed_configuration(model, cp_model, c: SplitCoefficients, x, objecti
             rs = model.new_int_var(0, L - p + 1, f"rs{i}_{s}")  # min(r, n_s)
             model.add_min_equality(rs, [r, n[s]])
             cut = model.new_int_var(0, L, f"cut{i}_{s}")  # end of the recomputed layers
-            model.add(cut == bd[s] + rs)
+            model.add(cut == (bd[s + 1] if uniform else bd[s] + rs))
         def span(name, lo, hi, tag):
             return at(name, hi, f"{tag}h{s}_") - at(name, lo, f"{tag}l{s}_")
         t = (span("layer_time_ns", bd[s], bd[s + 1], "t") + span("layer_recompute_ns", bd[s], cut, "f")
              + int(c.stage_time_ns[s]))
         tail = span("layer_tail_ns", bd[s], bd[s + 1], "q") + int(c.stage_tail_ns[s])
-        kept = span("layer_act_bytes", cut, bd[s + 1], "a")  # recomputed layers keep their input only
-        inputs = span("layer_input_bytes", bd[s], cut, "i")
         kk = int(c.stage_inflight_x_v[s])
-        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if full else 0)
-        model.add(span("layer_static_bytes", bd[s], bd[s + 1], "w") + kk * (kept + inputs)
+        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s])
+        if uniform:
+            # ceil(n_s / r) group inputs (g r >= n_s for the chosen r) and a min(r, n_s)-layer
+            # working set (costs/recompute.py).
+            groups = model.new_int_var(0, L, f"g{i}_{s}")
+            for value, y in choice.items():
+                model.add(value * groups >= n[s]).only_enforce_if(y)
+            held = kk * c.checkpoint_bytes * groups + c.work_bytes * rs
+        else:
+            kept = span("layer_act_bytes", cut, bd[s + 1], "a")  # recomputed layers keep their input only
+            inputs = span("layer_input_bytes", bd[s], cut, "i")
+            held = kk * (kept + inputs) + (c.work_bytes if full else 0)
+        model.add(span("layer_static_bytes", bd[s], bd[s + 1], "w") + held
                   <= c.memory_limit_bytes - fixed).only_enforce_if(x)
         times.append(t)
         tails.append(tail)

@@ -19,15 +19,19 @@ HINTS = {
 
 
 def least_memory_split(c: SplitCoefficients) -> tuple[tuple[int, ...], int, int]:
-    """(layers, r, peak bytes x v) of the split with the smallest peak memory (most recompute)."""
+    """(layers, r, peak bytes x v) of the split with the smallest peak memory (most recompute).
+    `uniform` is taken with one layer per group, whose memory is block's with every layer
+    recomputed (costs/recompute.py), so the same formulas serve."""
+    uniform = c.method == "uniform"
     r = recompute_range(c)[-1]
     p, L = c.num_stages, c.num_layers
     if c.vpp > 1:
         layers = (L // p,) * p
+        r = 1 if uniform else r
         return layers, r, max(st.memory_bytes_x_v for st in c.stage_costs(layers, r))
     if not c.homogeneous:
-        layers, peak = least_peak_split(c, r)
-        return layers, min(r, max(layers)), peak
+        layers, peak = least_peak_split(c, 1 if uniform else r)
+        return layers, 1 if uniform else min(r, max(layers)), peak
     k = Scalars.of(c)
     kk = c.stage_inflight_x_v.astype(np.int64)
     fixed = c.stage_static_bytes + (c.work_bytes if r else 0) + kk * c.stage_act_bytes
@@ -44,7 +48,7 @@ def least_memory_split(c: SplitCoefficients) -> tuple[tuple[int, ...], int, int]
         else:
             lo = mid + 1
     layers = tuple(int(n) for n in split_under(lo))
-    return layers, min(r, max(layers)), lo * c.vpp
+    return layers, 1 if uniform else min(r, max(layers)), lo * c.vpp
 
 
 def infeasible_message(cost_model, outers) -> str:

@@ -1,8 +1,8 @@
 """Exact per-stage layer counts and recompute count for one outer configuration.
 
 Objective (coefficients.py): v*T = sum_s t_s + (m*v - 1) max_s t_s + v max_s tail_s, with
-t_s = a n_s + f min(r, n_s) + e_s, tail_s = alpha n_s + beta_s and the memory of each stage under
-its limit. For v = 1 and a fixed r the exact optimum is found by enumerating the candidate values
+t_s = a n_s + f min(r, n_s) + e_s (block recompute; uniform: (a + f) n_s + e_s, costs/recompute.py),
+tail_s = alpha n_s + beta_s and the memory of each stage under its limit. For v = 1 and a fixed r the exact optimum is found by enumerating the candidate values
 B of max_s t_s and C of max_s tail_s (each is some stage's value at some layer count): a pair gives
 per-stage caps on n_s, and under caps the sum of min(r, n_s) is smallest when layers are packed
 into the stages with the largest caps (a concave sum is minimised by the vector that majorises all
@@ -21,6 +21,7 @@ import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.form_split import best_form_split, restricted
+from tinker_opt.costs.recompute import caps_from_memory, piecewise, time_shape, uniform_stage_memory
 from tinker_opt.solve.mixed_split import best_for_r, even_for_r, mixed_recompute_bounds
 
 INF = np.iinfo(np.int64).max // 4
@@ -65,9 +66,19 @@ def recompute_range(c: SplitCoefficients) -> range:
     return range(1, chunk_max + 1)
 
 
+def shape_of(c: SplitCoefficients, k: Scalars, r: int) -> tuple[int, int, int]:
+    """(low, high, knee) of the layer time of a stage with recompute count r (recompute.time_shape)."""
+    return time_shape(c.method, k.a, k.f, r)
+
+
 def memory_caps(c: SplitCoefficients, k: Scalars, r: int) -> np.ndarray:
     """Largest layer count each stage can hold under the memory limit with recompute count r."""
     kk = c.stage_inflight_x_v.astype(np.int64)
+    if c.method == "uniform":  # ceil(n / r) checkpoints and a min(r, n)-layer working set
+        n = np.arange(c.num_layers + 1)
+        memory = uniform_stage_memory(n, r, w=k.w, ckpt=c.checkpoint_bytes, work=c.work_bytes, inflight=kk,
+                                      fixed=c.stage_static_bytes + kk * c.stage_act_bytes)
+        return caps_from_memory(memory, c.memory_limit_bytes)
     budget = (c.memory_limit_bytes - c.stage_static_bytes - (c.work_bytes if r else 0)
               - kk * c.stage_act_bytes)
     low = k.w + kk * k.inp           # slope while every layer is recomputed (n <= r)
@@ -87,14 +98,15 @@ def piecewise_cap(budget: np.ndarray, low, high, r: int, limit: int) -> np.ndarr
 
 
 def stage_time_ns(c: SplitCoefficients, k: Scalars, n: np.ndarray, r: int) -> np.ndarray:
-    return k.a * n + k.f * np.minimum(r, n) + c.stage_time_ns
+    return piecewise(n, *shape_of(c, k, r)) + c.stage_time_ns
 
 
 def objective_x_v(c: SplitCoefficients, k: Scalars, n: np.ndarray, r: int) -> int:
     """v*T of a homogeneous split (the integers of coefficients.iteration_time_ns_x_v)."""
     if c.vpp > 1:
         chunk = c.num_layers // (c.num_stages * c.vpp)
-        times = k.a * n + k.f * c.vpp * min(r, chunk) + c.stage_time_ns
+        low, high, knee = shape_of(c, k, r)
+        times = high * n + (low - high) * c.vpp * min(knee, chunk) + c.stage_time_ns
     else:
         times = stage_time_ns(c, k, n, r)
     tails = k.alpha * n + c.stage_tail_ns
@@ -125,10 +137,18 @@ def best_split(c: SplitCoefficients) -> Split | None:
         return _best_split_mixed(c)
     k = Scalars.of(c)
     best: Split | None = None
+    seen_caps: list[np.ndarray] = []
     for r in recompute_range(c):
         incumbent = best.time_ns_x_v if best else INF
         if c.vpp == 1 and _lower_bound_for_r(c, k, r) >= incumbent:
             continue
+        if c.vpp == 1 and c.method == "uniform":
+            # uniform: the time does not depend on r, so an r whose caps are no looser than an
+            # earlier r's admits no better split.
+            caps = memory_caps(c, k, r)
+            if any((caps <= seen).all() for seen in seen_caps):
+                continue
+            seen_caps.append(caps)
         found = best_even(c, k, r) if c.vpp > 1 else _best_for_r(c, k, r, incumbent)
         if found is not None and (best is None or found.time_ns_x_v < best.time_ns_x_v):
             best = found
@@ -172,8 +192,9 @@ def _lower_bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int:
     ceil(L/p) layers, every stage recomputes min(r, 1) or more, every tail is at least its own."""
     L, p = c.num_layers, c.num_stages
     per = -(-L // p)
-    bottleneck = k.a * per + k.f * min(r, per) + int(c.stage_time_ns.min())
-    total = k.a * L + int(c.stage_time_ns.sum()) + k.f * (min(r, per) + (p - 1) * min(r, 1))
+    low, high, knee = shape_of(c, k, r)
+    bottleneck = int(piecewise(per, low, high, knee)) + int(c.stage_time_ns.min())
+    total = high * L + int(c.stage_time_ns.sum()) + (low - high) * (min(knee, per) + (p - 1) * min(knee, 1))
     tail = max(k.alpha * per + int(c.stage_tail_ns.min()), int((k.alpha + c.stage_tail_ns).max()))
     return total + (c.num_microbatches - 1) * bottleneck + tail
 
@@ -182,6 +203,11 @@ def best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
     """Virtual pipeline: the even split, feasible or not, for recompute count r."""
     p, v = c.num_stages, c.vpp
     n = np.full(p, c.num_layers // p, dtype=np.int64)
+    if c.method == "uniform":  # the general per-chunk sums (recompute.py)
+        stages = c.stage_costs(tuple(int(x) for x in n), r)
+        if max(st.memory_bytes_x_v for st in stages) > v * c.memory_limit_bytes:
+            return None
+        return Split(tuple(int(x) for x in n), r, c.iteration_time_ns_x_v(stages))
     chunk = c.num_layers // (p * v)
     rs = v * min(r, chunk)
     kk = c.stage_inflight_x_v
@@ -216,26 +242,27 @@ def _best_for_r(c: SplitCoefficients, k: Scalars, r: int, incumbent: int) -> Spl
     if mem.min() < 1 or mem.sum() < L:
         return None
     e, beta = c.stage_time_ns, c.stage_tail_ns
+    low, high, knee = shape_of(c, k, r)
     n_grid = np.arange(1, L + 1)
-    b_values = np.unique((k.a * n_grid + k.f * np.minimum(r, n_grid))[None, :] + e[:, None])
+    b_values = np.unique(piecewise(n_grid, low, high, knee)[None, :] + e[:, None])
     c_values = np.unique((k.alpha * n_grid)[None, :] + beta[:, None])
-    base = k.a * L + int(e.sum())
     packed_all = pack(mem, L)
-    s_min = int(np.minimum(r, packed_all).sum())  # least recompute sum under any caps
+    # sum_s t_s >= high L + sum e + (low - high) * the least sum of min(knee, n_s) under any caps
+    base = high * L + int(e.sum()) + (low - high) * int(np.minimum(knee, packed_all).sum())
     tail_lb = int((k.alpha * 1 + beta).max())
     best_obj, best_n = incumbent, None
 
     def caps_b(b):
-        return np.minimum(mem, inverse_caps(np.array([b]), e, k.a + k.f, k.a, r, L)[0])
+        return np.minimum(mem, inverse_caps(np.array([b]), e, low, high, knee, L)[0])
 
     start = min_feasible(b_values, lambda b: pack(caps_b(b), L))
     for b in b_values[start:]:
-        if base + k.f * s_min + (m - 1) * int(b) + tail_lb >= best_obj:
+        if base + (m - 1) * int(b) + tail_lb >= best_obj:
             break
         u_b = caps_b(b)
         cap_c = lambda cv: np.minimum(u_b, inverse_caps(np.array([cv]), beta, k.alpha, k.alpha, 0, L)[0])
         for cv in c_values[min_feasible(c_values, lambda cv: pack(cap_c(cv), L)):]:
-            if base + k.f * s_min + (m - 1) * int(b) + int(cv) >= best_obj:
+            if base + (m - 1) * int(b) + int(cv) >= best_obj:
                 break
             u = cap_c(cv)
             n = pack(u, L)

@@ -16,7 +16,7 @@ import numpy as np
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.bounds import bound_terms, lower_bound_x_v, min_recompute_even, recompute_bounds
 from tinker_opt.solve.form_split import form_equalities
-from tinker_opt.solve.layer_split import Scalars, Split
+from tinker_opt.solve.layer_split import Scalars, Split, memory_caps
 from tinker_opt.solve.outcome import SolverOutcome, common_scale, upper_caps
 
 MIB = float(2**20)
@@ -121,9 +121,9 @@ def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
     if c.vpp > 1:
         split = min_recompute_even(c)
         return split.time_ns_x_v * x, lambda: split, 0
-    r_var, bound = _milp_recompute(problem, pulp, c, x, i)
+    r_var, bound, r_choice = _milp_recompute(problem, pulp, c, x, i)
     if not c.homogeneous:
-        return (*_milp_mixed_configuration(problem, pulp, c, x, i, r_var), bound)
+        return (*_milp_mixed_configuration(problem, pulp, c, x, i, r_var, r_choice), bound)
     k = Scalars.of(c)
     L, p, m = c.num_layers, c.num_stages, c.num_microbatches
     caps = upper_caps(c, k)
@@ -140,10 +140,20 @@ def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
     problem.addConstraint(pulp.lpSum(n) == L * x, f"layers{i}")
     for s, t in form_equalities(c):  # the framework's layer form (form_split.py)
         problem.addConstraint(n[s] == n[t], f"form{i}_{s}_{t}")
+    uniform = c.method == "uniform"
+    caps_of_r = {value: memory_caps(c, k, value) for value in r_choice} if uniform else {}
     times = []
     for s in range(p):
         problem.addConstraint(n[s] >= x, f"n_min{i}_{s}")
         problem.addConstraint(n[s] <= int(caps[s]) * x, f"n_max{i}_{s}")
+        if uniform:  # all layers recomputed; the chosen r's memory caps n_s (costs/recompute.py)
+            t = (k.a + k.f) * n[s] + int(c.stage_time_ns[s]) * x
+            times.append(t)
+            problem.addConstraint(bottleneck >= t, f"bottleneck{i}_{s}")
+            problem.addConstraint(tail >= k.alpha * n[s] + int(c.stage_tail_ns[s]) * x, f"tail{i}_{s}")
+            problem.addConstraint(n[s] <= pulp.lpSum(int(caps_of_r[v][s]) * y for v, y in r_choice.items()),
+                                  f"memory{i}_{s}")
+            continue
         rs = _milp_min(problem, pulp, r, n[s], r_hi, int(caps[s]), f"{i}_{s}") if full else 0
         t = k.a * n[s] + k.f * rs + int(c.stage_time_ns[s]) * x
         times.append(t)
@@ -163,20 +173,20 @@ def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
 
 
 def _milp_recompute(problem, pulp, c: SplitCoefficients, x, i: int):
-    """(r, bound term): r = sum_r r y_r over value binaries y_r (sum = x_i), each linked to its
-    valid bound (bounds.recompute_bounds) in bound = sum_r bound(r) y_r; without full recompute
-    r is None and bound = lower_bound(i) x_i."""
+    """(r, bound term, {r: y_r}): r = sum_r r y_r over value binaries y_r (sum = x_i), each linked
+    to its valid bound (bounds.recompute_bounds) in bound = sum_r bound(r) y_r; without full
+    recompute r is None and bound = lower_bound(i) x_i."""
     if c.outer.recompute != "full":
-        return None, lower_bound_x_v(c) * x
+        return None, lower_bound_x_v(c) * x, {}
     bounds = recompute_bounds(c)
     y = {value: problem.add_variable(f"y{i}_{value}", 0, 1, pulp.LpBinary) for value in bounds}
     problem.addConstraint(pulp.lpSum(y.values()) == x, f"r_one{i}")
     r = problem.add_variable(f"r{i}", 0, max(bounds), pulp.LpInteger)
     problem.addConstraint(r == pulp.lpSum(value * y[value] for value in bounds), f"r_value{i}")
-    return r, pulp.lpSum(bound * y[value] for value, bound in bounds.items())
+    return r, pulp.lpSum(bound * y[value] for value, bound in bounds.items()), y
 
 
-def _milp_mixed_configuration(problem, pulp, c: SplitCoefficients, x, i: int, r):
+def _milp_mixed_configuration(problem, pulp, c: SplitCoefficients, x, i: int, r, r_choice: dict):
     """A mixed stack (as the CP-SAT boundary model): each inner boundary b_j and each recompute end
     b_s + min(r, n_s) is a one-hot over layer positions, so prefix sums at them are linear."""
     L, p, m = c.num_layers, c.num_stages, c.num_microbatches
@@ -197,6 +207,7 @@ def _milp_mixed_configuration(problem, pulp, c: SplitCoefficients, x, i: int, r)
     bottleneck, tail = add(f"M{i}", 0, None), add(f"Q{i}", 0, None)
     for s, t in form_equalities(c):  # the framework's layer form (form_split.py)
         problem.addConstraint(pos[s + 1] - pos[s] == pos[t + 1] - pos[t], f"form{i}_{s}_{t}")
+    uniform = c.method == "uniform"
     times = []
     for s in range(p):
         n_s = pos[s + 1] - pos[s]
@@ -204,6 +215,9 @@ def _milp_mixed_configuration(problem, pulp, c: SplitCoefficients, x, i: int, r)
         cut = bd[s]
         if full:
             rs = _milp_min(problem, pulp, r, n_s, r_hi, L - p + 1, f"{i}_{s}")
+        if uniform:  # every layer recomputed: the recomputed range ends at the stage's end
+            cut = bd[s + 1]
+        elif full:
             cut = one_hot(f"w{i}_{s}", range(0, L + 1))  # b_s + min(r, n_s)
             problem.addConstraint(pulp.lpSum(q * w for q, w in cut.items()) == pos[s] + rs, f"cut{i}_{s}")
         span = lambda name, lo, hi: at(name, hi) - at(name, lo)
@@ -214,10 +228,20 @@ def _milp_mixed_configuration(problem, pulp, c: SplitCoefficients, x, i: int, r)
         problem.addConstraint(tail >= span("layer_tail_ns", bd[s], bd[s + 1]) + int(c.stage_tail_ns[s]) * x,
                               f"tail{i}_{s}")
         kk = int(c.stage_inflight_x_v[s])
-        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if full else 0)
-        # Recomputed layers keep their input only, the others their activations.
-        memory = (span("layer_static_bytes", bd[s], bd[s + 1]) + kk * span("layer_act_bytes", cut, bd[s + 1])
-                  + kk * span("layer_input_bytes", bd[s], cut) + fixed * x)
+        if uniform:
+            # ceil(n_s / r) group inputs (r g_s >= n_s for the chosen r) and a min(r, n_s)-layer
+            # working set (costs/recompute.py).
+            groups = add(f"g{i}_{s}", 0, L, pulp.LpInteger)
+            for value, y in r_choice.items():
+                problem.addConstraint(value * groups >= n_s - L * (x - y), f"groups{i}_{s}_{value}")
+            fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s])
+            memory = (span("layer_static_bytes", bd[s], bd[s + 1]) + kk * c.checkpoint_bytes * groups
+                      + c.work_bytes * rs + fixed * x)
+        else:
+            fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if full else 0)
+            # Recomputed layers keep their input only, the others their activations.
+            memory = (span("layer_static_bytes", bd[s], bd[s + 1]) + kk * span("layer_act_bytes", cut, bd[s + 1])
+                      + kk * span("layer_input_bytes", bd[s], cut) + fixed * x)
         problem.addConstraint(memory * (1 / MIB) <= c.memory_limit_bytes / MIB, f"memory{i}_{s}")
 
     def decode() -> Split:

@@ -52,7 +52,9 @@ def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
     b = np.arange(L + 1)[:, None]
     e = np.arange(L + 1)[None, :]
     n = np.maximum(e - b, 0)
-    cut = np.minimum(b + np.minimum(r, n), L)  # end of the recomputed layers of [b, e)
+    uniform = c.method == "uniform"
+    # End of the recomputed layers of [b, e): all of them with uniform, the first r with block.
+    cut = np.maximum(e, b) if uniform else np.minimum(b + np.minimum(r, n), L)
     pre = {name: _prefix(getattr(c, name)) for name in (
         "layer_time_ns", "layer_recompute_ns", "layer_tail_ns", "layer_static_bytes", "layer_act_bytes",
         "layer_input_bytes")}
@@ -62,9 +64,14 @@ def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
     base_time = span("layer_time_ns", e) + span("layer_recompute_ns", cut)
     base_tail = span("layer_tail_ns", e)
     static = span("layer_static_bytes", e)
-    # In flight: kept layers hold their activations, recomputed ones only their input.
-    per_micro = span("layer_act_bytes", e) - span("layer_act_bytes", cut) + span("layer_input_bytes", cut)
-    work = np.where(cut > b, c.work_bytes, 0)
+    # In flight: kept layers hold their activations, recomputed ones only their checkpoints
+    # (uniform: ceil(n / r) group inputs, with a min(r, n)-layer working set; recompute.py).
+    if uniform:
+        per_micro = -(-n // max(r, 1)) * c.checkpoint_bytes
+        work = np.minimum(r, n) * c.work_bytes
+    else:
+        per_micro = span("layer_act_bytes", e) - span("layer_act_bytes", cut) + span("layer_input_bytes", cut)
+        work = np.where(cut > b, c.work_bytes, 0)
     kk = c.stage_inflight_x_v.astype(np.int64)[:, None, None]
     memory = (static[None] + c.stage_static_bytes[:, None, None] + work[None]
               + kk * (per_micro[None] + c.stage_act_bytes[:, None, None]))
@@ -200,3 +207,26 @@ def least_peak_split(c: SplitCoefficients, r: int) -> tuple[tuple[int, ...], int
     index = _first_feasible(values, lambda v: _reachable(ranges & (rc.memory <= v)))
     peak = int(values[index])
     return _least_sum(rc, ranges & (rc.memory <= peak))[1], peak
+
+
+def uniform_fits(c: SplitCoefficients, r_values) -> bool:
+    """Whether some split fits with the `uniform` method and some r in r_values (v = 1), exactly:
+    the memory tables of range_costs without the time tables, a necessary check first (every
+    range holds at least one checkpoint and one layer's working set), then r by r, stopping at
+    the first that fits."""
+    L = c.num_layers
+    b = np.arange(L + 1)[:, None]
+    e = np.arange(L + 1)[None, :]
+    n = np.maximum(e - b, 0)
+    static = _prefix(c.layer_static_bytes)
+    kk = c.stage_inflight_x_v.astype(np.int64)[:, None, None]
+    base = ((static[e] - static[b])[None] + c.stage_static_bytes[:, None, None]
+            + kk * c.stage_act_bytes[:, None, None])
+    ranges = (n > 0)[None]
+    if not _reachable(ranges & (base + kk * c.checkpoint_bytes + c.work_bytes <= c.memory_limit_bytes)):
+        return False
+    for r in r_values:
+        memory = base + kk * (-(-n // r) * c.checkpoint_bytes)[None] + (np.minimum(r, n) * c.work_bytes)[None]
+        if _reachable(ranges & (memory <= c.memory_limit_bytes)):
+            return True
+    return False

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from tinker_opt.errors import ConfigError
-from tinker_opt.strategy import (LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES, RECOMPUTE_KINDS,
+from tinker_opt.strategy import (LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES, RECOMPUTE_KINDS, RECOMPUTE_METHODS,
                                  Strategy)
 
 SEARCHED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo")
@@ -50,6 +50,8 @@ class SearchSpace:
     etp_follows_tp: bool = False
     """Only etp = tp (the framework cannot say `--expert-tensor-parallel-size`)."""
     recompute: tuple[str, ...] = RECOMPUTE_KINDS
+    recompute_methods: tuple[str, ...] = RECOMPUTE_METHODS
+    """Megatron's `--recompute-method` values searched with full recompute (model/recompute.py)."""
     cp_algos: tuple[str, ...] = SEARCHED_CP_ALGOS
 
     @property
@@ -61,6 +63,9 @@ class SearchSpace:
         unknown = sorted(set(self.recompute) - set(RECOMPUTE_KINDS))
         if unknown:
             raise ConfigError(f"unknown recompute kind(s) {unknown}; expected some of {list(RECOMPUTE_KINDS)}")
+        bad_methods = sorted(set(self.recompute_methods) - set(RECOMPUTE_METHODS))
+        if bad_methods or not self.recompute_methods:
+            raise ConfigError(f"recompute method(s) {bad_methods or '()'} not allowed; use some of {list(RECOMPUTE_METHODS)}")
         bad_algos = sorted(set(self.cp_algos) - set(MODELLED_CP_ALGOS))
         if bad_algos:
             raise ConfigError(f"context-parallel algorithm(s) {bad_algos} are not modelled; use {list(MODELLED_CP_ALGOS)}")
@@ -131,10 +136,14 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
         return
     # Cheap pre-filters of the batch rules (strategy._rule_batch / _rule_vpp check them again).
     mbss = [b for b in range(1, max_mbs + 1) if gbs % (b * base.dp) == 0]
-    for vpp, mbs, dist_opt, recompute in itertools.product(vpps, mbss, dist_opts, space.recompute):
+    # Full recompute comes with each of Megatron's methods (block, uniform): the solver picks the
+    # method with the count and the split.
+    kinds = [(kind, method) for kind in space.recompute
+             for method in (space.recompute_methods if kind == "full" else (None,))]
+    for vpp, mbs, dist_opt, (recompute, method) in itertools.product(vpps, mbss, dist_opts, kinds):
         if vpp > 1 and (gbs // (mbs * base.dp)) % base.pp:
             continue
         candidate = base.replace(vpp=vpp, mbs=mbs, dist_opt=dist_opt, recompute=recompute,
-                                 recompute_method="block" if recompute == "full" else None)
+                                 recompute_method=method)
         if all(rule(candidate, model, num_devices, gbs) is None for rule in OUTER_RULES):
             yield candidate
