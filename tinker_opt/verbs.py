@@ -91,8 +91,11 @@ def _cost_model(profiled, model, cluster: ClusterSpec, global_batch_size: int, s
 
     hardware = load_hardware(settings.hardware) if settings.hardware else None
     swap = info.train.swap_optimizer_times if info is not None else profiled.meta.swap_optimizer_times
+    p2p = info.train.overlap_p2p_comm if info is not None else True
+    reuse = info.train.reuse_fp32_param if info is not None else False
     return CostModel.from_profile(profiled, model, cluster, global_batch_size, hardware=hardware,
-                                  inter_node_bandwidth_gbs=settings.inter_node_bandwidth, swap_optimizer_times=swap)
+                                  inter_node_bandwidth_gbs=settings.inter_node_bandwidth, swap_optimizer_times=swap,
+                                  overlap_p2p_comm=p2p, reuse_fp32_param=reuse)
 
 
 # --- profile ------------------------------------------------------------------------------------

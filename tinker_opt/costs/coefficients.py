@@ -90,6 +90,15 @@ class SplitCoefficients:
     stage_tail_sync_ns: np.ndarray
     """The synchronisation part of stage_tail_ns (for the breakdown)."""
     layer_tail_sync_ns: np.ndarray
+    layer_hidden_ns: np.ndarray
+    """Communication of one layer per micro-batch hidden behind compute (costs/overlap.py); not
+    part of layer_time_ns."""
+    layer_tail_hidden_ns: np.ndarray
+    """Gradient reduce / parameter gather of one layer hidden behind the backward / forward."""
+    stage_hidden_ns: np.ndarray
+    """Pipeline send/recv per micro-batch hidden behind the interleaved schedule's next chunk."""
+    stage_tail_hidden_ns: np.ndarray
+    """Per-stage correction of the hidden tail (minus the last bucket, which stays exposed)."""
     work_bytes: int
     """Working set of re-running one layer's forward when the stage recomputes (its activations)."""
     memory_limit_bytes: int
@@ -164,9 +173,14 @@ class StageCost:
     act_bytes_x_v: int
     other_bytes_x_v: int
     memory_bytes_x_v: int
+    hidden_comm_ns: int = 0
+    """Communication per micro-batch hidden behind compute (not in time_ns)."""
+    hidden_sync_ns: int = 0
+    """Gradient reduce / parameter gather hidden behind the last backward / first forward."""
 
 
-_PREFIXED = ("layer_time_ns", "layer_comm_ns", "layer_recompute_ns", "layer_tail_ns", "layer_tail_sync_ns",
+_PREFIXED = ("layer_time_ns", "layer_comm_ns", "layer_hidden_ns", "layer_tail_hidden_ns",
+             "layer_recompute_ns", "layer_tail_ns", "layer_tail_sync_ns",
              "layer_static_bytes", "layer_optimizer_bytes", "layer_grad_bytes", "layer_act_bytes", "layer_input_bytes")
 
 
@@ -200,5 +214,7 @@ def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act) -> Sta
     per_micro = total["layer_act_bytes"] - rc_act + rc_input + int(c.stage_act_bytes[s])
     act = int(c.stage_inflight_x_v[s]) * per_micro
     other = v * c.work_bytes if num_rc else 0
+    hidden = total["layer_hidden_ns"] + int(c.stage_hidden_ns[s])
+    hidden_sync = total["layer_tail_hidden_ns"] + int(c.stage_tail_hidden_ns[s])
     return StageCost(num, num_rc, time_ns, comm_ns, recompute_ns, tail_ns, tail_sync_ns, static,
-                     optimizer, grad, transient, act, other, static + act + other)
+                     optimizer, grad, transient, act, other, static + act + other, hidden, hidden_sync)

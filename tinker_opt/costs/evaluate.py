@@ -54,7 +54,8 @@ class CostModel:
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, global_batch_size: int,
                  blocks: BlockTable, comm: CommModel, *, memory_bandwidth_gbs: float | None = None,
-                 swap_optimizer_times: int | None = None, host_link_gbs: float | None = None) -> None:
+                 swap_optimizer_times: int | None = None, host_link_gbs: float | None = None,
+                 overlap_p2p_comm: bool = True, reuse_fp32_param: bool = False) -> None:
         self.model = model
         self.cluster = cluster
         self.global_batch_size = global_batch_size
@@ -65,23 +66,28 @@ class CostModel:
         self._terms = TermBuilder(model, cluster, global_batch_size, blocks, comm,
                                   memory_bandwidth_gbs=memory_bandwidth_gbs,
                                   swap_optimizer_times=swap_optimizer_times,
-                                  host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS)
+                                  host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS,
+                                  overlap_p2p_comm=overlap_p2p_comm, reuse_fp32_param=reuse_fp32_param)
         self._cache: dict[Strategy, SplitCoefficients] = {}
 
     @classmethod
     def from_profile(cls, profiled: ProfiledData, model: ModelSpec, cluster: ClusterSpec,
                      global_batch_size: int, *, hardware: HardwareSpec | None = None,
                      inter_node_bandwidth_gbs: float | None = None,
-                     swap_optimizer_times: int | None = None) -> "CostModel":
+                     swap_optimizer_times: int | None = None, overlap_p2p_comm: bool = True,
+                     reuse_fp32_param: bool = False) -> "CostModel":
         """Build from a loaded profiled-data folder; see CommModel for the inter-node defaults.
-        `swap_optimizer_times`: the script's `--swap-optimizer` chunk count (None: not swapping)."""
+        `swap_optimizer_times`: the script's `--swap-optimizer` chunk count (None: not swapping);
+        `overlap_p2p_comm`: the script's p2p overlap of the interleaved schedule and
+        `reuse_fp32_param` its MindSpeed `--reuse-fp32-param` (TrainSpec)."""
         comm = CommModel(profiled.comm, hardware=hardware,
                          inter_node_bandwidth_gbs=inter_node_bandwidth_gbs,
                          multi_node=cluster.num_nodes > 1, multi_device=cluster.devices_per_node > 1)
         bandwidth = hardware.memory_bandwidth_gbs if hardware is not None else None
         return cls(model, cluster, global_batch_size, BlockTable(profiled.blocks), comm,
                    memory_bandwidth_gbs=bandwidth, swap_optimizer_times=swap_optimizer_times,
-                   host_link_gbs=hardware.host_link_gbs if hardware is not None else None)
+                   host_link_gbs=hardware.host_link_gbs if hardware is not None else None,
+                   overlap_p2p_comm=overlap_p2p_comm, reuse_fp32_param=reuse_fp32_param)
 
     def available(self, tp: int, sp: bool, cp: int, ep: int, etp: int) -> bool:
         """Whether every block was profiled at this shard shape (any micro-batch size)."""
@@ -155,7 +161,10 @@ def _stage_dict(s: int, st: StageCost, v: int) -> dict[str, Any]:
             "gradients_mb": st.grad_bytes_x_v / mb,
             "optimizer_mb": st.optimizer_bytes_x_v / mb, "activations_mb": st.act_bytes_x_v / mb,
             "transient_mb": st.transient_bytes_x_v / mb, "recompute_work_mb": st.other_bytes_x_v / mb,
-            "tail_ms": st.tail_ns / NS_PER_MS}
+            "tail_ms": st.tail_ns / NS_PER_MS,
+            # Communication hidden behind compute (not in time_ms / tail_ms; costs/overlap.py).
+            "comm_hidden_ms": st.hidden_comm_ns / NS_PER_MS, "sync_ms": st.tail_sync_ns / NS_PER_MS,
+            "sync_hidden_ms": st.hidden_sync_ns / NS_PER_MS}
 
 
 def _breakdown(c: SplitCoefficients, stages: list[StageCost]) -> dict[str, float]:

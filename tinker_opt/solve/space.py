@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from tinker_opt.errors import ConfigError
-from tinker_opt.strategy import (MODELLED_CP_ALGOS, OUTER_RULES, RECOMPUTE_KINDS,
+from tinker_opt.strategy import (MODELLED_CP_ALGOS, OUTER_RULES, OVERLAP_KEYS, RECOMPUTE_KINDS,
                                        Strategy)
 
 SEARCHED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo")
@@ -48,11 +48,19 @@ class SearchSpace:
     """Only etp = tp (the framework cannot say `--expert-tensor-parallel-size`)."""
     recompute: tuple[str, ...] = RECOMPUTE_KINDS
     cp_algos: tuple[str, ...] = SEARCHED_CP_ALGOS
+    overlaps: tuple[str, ...] = OVERLAP_KEYS
+    """Communication-overlap knobs switched on wherever they apply (`overlap_knobs`); the others
+    stay off. Not a search dimension: the cost model prices an overlap as the part of the
+    collective that cannot hide (costs/overlap.py), never more than without it, and the overlaps
+    add no modelled memory, so on is never worse (tests/test_model_overlap.py)."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.recompute) - set(RECOMPUTE_KINDS))
         if unknown:
             raise ConfigError(f"unknown recompute kind(s) {unknown}; expected some of {list(RECOMPUTE_KINDS)}")
+        bad_overlaps = sorted(set(self.overlaps) - set(OVERLAP_KEYS))
+        if bad_overlaps:
+            raise ConfigError(f"unknown overlap knob(s) {bad_overlaps}; expected some of {list(OVERLAP_KEYS)}")
         bad_algos = sorted(set(self.cp_algos) - set(MODELLED_CP_ALGOS))
         if bad_algos:
             raise ConfigError(f"context-parallel algorithm(s) {bad_algos} are not modelled; use {list(MODELLED_CP_ALGOS)}")
@@ -126,5 +134,24 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
             continue
         candidate = base.replace(vpp=vpp, mbs=mbs, dist_opt=dist_opt, recompute=recompute,
                                  recompute_method="block" if recompute == "full" else None)
+        candidate = candidate.replace(**overlap_knobs(candidate, model.is_moe, space.overlaps))
         if all(rule(candidate, model, num_devices, gbs) is None for rule in OUTER_RULES):
             yield candidate
+
+
+def overlap_knobs(s: Strategy, is_moe: bool, allowed: tuple[str, ...]) -> dict[str, bool | None]:
+    """The overlap switches of an outer configuration: on where allowed and where the framework
+    accepts them (strategy.overlap_message), off where allowed but not applicable to this layout,
+    None where the knob does not exist (schema of ARCHITECTURE.md).
+
+    Framework rules: param gather needs the distributed optimizer and grad-reduce overlap
+    (Megatron-LM arguments.py); the MoE all-to-all overlap needs ep > 1 and excludes MC2
+    (Ascend/MindSpeed mindspeed/features_manager/moe/moe_alltoall_overlap.py); TP overlap needs
+    tp > 1 with sequence parallelism (Ascend/MindSpeed docs/zh/features/mc2.md)."""
+    on = set(allowed)
+    tp_overlap = "tp_comm_overlap" in on and s.tp > 1 and s.sp
+    grad = "overlap_grad_reduce" in on
+    return {"overlap_grad_reduce": grad,
+            "overlap_param_gather": (grad and "overlap_param_gather" in on) if s.dist_opt else None,
+            "overlap_moe_comm": ("overlap_moe_comm" in on and s.ep > 1 and not tp_overlap) if is_moe else None,
+            "tp_comm_overlap": tp_overlap if s.tp > 1 else None}
