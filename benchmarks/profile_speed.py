@@ -19,7 +19,8 @@ from pathlib import Path
 
 from tinker_opt.profile.device import detect_device
 from tinker_opt.profile.measure import measure_block
-from tinker_opt.profile.runner import ProfileSettings, run_profile
+from tinker_opt.config import ProfileSettings
+from tinker_opt.profile.runner import MeasureSettings, run_profile
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.subgraphs import build_block
 from tinker_opt.specs import ModelSpec
@@ -39,7 +40,7 @@ def llama2_7b() -> ModelSpec:
                      num_query_groups=32, kv_channels=128, seq_length=4096, vocab_size=32000, **LLAMA)
 
 
-def profile_example(model: ModelSpec, settings: ProfileSettings) -> None:
+def profile_example(model: ModelSpec, settings: MeasureSettings) -> None:
     """Run the whole profile, timing each row through the progress callback."""
     stamps: list[tuple[str, float]] = []
     comm_s: list[float] = []
@@ -91,7 +92,7 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--skip-7b", action="store_true")
     args = parser.parse_args()
-    settings = ProfileSettings(device=args.device, max_mbs=args.max_mbs)
+    settings = MeasureSettings.from_settings(ProfileSettings(device=args.device, max_mbs=args.max_mbs))
     profile_example(example_model(args.hidden, args.seq), settings)
     if not args.skip_7b:
         profile_7b_layer(args.device, settings.repeats)

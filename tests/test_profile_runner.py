@@ -9,7 +9,7 @@ import pytest
 
 from tinker_opt.errors import ConfigError, ProfileDataError
 from tinker_opt.strategy import Strategy
-from tinker_opt.profile import runner
+from tinker_opt.profile import rows as row_module
 from tinker_opt.profile.runner import MeasureSettings, default_profile_dir, run_profile
 from tinker_opt.profile.store import load_profiled_data
 from tinker_opt.specs import TrainSpec
@@ -76,14 +76,14 @@ def test_memory_limit_marks_larger_rows_oom(profiled, tmp_path):
 
 def test_failed_row_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
     """A block that raises gets its error in `status`; the other rows are measured."""
-    real = runner._measure_point
+    real = row_module.measure_point
 
-    def flaky(model, point, device, settings):
+    def flaky(model, point, device, settings, *rest):
         if point.block == "final_norm":
             raise ValueError("boom")
-        return real(model, point, device, settings)
+        return real(model, point, device, settings, *rest)
 
-    monkeypatch.setattr(runner, "_measure_point", flaky)
+    monkeypatch.setattr(row_module, "measure_point", flaky)
     run_profile(tiny_model(), MeasureSettings(**{**SMALL, "max_npu": 1, "max_mbs": 1}), tmp_path)
     frame = pd.read_csv(tmp_path / "blocks.csv").set_index("block")
     assert frame.loc["final_norm", "status"] == "error: ValueError: boom" and frame.loc["head", "status"] == "ok"
@@ -111,7 +111,7 @@ def test_fewer_than_five_repeats_is_rejected():
 def _fake_row(block, tp, mbs, nbytes):
     row = {"block": block, "tp": tp, "sp": 0, "cp": 1, "ep": 1, "etp": 1, "mbs": mbs, "status": "ok",
            "weight_bytes": 100, "activation_bytes": nbytes, "transient_bytes": 0, "input_bytes": 0, "output_bytes": 0}
-    return runner._key(row), row
+    return row_module.row_key(row), row
 
 
 def test_memory_prediction_from_smaller_mbs_and_larger_tp():
@@ -120,9 +120,9 @@ def test_memory_prediction_from_smaller_mbs_and_larger_tp():
     from tinker_opt.profile.space import ProfilePoint
 
     rows = dict([_fake_row("layer", 2, 2, 1000)])
-    assert runner._predicted_bytes(ProfilePoint("layer", Shape(tp=2, mbs=4)), rows) == 100 + 2000
-    assert runner._predicted_bytes(ProfilePoint("layer", Shape(tp=1, mbs=2)), rows) == 2 * 1100
-    assert runner._predicted_bytes(ProfilePoint("head", Shape(tp=1, mbs=2)), rows) is None
+    assert row_module.predicted_bytes(ProfilePoint("layer", Shape(tp=2, mbs=4)), rows) == 100 + 2000
+    assert row_module.predicted_bytes(ProfilePoint("layer", Shape(tp=1, mbs=2)), rows) == 2 * 1100
+    assert row_module.predicted_bytes(ProfilePoint("head", Shape(tp=1, mbs=2)), rows) is None
 
 
 def test_limits_keep_the_scripts_ep_above_max_ep():
@@ -137,7 +137,7 @@ def test_limits_add_the_scripts_tp_above_max_npu():
     """A script running tp 16 on nodes of 8 gets tp 16 profiled (tensor parallelism across nodes)."""
     train = TrainSpec(micro_batch_size=1, global_batch_size=8, nnodes=2, nproc_per_node=8,
                       strategy=Strategy(tp=16, pp=1, dp=1))
-    assert ProfileSettings(max_npu=8).limits(train).extra_tp == (16,)
+    assert MeasureSettings(**{**SMALL, "max_npu": 8}).limits(train).extra_tp == (16,)
 
 
 def test_max_ep_below_one_is_an_error():

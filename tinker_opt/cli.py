@@ -85,11 +85,6 @@ def _progress(quiet: bool) -> Progress:
                     console=err_console, disable=quiet, transient=False)
 
 
-def _progress(quiet: bool) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err_console, disable=quiet, transient=False)
-
-
 def _bar_callback(bar: Progress) -> verbs.Progress:
     task = bar.add_task("profiling blocks", total=None)
 
@@ -99,12 +94,20 @@ def _bar_callback(bar: Progress) -> verbs.Progress:
     return progress
 
 
+def _print_profile_warnings(folder: Path) -> None:
+    """The profile's warnings (fused kernels the device lacks) on the terminal, as in profile.log."""
+    from tinker_opt.profile.meta import read_meta
+
+    for warning in (read_meta(folder).kernels or {}).get("warnings", []):
+        err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}", highlight=False)
+
+
 def _run_log(quiet: bool) -> verbs.RunLog:
     return verbs.RunLog(echo=None if quiet else lambda line: err_console.print(line, markup=False, highlight=False))
 
 
 def _print_search(outcome: verbs.SearchOutcome, quiet: bool) -> None:
-    from tinker_opt.emit.tables import strategies_table
+    from tinker_opt.emit.tables import search_summary
 
     if quiet:  # the log was not echoed: still show the warnings, then only the path
         for warning in outcome.warnings:
@@ -112,8 +115,8 @@ def _print_search(outcome: verbs.SearchOutcome, quiet: bool) -> None:
         console.print(str(outcome.folder))
         return
     gap = "" if outcome.gap is None else f", gap {outcome.gap:.2%}"
-    console.print(strategies_table(outcome.top, f"top strategies ({outcome.solver}: {outcome.status}{gap}, "
-                                                f"{outcome.solve_time_s:.2f} s)"))
+    console.print(search_summary(outcome, f"top strategies ({outcome.solver}: {outcome.status}{gap}, "
+                                          f"{outcome.solve_time_s:.2f} s)"))
     console.print(f"results: [bold]{outcome.folder}[/bold]")
 
 
@@ -134,6 +137,7 @@ def profile(given: dict[str, Any], script: Optional[Path] = SCRIPT_ARG, config_p
                               config.load_config_file(config_path))
     with _progress(quiet) as bar:
         folder = verbs.run_profile(settings, progress=_bar_callback(bar))
+    _print_profile_warnings(folder)
     console.print(str(folder) if quiet else f"profiled data: [bold]{folder}[/bold]")
 
 
@@ -165,6 +169,7 @@ def all_(given: dict[str, Any], script: Optional[Path] = SCRIPT_ARG, config_path
     with _progress(quiet) as bar:
         folder, outcome = verbs.run_all(profile_settings, search_settings, progress=_bar_callback(bar),
                                         log=_run_log(quiet))
+    _print_profile_warnings(folder)
     if not quiet:
         console.print(f"profiled data: [bold]{folder}[/bold]")
     _print_search(outcome, quiet)

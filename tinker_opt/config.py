@@ -151,6 +151,8 @@ TABLE = (
     _s("device", "str", "auto", "Profiling device: auto | npu | cuda | cpu | analytic.", P),
     _s("repeats", "int", 5, "Timed repeats per block (median reported).", P, positive=True),
     _s("warmup", "int", 2, "Untimed warm-up runs per block (the memory pass counts as the first).", P),
+    _s("devices", "int", None, "Local devices to profile on at once, one worker process each (default: every device; 1 on the CPU).", P, positive=True),
+    _s("blocks", "str", "reference", "Decoder-layer source: reference | megatron-core (needs the megatron extra).", P),
     # search and simulate
     _s("profiled_data_path", "str", None, "Profiled-data folder (a bare name is looked up under ./profiled_data).", f"{S} {M}"),
     _s("pretrain_script_path_search", "str", None, "Script to rewrite into tuned configs (default: the profiled one).", S),
@@ -168,6 +170,7 @@ TABLE = (
     _s("solver", "str", "cpsat", "cpsat | milp | enum.", S),
     _s("time_limit", "float", 60, "Solver time limit.", S, unit="s", positive=True),
     _s("top_k", "int", 10, "Number of ranked strategies (and tuned scripts) to write.", S, positive=True),
+    _s("headroom", "float", 10, "Memory the 'headroom' pick leaves free, in percent of --memory-limit.", S, unit="%"),
     _s("max_mbs", "int", None, "Largest micro-batch size the search may choose.", S, positive=True),
     # simulate: the strategy
     _s("simu_tp", "int", 1, "Tensor-parallel size.", M, positive=True, aliases=("--tp",)),

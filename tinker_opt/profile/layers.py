@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tinker_opt.profile.kernels import REFERENCE
 from tinker_opt.profile.tp_emulation import (
     CheckpointCore, FusedScaleMaskSoftmax, GatherLinear, ScatterToSequence)
 
@@ -46,17 +47,19 @@ class LayerNorm(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    """Megatron's local RMSNorm: x * rsqrt(mean(x^2) + eps) in fp32, cast back, times the weight."""
+    """RMSNorm: Megatron's local one (x * rsqrt(mean(x^2) + eps) in fp32, cast back, times the
+    weight) or the device's fused kernel (`kernels.install_kernels`)."""
+
+    kernel_op = "rmsnorm"
 
     def __init__(self, hidden: int, *, device, dtype, eps: float = 1e-6) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden, device=device, dtype=dtype))
         self.eps = eps
+        self.kernel = REFERENCE["rmsnorm"]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return normed.type_as(x) * self.weight
+        return self.kernel.fn(x, self.weight, self.eps)
 
 
 def make_norm(kind: str, hidden: int, *, device, dtype) -> nn.Module:
@@ -103,7 +106,10 @@ def bias_dropout_add(x: torch.Tensor, bias: torch.Tensor | None, residual: torch
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotary positions (mcore's unfused rotate-half form); cos / sin are constant buffers."""
+    """Rotary positions (mcore's unfused rotate-half form, or the device's fused kernel); cos / sin
+    (and the angles, which the CUDA fused kernels take) are constant buffers."""
+
+    kernel_op = "rope"
 
     def __init__(self, seq: int, head_dim: int, *, device, dtype, base: float = 10000.0) -> None:
         super().__init__()
@@ -112,13 +118,13 @@ class RotaryEmbedding(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)  # [s, d]
         self.register_buffer("cos", emb.cos().to(dtype), persistent=False)
         self.register_buffer("sin", emb.sin().to(dtype), persistent=False)
+        self.register_buffer("freqs", emb, persistent=False)
+        self.kernel = REFERENCE["rope"]
 
     def forward(self, t: torch.Tensor) -> torch.Tensor:
         """t: [s, b, ..., d]; t * cos + rotate_half(t) * sin (the products keep only cos / sin)."""
         shape = (t.shape[0],) + (1,) * (t.dim() - 2) + (t.shape[-1],)
-        first, second = t.chunk(2, dim=-1)
-        rotated = torch.cat((-second, first), dim=-1)
-        return t * self.cos.view(shape) + rotated * self.sin.view(shape)
+        return self.kernel.fn(t, self.cos.view(shape), self.sin.view(shape), self.freqs.view(shape))
 
 
 def materialised_attention(q, k, v, *, scale: float, causal: bool, p: float) -> torch.Tensor:
@@ -151,6 +157,14 @@ class Attention(nn.Module):
         self.recompute_core = False
         """Megatron's selective recompute: the core attention is recomputed in backward."""
 
+    kernel = REFERENCE["attention"]
+    """The flash kernel (a class default, so subclasses such as LatentAttention have it too)."""
+
+    @property
+    def kernel_op(self) -> str | None:
+        """Flash attention dispatches to the device's fused kernel; the materialised path does not."""
+        return "attention" if self.flash else None
+
     def split_qkv(self, x: torch.Tensor):
         """QKV projection split as mcore does: q [s, b, np, d]; k, v [s, b, ng, d] (views when possible)."""
         per_group = self.heads // self.groups
@@ -166,16 +180,8 @@ class Attention(nn.Module):
     def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
         """Core attention: q [s, b, np, d], k [s, b, np|ng, d], v [s, b, np|ng, dv] in, [s, b, np * dv] out."""
         s, b, dv = q.shape[0], q.shape[1], v.shape[-1]
-        if self.flash:
-            # Flash kernels (FlashAttention-2, Ascend's npu_fusion_attention) regenerate the dropout
-            # mask from the RNG state in backward and keep no s x s tensor. torch's CPU / fake-tensor
-            # SDPA would fall back to the materialising math path for dropout_p > 0, so the profile
-            # runs the kernel without dropout: saved bytes as the fused kernel's; its dropout
-            # arithmetic (elementwise, small beside the matmuls) is not timed.
-            out = F.scaled_dot_product_attention(
-                q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3), is_causal=causal,
-                dropout_p=0.0, scale=self.softmax_scale, enable_gqa=k.shape[2] != self.heads)
-            return out.permute(2, 0, 1, 3).reshape(s, b, self.heads * dv)
+        if self.flash:  # the device's flash kernel (kernels.py: no s x s tensor, dropout not timed)
+            return self.kernel.fn(q, k, v, causal, self.softmax_scale)
         if k.shape[2] != self.heads:  # legacy Megatron repeats the kv groups for the bmm path
             k = k.repeat_interleave(self.heads // k.shape[2], dim=2)
             v = v.repeat_interleave(self.heads // v.shape[2], dim=2)
@@ -217,12 +223,14 @@ class MLP(nn.Module):
         self.fc1 = ColumnParallelLinear(hidden, ffn_local * (2 if swiglu else 1), bias=bias, gather=gather,
                                         device=device, dtype=dtype)
         self.fc2 = RowParallelLinear(ffn_local, hidden, bias=bias, scatter=gather, device=device, dtype=dtype)
+        self.kernel = REFERENCE["swiglu"]
+
+    @property
+    def kernel_op(self) -> str | None:
+        return "swiglu" if self.swiglu else None
 
     def activation(self, x: torch.Tensor) -> torch.Tensor:
-        if self.swiglu:  # unfused: silu keeps its input, the product keeps both factors
-            gate, up = x.chunk(2, dim=-1)
-            return F.silu(gate) * up
-        return F.gelu(x)
+        return self.kernel.fn(x) if self.swiglu else F.gelu(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.activation(self.fc1(x)))

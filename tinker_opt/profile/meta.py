@@ -39,6 +39,9 @@ class ProfileMeta:
     """The hardware description that timed an analytic profile."""
     train: dict[str, Any] | None = None
     """The script's micro_batch_size, global_batch_size and strategy (measured profiles)."""
+    kernels: dict[str, Any] | None = None
+    """The fused kernels the script asked for, what the device ran for each op, warnings for those it
+    lacks, and per block the implementation of each op (profile/kernels.py; measured profiles)."""
     settings: dict[str, Any] | None = None
     versions: dict[str, str] | None = None
     comm_source: str | None = None

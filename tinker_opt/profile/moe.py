@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tinker_opt.profile.kernels import REFERENCE
 from tinker_opt.profile.layers import MLP, new_weight
 from tinker_opt.profile.tp_emulation import ScatterToSequence, _repeat_dim0
 
@@ -34,16 +35,18 @@ class GroupedExperts(nn.Module):
         self.fc2 = new_weight(num_experts, ffn_local, hidden, device=device, dtype=dtype)
         self.fc1_bias = nn.Parameter(torch.zeros(num_experts, width, device=device, dtype=dtype)) if bias else None
         self.fc2_bias = nn.Parameter(torch.zeros(num_experts, hidden, device=device, dtype=dtype)) if bias else None
+        self.kernel = REFERENCE["swiglu"]
+
+    @property
+    def kernel_op(self) -> str | None:
+        return "swiglu" if self.swiglu else None
 
     @property
     def num_experts(self) -> int:
         return self.fc1.shape[0]
 
     def _activation(self, x: torch.Tensor) -> torch.Tensor:
-        if self.swiglu:  # unfused, as the dense MLP: silu keeps its input, the product both factors
-            gate, up = x.chunk(2, dim=-1)
-            return F.silu(gate) * up
-        return F.gelu(x)
+        return self.kernel.fn(x) if self.swiglu else F.gelu(x)  # as the dense MLP (kernels.py)
 
     def _run(self, x: torch.Tensor, experts: slice) -> torch.Tensor:
         """The experts of `experts` on x [E', n, h] (n tokens each): [E', n, h]."""

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from tinker_opt.errors import ConfigError
+from tinker_opt.profile.kernels import KernelSet, install_kernels
 from tinker_opt.profile.layers import MLP, Attention, bias_dropout_add, dropout, make_norm, new_weight
 from tinker_opt.profile.mla import LatentAttention
 from tinker_opt.profile.moe import MoE
@@ -113,6 +114,8 @@ class Block:
     expert_param_count: int
     attention: Attention | None
     """The attention whose core selective recompute recomputes; None for non-layer blocks."""
+    kernels: dict[str, str] = field(default_factory=dict)
+    """The implementation each fusable op of the block runs ({op: name}, kernels.py)."""
 
     @property
     def param_count(self) -> int:
@@ -169,8 +172,9 @@ def check_block(model: ModelSpec, block: str, shape: Shape) -> None:
 
 
 def build_block(model: ModelSpec, block: str, shape: Shape, *, device: torch.device | str = "cpu",
-                dtype: torch.dtype | None = None) -> Block:
-    """The per-rank sub-graph of `block` at `shape`, with parameters in `dtype` (default: the model's precision)."""
+                dtype: torch.dtype | None = None, kernels: KernelSet | None = None) -> Block:
+    """The per-rank sub-graph of `block` at `shape`, with parameters in `dtype` (default: the model's
+    precision), running the implementations of `kernels` (default: the reference ops)."""
     check_block(model, block, shape)
     dtype = dtype or DTYPES[model.precision]
     dims = shard_dims(model, shape)
@@ -190,7 +194,7 @@ def build_block(model: ModelSpec, block: str, shape: Shape, *, device: torch.dev
         module, make_inputs = Head(dims, shape, **kw), _head_inputs(dims, model, device, dtype)
     module.train()
     return Block(name=block, shape=shape, module=module, make_inputs=make_inputs,
-                 expert_param_count=experts, attention=attention)
+                 expert_param_count=experts, attention=attention, kernels=install_kernels(module, kernels))
 
 
 def saved_activation_bytes(block: Block, *, selective: bool = False) -> int:

@@ -1,0 +1,324 @@
+"""Predicted vs measured on one real device: train a whole model, profile it, simulate it, compare.
+
+    PYTHONPATH=. python benchmarks/validate_device.py                # one NVIDIA GPU, ~1 B model
+    PYTHONPATH=. python benchmarks/validate_device.py --dry-run      # the same flow on the CPU, tiny model
+
+For a LLaMA-style model of about 1.1 B parameters (TinyLlama's shape: 22 layers, hidden 2048,
+32 heads in 4 query groups, SwiGLU 5632, RMSNorm, rope, vocabulary 32000, bf16) at sequence 2048
+and 4096, micro-batch 1 / 2 / 4 and recompute none / selective / full, on one device (tp = pp =
+dp = 1, one micro-batch per step):
+
+1. trains real steps and records the median step time after warm-up and the peak allocated memory
+   (`torch.cuda.max_memory_allocated`; on the CPU the live-tensor peak of `LiveBytesTracker`).
+   The model is megatron-core's `GPTModel` with the Transformer Engine spec when both import on
+   CUDA (`--trainer auto`), otherwise the reference blocks of tinker_opt.profile stacked into a
+   model with the same kernels (kernels.py) and the same mixed-precision Adam: bf16 weights, an
+   fp32 gradient buffer per parameter, fp32 master weights and Adam moments (18 bytes / parameter,
+   as Megatron's Float16Optimizer with gradient accumulation into `main_grad`).
+2. writes a launch script for the model, runs `tinker-opt profile --device cuda` (cpu in the dry
+   run) on it and `tinker-opt simulate --json` for each (mbs, recompute);
+3. prints predicted vs measured time and memory per row and writes them as CSV
+   (benchmarks/results/validate_device.csv unless --out).
+
+Targets on a GPU: time within 5 % and memory within 3 % on every row. Offline (no package index):
+see "Validating on a GPU" in the README for the wheels to bring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tinker_opt.profile.device import Device, detect_device  # noqa: E402
+from tinker_opt.profile.kernels import KernelSet, requested_ops, select_kernels  # noqa: E402
+from tinker_opt.profile.shape import Shape  # noqa: E402
+from tinker_opt.profile.subgraphs import build_block  # noqa: E402
+from tinker_opt.specs import ModelSpec  # noqa: E402
+
+FLAGS = ("--use-flash-attn", "--use-fused-rmsnorm", "--use-fused-swiglu", "--use-fused-rotary-pos-emb")
+RECOMPUTES = ("none", "selective", "full")
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run: model sizes, sequence lengths, micro-batch sizes, steps."""
+
+    layers: int
+    hidden: int
+    heads: int
+    groups: int
+    ffn: int
+    vocab: int
+    seqs: tuple[int, ...]
+    mbss: tuple[int, ...]
+    recomputes: tuple[str, ...]
+    warmup_steps: int
+    steps: int
+
+
+FULL = Plan(layers=22, hidden=2048, heads=32, groups=4, ffn=5632, vocab=32000, seqs=(2048, 4096), mbss=(1, 2, 4),
+            recomputes=RECOMPUTES, warmup_steps=3, steps=8)
+DRY = Plan(layers=2, hidden=64, heads=4, groups=2, ffn=176, vocab=512, seqs=(64, 128), mbss=(1, 2),
+           recomputes=RECOMPUTES, warmup_steps=1, steps=3)
+
+
+def model_spec(plan: Plan, seq: int) -> ModelSpec:
+    return ModelSpec(num_layers=plan.layers, hidden_size=plan.hidden, ffn_hidden_size=plan.ffn,
+                     num_attention_heads=plan.heads, num_query_groups=plan.groups, kv_channels=plan.hidden // plan.heads,
+                     seq_length=seq, vocab_size=plan.vocab, make_vocab_size_divisible_by=1, normalization="RMSNorm",
+                     swiglu=True, position_embedding_type="rope", use_flash_attn=True, attention_dropout=0.0,
+                     hidden_dropout=0.0, add_bias_linear=False, untie_embeddings_and_output_weights=True)
+
+
+def launch_script(plan: Plan, seq: int, mbs: int) -> str:
+    """A Megatron-style launch script of the model on one device (what `tinker-opt profile` reads)."""
+    return f"""#!/bin/bash
+# validate_device.py: LLaMA-style model, one device
+NPUS_PER_NODE=1
+NNODES=1
+DISTRIBUTED_ARGS="--nproc_per_node $NPUS_PER_NODE --nnodes $NNODES --node_rank 0 --master_addr localhost --master_port 6000"
+GPT_ARGS="
+    --use-mcore-models --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1
+    --num-layers {plan.layers} --hidden-size {plan.hidden} --ffn-hidden-size {plan.ffn}
+    --num-attention-heads {plan.heads} --group-query-attention --num-query-groups {plan.groups}
+    --seq-length {seq} --max-position-embeddings {seq} --micro-batch-size {mbs} --global-batch-size {mbs}
+    --vocab-size {plan.vocab} --make-vocab-size-divisible-by 1 --untie-embeddings-and-output-weights
+    --disable-bias-linear --position-embedding-type rope --normalization RMSNorm --swiglu
+    {' '.join(FLAGS)} --attention-dropout 0.0 --hidden-dropout 0.0 --bf16
+    --lr 1e-5 --train-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95
+"
+torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $GPT_ARGS --distributed-backend nccl
+"""
+
+
+# --- training --------------------------------------------------------------------------------
+
+class MixedPrecisionAdam:
+    """Megatron's mixed precision: bf16 weights, fp32 `main_grad` (gradients accumulated into it
+    and the bf16 gradient freed), fp32 master weights stepped by Adam and copied back."""
+
+    def __init__(self, params: list[torch.nn.Parameter], lr: float = 1e-5) -> None:
+        self.params = params
+        self.master = [p.detach().float().clone() for p in params]
+        for p in params:
+            p.main_grad = torch.zeros_like(p, dtype=torch.float32)
+            p.register_post_accumulate_grad_hook(self._accumulate)
+        self.adam = torch.optim.Adam(self.master, lr=lr, betas=(0.9, 0.95))
+
+    @staticmethod
+    def _accumulate(p: torch.Tensor) -> None:
+        p.main_grad.add_(p.grad)
+        p.grad = None
+
+    def step(self) -> None:
+        for p, m in zip(self.params, self.master):
+            m.grad = p.main_grad
+        self.adam.step()
+        with torch.no_grad():
+            for p, m in zip(self.params, self.master):
+                p.copy_(m)
+                p.main_grad.zero_()
+
+
+class ReferenceModel(torch.nn.Module):
+    """embedding -> layers -> final norm -> head + loss, from tinker_opt's reference blocks."""
+
+    def __init__(self, model: ModelSpec, mbs: int, device: Device, kernels: KernelSet, recompute: str) -> None:
+        super().__init__()
+        shape, kw = Shape(mbs=mbs), dict(device=device.torch_device, kernels=kernels)
+        self.embedding = build_block(model, "embedding", shape, **kw).module
+        blocks = [build_block(model, "layer", shape, **kw) for _ in range(model.num_layers)]
+        self.layers = torch.nn.ModuleList(b.module for b in blocks)
+        self.final_norm = build_block(model, "final_norm", shape, **kw).module
+        self.head = build_block(model, "head", shape, **kw).module
+        self.recompute = recompute
+        for layer in self.layers:
+            layer.attention.recompute_core = recompute == "selective"
+
+    def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        x = self.embedding(ids)
+        for layer in self.layers:
+            x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False) if self.recompute == "full" else layer(x)
+        return self.head(self.final_norm(x), labels)
+
+
+def mcore_model(model: ModelSpec, recompute: str, device: Device) -> torch.nn.Module:
+    """megatron-core's GPTModel with the Transformer Engine spec (flash attention, fused norms)."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+
+    from tinker_opt.profile.mcore_blocks import ensure_parallel_state, transformer_config
+
+    ensure_parallel_state(device.kind)
+    config = transformer_config(model, moe=False, dtype=torch.bfloat16, device_kind=device.kind)
+    config = replace(config, num_layers=model.num_layers, use_cpu_initialization=device.kind == "cpu",
+                     recompute_granularity=None if recompute == "none" else recompute,
+                     recompute_method="uniform" if recompute == "full" else None,
+                     recompute_num_layers=1 if recompute == "full" else None)
+    gpt = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_with_transformer_engine_spec(),
+                   vocab_size=model.vocab_size, max_sequence_length=model.seq_length,
+                   position_embedding_type="rope", share_embeddings_and_output_weights=False)
+    return gpt.to(device=device.torch_device, dtype=torch.bfloat16)
+
+
+def pick_trainer(requested: str, device: Device) -> str:
+    if requested != "auto":
+        return requested
+    if device.kind != "cuda":
+        return "reference"
+    try:
+        from megatron.core.models.gpt import gpt_layer_specs
+
+        return "megatron-core" if getattr(gpt_layer_specs, "HAVE_TE", False) else "reference"
+    except Exception:
+        return "reference"
+
+
+def train_row(model: ModelSpec, mbs: int, recompute: str, device: Device, plan: Plan, trainer: str) -> tuple[float, float]:
+    """(median step ms after warm-up, peak allocated MiB) of `plan.steps` steps."""
+    from tinker_opt.profile.accounting import LiveBytesTracker
+
+    torch.manual_seed(0)
+    gc.collect()  # the previous row's model and optimizer
+    device.empty_cache()
+    device.reset_peak_memory()
+    ids = torch.randint(0, model.vocab_size, (mbs, model.seq_length), device=device.torch_device)
+    if trainer == "megatron-core":
+        net = mcore_model(model, recompute, device)
+        positions = torch.arange(model.seq_length, device=device.torch_device).unsqueeze(0).expand(mbs, -1)
+        loss_fn = lambda: net(ids, positions, None, labels=ids).float().mean()  # noqa: E731
+    else:
+        kernels = select_kernels(requested_ops(FLAGS, flash_attn=True), device.kind)
+        net = ReferenceModel(model, mbs, device, kernels, recompute)
+        loss_fn = lambda: net(ids, ids)  # noqa: E731
+    optimizer = MixedPrecisionAdam([p for p in net.parameters() if p.requires_grad])
+    times = []
+    tracker = LiveBytesTracker() if device.kind == "cpu" else None
+    for step in range(plan.warmup_steps + plan.steps):
+        if tracker is not None and step == plan.warmup_steps:
+            tracker.__enter__()
+        device.synchronize()
+        start = time.perf_counter()
+        loss_fn().backward()
+        optimizer.step()
+        device.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+        if tracker is not None and step == plan.warmup_steps:
+            tracker.__exit__(None, None, None)
+    if tracker is not None:  # the model's weights and states were alive before the tracked step
+        state = sum(t.numel() * t.element_size() for t in _state_tensors(net, optimizer))
+        peak = state + tracker.peak_bytes
+    else:
+        peak = device.peak_allocated_bytes()
+    del net, optimizer
+    return statistics.median(times[plan.warmup_steps:]), peak / MIB
+
+
+def _state_tensors(net: torch.nn.Module, optimizer: MixedPrecisionAdam) -> list[torch.Tensor]:
+    tensors = list(net.parameters()) + list(net.buffers()) + optimizer.master
+    tensors += [p.main_grad for p in optimizer.params]
+    tensors += [v for s in optimizer.adam.state.values() for v in s.values() if torch.is_tensor(v) and v.dim()]
+    return tensors
+
+
+# --- tinker-opt profile + simulate -------------------------------------------------------------
+
+def tinker_opt(*args: str) -> str:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run([sys.executable, "-m", "tinker_opt.cli", *args], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"tinker-opt {args[0]} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return done.stdout
+
+
+def predict(script: Path, profile_dir: Path, device_kind: str, plan: Plan, mbs: int, recompute: str) -> tuple[float, float]:
+    """(iteration ms, peak MiB) that `tinker-opt simulate` predicts for tp = pp = dp = 1."""
+    out = tinker_opt("simulate", "--profiled-data-path", str(profile_dir), "--tp", "1", "--pp", "1",
+                     "--mbs", str(mbs), "--global-batch-size", str(mbs), "--recompute", recompute,
+                     "--num-nodes", "1", "--num-npus-per-node", "1", "--memory-limit", "1000000", "--json")
+    evaluation = json.loads(out)
+    return float(evaluation["iteration_time_ms"]), float(evaluation["peak_memory_mb"])
+
+
+def profile(script: Path, out: Path, device_kind: str, plan: Plan) -> Path:
+    tinker_opt("profile", str(script), "--device", device_kind, "--prof-path", str(out), "--max-npu", "1",
+               "--max-mbs", str(max(plan.mbss)), "--repeats", "5", "--warmup", "2", "--devices", "1", "-q")
+    return out
+
+
+def _pct(predicted: float, measured: float) -> float:
+    return 100.0 * (predicted - measured) / measured if measured else float("nan")
+
+
+def run(plan: Plan, device: Device, trainer: str, work: Path) -> list[dict]:
+    rows = []
+    for seq in plan.seqs:
+        model = model_spec(plan, seq)
+        script = work / f"llama_1b_seq{seq}.sh"
+        script.write_text(launch_script(plan, seq, plan.mbss[0]), encoding="utf-8")
+        started = time.perf_counter()
+        profile_dir = profile(script, work / f"profile-seq{seq}", device.kind, plan)
+        print(f"seq {seq}: profiled in {time.perf_counter() - started:.0f} s", flush=True)
+        for mbs in plan.mbss:
+            for recompute in plan.recomputes:
+                step_ms, peak_mb = train_row(model, mbs, recompute, device, plan, trainer)
+                pred_ms, pred_mb = predict(script, profile_dir, device.kind, plan, mbs, recompute)
+                rows.append({"seq": seq, "mbs": mbs, "recompute": recompute, "trainer": trainer,
+                             "measured_step_ms": round(step_ms, 2), "predicted_step_ms": round(pred_ms, 2),
+                             "time_error_pct": round(_pct(pred_ms, step_ms), 2),
+                             "measured_peak_mb": round(peak_mb, 1), "predicted_peak_mb": round(pred_mb, 1),
+                             "memory_error_pct": round(_pct(pred_mb, peak_mb), 2)})
+                print(_line(rows[-1]), flush=True)
+    return rows
+
+
+def _line(row: dict) -> str:
+    return (f"seq {row['seq']:>5} mbs {row['mbs']} {row['recompute']:<9} step {row['measured_step_ms']:>9.1f} ms "
+            f"pred {row['predicted_step_ms']:>9.1f} ({row['time_error_pct']:+6.1f} %)  peak "
+            f"{row['measured_peak_mb']:>8.0f} MiB pred {row['predicted_peak_mb']:>8.0f} ({row['memory_error_pct']:+6.1f} %)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="Tiny model on the CPU: the whole flow, quickly.")
+    parser.add_argument("--device", default=None, help="cuda (default) | cpu (the dry run's).")
+    parser.add_argument("--trainer", default="auto", choices=("auto", "reference", "megatron-core"))
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "validate_device.csv")
+    parser.add_argument("--steps", type=int, default=None, help="Timed steps per row (after warm-up).")
+    args = parser.parse_args()
+    plan = DRY if args.dry_run else FULL
+    if args.steps:
+        plan = replace(plan, steps=args.steps)
+    device = detect_device(args.device or ("cpu" if args.dry_run else "cuda"))
+    trainer = pick_trainer(args.trainer, device)
+    print(f"device {device.kind} '{device.name}', trainer {trainer}, model {model_spec(plan, plan.seqs[0])}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="validate-device-") as tmp:
+        rows = run(plan, device, trainer, Path(tmp))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    worst_t = max(abs(r["time_error_pct"]) for r in rows)
+    worst_m = max(abs(r["memory_error_pct"]) for r in rows)
+    print(f"wrote {args.out}; worst time error {worst_t:.1f} % (target 5), worst memory error {worst_m:.1f} % (target 3)")
+
+
+if __name__ == "__main__":
+    main()
