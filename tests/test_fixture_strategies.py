@@ -16,6 +16,7 @@ from tinker_opt.hardware import load_hardware
 from tinker_opt.solve.search import search
 from tinker_opt.solve.space import SearchSpace
 from tinker_opt.specs import ClusterSpec
+from tinker_opt.verbs import job_cost_options
 
 SCRIPTS = sorted((Path(__file__).parent / "fixtures" / "scripts").glob("*.sh"))
 NOT_RECOMPUTE = {
@@ -64,17 +65,13 @@ def _cost_model(script: Path, tmp: Path):
     cluster = ClusterSpec(
         num_nodes=max(1, devices // 8), devices_per_node=min(8, devices), memory_limit_mb=64 * 1024
     )
-    act = (
-        info.train.recompute_activation_function
-        and info.train.recompute_activation_function_num_layers is None
-    )
     return CostModel.from_profile(
         profiled,
         profiled.model,
         cluster,
         info.train.global_batch_size,
         hardware=hardware,
-        recompute_activation=bool(act),
+        **job_cost_options(info),
     ), s
 
 

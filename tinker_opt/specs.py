@@ -166,6 +166,9 @@ class TrainSpec:
     overlap_p2p_comm: bool = True
     """The interleaved schedule overlaps pipeline send/recv with compute (`--[no-]overlap-p2p-communication`,
     default by framework version: script/versions.py p2p_overlap_default)."""
+    reuse_fp32_param: bool = False
+    """MindSpeed `--reuse-fp32-param`: the fp32 master weights share memory with the bf16 weights
+    (priced in memory: costs/terms.py TermBuilder.param_bytes)."""
     recompute_activation_function: bool = False
     """MindSpeed `--recompute-activation-function`: the MLP activation is recomputed in the backward."""
     recompute_activation_function_num_layers: int | None = None

@@ -13,13 +13,16 @@ import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tinker_opt.config import ProfileSettings, SearchSettings, SimulateSettings, require
 from tinker_opt.errors import ConfigError, InfeasibleError, TinkerError
 from tinker_opt.strategy import Strategy, check_strategy
 from tinker_opt.profile.meta import read_meta, write_meta
 from tinker_opt.specs import ClusterSpec
+
+if TYPE_CHECKING:
+    from tinker_opt.script.reader import ScriptInfo
 
 Progress = Callable[[int, int, str], None]
 Log = Callable[[str], None]
@@ -85,19 +88,26 @@ def _model_of(profiled, info, how_to_pass: str):
 
 def _cost_model(profiled, model, cluster: ClusterSpec, global_batch_size: int, settings, info):
     """The CostModel for a profile, a cluster and the communication overrides of `settings`; the
-    swap-optimizer chunk count comes from the script (`info`) when known, else from meta.json."""
+    script's job flags come from `info` when known (the swap chunk count else from meta.json)."""
     from tinker_opt.hardware import load_hardware
     from tinker_opt.costs.evaluate import CostModel
 
     hardware = load_hardware(settings.hardware) if settings.hardware else None
-    swap = info.train.swap_optimizer_times if info is not None else profiled.meta.swap_optimizer_times
+    options = job_cost_options(info) if info is not None else {
+        "swap_optimizer_times": profiled.meta.swap_optimizer_times}
+    return CostModel.from_profile(profiled, model, cluster, global_batch_size, hardware=hardware,
+                                  inter_node_bandwidth_gbs=settings.inter_node_bandwidth, **options)
+
+
+def job_cost_options(info: ScriptInfo) -> dict:
+    """The CostModel options a script's job flags set (swap optimizer, activation-function
+    recompute, interleaved p2p overlap, reuse-fp32-param)."""
+    train = info.train
     # MindSpeed's activation-function recompute, priced for every kept layer; a layer count
     # (first N layers of each chunk) is not modelled and stays out (flags.py warns).
-    act = (info is not None and info.train.recompute_activation_function
-           and info.train.recompute_activation_function_num_layers is None)
-    return CostModel.from_profile(profiled, model, cluster, global_batch_size, hardware=hardware,
-                                  inter_node_bandwidth_gbs=settings.inter_node_bandwidth, swap_optimizer_times=swap,
-                                  recompute_activation=bool(act))
+    act = train.recompute_activation_function and train.recompute_activation_function_num_layers is None
+    return {"swap_optimizer_times": train.swap_optimizer_times, "recompute_activation": bool(act),
+            "overlap_p2p_comm": train.overlap_p2p_comm, "reuse_fp32_param": train.reuse_fp32_param}
 
 
 # --- profile ------------------------------------------------------------------------------------

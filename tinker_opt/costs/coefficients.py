@@ -91,6 +91,15 @@ class SplitCoefficients:
     stage_tail_sync_ns: np.ndarray
     """The synchronisation part of stage_tail_ns (for the breakdown)."""
     layer_tail_sync_ns: np.ndarray
+    layer_hidden_ns: np.ndarray
+    """Communication of one layer per micro-batch hidden behind compute (costs/overlap.py); not
+    part of layer_time_ns."""
+    layer_tail_hidden_ns: np.ndarray
+    """Gradient reduce / parameter gather of one layer hidden behind the backward / forward."""
+    stage_hidden_ns: np.ndarray
+    """Pipeline send/recv per micro-batch hidden behind the interleaved schedule's next chunk."""
+    stage_tail_hidden_ns: np.ndarray
+    """Per-stage correction of the hidden tail (minus the last bucket, which stays exposed)."""
     work_bytes: int
     """Full activations of the largest layer: the working set of re-running one layer's forward
     when the stage recomputes (a `uniform` group of g layers holds g times this)."""
@@ -190,9 +199,14 @@ class StageCost:
     memory_bytes_x_v: int
     mask_bytes_x_v: int = 0
     """The attention-mask part of static_bytes_x_v."""
+    hidden_comm_ns: int = 0
+    """Communication per micro-batch hidden behind compute (not in time_ns)."""
+    hidden_sync_ns: int = 0
+    """Gradient reduce / parameter gather hidden behind the last backward / first forward."""
 
 
-_PREFIXED = ("layer_time_ns", "layer_comm_ns", "layer_recompute_ns", "layer_tail_ns", "layer_tail_sync_ns",
+_PREFIXED = ("layer_time_ns", "layer_comm_ns", "layer_hidden_ns", "layer_tail_hidden_ns",
+             "layer_recompute_ns", "layer_tail_ns", "layer_tail_sync_ns",
              "layer_static_bytes", "layer_optimizer_bytes", "layer_grad_bytes", "layer_act_bytes", "layer_input_bytes")
 
 
@@ -227,5 +241,7 @@ def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act, work_l
     per_micro = total["layer_act_bytes"] - rc_act + rc_input + int(c.stage_act_bytes[s])
     act = int(c.stage_inflight_x_v[s]) * per_micro
     other = v * work_layers * c.work_bytes  # the group being recomputed (recompute.py)
+    hidden = total["layer_hidden_ns"] + int(c.stage_hidden_ns[s])
+    hidden_sync = total["layer_tail_hidden_ns"] + int(c.stage_tail_hidden_ns[s])
     return StageCost(num, num_rc, time_ns, comm_ns, recompute_ns, tail_ns, tail_sync_ns, static,
-                     optimizer, grad, transient, act, other, static + act + other, mask)
+                     optimizer, grad, transient, act, other, static + act + other, mask, hidden, hidden_sync)

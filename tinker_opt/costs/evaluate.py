@@ -62,7 +62,8 @@ class CostModel:
                  swap_optimizer_times: int | None = None, host_link_gbs: float | None = None,
                  times_include_tp_comm: bool = False, times_include_ep_comm: bool = False,
                  attention_mask_bytes: int = 0, layer_form: str = "free",
-                 recompute_activation: bool = False) -> None:
+                 recompute_activation: bool = False, overlap_p2p_comm: bool = True,
+                 reuse_fp32_param: bool = False) -> None:
         self.model = model
         self.cluster = cluster
         self.global_batch_size = global_batch_size
@@ -77,17 +78,21 @@ class CostModel:
                                   times_include_tp_comm=times_include_tp_comm,
                                   times_include_ep_comm=times_include_ep_comm,
                                   attention_mask_bytes=attention_mask_bytes, layer_form=layer_form,
-                                  recompute_activation=recompute_activation)
+                                  recompute_activation=recompute_activation,
+                                  overlap_p2p_comm=overlap_p2p_comm, reuse_fp32_param=reuse_fp32_param)
         self._cache: dict[Strategy, SplitCoefficients] = {}
 
     @classmethod
     def from_profile(cls, profiled: ProfiledData, model: ModelSpec, cluster: ClusterSpec,
                      global_batch_size: int, *, hardware: HardwareSpec | None = None,
                      inter_node_bandwidth_gbs: float | None = None,
-                     swap_optimizer_times: int | None = None, recompute_activation: bool = False) -> "CostModel":
+                     swap_optimizer_times: int | None = None, recompute_activation: bool = False,
+                     overlap_p2p_comm: bool = True, reuse_fp32_param: bool = False) -> "CostModel":
         """Build from a loaded profiled-data folder; see CommModel for the inter-node defaults.
         `swap_optimizer_times`: the script's `--swap-optimizer` chunk count (None: not swapping);
-        `recompute_activation`: MindSpeed's `--recompute-activation-function` (costs/recompute.py)."""
+        `recompute_activation`: MindSpeed's `--recompute-activation-function` (costs/recompute.py);
+        `overlap_p2p_comm`: the script's p2p overlap of the interleaved schedule and
+        `reuse_fp32_param` its MindSpeed `--reuse-fp32-param` (TrainSpec)."""
         comm = CommModel(profiled.comm, hardware=hardware,
                          inter_node_bandwidth_gbs=inter_node_bandwidth_gbs,
                          multi_node=cluster.num_nodes > 1, multi_device=cluster.devices_per_node > 1)
@@ -99,7 +104,8 @@ class CostModel:
                    times_include_tp_comm=bool(meta.times_include_tp_comm),
                    times_include_ep_comm=bool(meta.times_include_ep_comm),
                    attention_mask_bytes=meta.attention_mask_bytes or 0,
-                   recompute_activation=recompute_activation)
+                   recompute_activation=recompute_activation,
+                   overlap_p2p_comm=overlap_p2p_comm, reuse_fp32_param=reuse_fp32_param)
 
     @property
     def layer_form(self) -> str:
@@ -191,7 +197,10 @@ def _stage_dict(s: int, st: StageCost, v: int) -> dict[str, Any]:
             "gradients_mb": st.grad_bytes_x_v / mb,
             "optimizer_mb": st.optimizer_bytes_x_v / mb, "activations_mb": st.act_bytes_x_v / mb,
             "transient_mb": st.transient_bytes_x_v / mb, "recompute_work_mb": st.other_bytes_x_v / mb,
-            "tail_ms": st.tail_ns / NS_PER_MS}
+            "tail_ms": st.tail_ns / NS_PER_MS,
+            # Communication hidden behind compute (not in time_ms / tail_ms; costs/overlap.py).
+            "comm_hidden_ms": st.hidden_comm_ns / NS_PER_MS, "sync_ms": st.tail_sync_ns / NS_PER_MS,
+            "sync_hidden_ms": st.hidden_sync_ns / NS_PER_MS}
 
 
 def _breakdown(c: SplitCoefficients, stages: list[StageCost]) -> dict[str, float]:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tinker_opt.costs import overlap
 from tinker_opt.costs.units import GRAD_BYTES, m_tokens, ns_array
 from tinker_opt.strategy import Strategy
 
@@ -41,7 +42,7 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     # Column-parallel output layer: all-gather of its input forward + reduce-scatter backward with
     # SP, else an all-reduce of the input gradient backward: one pair either way.
     head_comm = tb.tp_pair_us(s, act) if tp_comm else 0.0
-    p2p_us = _p2p_us(tb, s)
+    p2p_us, p2p_hidden_us = _p2p_us(tb, s)
     time = np.full(p, p2p_us, dtype=float)
     comm = np.full(p, p2p_us, dtype=float)
     time[0] += emb.fwd_us + emb.bwd_us + emb_comm
@@ -69,6 +70,7 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     act_bytes[-1] += norm.activation_bytes + head.activation_bytes
     tail, tail_sync = _stage_tails(tb, s, first_params, last_params)
     return {"stage_time_ns": ns_array(time), "stage_comm_ns": ns_array(comm),
+            "stage_hidden_ns": ns_array(np.full(p, p2p_hidden_us, dtype=float)),
             "stage_static_bytes": static + transient, "stage_optimizer_bytes": optimizer, "stage_grad_bytes": grad,
             "stage_transient_bytes": transient, "stage_act_bytes": act_bytes,
             "stage_mask_bytes": np.full(p, tb.attention_mask_bytes, dtype=np.int64),
@@ -90,14 +92,24 @@ def _head_params(tb: TermBuilder, s: Strategy, head) -> int:
     return tb.model.vocab_size_for(s.tp) // s.tp * tb.model.hidden_size
 
 
-def _p2p_us(tb: TermBuilder, s: Strategy) -> float:
-    """Pipeline send/recv per micro-batch: one activation forward and one gradient backward per
-    chunk (v per rank); with SP the tensor crossing stages is the scattered one (1/tp)."""
+def _p2p_us(tb: TermBuilder, s: Strategy) -> tuple[float, float]:
+    """(exposed, hidden) pipeline send/recv per micro-batch: one activation forward and one
+    gradient backward per chunk (v per rank); with SP the tensor crossing stages is the scattered
+    one (1/tp). The interleaved schedule with p2p overlap hides each hop behind the next chunk's
+    forward (backward), timed with the cheapest layer kind (costs/overlap.py)."""
     if s.pp == 1:
-        return 0.0
+        return 0.0, 0.0
     nbytes = m_tokens(tb.model, s) * tb.model.hidden_size * tb.bpe // (s.tp if s.sp else 1)
     scope = tb.scope(s.tp * s.cp * s.dp, s.pp)
-    return 2 * s.vpp * tb.comm.time_us("send_recv", 2, scope, nbytes)
+    hop = tb.comm.time_us("send_recv", 2, scope, nbytes)
+    if s.vpp == 1 or not tb.overlap_p2p_comm:
+        return 2 * s.vpp * hop, 0.0
+    chunk = tb.model.num_layers // (s.pp * s.vpp)
+    costs = [tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)) for k in tb.kind_names]
+    fwd = overlap.exposed(hop, chunk * min(c.fwd_us for c in costs))
+    bwd = overlap.exposed(hop, chunk * min(c.bwd_us for c in costs))
+    exposed = s.vpp * (fwd + bwd)
+    return exposed, 2 * s.vpp * hop - exposed
 
 
 def _stage_tails(tb: TermBuilder, s: Strategy, first_params: int, last_params: int):

@@ -25,6 +25,16 @@ only to strategies with dist_opt. Modelled: the device holds one chunk of the st
 which the model leaves out), and the step pays both copies of the rank's states at the host link
 bandwidth, exposed (ASSUMPTION: conservative, MindSpeed overlaps the copies with the AdamW math on
 separate streams).
+
+Reuse of the fp32 parameters (MindSpeed `--reuse-fp32-param`, Ascend/MindSpeed
+docs/features/reuse-fp32-param.md): the fp32 master copy is kept as the bf16 weight plus a 16-bit
+residual, which "saves sizeof(bfloat16) x parameters of static memory" without the distributed
+optimizer and "sizeof(bfloat16) x parameters / DP" with it; modelled as 2 B fewer optimizer-state
+bytes per parameter (sharded like the other states), bf16 training only. Its time cost (< 1 % in
+the same document) is left out.
+
+Communication overlap (tp / MoE / ring attention / gradient reduce / parameter gather / pipeline
+p2p): costs/overlap.py states each rule and its source; the terms below charge the exposed part.
 """
 
 from __future__ import annotations
@@ -33,12 +43,13 @@ import numpy as np
 
 from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.costs import overlap
 from tinker_opt.costs.comm_model import CommModel, group_scope
 from tinker_opt.costs.profile_table import BlockCost, BlockTable
 from tinker_opt.costs.recompute import activation_function_terms
 from tinker_opt.costs.stage_terms import stage_terms
 from tinker_opt.costs.units import GRAD_BYTES, m_tokens, to_ns
-from tinker_opt.strategy import Strategy
+from tinker_opt.strategy import OVERLAP_KEYS, Strategy
 
 ADAM_TOUCH_BYTES = 30
 """Bytes one Adam step moves per parameter: reads fp32 grad, master, m, v (16), writes master,
@@ -54,7 +65,8 @@ class TermBuilder:
                  *, memory_bandwidth_gbs: float | None = None, swap_optimizer_times: int | None = None,
                  host_link_gbs: float = DEFAULT_HOST_LINK_GBS, times_include_tp_comm: bool = False,
                  times_include_ep_comm: bool = False, attention_mask_bytes: int = 0,
-                 layer_form: str = "free", recompute_activation: bool = False) -> None:
+                 layer_form: str = "free", recompute_activation: bool = False,
+                 overlap_p2p_comm: bool = True, reuse_fp32_param: bool = False) -> None:
         self.model = model
         self.tp_comm_in_times = times_include_tp_comm
         """The block times already include the TP / SP collectives (Tinker folders): add none."""
@@ -69,10 +81,14 @@ class TermBuilder:
         self.comm = comm
         self.mem_bw_gbs = memory_bandwidth_gbs or DEFAULT_MEMORY_BANDWIDTH_GBS
         self.bpe = model.bytes_per_element
-        self.opt_state_bytes = 12 if self.bpe == 2 else 8
+        # --reuse-fp32-param (bf16 only) saves sizeof(bf16) per parameter of the master copy
+        # (divided by the optimizer's sharding with dist_opt, like the rest of the states).
+        self.opt_state_bytes = (12 - (self.bpe if reuse_fp32_param else 0)) if self.bpe == 2 else 8
         self.swap_times = swap_optimizer_times
         self.host_link_gbs = host_link_gbs
         self.recompute_activation = recompute_activation
+        self.overlap_p2p_comm = overlap_p2p_comm
+        """The interleaved schedule overlaps p2p (TrainSpec.overlap_p2p_comm, default by version)."""
         self.kinds = model.layer_kinds()
         self.layer_block = {k: ("layer" if len(set(self.kinds)) == 1 else f"layer.{k}") for k in set(self.kinds)}
         self.kind_names = sorted(set(self.kinds))
@@ -146,39 +162,75 @@ class TermBuilder:
         return a2a + (self.comm.time_us("all_gather", etp, scope, gathered)
                       + self.comm.time_us("reduce_scatter", etp, scope, gathered))
 
-    def _layer_comm_us(self, kind: str, s: Strategy) -> tuple[float, float]:
-        """(forward, backward) collectives of one layer; the backward mirrors the forward."""
-        act = m_tokens(self.model, s) * self.model.hidden_size * self.bpe
-        parts = 2 if kind == "dense" else 1 + bool(self.model.moe_shared_expert_intermediate_size)
-        tp_us = parts * self.tp_pair_us(s, act) if s.tp > 1 and not self.tp_comm_in_times else 0.0
-        moe_us = self._moe_us(s) if kind == "moe" and not self.ep_comm_in_times else 0.0
+    def _layer_comm_us(self, kind: str, s: Strategy, cost: BlockCost) -> tuple[float, float, float]:
+        """(forward, backward) exposed collectives of one layer and the hidden rest (costs/overlap.py);
+        the backward mirrors the forward."""
+        m = self.model
+        tokens = m_tokens(m, s)
+        act = tokens * m.hidden_size * self.bpe
+        parts = 2 if kind == "dense" else 1 + bool(m.moe_shared_expert_intermediate_size)
+        # Tinker folders' block times include the TP and expert collectives: none added.
+        pair = self.tp_pair_us(s, act) if s.tp > 1 and not self.tp_comm_in_times else 0.0
+        share = overlap.matmul_share(m, s.tp, tokens, cost.param_count - cost.expert_param_count)
+        fwd_tp = bwd_tp = parts * pair
+        if s.tp_comm_overlap and pair:
+            # MoE layers: only the attention pair is fused (MindSpeed mc2.md: no MC2 in the MoE MLP).
+            fused = parts if kind == "dense" else 1
+            fwd_tp = (parts - fused) * pair + overlap.chunked_exposed(fused * pair, cost.fwd_us * share, s.tp)
+            bwd_tp = (parts - fused) * pair + overlap.chunked_exposed(fused * pair, cost.bwd_us * share, s.tp)
+        moe = self._moe_us(s) if kind == "moe" and not self.ep_comm_in_times else 0.0
+        moe_bwd = overlap.exposed(moe, cost.bwd_us / 2) if moe and s.overlap_moe_comm else moe
         cp_fwd, cp_bwd = self._cp_fwd_bwd_us(s)
-        return tp_us + moe_us + cp_fwd, tp_us + moe_us + cp_bwd
+        if s.cp > 1 and s.cp_algo == "megatron_cp_algo":
+            block_fwd = cost.fwd_us * (1 - share) / s.cp  # one block's attention
+            hops = s.cp - 1
+            cp_fwd = hops * overlap.exposed(cp_fwd / hops, block_fwd)
+            cp_bwd = 2 * hops * overlap.exposed(cp_bwd / (2 * hops), cost.bwd_us * (1 - share) / s.cp)
+        full = 2 * parts * pair + 2 * moe + sum(self._cp_fwd_bwd_us(s))
+        fwd, bwd = fwd_tp + moe + cp_fwd, bwd_tp + moe_bwd + cp_bwd
+        return fwd, bwd, max(full - fwd - bwd, 0.0)
 
     # -- building ------------------------------------------------------------------------------
     def build(self, s: Strategy) -> SplitCoefficients:
         m, L, p, v = self.model, self.model.num_layers, s.pp, s.vpp
         num_micro = self.gbs // (s.mbs * s.dp)
-        layer_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.recompute)
+        knobs = tuple(bool(getattr(s, key)) for key in OVERLAP_KEYS)
+        layer_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.recompute, knobs)
         layer = self._layer_cache.get(layer_key)
         if layer is None:
             layer = self._layer_cache[layer_key] = self._layer_arrays(s)
-        stage_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.pp, s.vpp)
+        stage_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.pp, s.vpp, knobs)
         stage = self._stage_cache.get(stage_key)
         if stage is None:
             stage = self._stage_cache[stage_key] = self._stage_terms(s, num_micro)
         stage = dict(stage)
         estimated = stage.pop("estimated") or bool(layer["estimated"].any())
+        last_bucket = self._last_bucket_ns(s, layer)
+        stage["stage_tail_ns"] = stage["stage_tail_ns"] + last_bucket
+        stage["stage_tail_sync_ns"] = stage["stage_tail_sync_ns"] + last_bucket
+        stage["stage_tail_hidden_ns"] = np.full(p, -last_bucket, dtype=np.int64)
         return SplitCoefficients(
             outer=s, num_layers=L, num_stages=p, vpp=v, num_microbatches=num_micro,
             layer_time_ns=layer["time"], layer_comm_ns=layer["comm"],
             layer_recompute_ns=layer["recompute"], layer_static_bytes=layer["static"],
             layer_optimizer_bytes=layer["optimizer"], layer_grad_bytes=layer["grad"], layer_act_bytes=layer["act"],
             layer_input_bytes=layer["input"], layer_tail_ns=layer["tail"],
-            layer_tail_sync_ns=layer["tail_sync"], work_bytes=int(layer["act_full"].max()),
+            layer_tail_sync_ns=layer["tail_sync"], layer_hidden_ns=layer["hidden"],
+            layer_tail_hidden_ns=layer["tail_hidden"], work_bytes=int(layer["act_full"].max()),
             memory_limit_bytes=int(self.cluster.memory_limit_mb * 2**20), estimated=bool(estimated),
             uniform=len(self.kind_names) == 1, layer_form=self.layer_form,
             **stage)
+
+    def _last_bucket_ns(self, s: Strategy, layer: dict[str, np.ndarray]) -> int:
+        """The gradient bucket reduced after the last backward (and the parameter bucket gathered
+        before the first forward), exposed on every stage (costs/overlap.py). In integer ns, at
+        most the smallest layer's hidden tail, so a stage (>= 1 layer) never pays more than
+        without overlap."""
+        if not (s.overlap_grad_reduce or s.overlap_param_gather):
+            return 0
+        grad, gather, _ = self.tail_parts_us(s, overlap.bucket_params(self._data_groups(s)[0]), 0)
+        bucket = (grad if s.overlap_grad_reduce else 0.0) + (gather if s.overlap_param_gather else 0.0)
+        return int(min(to_ns(bucket), int(layer["tail_hidden"].min())))
 
     def _layer_arrays(self, s: Strategy) -> dict[str, np.ndarray]:
         """Per-position arrays of the layer terms (one row per layer kind, indexed by position)."""
@@ -189,12 +241,14 @@ class TermBuilder:
     def _layer_terms(self, kind: str, s: Strategy) -> dict[str, int]:
         ep, etp = self.layer_shape(kind, s)
         cost = self.cost(self.layer_block[kind], s, ep, etp)
-        fwd_comm, bwd_comm = self._layer_comm_us(kind, s)
+        fwd_comm, bwd_comm, hidden = self._layer_comm_us(kind, s, cost)
         selective = s.recompute == "selective"
         compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
         dense_params = cost.param_count - cost.expert_param_count
         weights, optimizer = self.param_bytes(s, dense_params, cost.expert_param_count)
-        sync_us, opt_us = self.tail_slope_us(s, dense_params, cost.expert_param_count)
+        grad_us, gather_us, opt_us = self.tail_parts_us(s, dense_params, cost.expert_param_count)
+        sync_us = (overlap.exposed(grad_us, cost.bwd_us) if s.overlap_grad_reduce else grad_us) + (
+            overlap.exposed(gather_us, cost.fwd_us) if s.overlap_param_gather else gather_us)
         act = cost.selective_activation_bytes if selective else cost.activation_bytes
         recompute_us = cost.fwd_us + fwd_comm if s.recompute == "full" else 0.0
         if self.recompute_activation:
@@ -206,6 +260,7 @@ class TermBuilder:
             act, compute = act - saved, compute + extra_us
             recompute_us = recompute_us - extra_us if s.recompute == "full" else 0.0
         return {"time": to_ns(compute + fwd_comm + bwd_comm), "comm": to_ns(fwd_comm + bwd_comm),
+                "hidden": to_ns(hidden), "tail_hidden": to_ns(grad_us + gather_us + opt_us) - to_ns(sync_us + opt_us),
                 "recompute": to_ns(recompute_us) if s.recompute == "full" else 0,
                 "static": weights + optimizer, "optimizer": optimizer,
                 "grad": GRAD_BYTES * cost.param_count, "act": act,
@@ -251,16 +306,32 @@ class TermBuilder:
 
     def tail_slope_us(self, s: Strategy, dense: int, expert: int) -> tuple[float, float]:
         """Per-parameter-set (sync, optimizer step) times without the collective latencies."""
+        grad, gather, step = self.tail_parts_us(s, dense, expert)
+        return grad + gather, step
+
+    def tail_parts_us(self, s: Strategy, dense: int, expert: int) -> tuple[float, float, float]:
+        """(gradient reduce, parameter all-gather, optimizer step) of a parameter set without the
+        collective latencies; the all-gather is 0 without the distributed optimizer."""
         (dense_size, dense_scope), *expert_group = self.sync_groups(s)
-        sync = self.sync_us(s, dense_size, dense_scope, dense, True)
+        groups = [(dense_size, dense_scope, dense)]
         if expert_group:
-            sync += self.sync_us(s, *expert_group[0], expert, True)
+            groups.append((*expert_group[0], expert))
+        grad = gather = 0.0
+        for size, scope, params in groups:
+            both = self.sync_us(s, size, scope, params, True)
+            part = self.gather_us(s, size, scope, params) if s.dist_opt else 0.0
+            grad, gather = grad + both - part, gather + part
         dp_cp, edp = self._data_groups(s)
         local = dense / (dp_cp if s.dist_opt else 1) + expert / (edp if s.dist_opt else 1)
         step_us = local * ADAM_TOUCH_BYTES / (self.mem_bw_gbs * 1e3)
         if self._swaps(s):  # host->device and device->host copy of the rank's states (1 GB/s = 1e3 B/us)
             step_us += 2 * local * self.opt_state_bytes / (self.host_link_gbs * 1e3)
-        return sync, step_us
+        return grad, gather, step_us
+
+    def gather_us(self, s: Strategy, size: int, scope: str, params: float) -> float:
+        """The bf16 parameter all-gather of the distributed optimizer, without its latency."""
+        return (self.comm.time_us("all_gather", size, scope, self.bpe * params)
+                - self.comm.time_us("all_gather", size, scope, 0.0))
 
     def left_out(self) -> tuple[str, ...]:
         """The terms not added because the profile's block times include them (for the breakdown)."""

@@ -207,4 +207,17 @@ def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | Non
         layer_form=layer_form(info, vr),
         etp_follows_tp=not (can("--expert-tensor-parallel-size") or info.launch.has("--moe-tp-extend-ep")),
         # MindSpeed raises on --swap-optimizer without the distributed optimizer.
-        require_dist_opt=info.train.swap_optimizer_times is not None)
+        require_dist_opt=info.train.swap_optimizer_times is not None,
+        overlaps=searched_overlaps(info, vr))
+
+
+def searched_overlaps(info: ScriptInfo, vr: VersionRange) -> tuple[str, ...]:
+    """Overlap knobs the search switches on where they apply: those whose flag this version has.
+    TP overlap only where the script already sets it: MindSpeed-LLM switches MC2 off in its
+    argument validation unless the code is edited (Ascend/MindSpeed-LLM
+    docs/zh/pytorch/features/mcore/mc2.md) and Megatron's --tp-comm-overlap needs Transformer
+    Engine userbuffers set up for the job, so a script cannot simply gain it."""
+    keys = [key for key in OVERLAP_FLAGS if key != "tp_comm_overlap" and overlap_flag(key, info, vr)]
+    if any(info.launch.has(flag) for flag in OVERLAP_FLAGS["tp_comm_overlap"]):
+        keys.append("tp_comm_overlap")
+    return tuple(keys)

@@ -90,12 +90,16 @@ def search_summary(outcome: Any, title: str) -> Group:
 
 STAGE_COLUMNS = (("stage", "stage", "{:d}"), ("layers", "layers", "{:d}"), ("recompute_layers", "rc", "{:d}"),
                  ("time_ms", "time ms", "{:.1f}"), ("compute_ms", "compute ms", "{:.1f}"),
-                 ("comm_ms", "comm ms", "{:.1f}"), ("memory_mb", "memory MB", "{:.0f}"),
+                 ("comm_ms", "comm ms", "{:.1f}"), ("comm_hidden_ms", "hidden ms", "{:.1f}"),
+                 ("sync_ms", "sync ms", "{:.1f}"), ("sync_hidden_ms", "sync hidden ms", "{:.1f}"),
+                 ("memory_mb", "memory MB", "{:.0f}"),
                  ("weights_mb", "weights MB", "{:.0f}"), ("gradients_mb", "grads MB", "{:.0f}"),
                  ("optimizer_mb", "optim MB", "{:.0f}"), ("activations_mb", "activ MB", "{:.0f}"),
                  ("transient_mb", "transient MB", "{:.0f}"), ("recompute_work_mb", "rc work MB", "{:.0f}"),
                  ("attention_mask_mb", "mask MB", "{:.0f}"))
-"""(Evaluation stage key, column title, format) of the `simulate --detail` table."""
+"""(Evaluation stage key, column title, format) of the `simulate --detail` table. Communication per
+micro-batch: `comm ms` exposed (in `time ms`), `hidden ms` hidden behind compute; gradient sync
+per iteration: `sync ms` exposed, `sync hidden ms` hidden (costs/overlap.py)."""
 
 
 def stages_table(evaluation: dict[str, Any]) -> Table:

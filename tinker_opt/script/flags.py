@@ -64,21 +64,26 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("strategy", "micro-batch size", "--micro-batch-size"),
     *_rows("strategy", "activation recompute (selective or full, method, layer count)", "--recompute-granularity",
            "--recompute-activations", "--recompute-method", "--recompute-num-layers"),
-    *_rows("strategy, not priced", "gradient reduce overlapped with the backward", "--overlap-grad-reduce"),
-    *_rows("strategy, not priced", "parameter all-gather overlapped with the forward (dist-opt)",
+    # Communication overlap: read, priced as the part that cannot hide (costs/overlap.py), searched.
+    *_rows("strategy", "gradient reduce in buckets under the last backward (last bucket exposed)",
+           "--overlap-grad-reduce"),
+    *_rows("strategy", "parameter all-gather under the next forward (dist-opt; first bucket exposed)",
            "--overlap-param-gather"),
-    *_rows("strategy, not priced", "MoE all-to-all overlapped with compute", "--moe-alltoall-overlap-comm",
-           "--overlap-moe-expert-parallel-comm"),
-    *_rows("strategy, not priced", "TP communication fused into the matmuls (MC2 on Ascend, TE userbuffers on GPUs)",
-           "--use-ascend-mc2", "--use-mc2", "--tp-comm-overlap"),
+    *_rows("strategy", "MoE all-to-all: backward one hidden behind the weight gradients",
+           "--moe-alltoall-overlap-comm", "--overlap-moe-expert-parallel-comm"),
+    *_rows("strategy", "TP communication fused into the matmuls in tp chunks (MC2 on Ascend, TE userbuffers "
+           "on GPUs): one chunk exposed, the rest hidden behind the matmul", "--use-ascend-mc2", "--use-mc2",
+           "--tp-comm-overlap"),
     # The job.
     *_rows("job", "batch", "--global-batch-size"),
     *_rows("job", "checkpoint loading / fine-tuning (memory of a full tune, conversion warnings)", "--load",
            "--finetune", "--lora-r", "--lora-alpha", "--lora-target-modules"),
     *_rows("job", "optimizer states on the host, swapped in chunks at the step (MindSpeed)", "--swap-optimizer",
            "--swap-optimizer-times"),
-    *_rows("job, not priced", "pipeline send/recv overlapped in the interleaved schedule (default by version)",
-           "--overlap-p2p-communication", "--no-overlap-p2p-communication"),
+    *_rows("job", "pipeline send/recv hidden behind the next chunk in the interleaved schedule (default by "
+           "version)", "--overlap-p2p-communication", "--no-overlap-p2p-communication"),
+    *_rows("job", "fp32 master weights kept as bf16 weight + residual: 2 B fewer per parameter (/dp with "
+           "dist-opt; MindSpeed docs/features/reuse-fp32-param.md)", "--reuse-fp32-param"),
     *_rows("job", "MLP activation output dropped and recomputed in the backward (MindSpeed; costs/recompute.py)",
            "--recompute-activation-function"),
     *_rows("job, not priced", "activation recompute in the first N layers of each chunk only; with it the "
@@ -101,8 +106,6 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("cluster", "nodes and devices per node", "--nnodes", "--nproc_per_node", "--nproc-per-node",
            "--num_nodes", "--num_gpus", "--worker_num", "--local_worker_num"),
     # Known to change time or memory, not modelled.
-    *_rows("not modelled", "fp32 master weights share memory with the bf16 ones (MindSpeed reuse-fp32-param)",
-           "--reuse-fp32-param"),
     *_rows("not modelled", "attention activations swapped to the host (MindSpeed swap-attention)", "--swap-attention"),
     *_rows("not modelled", "DualPipeV schedule and MoE forward/backward overlap (MindSpeed)", "--schedules-method",
            "--moe-fb-overlap"),

@@ -161,6 +161,7 @@ def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = 
                       framework=framework, is_full_tune=_is_full_tune(name, launch),
                       loads_checkpoint=launch.has("--load"), swap_optimizer_times=_swap_optimizer_times(launch),
                       overlap_p2p_comm=p2p_overlap(launch, version_range),
+                      reuse_fp32_param=launch.has("--reuse-fp32-param"),
                       **_activation_recompute(launch, version_range))
     return ScriptInfo(path=path, text=text, model=model, train=train, warnings=tuple(warnings),
                       num_layers_in_script=total, version_range=version_range, launch=launch,
@@ -196,6 +197,7 @@ def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
                  "loads_checkpoint": info.train.loads_checkpoint,
                  "swap_optimizer_times": info.train.swap_optimizer_times,
                  "overlap_p2p_comm": info.train.overlap_p2p_comm,
+                 "reuse_fp32_param": info.train.reuse_fp32_param,
                  "recompute_activation_function": info.train.recompute_activation_function,
                  "recompute_activation_function_num_layers": info.train.recompute_activation_function_num_layers}
     return {"model": model,

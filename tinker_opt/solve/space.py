@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from tinker_opt.errors import ConfigError
-from tinker_opt.strategy import (LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES, RECOMPUTE_KINDS, RECOMPUTE_METHODS,
-                                 Strategy)
+from tinker_opt.strategy import (LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES, OVERLAP_KEYS, RECOMPUTE_KINDS,
+                                 RECOMPUTE_METHODS, Strategy)
 
 SEARCHED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo")
 """Context-parallel algorithms searched by default (kvallgather can be simulated and allowed)."""
@@ -53,6 +53,12 @@ class SearchSpace:
     recompute_methods: tuple[str, ...] = RECOMPUTE_METHODS
     """Megatron's `--recompute-method` values searched with full recompute (model/recompute.py)."""
     cp_algos: tuple[str, ...] = SEARCHED_CP_ALGOS
+    overlaps: tuple[str, ...] = OVERLAP_KEYS
+    """Communication-overlap knobs switched on wherever they apply (`overlap_choices`); the others
+    stay off. Not a search dimension: the cost model prices an overlap as the part of the
+    collective that cannot hide (costs/overlap.py), never more than without it, and the overlaps
+    add no modelled memory, so on is never worse (tests/test_model_overlap.py). The one exception,
+    TP overlap (MC2) against the MoE all-to-all overlap, which exclude each other, is searched."""
 
     @property
     def split_form(self) -> str:
@@ -66,6 +72,9 @@ class SearchSpace:
         bad_methods = sorted(set(self.recompute_methods) - set(RECOMPUTE_METHODS))
         if bad_methods or not self.recompute_methods:
             raise ConfigError(f"recompute method(s) {bad_methods or '()'} not allowed; use some of {list(RECOMPUTE_METHODS)}")
+        bad_overlaps = sorted(set(self.overlaps) - set(OVERLAP_KEYS))
+        if bad_overlaps:
+            raise ConfigError(f"unknown overlap knob(s) {bad_overlaps}; expected some of {list(OVERLAP_KEYS)}")
         bad_algos = sorted(set(self.cp_algos) - set(MODELLED_CP_ALGOS))
         if bad_algos:
             raise ConfigError(f"context-parallel algorithm(s) {bad_algos} are not modelled; use {list(MODELLED_CP_ALGOS)}")
@@ -145,5 +154,30 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
             continue
         candidate = base.replace(vpp=vpp, mbs=mbs, dist_opt=dist_opt, recompute=recompute,
                                  recompute_method=method)
-        if all(rule(candidate, model, num_devices, gbs) is None for rule in OUTER_RULES):
-            yield candidate
+        for knobs in overlap_choices(candidate, model.is_moe, space.overlaps):
+            choice = candidate.replace(**knobs)
+            if all(rule(choice, model, num_devices, gbs) is None for rule in OUTER_RULES):
+                yield choice
+
+
+def overlap_choices(s: Strategy, is_moe: bool, allowed: tuple[str, ...]) -> list[dict[str, bool | None]]:
+    """The overlap switches of an outer configuration: on where allowed and where the framework
+    accepts them (strategy.overlap_message), off where allowed but not applicable to this layout,
+    None where the knob does not exist (schema of ARCHITECTURE.md). Two choices where TP overlap
+    and the MoE all-to-all overlap both apply, since they exclude each other; else one.
+
+    Framework rules: param gather needs the distributed optimizer and grad-reduce overlap
+    (Megatron-LM arguments.py); the MoE all-to-all overlap needs ep > 1 and excludes MC2
+    (Ascend/MindSpeed mindspeed/features_manager/moe/moe_alltoall_overlap.py); TP overlap needs
+    tp > 1 with sequence parallelism (Ascend/MindSpeed docs/zh/features/mc2.md)."""
+    on = set(allowed)
+    grad = "overlap_grad_reduce" in on
+    tp_overlap = "tp_comm_overlap" in on and s.tp > 1 and s.sp
+    moe_overlap = "overlap_moe_comm" in on and s.ep > 1
+    pairs = [(tp_overlap, moe_overlap and not tp_overlap)]
+    if tp_overlap and moe_overlap:
+        pairs.append((False, True))
+    return [{"overlap_grad_reduce": grad,
+             "overlap_param_gather": (grad and "overlap_param_gather" in on) if s.dist_opt else None,
+             "overlap_moe_comm": moe if is_moe else None,
+             "tp_comm_overlap": tp if s.tp > 1 else None} for tp, moe in pairs]

@@ -1,0 +1,92 @@
+"""Communication overlap: the part of each collective that cannot hide behind the compute it runs with.
+
+Every rule returns the *exposed* time of a collective, never more than the collective itself and
+never less than zero, so switching an overlap on can never make a modelled iteration slower
+(tests/test_model_overlap.py checks it on every outer configuration of random instances). The
+hidden part is `comm - exposed`; `simulate --detail` prints both per stage.
+
+Rules and their sources:
+
+* TP communication overlap (`tp_comm_overlap`: MindSpeed `--use-ascend-mc2`, Megatron
+  `--tp-comm-overlap`). MC2 fuses the all-gather / reduce-scatter of sequence parallelism with the
+  matmul that consumes / produces it, splits both into smaller sub-tasks and pipelines them so the
+  communication sub-tasks hide behind the compute sub-tasks (Ascend/MindSpeed docs/zh/features/mc2.md,
+  Ascend/MindSpeed-LLM docs/zh/pytorch/features/mcore/mc2.md; CANN "MC2 operators" guide). Megatron's
+  TE userbuffers overlap splits the same collective into tp ring steps pipelined with tp GEMM
+  chunks (NVIDIA/Megatron-LM megatron/core/model_parallel_config.py tp_comm_overlap). Modelled: the
+  collective is split into tp chunks; one chunk cannot overlap (the first all-gather chunk before
+  any GEMM can start, the last reduce-scatter chunk after the last GEMM), the other (tp-1)/tp hide
+  behind the layer's matmul time: exposed = comm/tp + max(0, comm (tp-1)/tp - matmul). The matmul
+  time is the layer's compute times the share of its flops in the linear layers (`matmul_share`;
+  ASSUMPTION: compute time splits like the flops). MoE layers: MindSpeed does not use MC2 in the MLP
+  of mcore MoE models (mc2.md, "注意事项"), so only their attention part (1 of their TP pairs) hides.
+* Ring attention (context parallelism `megatron_cp_algo`, always on): each of the cp-1 K/V hops of
+  the forward (and the K/V + dK/dV hops of the backward) is sent while the previous block's
+  attention runs (NVIDIA/Megatron-LM / TransformerEngine attention with cp_comm_type p2p; Ascend/MindSpeed
+  mindspeed/core/context_parallel/ring_context_parallel.py). Exposed per hop = max(0, hop - one
+  block's attention), one block being the layer's attention-core compute / cp.
+* MoE all-to-all overlap (`overlap_moe_comm`: MindSpeed `--moe-alltoall-overlap-comm`, Megatron
+  `--overlap-moe-expert-parallel-comm`): the token dispatch / combine runs asynchronously with
+  independent compute (Ascend/MindSpeed mindspeed/features_manager/moe/moe_alltoall_overlap.py:
+  "async communication & swap to overlap compute"; Megatron-Bridge docs
+  training/communication-overlap.md: dispatch/combine concurrent with expert compute). Modelled,
+  conservatively: the forward all-to-all stays exposed (the experts need the dispatched tokens),
+  the backward one hides behind the weight-gradient half of the layer's backward (ASSUMPTION:
+  wgrad = half of the backward, which needs no data from the all-to-all).
+* Gradient reduce (`overlap_grad_reduce`) and parameter gather (`overlap_param_gather`, distributed
+  optimizer only): Megatron groups gradients in buckets of max(40M, 1M x dp) parameters
+  (NVIDIA/Megatron-LM megatron/core/distributed/distributed_data_parallel_config.py bucket_size) and
+  launches a bucket's all-reduce / reduce-scatter as soon as the last micro-batch's backward has
+  produced it (megatron/core/distributed/param_and_grad_buffer.py, distributed_data_parallel.py);
+  with the distributed optimizer the all-gather of the updated bf16 parameters is launched per
+  bucket in the forward pre-hooks of the next iteration (megatron/core/optimizer/distrib_optimizer.py,
+  overlap_param_gather). Modelled per layer: exposed = max(0, sync - the layer's backward) for the
+  gradients and max(0, gather - the layer's forward) for the parameters, plus per stage the last
+  bucket (the first for the gather), which has no compute after it: min(bucket's sync, the smallest
+  layer's sync, the smallest layer's compute), so the stage never pays more than without overlap
+  (every stage has at least one layer). Collective latencies and the embedding / head parameters
+  stay exposed (conservative).
+* Pipeline send/recv in the interleaved schedule (`TrainSpec.overlap_p2p_comm`, default by version:
+  script/versions.py p2p_overlap_default): Megatron posts the next chunk's receive and this chunk's
+  send asynchronously and runs the next chunk meanwhile (megatron/core/pipeline_parallel/schedules.py,
+  forward_backward_pipelining_with_interleaving, overlap_p2p_comm). Exposed per hop = max(0, hop -
+  one chunk's forward (backward) compute), the chunk timed with its cheapest layer kind
+  (conservative). The 1F1B schedule does not overlap p2p (exposed in full).
+"""
+
+from __future__ import annotations
+
+BUCKET_MIN_PARAMS = 40_000_000
+"""Megatron's default bucket: max(40M, 1M x dp) parameters (distributed_data_parallel_config.py)."""
+BUCKET_PARAMS_PER_DP = 1_000_000
+
+
+def bucket_params(dp_size: int) -> int:
+    """Parameters per gradient bucket of Megatron's DDP for a data-parallel group of dp_size."""
+    return max(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP * dp_size)
+
+
+def chunked_exposed(comm_us: float, compute_us: float, chunks: int) -> float:
+    """Exposed part of a collective pipelined in `chunks` pieces with `compute_us` of compute:
+    one piece cannot overlap, the rest hides behind the compute (MC2 / TE userbuffers)."""
+    if comm_us <= 0:
+        return 0.0
+    chunks = max(chunks, 1)
+    head = comm_us / chunks
+    return min(comm_us, head + max(0.0, comm_us - head - compute_us))
+
+
+def exposed(comm_us: float, compute_us: float) -> float:
+    """Exposed part of a collective that runs alongside `compute_us` of independent compute."""
+    return max(0.0, comm_us - max(compute_us, 0.0))
+
+
+def matmul_share(model, tp: int, tokens: int, dense_params: int) -> float:
+    """Share of a layer's forward flops in its linear layers (the rest: attention core).
+
+    Linear: 2 x tokens x the rank's dense parameters. Attention core (causal, flash): about
+    2 x tokens x seq x heads x head_dim / tp (QK^T and PV, half of the square under the mask)."""
+    linear = 2.0 * tokens * dense_params
+    attention = 2.0 * tokens * model.seq_length * model.num_attention_heads * model.kv_channels / tp
+    total = linear + attention
+    return linear / total if total > 0 else 0.0
