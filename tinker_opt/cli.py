@@ -80,6 +80,10 @@ def _search(values: dict[str, Any], quiet: bool) -> Path:
     return outcome.folder
 
 
+MODEL_CONFIG_HELP = ("FSDP2 launches: the model's Hugging Face config.json, when model.model_name_or_path "
+                     "is not on this machine.")
+
+
 def _script(positional: Optional[Path], flag: Optional[str]) -> Optional[str]:
     if positional is not None and flag is not None and str(positional) != flag:
         raise ConfigError(f"two scripts given ('{positional}' and --pretrain-script-path '{flag}'); pass one")
@@ -253,13 +257,14 @@ def simulate(
 def inspect(
     script: Path = typer.Argument(..., help="The training launch script (.sh)."),
     as_json: bool = typer.Option(False, "--json", help="Print model, cluster, strategy and framework as JSON."),
+    model_config: Optional[Path] = typer.Option(None, "--model-config", help=MODEL_CONFIG_HELP),
 ) -> None:
     """Show what tinker-opt reads from a launch script."""
     from rich.table import Table
 
     from tinker_opt.script.reader import inspect_dict, read_script
 
-    info = read_script(script)
+    info = read_script(script, model_config=model_config)
     data = inspect_dict(info)
     for warning in info.warnings:
         err_console.print(f"[yellow]warning[/yellow] {warning}")
@@ -282,24 +287,43 @@ def apply(
     num_npus_per_node: Optional[int] = typer.Option(None, "--num-npus-per-node", "--num_npus_per_node", help="Target devices per node (default: the script's)."),
     version: Optional[str] = typer.Option(None, "--version", help="Framework version (default: detected from the script)."),
     force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists (never the input script)."),
+    model_config: Optional[Path] = typer.Option(None, "--model-config", help=MODEL_CONFIG_HELP),
 ) -> None:
-    """Write SCRIPT with the strategy of STRATEGY_FILE to OUTPUT."""
+    """Write SCRIPT with the strategy of STRATEGY_FILE to OUTPUT (an FSDP2 launch: and OUTPUT.yaml)."""
     from tinker_opt.emit.script_writer import apply_strategy, write_script
     from tinker_opt.pipeline import read_json_object, strategy_to_write
     from tinker_opt.script.reader import read_script
 
-    info = read_script(script)
+    info = read_script(script, model_config=model_config)
     if output.exists() and not force and output.resolve() != script.resolve():
         raise ConfigError(f"output '{output}' exists; choose another -o path or pass --force")
     strategy = strategy_to_write(read_json_object(strategy_file), info)
     per_node = num_npus_per_node or info.train.nproc_per_node
     nodes = num_nodes or max(1, strategy.world_size // per_node)
+    if info.fsdp2 is not None:
+        _apply_fsdp2(info, strategy, output, nodes, per_node, script)
+        return
     applied = apply_strategy(info.text, strategy, nnodes=nodes, nproc_per_node=per_node, version=version,
                              header=[f"tinker-opt apply: strategy {json.dumps(strategy.to_dict())}"])
     for warning in applied.warnings:
         err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}")
     write_script(output, applied.text, source=script)
     console.print(f"wrote {output}")
+
+
+def _apply_fsdp2(info, strategy, output: Path, nodes: int, per_node: int, script: Path) -> None:
+    """apply for an FSDP2 launch: the tuned script and its tuned YAML copy beside it."""
+    from tinker_opt.emit.fsdp2_writer import apply_fsdp2, write_fsdp2_yaml
+    from tinker_opt.emit.script_writer import write_script
+
+    yaml_path = output.with_suffix(".yaml")
+    applied = apply_fsdp2(info, strategy, nnodes=nodes, nproc_per_node=per_node, yaml_reference=yaml_path,
+                          header=[f"tinker-opt apply: strategy {json.dumps(strategy.to_dict())}"])
+    for warning in applied.warnings:
+        err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}")
+    write_fsdp2_yaml(yaml_path, applied.yaml_text, original=info.fsdp2.yaml_path)
+    write_script(output, applied.text, source=script)
+    console.print(f"wrote {output} and {yaml_path}")
 
 
 @app.command()
