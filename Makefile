@@ -1,11 +1,12 @@
-# Two entry points (README): `make demo` runs the example end to end, `make test` runs the tests.
+# Two entry points (README): `make demo` runs the example end to end, `make test` runs the tests;
+# `make lint` runs ruff.
 # Each creates the virtual environment .venv when it is missing.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 EXAMPLE ?= examples/pretrain_llama_tiny_ptd.sh
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +21,11 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -n 2
+
+# Lint: ruff's checks and its formatter in check mode (configured in pyproject.toml).
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 clean:
 	rm -rf $(VENV) profiled_data results

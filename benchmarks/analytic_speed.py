@@ -18,6 +18,7 @@ import pandas as pd
 
 from tinker_opt.hardware import load_hardware
 from tinker_opt.profile.analytic import analytic_profile
+from tinker_opt.profile.space import SpaceLimits
 from tinker_opt.specs import ModelSpec
 
 MODELS = {
@@ -42,7 +43,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, model in MODELS.items():
             started = time.perf_counter()
-            folder = analytic_profile(model, hardware, Path(tmp) / name, max_npu=8, max_mbs=4)
+            folder = analytic_profile(model, hardware, Path(tmp) / name, limits=SpaceLimits(max_npu=8, max_mbs=4))
             seconds = time.perf_counter() - started
             rows = len(pd.read_csv(folder / "blocks.csv"))
             print(f"{name:12} {rows:5d} {seconds:8.1f} {seconds / rows:6.3f}")

@@ -1,7 +1,19 @@
 """Published training runs (the JSON format of shared/data/published_calibration.json) as inputs.
 
-For each run: the Megatron-LM launch script that would reproduce it, the shipped hardware
-description of its accelerator, and the Strategy it used. Used by validate_published.py.
+For each run: the launch script that would reproduce it, the shipped hardware description of its
+accelerator, and the Strategy it used. Used by validate_published.py.
+
+GPT-style rows (Korthikanti et al. on Selene) get a Megatron-LM `pretrain_gpt.py` script (LayerNorm,
+GeLU, learned positions, dropout 0.1). LLaMA rows (`model.arch == "llama"`, the MindSpeed-LLM runs
+on 910B) get the flags of the launch script they were measured with (source.config_via in the
+runs file, e.g. Ascend/MindSpeed-LLM examples/llama2/pretrain_llama2_7b_ptd.sh at v1.0.RC2.0):
+RMSNorm, SwiGLU, rotary positions, no biases, untied output layer, no dropout, vocabulary not
+padded (`--make-vocab-size-divisible-by 1`), and the run's own `--use-flash-attn`, fused kernels
+(`--use-fused-rmsnorm` ...), `--use-distributed-optimizer`, `--overlap-grad-reduce` and
+`--use-mc2` as the runs file lists them, so the analytic profile and the reader see what ran.
+
+The file lives in the project's shared folder, `../shared/` from the repository root (beside the
+clone, as CI lays it out); `load_runs` says so when it is missing.
 """
 
 from __future__ import annotations
@@ -15,7 +27,8 @@ from tinker_opt.hardware import HardwareSpec, load_hardware, shipped_hardware
 from tinker_opt.model.strategy import Strategy
 from tinker_opt.specs import ModelSpec
 
-DEFAULT_RUNS_FILE = Path("/work/shared/data/published_calibration.json")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RUNS_FILE = REPO_ROOT.parent / "shared" / "data" / "published_calibration.json"
 HARDWARE_BY_ID = {
     "a100_80gb_sxm_selene": "a100-80gb", "a100_80gb_sxm": "a100-80gb", "a100_40gb_sxm": "a100-40gb",
     "h100_sxm_80gb": "h100-80gb", "h100_80gb_sxm": "h100-80gb", "ascend_910b_atlas_a2": "910b",
@@ -39,9 +52,33 @@ class PublishedRun:
     def num_nodes(self) -> int:
         return max(1, self.n_devices // 8)
 
+    @property
+    def is_llama(self) -> bool:
+        return self.model.get("arch") == "llama"
+
+    @property
+    def iteration_time_s(self) -> float | None:
+        """Measured seconds per iteration: `iteration_time_s`, else the published `step_time_s`,
+        else gbs * seq / (n_devices * tokens_per_s_per_device) (the runs file's stated rule)."""
+        m = self.measured
+        if "iteration_time_s" in m:
+            return float(m["iteration_time_s"])
+        if "step_time_s" in m:
+            return float(m["step_time_s"])
+        if "tokens_per_s_per_device" in m:
+            tokens = self.strategy["gbs"] * self.model["seq"]
+            return tokens / (self.n_devices * float(m["tokens_per_s_per_device"]))
+        return None
+
 
 def load_runs(path: Path = DEFAULT_RUNS_FILE) -> list[PublishedRun]:
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    """The runs of a published-runs JSON file; SystemExit with one line when it is missing."""
+    path = Path(path)
+    if not path.is_file():
+        raise SystemExit(f"published-runs file {path} not found: it is shared/data/"
+                         "published_calibration.json in the folder beside the repository "
+                         "(../shared/ from its root); pass the file's path as the first argument")
+    data = json.loads(path.read_text(encoding="utf-8"))
     runs = []
     for run in data["runs"]:
         hw = run.get("hardware", {})
@@ -82,11 +119,18 @@ def launch_script(run: PublishedRun) -> str:
     layers_per_chunk = m["layers"] // (s["pp"] * s.get("vpp", 1))
     model_args = [
         f"--num-layers {m['layers']}", f"--hidden-size {m['hidden']}", f"--ffn-hidden-size {m['ffn']}",
-        f"--num-attention-heads {m['heads']}", f"--kv-channels {m['head_dim']}",
-        f"--seq-length {m['seq']}", f"--max-position-embeddings {m['seq']}",
-        f"--vocab-size {m['vocab']}", "--make-vocab-size-divisible-by 128",
-        "--attention-dropout 0.1", "--hidden-dropout 0.1",
+        f"--num-attention-heads {m['heads']}", f"--kv-channels {m.get('head_dim', m['hidden'] // m['heads'])}",
+        f"--seq-length {m['seq']}", f"--max-position-embeddings {m['seq']}", f"--vocab-size {m['vocab']}",
     ]
+    if run.is_llama:
+        model_args += ["--make-vocab-size-divisible-by 1", "--attention-dropout 0.0", "--hidden-dropout 0.0",
+                       "--position-embedding-type rope", "--normalization RMSNorm", "--swiglu",
+                       "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+                       *(f"--{flag}" for flag in s.get("fused", ()))]
+    else:
+        model_args += ["--make-vocab-size-divisible-by 128", "--attention-dropout 0.1", "--hidden-dropout 0.1"]
+    if s.get("flash_attn"):
+        model_args.append("--use-flash-attn")
     if m.get("kv_heads", m["heads"]) != m["heads"]:
         model_args += ["--group-query-attention", f"--num-query-groups {m['kv_heads']}"]
     parallel_args = [f"--tensor-model-parallel-size {s['tp']}", f"--pipeline-model-parallel-size {s['pp']}"]
@@ -96,6 +140,10 @@ def launch_script(run: PublishedRun) -> str:
         parallel_args.append("--sequence-parallel")
     if s.get("distributed_optimizer"):
         parallel_args.append("--use-distributed-optimizer")
+    if s.get("overlap_grad_reduce"):
+        parallel_args.append("--overlap-grad-reduce")
+    if s.get("mc2"):
+        parallel_args.append("--use-mc2")
     training_args = [f"--micro-batch-size {s['mbs']}", f"--global-batch-size {s['gbs']}",
                      f"--{s.get('precision', 'bf16')}", "--train-iters 100", "--lr 6.0e-5",
                      *recompute_flags(s, layers_per_chunk)]
@@ -118,13 +166,19 @@ def launch_script(run: PublishedRun) -> str:
 
 
 def model_spec_of(run: PublishedRun) -> ModelSpec:
-    """The ModelSpec the launch script describes (GPT-style: LayerNorm, GeLU, learned positions)."""
+    """The ModelSpec the launch script describes (GPT-style, or LLaMA-style for `arch: llama`)."""
     m, s = run.model, run.strategy
-    return ModelSpec(
+    common = dict(
         num_layers=m["layers"], hidden_size=m["hidden"], ffn_hidden_size=m["ffn"],
         num_attention_heads=m["heads"], num_query_groups=m.get("kv_heads", m["heads"]),
-        kv_channels=m["head_dim"], seq_length=m["seq"], vocab_size=m["vocab"],
-        precision=s.get("precision", "bf16"), attention_dropout=0.1, hidden_dropout=0.1)
+        kv_channels=m.get("head_dim", m["hidden"] // m["heads"]), seq_length=m["seq"], vocab_size=m["vocab"],
+        precision=s.get("precision", "bf16"), use_flash_attn=bool(s.get("flash_attn")))
+    if run.is_llama:
+        return ModelSpec(**common, make_vocab_size_divisible_by=1,
+                         attention_dropout=0.0, hidden_dropout=0.0, position_embedding_type="rope",
+                         normalization="RMSNorm", swiglu=True, add_bias_linear=False,
+                         untie_embeddings_and_output_weights=True)
+    return ModelSpec(**common, attention_dropout=0.1, hidden_dropout=0.1)
 
 
 def strategy_of(run: PublishedRun) -> Strategy:

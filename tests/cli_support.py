@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tinker_opt.profile.store import write_blocks_csv, write_comm_csv, write_meta
+from tinker_opt.profile.meta import ProfileMeta, write_meta
+from tinker_opt.profile.store import write_blocks_csv, write_comm_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "pretrain_llama_tiny_ptd.sh"
@@ -34,8 +35,8 @@ def write_synthetic_profile(folder: Path, script: Path = EXAMPLE) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     write_blocks_csv(folder, profiled.blocks)
     write_comm_csv(folder, profiled.comm)
-    write_meta(folder, {"model": model.to_dict(), "device": "synthetic", "script_path": str(script),
-                        "model_name": "llama", "model_size": "tiny"})
+    write_meta(folder, ProfileMeta(model=model.to_dict(), device="synthetic", script_path=str(script),
+                                   model_name="llama", model_size="tiny"))
     return folder
 
 

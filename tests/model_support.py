@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from tinker_opt.hardware import HardwareSpec, LinkSpec, comm_table
+from tinker_opt.profile.meta import ProfileMeta
 from tinker_opt.profile.store import BLOCK_COLUMNS, ProfiledData
 from tinker_opt.specs import ClusterSpec, ModelSpec
 
@@ -118,7 +119,7 @@ def synthetic_profile(m: ModelSpec, *, inter_node: bool = True, **shapes) -> Pro
     if not inter_node:
         comm = comm[comm["scope"] == "intra_node"].reset_index(drop=True)
     return ProfiledData(path=Path("synthetic"), blocks=synthetic_blocks(m, **shapes), comm=comm,
-                        meta={"model": m.to_dict()})
+                        meta=ProfileMeta(model=m.to_dict()))
 
 
 def cluster(num_nodes: int = 1, devices_per_node: int = 8, memory_mb: float = 60000) -> ClusterSpec:

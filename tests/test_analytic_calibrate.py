@@ -9,7 +9,7 @@ import pytest
 from tinker_opt.hardware import EfficiencyCurve, LinkSpec, load_hardware
 from tinker_opt.profile.analytic import analytic_profile
 from tinker_opt.profile.calibrate import calibrate, write_hardware_json
-from tinker_opt.profile.runner import ProfileSettings, run_profile
+from tinker_opt.profile.runner import MeasureSettings, run_profile
 from tinker_opt.profile.space import SpaceLimits
 from tinker_opt.profile.store import load_profiled_data
 
@@ -60,7 +60,7 @@ def test_calibrated_file_loads_and_keeps_the_peaks(fitted, tmp_path) -> None:
 def test_cpu_profile_is_fitted_without_fusion(tmp_path) -> None:
     """A measured CPU profile calibrates with kernel fusion off and yields a loadable description."""
     model = gpt_model(seq=32, hidden=32, heads=4, vocab=256)
-    settings = ProfileSettings(device="cpu", max_npu=1, max_mbs=2, comm="skip", warmup=1, repeats=5)
+    settings = MeasureSettings(device="cpu", max_npu=1, max_mbs=2, comm="skip", warmup=1, repeats=5)
     measured = load_profiled_data(run_profile(model, settings, tmp_path / "cpu"))
     data = calibrate(measured, load_hardware("a100-80gb"))
     assert data["efficiency"]["fuse_elementwise"] is False

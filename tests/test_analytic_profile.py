@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 
 from tinker_opt.hardware import comm_table, load_hardware
 from tinker_opt.profile.analytic import DEVICE_PREFIX, analytic_profile, block_row, trace_block
-from tinker_opt.profile.runner import ProfileSettings, run_profile
+from tinker_opt.profile.runner import MeasureSettings, run_profile
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.space import SpaceLimits
 from tinker_opt.profile.store import BLOCK_COLUMNS, load_profiled_data
@@ -31,7 +33,7 @@ def small_llama():
 def both(request, tmp_path_factory):
     """A measured CPU profile and an analytic profile of the same model and profile space."""
     model = request.param()
-    settings = ProfileSettings(**MEASURED)
+    settings = MeasureSettings(**MEASURED)
     measured = run_profile(model, settings, tmp_path_factory.mktemp("measured"))
     analytic = analytic_profile(model, load_hardware("a100-80gb"), tmp_path_factory.mktemp("analytic"),
                                 limits=settings.limits(None))
@@ -59,9 +61,9 @@ def test_folder_loads_with_every_row_ok(both):
 def test_meta_names_the_analytic_device_and_description(both):
     """meta.json says analytic:<hardware> and embeds the description that timed the rows."""
     _, analytic = both
-    assert analytic.meta["device"]["name"] == DEVICE_PREFIX + load_hardware("a100-80gb").name
-    assert analytic.meta["device"]["kind"] == "analytic"
-    assert analytic.meta["hardware"]["memory_bandwidth_gbs"] == 2039
+    assert analytic.meta.device["name"] == DEVICE_PREFIX + load_hardware("a100-80gb").name
+    assert analytic.meta.device["kind"] == "analytic"
+    assert analytic.meta.hardware["memory_bandwidth_gbs"] == 2039
 
 
 def test_comm_csv_is_the_description_table(both):
@@ -116,6 +118,19 @@ def test_profile_space_follows_the_limits(tmp_path):
 def test_progress_reports_every_row(tmp_path):
     """progress(i, n, label) is called once per row, ending at n."""
     calls = []
-    analytic_profile(small_gpt(), load_hardware("a100-40gb"), tmp_path, max_npu=1, max_mbs=1,
+    analytic_profile(small_gpt(), load_hardware("a100-40gb"), tmp_path, limits=SpaceLimits(max_npu=1, max_mbs=1),
                      progress=lambda i, n, label: calls.append((i, n, label)))
     assert [c[0] for c in calls] == list(range(1, len(calls) + 1)) and calls[-1][1] == len(calls) == 4
+
+
+def test_tp_across_nodes_is_profiled_with_inter_node_comm(tmp_path):
+    """tp 8 on nodes of 4 (prof_tp a multiple of max_npu): tp-8 rows in blocks.csv, and comm.csv
+    has inter-node rows for groups of 8 but no intra-node row wider than a node."""
+    model = gpt_model(seq=32, hidden=64, heads=8, vocab=256)
+    hardware = dataclasses.replace(load_hardware("910b"), devices_per_node=4)
+    folder = analytic_profile(model, hardware, tmp_path, limits=SpaceLimits(max_npu=4, max_mbs=1, prof_tp=(4, 8)))
+    data = load_profiled_data(folder)
+    assert sorted(set(data.blocks["tp"])) == [4, 8]
+    comm = data.comm
+    assert not comm[(comm["scope"] == "inter_node") & (comm["group_size"] == 8)].empty
+    assert comm[comm["scope"] == "intra_node"]["group_size"].max() == 4

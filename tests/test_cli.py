@@ -102,13 +102,18 @@ def test_apply_never_overwrites_input(tmp_path, search_run):
     assert script.read_text() == EXAMPLE.read_text()
 
 
-@pytest.mark.parametrize("verb", ["profile", "search", "simulate", "all", "inspect", "apply"])
-def test_every_verb_has_help(verb):
-    """--help works for every verb and shows Tinker's spellings where they exist."""
+@pytest.mark.parametrize("verb", ["profile", "search", "simulate", "all"])
+def test_help_shows_the_tables_defaults_and_tinker_spellings(verb):
+    """--help of a settings verb shows each default of config.TABLE (with its unit) and the snake_case flags."""
+    from tinker_opt import config
+
     result = run_cli(verb, "--help")
-    assert result.returncode == 0
-    if verb in ("search", "all"):
-        assert "--global_batch_size" in result.stdout and "--memory_limit" in result.stdout
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.replace("│", " ").split())
+    for item in config.verb_options(verb):
+        if item.default is not None:
+            assert item.help_text.split("(default: ")[-1] in text, (item.key, item.help_text)
+    assert ("--memory_limit" in text) == (verb != "profile") and ("--max_npu" in text) == (verb in ("profile", "all"))
 
 
 # ---- bad input: one line naming the problem and the fix, exit 2, nothing half-written ----
@@ -242,3 +247,63 @@ def test_search_on_tinker_profile_with_script(tmp_path):
     assert result.returncode == 0, result.stderr
     summary = read_json(next((tmp_path / "out").iterdir()) / "summary.json")
     assert summary["best"]["strategy"]["tp"] == 1 and summary["inputs"]["model"]["num_layers"] == 32
+
+
+def _tinker_folder(tmp_path):
+    folder = tmp_path / "profiled-data-llama2-7b-240101-120000"
+    folder.mkdir()
+    (folder / "profiled_data.csv").write_text(TINKER_ROWS.format(g="llama2_7b_tp1_sp0_ep1_mbs1_algo0"))
+    (folder / "model_info_seq4096.json").write_text(json.dumps({"seq_length": 4096, "bf16": True, "num_layers": 32}))
+    return folder
+
+
+TINKER_SCRIPT = EXAMPLE.parent.parent / "tests" / "fixtures" / "scripts" / "pretrain_llama2_7b_ptd.sh"
+
+
+def test_search_records_the_positional_script(tmp_path):
+    """summary.json inputs.script_path is the script given positionally (a Tinker folder names none)."""
+    result = run_cli("search", str(TINKER_SCRIPT), "--profiled-data-path", str(_tinker_folder(tmp_path)),
+                     "--num-nodes", "1", "--memory-limit", "1000000", "--output-dir", str(tmp_path / "out"),
+                     "--top-k", "1", "--quiet")
+    assert result.returncode == 0, result.stderr
+    summary = read_json(next((tmp_path / "out").iterdir()) / "summary.json")
+    assert summary["inputs"]["script_path"] == str(TINKER_SCRIPT.resolve())
+
+
+def test_simulate_on_a_tinker_folder_takes_the_script_positionally(tmp_path):
+    """simulate SCRIPT on a Tinker folder reads model and global batch size from the script."""
+    folder = _tinker_folder(tmp_path)
+    result = run_cli("simulate", str(TINKER_SCRIPT), "--profiled-data-path", str(folder), "--num-nodes", "1",
+                     "--simu-tp", "1", "--memory-limit", "1000000", "--json")
+    assert result.returncode == 0, result.stderr
+    from tinker_opt.script.reader import read_script
+
+    gbs = str(read_script(TINKER_SCRIPT).train.global_batch_size)
+    explicit = run_cli("simulate", str(TINKER_SCRIPT), "--profiled-data-path", str(folder), "--num-nodes", "1",
+                       "--simu-tp", "1", "--memory-limit", "1000000", "--json", "--global-batch-size", gbs)
+    assert json.loads(result.stdout) == json.loads(explicit.stdout)
+    assert json.loads(result.stdout)["strategy"]["dp"] == 8
+
+
+def test_simulate_without_script_names_the_tinker_folder(tmp_path):
+    """Without a script, a Tinker folder is named as such (not 'meta.json has no model entry')."""
+    result = run_cli("simulate", "--profiled-data-path", str(_tinker_folder(tmp_path)), "--global-batch-size", "8",
+                     "--num-nodes", "1")
+    assert_one_line_error(result, "Tinker folder", "launch script")
+    assert "meta.json" not in result.stderr
+
+
+def test_simulate_takes_the_global_batch_from_the_profile(tmp_path):
+    """With no script known, simulate's global batch size is the profiled script's (meta.json `train`)."""
+    from tinker_opt.profile.meta import ProfileMeta, read_meta, write_meta
+
+    folder = write_synthetic_profile(tmp_path / "prof")
+    meta = read_meta(folder)
+    write_meta(folder, ProfileMeta(model=meta.model, train={"micro_batch_size": 1, "global_batch_size": 32}))
+    result = run_cli("simulate", "--profiled-data-path", str(folder), "--num-nodes", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    explicit = run_cli("simulate", "--profiled-data-path", str(folder), "--num-nodes", "1", "--json",
+                       "--global-batch-size", "32")
+    other = run_cli("simulate", "--profiled-data-path", str(folder), "--num-nodes", "1", "--json",
+                    "--global-batch-size", "64")
+    assert json.loads(result.stdout) == json.loads(explicit.stdout) != json.loads(other.stdout)

@@ -29,9 +29,9 @@ def test_precedence_command_line_over_file_over_defaults(tmp_path):
     """Command line > config file > built-in default, key by key."""
     path = _write(tmp_path, {"search": {"cpus": 5, "memory_limit": 30000}})
     values = config.resolve("search", {"cpus": 3, "memory_limit": None}, config.load_config_file(path))
-    assert values["cpus"] == 3
-    assert values["memory_limit"] == 30000
-    assert values["top_k"] == 10
+    assert values.cpus == 3
+    assert values.memory_limit == 30000
+    assert values.top_k == 10
 
 
 def test_unknown_key_is_named(tmp_path):
@@ -64,17 +64,41 @@ def test_missing_required_value_names_flag_and_key():
     """require() names the flag and the config key to set."""
     values = config.resolve("search", {}, {})
     with pytest.raises(ConfigError, match=r"--profiled-data-path.*\"search\""):
-        config.require(values, "search", "profiled_data_path")
+        config.require(values, "profiled_data_path")
 
 
 def test_tinker_switches_are_not_inverted():
     """'False' means False (Tinker's --is_full_tune False meant True)."""
-    assert config.resolve("profile", {"is_full_tune": "False"}, {})["is_full_tune"] is False
-    assert config.resolve("simulate", {"simu_sp": "1"}, {})["simu_sp"] is True
+    assert config.resolve("profile", {"is_full_tune": "False"}, {}).is_full_tune is False
+    assert config.resolve("simulate", {"simu_sp": "1"}, {}).simu_sp is True
 
 
 def test_num_layer_list_and_recompute_forms():
     """Comma lists and Tinker's 0/1 recompute are understood."""
     values = config.resolve("simulate", {"num_layer_list": "4,3,5", "recompute": 1}, {})
-    assert values["num_layer_list"] == (4, 3, 5)
-    assert values["recompute"] == "full"
+    assert values.num_layer_list == (4, 3, 5)
+    assert values.recompute == "full"
+
+
+def test_settings_are_typed_objects_with_one_default():
+    """resolve() returns the section's frozen dataclass: a misspelt name fails, defaults come from the table."""
+    values = config.resolve("profile", {}, {})
+    assert isinstance(values, config.ProfileSettings)
+    assert values.max_mbs == config.setting("profile", "max_mbs").default == 8 and values.warmup == 2
+    with pytest.raises(AttributeError):
+        values.max_mbz  # noqa: B018
+    with pytest.raises(Exception):
+        values.max_mbs = 2
+
+
+def test_all_takes_the_profile_and_search_options():
+    """`all` composes profile and search: every option of either (but the profile it writes itself)."""
+    keys = {s.key for s in config.verb_options("all")}
+    assert keys == ({s.key for s in config.SETTINGS["profile"]} | {s.key for s in config.SETTINGS["search"]}) - {
+        "profiled_data_path", "pretrain_script_path_search"}
+    assert "prof_path" in keys
+
+
+def test_a_section_takes_only_its_own_keys_from_the_command_line():
+    """A key of another section passed to resolve() is ignored (all passes its options to both)."""
+    assert not hasattr(config.resolve("search", {"warmup": 3}, {}), "warmup")

@@ -13,7 +13,7 @@ from tinker_opt.errors import ConfigError
 from tinker_opt.hardware import load_hardware
 from tinker_opt.profile.analytic import analytic_profile
 from tinker_opt.profile.mla import LatentAttention
-from tinker_opt.profile.runner import ProfileSettings, run_profile
+from tinker_opt.profile.runner import MeasureSettings, run_profile
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.subgraphs import build_block, saved_activation_bytes
 
@@ -120,7 +120,7 @@ def test_missing_latent_size_is_a_config_error():
 def test_analytic_bytes_equal_the_measured_cpu_profile(tmp_path):
     """Every byte count of the analytic profile of an MLA model equals the measured CPU profile's."""
     model = mla_model()
-    settings = ProfileSettings(device="cpu", max_npu=2, max_mbs=1, comm="skip", warmup=1, repeats=5)
+    settings = MeasureSettings(device="cpu", max_npu=2, max_mbs=1, comm="skip", warmup=1, repeats=5)
     measured = pd.read_csv(run_profile(model, settings, tmp_path / "m") / "blocks.csv")
     analytic = pd.read_csv(analytic_profile(model, load_hardware("910b"), tmp_path / "a",
                                             limits=settings.limits(None)) / "blocks.csv")

@@ -10,7 +10,7 @@ import pytest
 from tinker_opt.errors import ConfigError, ProfileDataError
 from tinker_opt.model.strategy import Strategy
 from tinker_opt.profile import runner
-from tinker_opt.profile.runner import ProfileSettings, default_profile_dir, run_profile
+from tinker_opt.profile.runner import MeasureSettings, default_profile_dir, run_profile
 from tinker_opt.profile.store import load_profiled_data
 from tinker_opt.specs import TrainSpec
 
@@ -26,7 +26,7 @@ def tiny_model():
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory):
     out = tmp_path_factory.mktemp("profile")
-    run_profile(tiny_model(), ProfileSettings(**SMALL), out)
+    run_profile(tiny_model(), MeasureSettings(**SMALL), out)
     return out
 
 
@@ -51,7 +51,7 @@ def test_resume_keeps_measured_rows(profiled, tmp_path):
     frame.drop(index=1).to_csv(tmp_path / "blocks.csv", index=False)
     (tmp_path / "meta.json").write_text((profiled / "meta.json").read_text())
     lines = []
-    run_profile(tiny_model(), ProfileSettings(**SMALL), tmp_path, log=lines.append)
+    run_profile(tiny_model(), MeasureSettings(**SMALL), tmp_path, log=lines.append)
     again = pd.read_csv(tmp_path / "blocks.csv")
     assert 123456789 in again["fwd_us"].tolist() and len(again) == len(frame)
     assert sum(" fwd " in line for line in lines) == 1
@@ -60,7 +60,7 @@ def test_resume_keeps_measured_rows(profiled, tmp_path):
 def test_resume_refuses_another_model(profiled):
     """Profiling a different model into a used folder is a ProfileDataError."""
     with pytest.raises(ProfileDataError, match="different model"):
-        run_profile(llama_model(seq=64), ProfileSettings(**SMALL), profiled)
+        run_profile(llama_model(seq=64), MeasureSettings(**SMALL), profiled)
 
 
 def test_memory_limit_marks_larger_rows_oom(profiled, tmp_path):
@@ -69,7 +69,7 @@ def test_memory_limit_marks_larger_rows_oom(profiled, tmp_path):
     head = rows.loc[("head", 1, 0, 1)]
     per_batch = head[["activation_bytes", "transient_bytes", "input_bytes", "output_bytes"]].sum()
     limit_mb = (head["weight_bytes"] + 1.5 * per_batch) / 2**20  # above mbs 1, below mbs 2
-    run_profile(tiny_model(), ProfileSettings(**{**SMALL, "memory_limit_mb": limit_mb, "max_npu": 1}), tmp_path)
+    run_profile(tiny_model(), MeasureSettings(**{**SMALL, "memory_limit_mb": limit_mb, "max_npu": 1}), tmp_path)
     frame = pd.read_csv(tmp_path / "blocks.csv").set_index(["block", "mbs"])
     assert frame.loc[("head", 2), "status"] == "oom" and frame.loc[("head", 1), "status"] == "ok"
 
@@ -84,16 +84,16 @@ def test_failed_row_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
         return real(model, point, device, settings)
 
     monkeypatch.setattr(runner, "_measure_point", flaky)
-    run_profile(tiny_model(), ProfileSettings(**{**SMALL, "max_npu": 1, "max_mbs": 1}), tmp_path)
+    run_profile(tiny_model(), MeasureSettings(**{**SMALL, "max_npu": 1, "max_mbs": 1}), tmp_path)
     frame = pd.read_csv(tmp_path / "blocks.csv").set_index("block")
     assert frame.loc["final_norm", "status"] == "error: ValueError: boom" and frame.loc["head", "status"] == "ok"
 
 
 def test_hardware_file_gives_comm_table(tmp_path):
     """With a hardware description, comm.csv is computed from it (intra- and inter-node)."""
-    settings = ProfileSettings(**{**SMALL, "max_npu": 1, "max_mbs": 1, "hardware": "a100-80gb"})
+    settings = MeasureSettings(**{**SMALL, "max_npu": 1, "max_mbs": 1, "hardware": "a100-80gb"})
     data = load_profiled_data(run_profile(tiny_model(), settings, tmp_path))
-    assert set(data.comm["scope"]) == {"intra_node", "inter_node"} and data.meta["comm_source"] == "hardware a100-80gb"
+    assert set(data.comm["scope"]) == {"intra_node", "inter_node"} and data.meta.comm_source == "hardware a100-80gb"
 
 
 def test_default_profile_dir_follows_tinkers_naming(tmp_path):
@@ -105,7 +105,7 @@ def test_default_profile_dir_follows_tinkers_naming(tmp_path):
 def test_fewer_than_five_repeats_is_rejected():
     """repeats < 5 is a ConfigError."""
     with pytest.raises(ConfigError, match="at least 5"):
-        ProfileSettings(repeats=3)
+        MeasureSettings(**{**SMALL, "repeats": 3})
 
 
 def _fake_row(block, tp, mbs, nbytes):
@@ -129,11 +129,18 @@ def test_limits_keep_the_scripts_ep_above_max_ep():
     """The settings' max_ep bounds ep, and the script's own ep (16) is added to the profile space."""
     train = TrainSpec(micro_batch_size=1, global_batch_size=8, nnodes=2, nproc_per_node=8,
                       strategy=Strategy(tp=1, pp=1, dp=16, ep=16, etp=1))
-    limits = ProfileSettings(max_ep=4).limits(train)
+    limits = MeasureSettings(**SMALL, max_ep=4).limits(train)
     assert limits.max_ep == 4 and limits.extra_ep == (16,)
+
+
+def test_limits_add_the_scripts_tp_above_max_npu():
+    """A script running tp 16 on nodes of 8 gets tp 16 profiled (tensor parallelism across nodes)."""
+    train = TrainSpec(micro_batch_size=1, global_batch_size=8, nnodes=2, nproc_per_node=8,
+                      strategy=Strategy(tp=16, pp=1, dp=1))
+    assert ProfileSettings(max_npu=8).limits(train).extra_tp == (16,)
 
 
 def test_max_ep_below_one_is_an_error():
     """max_ep = 0 is a ConfigError."""
     with pytest.raises(ConfigError, match="max_ep"):
-        ProfileSettings(max_ep=0)
+        MeasureSettings(**SMALL, max_ep=0)

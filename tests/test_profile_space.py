@@ -13,14 +13,36 @@ from tests.profile_support import gpt_model, llama_model, moe_model
 
 def test_tp_divides_heads_groups_and_ffn():
     """tp candidates are divisors of max_npu that divide heads, groups and ffn."""
-    assert tp_values(llama_model(heads=8, groups=2, ffn=344), SpaceLimits(max_npu=8)) == [1, 2]
-    assert tp_values(gpt_model(heads=8), SpaceLimits(max_npu=8)) == [1, 2, 4, 8]
+    assert tp_values(llama_model(heads=8, groups=2, ffn=344), SpaceLimits(max_npu=8, max_mbs=4)) == [1, 2]
+    assert tp_values(gpt_model(heads=8), SpaceLimits(max_npu=8, max_mbs=4)) == [1, 2, 4, 8]
 
 
 def test_prof_tp_outside_the_valid_values_is_an_error():
     """A prof_tp value that does not divide the heads is a ConfigError listing the valid ones."""
-    with pytest.raises(ConfigError, match=r"valid values are \[1, 2\]"):
-        tp_values(llama_model(groups=2), SpaceLimits(max_npu=8, prof_tp=(4,)))
+    with pytest.raises(ConfigError, match=r"valid values up to max_npu are \[1, 2\]"):
+        tp_values(llama_model(groups=2), SpaceLimits(max_npu=8, max_mbs=4, prof_tp=(4,)))
+
+
+def test_prof_tp_above_a_node_is_profiled():
+    """tp 16 on nodes of 8 (a multiple of max_npu the model allows) is kept: tensor parallelism across nodes."""
+    assert tp_values(gpt_model(heads=16), SpaceLimits(max_npu=8, max_mbs=4, prof_tp=(8, 16))) == [8, 16]
+
+
+def test_prof_tp_that_does_not_tile_nodes_is_an_error():
+    """tp 12 on nodes of 8 neither divides a node nor spans whole nodes."""
+    with pytest.raises(ConfigError, match="multiple of it"):
+        tp_values(gpt_model(heads=24), SpaceLimits(max_npu=8, max_mbs=4, prof_tp=(12,)))
+
+
+def test_script_tp_above_max_npu_is_added_when_the_model_allows_it():
+    """The script's own tp joins the divisors of max_npu; one the heads do not allow is left out."""
+    assert tp_values(gpt_model(heads=16), SpaceLimits(max_npu=8, max_mbs=4, extra_tp=(16,))) == [1, 2, 4, 8, 16]
+    assert tp_values(gpt_model(heads=8), SpaceLimits(max_npu=8, max_mbs=4, extra_tp=(16,))) == [1, 2, 4, 8]
+
+
+def test_moe_expert_tp_follows_a_tp_wider_than_a_node():
+    """etp = tp stays a candidate when tp is above max_npu."""
+    assert (1, 16) in expert_values(moe_model(experts=4), 16, SpaceLimits(max_npu=8, max_mbs=4))
 
 
 def test_dense_space_size_and_order():
@@ -44,18 +66,18 @@ def test_moe_space_profiles_both_layer_kinds():
 
 def test_ep_is_not_bounded_by_the_node():
     """ep runs over every divisor of num_experts, beyond max_npu (expert groups span nodes)."""
-    assert ep_values(moe_model(experts=64), SpaceLimits(max_npu=8)) == [64, 32, 16, 8, 4, 2, 1]
+    assert ep_values(moe_model(experts=64), SpaceLimits(max_npu=8, max_mbs=4)) == [64, 32, 16, 8, 4, 2, 1]
 
 
 def test_max_ep_bounds_ep_but_keeps_the_scripts_own():
     """max_ep caps the divisors; extra_ep (the script's ep) is kept above it, if it divides num_experts."""
-    limits = SpaceLimits(max_npu=8, max_ep=4, extra_ep=(16, 3))
+    limits = SpaceLimits(max_npu=8, max_mbs=4, max_ep=4, extra_ep=(16, 3))
     assert ep_values(moe_model(experts=64), limits) == [16, 4, 2, 1]
 
 
 def test_etp_runs_over_one_and_tp():
     """At tp 4 a MoE layer is profiled at etp 4 and 1 for each ep, least memory (larger ep, etp) first."""
-    pairs = expert_values(moe_model(experts=4), 4, SpaceLimits(max_npu=8))
+    pairs = expert_values(moe_model(experts=4), 4, SpaceLimits(max_npu=8, max_mbs=4))
     assert pairs == [(4, 4), (4, 1), (2, 4), (2, 1), (1, 4), (1, 1)]
 
 

@@ -132,3 +132,32 @@ def test_multi_word_values_stay_with_their_flag():
     """--lora-target-modules a b c keeps all its values."""
     info = read(f"torchrun pretrain_gpt.py {MODEL} --lora-target-modules q k v --bf16")
     assert [field_text(v) for v in info.launch.last("--lora-target-modules").values] == ["q", "k", "v"]
+
+
+def test_arithmetic_follows_bash_64_bit_c_semantics():
+    """/ and % truncate toward zero, results wrap at 64 bits, as bash computes them."""
+    assert launch_args("echo $((-7/2)) $((-7%3)) $((7%-3)) $((2**63)) $((2**-1))") == \
+        ["echo", "-3", "-1", "1", "-9223372036854775808"]
+
+
+def test_huge_or_deep_arithmetic_reads_as_empty_without_hanging():
+    """`$((9**9**9))` is computed modulo 2**64 (no huge integer); a chain too deep for Python's
+    parser is an unreadable expression (a warning), not a RecursionError."""
+    assert launch_args("echo $((9**9**9))") == ["echo", "-2123029214124047543"]  # bash 5 agrees
+    chain = "+".join(["1"] * 3000)
+    expansion = expand_script(f"X=$(({chain}))\necho $X")
+    assert [field_text(f) for f in expansion.commands[-1].fields] == ["echo"]
+    assert any("cannot evaluate" in w for w in expansion.warnings)
+
+
+def test_ansi_c_quotes_decode_escapes_and_may_hold_a_quote():
+    """$'a\\'b' is one word a'b (it used to read as an unterminated quote); unterminated is an error."""
+    assert launch_args("X=$'a\\'b\\tc'\necho \"$X\" $'d e'") == ["echo", "a'b\tc", "d e"]
+    with pytest.raises(ScriptError, match="unterminated"):
+        read("X=$'abc\n")
+
+
+def test_heredoc_inside_command_substitution_is_skipped():
+    """A heredoc body inside $(...) may hold ) and quotes (it used to end the substitution)."""
+    body = "X=$(cat <<'EOF'\nhello ) ( '\nEOF\n)\necho after"
+    assert launch_args(body) == ["echo", "after"]

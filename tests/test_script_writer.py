@@ -277,3 +277,17 @@ def test_crlf_script_round_trips_with_crlf_lines():
     out = apply_strategy(text, strategy, nnodes=2, nproc_per_node=8, header=["x"])
     assert read_script_text(out.text).train.strategy == strategy.replace(cp_algo="megatron_cp_algo")
     assert "\n" not in out.text.replace("\r\n", "")
+
+
+def test_flags_added_and_removed_next_to_a_quoted_value():
+    """`--pipeline-model-parallel-size "$PP"` in an array: a new flag goes after the closing
+    quote (it used to land inside it, giving the value '1 --use-distributed-optimizer'), and a
+    removed flag takes its quotes along."""
+    head = (f"#!/bin/bash\nPP=1\nGPT_ARGS=({MODEL})\n")
+    launch = "torchrun --nproc_per_node 8 pretrain_gpt.py ${GPT_ARGS[@]} \"${PAR[@]}\"\n"
+    text = head + 'PAR=(\n    --tensor-model-parallel-size 1\n    --pipeline-model-parallel-size "$PP"\n)\n' + launch
+    out = apply_strategy(text, Strategy(tp=1, pp=1, dp=8, dist_opt=True), nnodes=1, nproc_per_node=8)
+    assert '    --pipeline-model-parallel-size "$PP"\n    --use-distributed-optimizer\n' in out.text
+    text = head + 'PAR=(\n    --tensor-model-parallel-size 1 "--use-distributed-optimizer"\n)\n' + launch
+    out = apply_strategy(text, Strategy(tp=1, pp=1, dp=8), nnodes=1, nproc_per_node=8)
+    assert "    --tensor-model-parallel-size 1\n)" in out.text

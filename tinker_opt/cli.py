@@ -1,24 +1,29 @@
 """Command line: profile | search | simulate | all, plus inspect, apply and calibrate.
 
-Options are kebab-case and also accept Tinker's snake_case spellings (`--global_batch_size`,
-`--memory_limit`, `--simu_tp`, ...). Every option defaults to "not given" here so that
-config.resolve can apply the precedence command line > config file > built-in defaults; the
-defaults shown in --help come from config.py. A TinkerError becomes one line on stderr and exit 2.
+This module only parses and prints; the verbs' work is in verbs.py. The settings options of
+profile, search, simulate and all come from config.TABLE (`with_settings`): kebab-case plus
+Tinker's snake_case spellings (`--global_batch_size`, `--memory_limit`, `--simu_tp`, ...). Every
+option defaults to "not given" here so that config.resolve can apply the precedence command line >
+config file > built-in defaults; the defaults shown in --help come from config.py. A TinkerError
+becomes one line on stderr and exit 2. tests/test_cli_surface.py freezes the resulting surface.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
+import typing
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tinker_opt import config
+from tinker_opt import config, verbs
 from tinker_opt.errors import ConfigError, TinkerError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -28,11 +33,45 @@ console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
 
 
-def _opt(section: str, key: str, *extra: str) -> Any:
-    """An option named --kebab-case and Tinker's --snake_case, help text and default from config.py."""
-    kebab, snake = "--" + key.replace("_", "-"), "--" + key
-    names = [kebab] + ([snake] if snake != kebab else []) + list(extra)
-    return typer.Option(None, *names, help=config.setting(section, key).help_text, show_default=False)
+def _option(item: config.Setting) -> inspect.Parameter:
+    """A setting as a typer option: --kebab-case, Tinker's --snake_case and aliases; "not given" is
+    None (a switch: False), so that config.resolve can apply command line > config file > default."""
+    if item.switch:
+        option = typer.Option(False, *item.flags, help=item.help_text)
+        return inspect.Parameter(item.key, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=bool)
+    kind = {"int": int, "float": float}.get(item.kind, str)
+    option = typer.Option(None, *item.flags, help=item.help_text, show_default=False)
+    return inspect.Parameter(item.key, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=Optional[kind])
+
+
+def with_settings(verb: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the options of `verb` from config.TABLE; the command receives them as
+    `given` ({key: value or None}) next to its own parameters. Adding a setting to the table adds
+    the option here, to the config file and to the settings class at once."""
+    items = config.verb_options(verb)
+
+    def wrap(command: Callable[..., None]) -> Callable[..., None]:
+        hints = typing.get_type_hints(command)
+        own = [p.replace(annotation=hints[p.name]) for p in inspect.signature(command).parameters.values()
+               if p.name != "given"]
+        options = [_option(item) for item in items]
+
+        @functools.wraps(command)
+        def run(**kwargs: Any) -> None:
+            given = {item.key: kwargs.pop(item.key) for item in items}
+            given.update({item.key: True if given[item.key] else None for item in items if item.switch})
+            command(given=given, **kwargs)
+
+        # own positionals first, then the table's options, then the command's own options
+        positional = [p for p in own if isinstance(p.default, typer.models.ArgumentInfo)]
+        rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p not in positional]
+        params = [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in positional] + options + rest
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        del run.__wrapped__  # typer must see the new signature, not the command's
+        return run
+
+    return wrap
 
 
 CONFIG_OPT = typer.Option(None, "--config-path", "--config_path", "--config",
@@ -46,199 +85,115 @@ def _progress(quiet: bool) -> Progress:
                     console=err_console, disable=quiet, transient=False)
 
 
-def _profile(values: dict[str, Any], quiet: bool) -> Path:
-    from tinker_opt.pipeline import run_profile_step
-
-    with _progress(quiet) as bar:
-        task = bar.add_task("profiling blocks", total=None)
-
-        def progress(done: int, total: int, label: str) -> None:
-            bar.update(task, completed=done, total=total, description=f"profiling {label}")
-
-        folder = run_profile_step(values, progress=progress, log=None)
-    if not quiet:
-        console.print(f"profiled data: [bold]{folder}[/bold]")
-    return folder
+def _progress(quiet: bool) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err_console, disable=quiet, transient=False)
 
 
-def _search(values: dict[str, Any], quiet: bool) -> Path:
+def _bar_callback(bar: Progress) -> verbs.Progress:
+    task = bar.add_task("profiling blocks", total=None)
+
+    def progress(done: int, total: int, label: str) -> None:
+        bar.update(task, completed=done, total=total, description=f"profiling {label}")
+
+    return progress
+
+
+def _run_log(quiet: bool) -> verbs.RunLog:
+    return verbs.RunLog(echo=None if quiet else lambda line: err_console.print(line, markup=False, highlight=False))
+
+
+def _print_search(outcome: verbs.SearchOutcome, quiet: bool) -> None:
     from tinker_opt.emit.tables import strategies_table
-    from tinker_opt.pipeline import RunLog, run_search_step
 
-    log = RunLog(echo=None if quiet else lambda line: err_console.print(line, markup=False, highlight=False))
-    with console.status(f"solving with {values['solver']}", spinner="dots") if not quiet else nullcontext():
-        outcome = run_search_step(values, log=log)
     if quiet:  # the log was not echoed: still show the warnings, then only the path
         for warning in outcome.warnings:
             err_console.print(warning, markup=False, highlight=False)
         console.print(str(outcome.folder))
-        return outcome.folder
+        return
     gap = "" if outcome.gap is None else f", gap {outcome.gap:.2%}"
     console.print(strategies_table(outcome.top, f"top strategies ({outcome.solver}: {outcome.status}{gap}, "
                                                 f"{outcome.solve_time_s:.2f} s)"))
     console.print(f"results: [bold]{outcome.folder}[/bold]")
-    return outcome.folder
 
 
 MODEL_CONFIG_HELP = ("FSDP2 launches: the model's Hugging Face config.json, when model.model_name_or_path "
                      "is not on this machine.")
 
 
-def _script(positional: Optional[Path], flag: Optional[str]) -> Optional[str]:
+def _script(given: dict[str, Any], key: str, positional: Optional[Path]) -> dict[str, Any]:
+    """`given` with the positional script under `key` (the verb's script setting)."""
+    flag = given.get(key)
     if positional is not None and flag is not None and str(positional) != flag:
-        raise ConfigError(f"two scripts given ('{positional}' and --pretrain-script-path '{flag}'); pass one")
-    return str(positional) if positional is not None else flag
+        raise ConfigError(f"two scripts given ('{positional}' and --{key.replace('_', '-')} '{flag}'); pass one")
+    return {**given, key: str(positional) if positional is not None else flag}
 
 
 @app.command()
-def profile(
-    script: Optional[Path] = SCRIPT_ARG,
-    pretrain_script_path: Optional[str] = _opt("profile", "pretrain_script_path"),
-    model_name: Optional[str] = _opt("profile", "model_name"),
-    model_size: Optional[str] = _opt("profile", "model_size"),
-    version: Optional[str] = _opt("profile", "version"),
-    max_npu: Optional[int] = _opt("profile", "max_npu"),
-    max_ep: Optional[int] = _opt("profile", "max_ep"),
-    max_mbs: Optional[int] = _opt("profile", "max_mbs"),
-    prof_tp: Optional[str] = _opt("profile", "prof_tp"),
-    prof_sp: Optional[str] = _opt("profile", "prof_sp"),
-    save_path: Optional[str] = _opt("profile", "save_path"),
-    prof_path: Optional[str] = _opt("profile", "prof_path"),
-    task_id: Optional[str] = _opt("profile", "task_id"),
-    is_full_tune: bool = typer.Option(False, "--is-full-tune", "--is_full_tune", help="Treat the script as a full fine-tune."),
-    device: Optional[str] = _opt("profile", "device"),
-    hardware: Optional[str] = _opt("profile", "hardware"),
-    repeats: Optional[int] = _opt("profile", "repeats"),
-    warmup: Optional[int] = _opt("profile", "warmup"),
-    config_path: Optional[Path] = CONFIG_OPT,
-    quiet: bool = QUIET_OPT,
-) -> None:
+@with_settings("profile")
+def profile(given: dict[str, Any], script: Optional[Path] = SCRIPT_ARG, config_path: Optional[Path] = CONFIG_OPT,
+            quiet: bool = QUIET_OPT) -> None:
     """Measure time and memory of every block and shard shape, and the collectives (profiled-data folder)."""
-    given = {k: v for k, v in locals().items() if k not in ("script", "config_path", "quiet")}
-    given["pretrain_script_path"] = _script(script, pretrain_script_path)
-    given["is_full_tune"] = True if is_full_tune else None
-    values = config.resolve("profile", given, config.load_config_file(config_path))
-    folder = _profile(values, quiet)
-    if quiet:
-        console.print(str(folder))
+    settings = config.resolve("profile", _script(given, "pretrain_script_path", script),
+                              config.load_config_file(config_path))
+    with _progress(quiet) as bar:
+        folder = verbs.run_profile(settings, progress=_bar_callback(bar))
+    console.print(str(folder) if quiet else f"profiled data: [bold]{folder}[/bold]")
+
+
+SEARCH_SCRIPT_ARG = typer.Argument(None, help="Launch script to rewrite into tuned configs (default: the profiled one).",
+                                   show_default=False)
 
 
 @app.command()
-def search(
-    script: Optional[Path] = typer.Argument(None, help="Launch script to rewrite into tuned configs (default: the profiled one).", show_default=False),
-    profiled_data_path: Optional[str] = _opt("search", "profiled_data_path"),
-    global_batch_size: Optional[int] = _opt("search", "global_batch_size"),
-    num_nodes: Optional[int] = _opt("search", "num_nodes"),
-    num_npus_per_node: Optional[int] = _opt("search", "num_npus_per_node"),
-    memory_limit: Optional[float] = _opt("search", "memory_limit"),
-    solver: Optional[str] = _opt("search", "solver"),
-    time_limit: Optional[float] = _opt("search", "time_limit"),
-    cpus: Optional[int] = _opt("search", "cpus"),
-    top_k: Optional[int] = _opt("search", "top_k"),
-    max_mbs: Optional[int] = _opt("search", "max_mbs"),
-    output_dir: Optional[str] = _opt("search", "output_dir"),
-    pretrain_script_path_search: Optional[str] = _opt("search", "pretrain_script_path_search"),
-    hardware: Optional[str] = _opt("search", "hardware"),
-    inter_node_bandwidth: Optional[float] = _opt("search", "inter_node_bandwidth"),
-    version: Optional[str] = _opt("search", "version"),
-    config_path: Optional[Path] = CONFIG_OPT,
-    quiet: bool = QUIET_OPT,
-) -> None:
+@with_settings("search")
+def search(given: dict[str, Any], script: Optional[Path] = SEARCH_SCRIPT_ARG,
+           config_path: Optional[Path] = CONFIG_OPT, quiet: bool = QUIET_OPT) -> None:
     """Solve for the fastest strategy that fits in memory; write the results folder and tuned scripts."""
-    given = {k: v for k, v in locals().items() if k not in ("script", "config_path", "quiet")}
-    given["pretrain_script_path_search"] = _script(script, pretrain_script_path_search)
-    values = config.resolve("search", given, config.load_config_file(config_path))
-    _search(values, quiet)
+    settings = config.resolve("search", _script(given, "pretrain_script_path_search", script),
+                              config.load_config_file(config_path))
+    with console.status(f"solving with {settings.solver}", spinner="dots") if not quiet else nullcontext():
+        outcome = verbs.run_search(settings, log=_run_log(quiet))
+    _print_search(outcome, quiet)
 
 
 @app.command(name="all")
-def all_(
-    script: Optional[Path] = SCRIPT_ARG,
-    pretrain_script_path: Optional[str] = _opt("profile", "pretrain_script_path"),
-    model_name: Optional[str] = _opt("profile", "model_name"),
-    model_size: Optional[str] = _opt("profile", "model_size"),
-    version: Optional[str] = _opt("profile", "version"),
-    max_npu: Optional[int] = _opt("profile", "max_npu"),
-    max_ep: Optional[int] = _opt("profile", "max_ep"),
-    max_mbs: Optional[int] = _opt("profile", "max_mbs"),
-    prof_tp: Optional[str] = _opt("profile", "prof_tp"),
-    prof_sp: Optional[str] = _opt("profile", "prof_sp"),
-    save_path: Optional[str] = _opt("profile", "save_path"),
-    task_id: Optional[str] = _opt("profile", "task_id"),
-    is_full_tune: bool = typer.Option(False, "--is-full-tune", "--is_full_tune", help="Treat the script as a full fine-tune."),
-    device: Optional[str] = _opt("profile", "device"),
-    hardware: Optional[str] = _opt("profile", "hardware"),
-    repeats: Optional[int] = _opt("profile", "repeats"),
-    warmup: Optional[int] = _opt("profile", "warmup"),
-    global_batch_size: Optional[int] = _opt("search", "global_batch_size"),
-    num_nodes: Optional[int] = _opt("search", "num_nodes"),
-    num_npus_per_node: Optional[int] = _opt("search", "num_npus_per_node"),
-    memory_limit: Optional[float] = _opt("search", "memory_limit"),
-    solver: Optional[str] = _opt("search", "solver"),
-    time_limit: Optional[float] = _opt("search", "time_limit"),
-    cpus: Optional[int] = _opt("search", "cpus"),
-    top_k: Optional[int] = _opt("search", "top_k"),
-    output_dir: Optional[str] = _opt("search", "output_dir"),
-    inter_node_bandwidth: Optional[float] = _opt("search", "inter_node_bandwidth"),
-    config_path: Optional[Path] = CONFIG_OPT,
-    quiet: bool = QUIET_OPT,
-) -> None:
-    """Profile the script, then search (profile + search in one go)."""
-    given = {k: v for k, v in locals().items() if k not in ("script", "config_path", "quiet")}
-    given["pretrain_script_path"] = _script(script, pretrain_script_path)
-    given["is_full_tune"] = True if is_full_tune else None
+@with_settings("all")
+def all_(given: dict[str, Any], script: Optional[Path] = SCRIPT_ARG, config_path: Optional[Path] = CONFIG_OPT,
+         quiet: bool = QUIET_OPT) -> None:
+    """Profile the script, then search (profile + search in one go; the options of both)."""
+    given = _script(given, "pretrain_script_path", script)
     file_config = config.load_config_file(config_path)
-    profile_keys = {s.key for s in config.PROFILE}
-    search_keys = {s.key for s in config.SEARCH}
-    profile_values = config.resolve("profile", {k: v for k, v in given.items() if k in profile_keys}, file_config)
-    search_given = {k: v for k, v in given.items() if k in search_keys}
-    search_values = config.resolve("search", search_given, file_config)
-    from tinker_opt.emit.results import check_writable
+    profile_settings = config.resolve("profile", given, file_config)
+    search_settings = config.resolve("search", given, file_config)
+    with _progress(quiet) as bar:
+        folder, outcome = verbs.run_all(profile_settings, search_settings, progress=_bar_callback(bar),
+                                        log=_run_log(quiet))
+    if not quiet:
+        console.print(f"profiled data: [bold]{folder}[/bold]")
+    _print_search(outcome, quiet)
 
-    check_writable(Path(search_values["output_dir"]))
-    folder = _profile(profile_values, quiet)
-    search_values.update(profiled_data_path=str(folder),
-                         pretrain_script_path_search=search_values.get("pretrain_script_path_search")
-                         or profile_values["pretrain_script_path"])
-    _search(search_values, quiet)
+
+SIMULATE_SCRIPT_ARG = typer.Argument(None, help="Launch script: the model (Tinker folders), global batch size and "
+                                     "nodes (default: the profiled one).", show_default=False)
 
 
 @app.command()
+@with_settings("simulate")
 def simulate(
-    profiled_data_path: Optional[str] = _opt("simulate", "profiled_data_path"),
+    given: dict[str, Any],
+    script: Optional[Path] = SIMULATE_SCRIPT_ARG,
     strategy: Optional[Path] = typer.Option(None, "--strategy", help="Strategy JSON (a bare strategy or a summary.json, whose best is taken)."),
-    num_layers: Optional[int] = _opt("simulate", "num_layers"),
-    global_batch_size: Optional[int] = _opt("simulate", "global_batch_size"),
-    num_nodes: Optional[int] = _opt("simulate", "num_nodes"),
-    num_npus_per_node: Optional[int] = _opt("simulate", "num_npus_per_node"),
-    memory_limit: Optional[float] = _opt("simulate", "memory_limit"),
-    simu_tp: Optional[int] = _opt("simulate", "simu_tp", "--tp"),
-    simu_pp: Optional[int] = _opt("simulate", "simu_pp", "--pp"),
-    simu_ep: Optional[int] = _opt("simulate", "simu_ep", "--ep"),
-    simu_etp: Optional[int] = _opt("simulate", "simu_etp", "--etp"),
-    simu_sp: Optional[str] = _opt("simulate", "simu_sp", "--sp"),
-    simu_cp: Optional[int] = _opt("simulate", "simu_cp", "--cp"),
-    cp_algo: Optional[str] = _opt("simulate", "cp_algo"),
-    simu_vpp: Optional[int] = _opt("simulate", "simu_vpp", "--vpp"),
-    zero: Optional[str] = _opt("simulate", "zero"),
-    dist_opt: Optional[str] = _opt("simulate", "dist_opt"),
-    micro_batch_size: Optional[int] = _opt("simulate", "micro_batch_size", "--mbs"),
-    num_layer_list: Optional[str] = _opt("simulate", "num_layer_list"),
-    recompute: Optional[str] = _opt("simulate", "recompute"),
-    recompute_num_layers: Optional[int] = _opt("simulate", "recompute_num_layers"),
-    hardware: Optional[str] = _opt("simulate", "hardware"),
-    inter_node_bandwidth: Optional[float] = _opt("simulate", "inter_node_bandwidth"),
     detail: bool = typer.Option(False, "--detail", help="Print the per-stage table."),
     as_json: bool = typer.Option(False, "--json", help="Print the Evaluation as JSON."),
     config_path: Optional[Path] = CONFIG_OPT,
 ) -> None:
     """Model the time and memory of one strategy, stage by stage."""
-    given = {k: v for k, v in locals().items() if k not in ("strategy", "detail", "as_json", "config_path")}
     from tinker_opt.emit.tables import breakdown_line, stages_table, strategies_table
-    from tinker_opt.pipeline import run_simulate_step
 
-    values = config.resolve("simulate", given, config.load_config_file(config_path))
-    evaluation, warnings = run_simulate_step(values, strategy)
+    settings = config.resolve("simulate", _script(given, "pretrain_script_path", script),
+                              config.load_config_file(config_path))
+    evaluation, warnings = verbs.run_simulate(settings, strategy)
     result = evaluation.to_dict()
     for warning in warnings:
         err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}")
@@ -246,15 +201,15 @@ def simulate(
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return
     console.print(strategies_table([result], "simulated strategy"))
-    fits = "fits" if result.get("fits", True) else f"does NOT fit in {values['memory_limit']:g} MB"
+    fits = "fits" if result.get("fits", True) else f"does NOT fit in {settings.memory_limit:g} MB"
     console.print(f"iteration {result['iteration_time_ms']:.1f} ms, peak {result['peak_memory_mb']:.0f} MB ({fits})")
     if detail:
         console.print(stages_table(result))
         console.print(breakdown_line(result))
 
 
-@app.command()
-def inspect(
+@app.command(name="inspect")
+def inspect_(
     script: Path = typer.Argument(..., help="The training launch script (.sh)."),
     as_json: bool = typer.Option(False, "--json", help="Print model, cluster, strategy and framework as JSON."),
     model_config: Optional[Path] = typer.Option(None, "--model-config", help=MODEL_CONFIG_HELP),
@@ -262,11 +217,8 @@ def inspect(
     """Show what tinker-opt reads from a launch script."""
     from rich.table import Table
 
-    from tinker_opt.script.reader import inspect_dict, read_script
-
-    info = read_script(script, model_config=model_config)
-    data = inspect_dict(info)
-    for warning in info.warnings:
+    data, warnings = verbs.run_inspect(script, model_config=model_config)
+    for warning in warnings:
         err_console.print(f"[yellow]warning[/yellow] {warning}")
     if as_json:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
@@ -290,40 +242,12 @@ def apply(
     model_config: Optional[Path] = typer.Option(None, "--model-config", help=MODEL_CONFIG_HELP),
 ) -> None:
     """Write SCRIPT with the strategy of STRATEGY_FILE to OUTPUT (an FSDP2 launch: and OUTPUT.yaml)."""
-    from tinker_opt.emit.script_writer import apply_strategy, write_script
-    from tinker_opt.pipeline import read_json_object, strategy_to_write
-    from tinker_opt.script.reader import read_script
-
-    info = read_script(script, model_config=model_config)
-    if output.exists() and not force and output.resolve() != script.resolve():
-        raise ConfigError(f"output '{output}' exists; choose another -o path or pass --force")
-    strategy = strategy_to_write(read_json_object(strategy_file), info)
-    per_node = num_npus_per_node or info.train.nproc_per_node
-    nodes = num_nodes or max(1, strategy.world_size // per_node)
-    if info.fsdp2 is not None:
-        _apply_fsdp2(info, strategy, output, nodes, per_node, script)
-        return
-    applied = apply_strategy(info.text, strategy, nnodes=nodes, nproc_per_node=per_node, version=version,
-                             header=[f"tinker-opt apply: strategy {json.dumps(strategy.to_dict())}"])
-    for warning in applied.warnings:
+    warnings, written = verbs.run_apply(script, strategy_file, output, num_nodes=num_nodes,
+                                        num_npus_per_node=num_npus_per_node, version=version, force=force,
+                                        model_config=model_config)
+    for warning in warnings:
         err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}")
-    write_script(output, applied.text, source=script)
-    console.print(f"wrote {output}")
-
-
-def _apply_fsdp2(info, strategy, output: Path, nodes: int, per_node: int, script: Path) -> None:
-    """apply for an FSDP2 launch: the tuned script and its tuned YAML copy beside it."""
-    from tinker_opt.emit.fsdp2_writer import apply_fsdp2, write_fsdp2_yaml
-    from tinker_opt.emit.script_writer import write_script
-
-    yaml_path = output.with_suffix(".yaml")
-    applied = apply_fsdp2(info, strategy, nnodes=nodes, nproc_per_node=per_node, yaml_reference=yaml_path,
-                          header=[f"tinker-opt apply: strategy {json.dumps(strategy.to_dict())}"])
-    for warning in applied.warnings:
-        err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}")
-    write_fsdp2_yaml(yaml_path, applied.yaml_text, original=info.fsdp2.yaml_path)
-    write_script(output, applied.text, source=script)
-    console.print(f"wrote {output} and {yaml_path}")
+    console.print("wrote " + " and ".join(str(path) for path in written))
 
 
 @app.command()
@@ -333,13 +257,7 @@ def calibrate(
     output: Path = typer.Option(..., "--output", "-o", help="Where to write the fitted hardware JSON."),
 ) -> None:
     """Fit a hardware description's efficiency curves and links to a measured profile."""
-    from tinker_opt.hardware import load_hardware
-    from tinker_opt.profile.calibrate import calibrate as fit, write_hardware_json
-    from tinker_opt.profile.store import load_profiled_data
-
-    fitted = fit(load_profiled_data(profile_dir), load_hardware(hardware))
-    write_hardware_json(fitted, output)
-    console.print(f"wrote {output}")
+    console.print(f"wrote {verbs.run_calibrate(profile_dir, hardware, output)}")
 
 
 def main() -> None:

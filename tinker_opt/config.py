@@ -1,14 +1,21 @@
-"""Settings: built-in defaults < JSON config file < command line, resolved in this one place.
+"""Settings: one table, from which the config loader, the CLI options and the settings classes come.
 
-The config file has Tinker's three sections (`profile`, `search`, `simulate`); Tinker's own
-example config (every key present, many `null`) loads unchanged: `null` means "not set". An
-unknown key, a wrong type or a missing required value is a one-line `ConfigError` naming the key.
-Each `Setting` carries its default, unit and help text, which the CLI shows in `--help`.
+`TABLE` lists every setting once: its key (Tinker's snake_case spelling), kind, default, unit,
+help and the sections (verbs) that take it. From it follow
+* the JSON config loader (Tinker's three sections `profile`, `search`, `simulate`; Tinker's own
+  example config, every key present and many `null`, loads unchanged: `null` means "not set"),
+* the typer options of each verb (cli.py: `--kebab-case` and Tinker's `--snake_case`), and
+* one frozen dataclass per section (`ProfileSettings`, `SearchSettings`, `SimulateSettings`), so
+  a mistyped setting name is an AttributeError, never a silent None.
+Precedence: built-in default < config file < command line, resolved in `resolve`. An unknown key,
+a wrong type or a missing required value is a one-line `ConfigError` naming the key.
+Adding a setting is one `_s(...)` line in `TABLE`.
 """
 
 from __future__ import annotations
 
 import json
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -79,13 +86,21 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
 
 @dataclass(frozen=True)
 class Setting:
-    """One configurable value: its key (Tinker's snake_case spelling), kind, default and help."""
+    """One configurable value: key (Tinker's snake_case spelling), kind, default, unit, help, sections."""
 
     key: str
     kind: str
+    """int | float | str | bool | int_list | recompute (a key of CONVERTERS)."""
     default: Any
     help: str
+    sections: tuple[str, ...]
+    """The config-file sections (and so the verbs) that take it; `all` takes profile's and search's."""
+    unit: str = ""
     positive: bool = False
+    aliases: tuple[str, ...] = ()
+    """Extra command-line spellings (`--tp` for `simu_tp`)."""
+    switch: bool = False
+    """On the command line a switch without a value (given: True; absent: not set)."""
 
     def convert(self, value: Any, origin: str) -> Any:
         try:
@@ -100,86 +115,121 @@ class Setting:
         return converted
 
     @property
+    def flags(self) -> tuple[str, ...]:
+        """Command-line spellings: --kebab-case, Tinker's --snake_case, then the aliases."""
+        kebab, snake = "--" + self.key.replace("_", "-"), "--" + self.key
+        return (kebab,) + ((snake,) if snake != kebab else ()) + self.aliases
+
+    @property
     def help_text(self) -> str:
-        return self.help if self.default is None else f"{self.help} [default: {self.default}]"
+        unit = f" {self.unit}" if self.unit else ""
+        return self.help if self.default is None else f"{self.help} (default: {self.default}{unit})"
 
 
-def _s(key: str, kind: str, default: Any, help_text: str, positive: bool = False) -> Setting:
-    return Setting(key, kind, default, help_text, positive)
+def _s(key: str, kind: str, default: Any, help_text: str, sections: str, *, unit: str = "",
+       positive: bool = False, aliases: tuple[str, ...] = (), switch: bool = False) -> Setting:
+    """A TABLE row; `sections` is a space-separated list (profile search simulate)."""
+    return Setting(key, kind, default, help_text, tuple(sections.split()), unit, positive, aliases, switch)
 
 
-PROFILE = (
-    _s("model_name", "str", None, "Model label for output names (default: from the script's file name)."),
-    _s("model_size", "str", None, "Model size label, e.g. 7b (default: from the script's file name)."),
-    _s("pretrain_script_path", "str", None, "The training launch script (.sh) to profile."),
-    _s("version", "str", None, "Framework version (1.0, 1.1, 1.2, 1.0.0, 2.0.0, 2.3.0, ...); detected from the script if unset."),
-    _s("max_npu", "int", 8, "Largest tensor-parallel size to profile (bounds tp only; devices per node of the target).", True),
-    _s("max_ep", "int", None, "Largest expert-parallel size to profile (default: every divisor of the expert count).", True),
-    _s("max_mbs", "int", 8, "Largest micro-batch size to profile.", True),
-    _s("prof_tp", "int_list", None, "Comma list restricting the profiled tp values, e.g. 1,2,4.", True),
-    _s("prof_sp", "int_list", None, "Comma list restricting sequence parallel, e.g. 0,1."),
-    _s("save_path", "str", "./profiled_data", "Folder that receives profiled-data-<model>-<size>-<time>/."),
-    _s("prof_path", "str", None, "Profile folder to write or resume (default: a new one under save_path)."),
-    _s("task_id", "str", None, "Suffix appended to the profile folder name."),
-    _s("is_full_tune", "bool", None, "Treat the script as a full-parameter fine-tune (detected from the script if unset)."),
-    _s("device", "str", "auto", "Profiling device: auto | npu | cuda | cpu | analytic."),
-    _s("hardware", "str", None, "Hardware description (name or JSON file): comm figures, and the analytic device."),
-    _s("repeats", "int", 5, "Timed repeats per block (median reported).", True),
-    _s("warmup", "int", 2, "Untimed warm-up runs per block."),
+P, S, M = "profile", "search", "simulate"
+TABLE = (
+    # profile
+    _s("pretrain_script_path", "str", None, "The training launch script (.sh) to profile.", P),
+    _s("model_name", "str", None, "Model label for output names (default: from the script's file name).", P),
+    _s("model_size", "str", None, "Model size label, e.g. 7b (default: from the script's file name).", P),
+    _s("version", "str", None, "Framework version (1.0, 1.1, 1.2, 1.0.0, 2.0.0, 2.3.0, ...); detected from the script if unset.", f"{P} {S}"),
+    _s("max_npu", "int", 8, "Largest tensor-parallel size to profile (devices per node; also the script's tp and --prof-tp multiples of it, across nodes).", P, positive=True),
+    _s("max_ep", "int", None, "Largest expert-parallel size to profile (default: every divisor of the expert count).", P, positive=True),
+    _s("max_mbs", "int", 8, "Largest micro-batch size to profile.", P, positive=True),
+    _s("prof_tp", "int_list", None, "Comma list restricting the profiled tp values, e.g. 1,2,4.", P, positive=True),
+    _s("prof_sp", "int_list", None, "Comma list restricting sequence parallel, e.g. 0,1.", P),
+    _s("save_path", "str", "./profiled_data", "Folder that receives profiled-data-<model>-<size>-<time>/.", P),
+    _s("prof_path", "str", None, "Profile folder to write or resume (default: a new one under save_path).", P),
+    _s("task_id", "str", None, "Suffix appended to the profile folder name.", P),
+    _s("is_full_tune", "bool", None, "Treat the script as a full-parameter fine-tune (detected from the script if unset).", P, switch=True),
+    _s("device", "str", "auto", "Profiling device: auto | npu | cuda | cpu | analytic.", P),
+    _s("repeats", "int", 5, "Timed repeats per block (median reported).", P, positive=True),
+    _s("warmup", "int", 2, "Untimed warm-up runs per block (the memory pass counts as the first).", P),
+    # search and simulate
+    _s("profiled_data_path", "str", None, "Profiled-data folder (a bare name is looked up under ./profiled_data).", f"{S} {M}"),
+    _s("pretrain_script_path_search", "str", None, "Script to rewrite into tuned configs (default: the profiled one).", S),
+    _s("pretrain_script_path", "str", None, "Launch script: model (for Tinker folders), global batch size, nodes (default: the profiled one).", M),
+    _s("num_layers", "int", None, "Number of layers (default: the profiled model's).", M, positive=True),
+    _s("global_batch_size", "int", None, "Global batch size in samples (default: the script's).", f"{S} {M}", positive=True),
+    _s("num_nodes", "int", None, "Nodes of the target cluster (default: the script's; simulate: else the strategy's).", f"{S} {M}", positive=True),
+    _s("num_npus_per_node", "int", 8, "Devices per node of the target cluster.", f"{S} {M}", positive=True),
+    _s("memory_limit", "float", 57000, "Modelled memory budget per device (weights, grads, optimizer, activations, transients).", f"{S} {M}", unit="MB", positive=True),
+    _s("inter_node_bandwidth", "float", None, "Inter-node bandwidth per device (overrides the profile).", f"{S} {M}", unit="GB/s", positive=True),
+    _s("hardware", "str", None, "Hardware description (name or JSON file): communication figures, and the analytic device.", f"{P} {S} {M}"),
+    # search
+    _s("cpus", "int", 2, "Solver workers / enumeration processes.", S, positive=True),
+    _s("output_dir", "str", "./results", "Folder that receives the results folder.", S),
+    _s("solver", "str", "cpsat", "cpsat | milp | enum.", S),
+    _s("time_limit", "float", 60, "Solver time limit.", S, unit="s", positive=True),
+    _s("top_k", "int", 10, "Number of ranked strategies (and tuned scripts) to write.", S, positive=True),
+    _s("max_mbs", "int", None, "Largest micro-batch size the search may choose.", S, positive=True),
+    # simulate: the strategy
+    _s("simu_tp", "int", 1, "Tensor-parallel size.", M, positive=True, aliases=("--tp",)),
+    _s("simu_pp", "int", 1, "Pipeline-parallel size.", M, positive=True, aliases=("--pp",)),
+    _s("simu_ep", "int", 1, "Expert-parallel size.", M, positive=True, aliases=("--ep",)),
+    _s("simu_etp", "int", None, "Expert tensor-parallel size (default: tp).", M, positive=True, aliases=("--etp",)),
+    _s("simu_sp", "bool", False, "Sequence parallel (0/1).", M, aliases=("--sp",)),
+    _s("simu_cp", "int", 1, "Context-parallel size.", M, positive=True, aliases=("--cp",)),
+    _s("cp_algo", "str", None, "Context-parallel algorithm (default megatron_cp_algo when cp > 1).", M),
+    _s("simu_vpp", "int", 1, "Virtual pipeline chunks per pipeline rank.", M, positive=True, aliases=("--vpp",)),
+    _s("zero", "bool", False, "Distributed optimizer (0/1); same as dist_opt.", M),
+    _s("dist_opt", "bool", None, "Distributed optimizer (0/1).", M),
+    _s("micro_batch_size", "int", 1, "Micro-batch size.", M, positive=True, aliases=("--mbs",)),
+    _s("num_layer_list", "int_list", None, "Layers per pipeline stage, e.g. 4,4,4,4.", M, positive=True),
+    _s("recompute", "recompute", "none", "none | selective | full (Tinker's 0/1 = none/full).", M),
+    _s("recompute_num_layers", "int", None, "Layers per stage fully recomputed (default: all).", M, positive=True),
 )
+"""Every setting. A key may have one row per meaning (max_mbs: what to profile / what to search)."""
 
-SEARCH = (
-    _s("profiled_data_path", "str", None, "Profiled-data folder (a bare name is looked up under ./profiled_data)."),
-    _s("global_batch_size", "int", None, "Global batch size in samples (default: the script's).", True),
-    _s("num_nodes", "int", None, "Nodes of the target cluster (default: the script's).", True),
-    _s("num_npus_per_node", "int", 8, "Devices per node of the target cluster.", True),
-    _s("cpus", "int", 2, "Solver workers / enumeration processes.", True),
-    _s("memory_limit", "float", 57000, "Modelled memory budget in MB per device (weights, grads, optimizer, activations, transients).", True),
-    _s("output_dir", "str", "./results", "Folder that receives the results folder."),
-    _s("pretrain_script_path_search", "str", None, "Script to rewrite into tuned configs (default: the profiled one)."),
-    _s("solver", "str", "cpsat", "cpsat | milp | enum."),
-    _s("time_limit", "float", 60, "Solver time limit in seconds.", True),
-    _s("top_k", "int", 10, "Number of ranked strategies (and tuned scripts) to write.", True),
-    _s("max_mbs", "int", None, "Largest micro-batch size the search may choose.", True),
-    _s("hardware", "str", None, "Hardware description (name or JSON) for communication figures."),
-    _s("inter_node_bandwidth", "float", None, "Inter-node bandwidth in GB/s per device (overrides the profile).", True),
-    _s("version", "str", None, "Framework version of the tuned scripts (detected from the script if unset)."),
-)
-
-SIMULATE = (
-    _s("profiled_data_path", "str", None, "Profiled-data folder (a bare name is looked up under ./profiled_data)."),
-    _s("num_layers", "int", None, "Number of layers (default: the profiled model's).", True),
-    _s("global_batch_size", "int", None, "Global batch size in samples.", True),
-    _s("num_nodes", "int", None, "Nodes of the cluster.", True),
-    _s("num_npus_per_node", "int", 8, "Devices per node.", True),
-    _s("memory_limit", "float", 57000, "Memory budget in MB per device (for the fits column).", True),
-    _s("simu_tp", "int", 1, "Tensor-parallel size.", True),
-    _s("simu_pp", "int", 1, "Pipeline-parallel size.", True),
-    _s("simu_ep", "int", 1, "Expert-parallel size.", True),
-    _s("simu_etp", "int", None, "Expert tensor-parallel size (default: tp).", True),
-    _s("simu_sp", "bool", False, "Sequence parallel (0/1)."),
-    _s("simu_cp", "int", 1, "Context-parallel size.", True),
-    _s("cp_algo", "str", None, "Context-parallel algorithm (default megatron_cp_algo when cp > 1)."),
-    _s("simu_vpp", "int", 1, "Virtual pipeline chunks per pipeline rank.", True),
-    _s("zero", "bool", False, "Distributed optimizer (0/1); same as dist_opt."),
-    _s("dist_opt", "bool", None, "Distributed optimizer (0/1)."),
-    _s("micro_batch_size", "int", 1, "Micro-batch size.", True),
-    _s("num_layer_list", "int_list", None, "Layers per pipeline stage, e.g. 4,4,4,4.", True),
-    _s("recompute", "recompute", "none", "none | selective | full (Tinker's 0/1 = none/full)."),
-    _s("recompute_num_layers", "int", None, "Layers per stage fully recomputed (default: all).", True),
-    _s("hardware", "str", None, "Hardware description (name or JSON) for communication figures."),
-    _s("inter_node_bandwidth", "float", None, "Inter-node bandwidth in GB/s per device.", True),
-)
-
-SETTINGS: dict[str, tuple[Setting, ...]] = {"profile": PROFILE, "search": SEARCH, "simulate": SIMULATE}
+SETTINGS: dict[str, tuple[Setting, ...]] = {section: tuple(s for s in TABLE if section in s.sections)
+                                            for section in SECTIONS}
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "int_list": tuple[int, ...], "recompute": str}
 
 
 def setting(section: str, key: str) -> Setting:
-    """The Setting of `section` named `key` (used by the CLI for help texts)."""
+    """The Setting of `section` named `key`."""
     for item in SETTINGS[section]:
         if item.key == key:
             return item
     raise KeyError(f"{section}.{key}")
+
+
+def _settings_class(section: str) -> type:
+    """A frozen dataclass with one field per setting of `section`, the table's default as default."""
+    fields = [(s.key, _TYPES[s.kind] | None, dataclasses.field(default=s.default, metadata={"setting": s}))
+              for s in SETTINGS[section]]
+    cls = dataclasses.make_dataclass(f"{section.capitalize()}Settings", fields, frozen=True, kw_only=True,
+                                     namespace={"section": section, "replace": dataclasses.replace})
+    cls.__doc__ = f"The resolved `{section}` settings (config.TABLE); one attribute per setting."
+    cls.__module__ = __name__
+    return cls
+
+
+ProfileSettings = _settings_class("profile")
+SearchSettings = _settings_class("search")
+SimulateSettings = _settings_class("simulate")
+SETTINGS_CLASSES: dict[str, type] = {"profile": ProfileSettings, "search": SearchSettings,
+                                     "simulate": SimulateSettings}
+VERB_SECTIONS: dict[str, tuple[str, ...]] = {"profile": (P,), "search": (S,), "simulate": (M,), "all": (P, S)}
+"""The sections whose options each verb takes; `all` composes profile's and search's."""
+VERB_OWN_KEYS: dict[str, frozenset[str]] = {"all": frozenset({"profiled_data_path", "pretrain_script_path_search"})}
+"""Keys a verb fills in itself (`all` searches the profile it just wrote, with the profiled script)."""
+
+
+def verb_options(verb: str) -> tuple[Setting, ...]:
+    """The command-line options of `verb`: its sections' settings, a key once (the first section's row)."""
+    seen: dict[str, Setting] = {}
+    for section in VERB_SECTIONS[verb]:
+        for item in SETTINGS[section]:
+            if item.key not in seen and item.key not in VERB_OWN_KEYS.get(verb, ()):
+                seen[item.key] = item
+    return tuple(seen.values())
 
 
 def load_config_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
@@ -212,19 +262,22 @@ def load_config_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
     return out
 
 
-def resolve(section: str, command_line: dict[str, Any], config: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Values of one section: defaults, then the config file, then command-line values that were given."""
-    values = {s.key: s.default for s in SETTINGS[section]}
-    values.update(config.get(section, {}))
+def resolve(section: str, command_line: dict[str, Any], config: dict[str, dict[str, Any]]) -> Any:
+    """The settings object of one section: defaults, then the config file, then the command-line
+    values that were given (None = not given). Keys of other sections are ignored, so a verb
+    that composes sections (`all`) passes all its options to each."""
+    values = dict(config.get(section, {}))
+    known = {s.key for s in SETTINGS[section]}
     for key, value in command_line.items():
-        if value is not None:
+        if value is not None and key in known:
             values[key] = setting(section, key).convert(value, "command line")
-    return values
+    return SETTINGS_CLASSES[section](**values)
 
 
-def require(values: dict[str, Any], section: str, *keys: str) -> None:
-    """Raise a ConfigError naming the first required key that is still unset."""
+def require(settings: Any, *keys: str) -> None:
+    """Raise a ConfigError naming the first required key of `settings` that is still unset."""
     for key in keys:
-        if values.get(key) is None:
+        if getattr(settings, key) is None:
             flag = key.replace("_", "-")
-            raise ConfigError(f"missing required value '{key}': pass --{flag} or set \"{key}\" in the \"{section}\" section of the config file")
+            raise ConfigError(f"missing required value '{key}': pass --{flag} or set \"{key}\" in the "
+                              f"\"{settings.section}\" section of the config file")

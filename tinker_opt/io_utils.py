@@ -23,17 +23,3 @@ def write_text_atomic(path: str | os.PathLike, text: str, *, mode: int | None = 
         raise
     return target
 
-
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """Binary twin of `write_text_atomic` (pictures)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target

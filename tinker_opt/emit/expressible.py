@@ -141,7 +141,8 @@ def expressible_strategy(strategy: Strategy, info: ScriptInfo, vr: VersionRange,
 def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | None = None) -> SearchSpace:
     """The search space restricted to what this script and framework version can say.
 
-    A strategy the solver returns must be writable as flags (ARCHITECTURE.md): a knob whose flag
+    A strategy the solver returns must be writable as flags (README, "Reading and writing launch
+    scripts"): a knob whose flag
     the version lacks is switched off before the search, never discovered after it.
     """
     def can(flag: str) -> bool:

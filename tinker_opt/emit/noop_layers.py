@@ -1,7 +1,8 @@
 """Layer counts with noop layers: the cost model counts computing layers, scripts count all.
 
 Megatron / MindSpeed-LLM's `--noop-layers 61,62,63` (0-based indices) keeps placeholder layers in
-`--num-layers`, and `--num-layer-list` counts them (script-conventions.md, section 2). The solver
+`--num-layers`, and `--num-layer-list` counts them (Ascend/MindSpeed-LLM
+`examples/mcore/deepseek3/`: `--num-layers 64` with `--noop-layers 47,62,63`). The solver
 splits only the layers that compute, so before a strategy is written to a script its per-stage
 counts are mapped back: stage s takes its n_s computing layers in order, plus every noop layer met
 on the way; noop layers after the last computing layer go to the last stage.

@@ -1,7 +1,7 @@
 """The results folder of a search: results.csv, summary.json, search.log, configs/*.sh, pictures.
 
 Everything is written into a hidden temporary folder beside the target and renamed into place at
-the end, so an interrupted run leaves no half-written results folder. Layout (ARCHITECTURE.md):
+the end, so an interrupted run leaves no half-written results folder. Layout (README, "Output folders"):
 `results/<model>-<size>-gbs<G>-<mem>-<N>nodes<M>npus-<YYYY-MM-DD-HH-MM-SS>/`.
 """
 

@@ -94,6 +94,23 @@ def value_location(fields: Sequence[Field], expansion: Expansion, *,
     return loc
 
 
+def _with_quotes(text: str, start: int, end: int) -> tuple[int, int]:
+    """Widen [start, end) over the quotes that belong to it: `--pp "$PP"` located as `--pp "$PP`
+    (the reference's span) takes its closing quote, `"$PP"` both. Edits next to the range then
+    never land inside a quoted word."""
+    for quote in "\"'":
+        inside = text[start:end].count(quote)
+        before = start > 0 and text[start - 1] == quote
+        after = text[end:end + 1] == quote
+        if inside % 2 and after:
+            end += 1
+        elif inside % 2 and before:
+            start -= 1
+        elif not inside and before and after:
+            start, end = start - 1, end + 1
+    return start, end
+
+
 def _line_bounds(text: str, start: int, end: int) -> tuple[int, int]:
     line_start = text.rfind("\n", 0, start) + 1
     line_end = text.find("\n", end)
@@ -118,6 +135,7 @@ def removal(text: str, occurrence: ArgOccurrence, expansion: Expansion | None = 
                           "remove it by hand")
     if not occurrence.values:
         loc = Location(loc.start, _unset_references_after(text, loc.end, expansion), loc.path)
+    loc = Location(*_with_quotes(text, loc.start, loc.end), loc.path)
     line_start, line_end = _line_bounds(text, loc.start, loc.end)
     before, after = text[line_start:loc.start], text[loc.end:line_end]
     continued = after.strip() == "\\"
@@ -156,6 +174,7 @@ def insertion(text: str, anchor: ArgOccurrence, flags: Sequence[str]) -> Edit:
     loc = locate((anchor.flag,) + anchor.values)
     if loc is None:
         raise ScriptError(f"cannot place new flags next to {anchor.name}: it is computed by the script")
+    loc = Location(*_with_quotes(text, loc.start, loc.end), loc.path)
     line_start, line_end = _line_bounds(text, loc.start, loc.end)
     rest = text[loc.end:line_end].strip()
     line = text[line_start:line_end]

@@ -155,12 +155,18 @@ def load_hardware(name_or_path: str | Path) -> HardwareSpec:
 
 def comm_table(hardware: HardwareSpec, *, max_group_size: int,
                sizes: tuple[int, ...] = DEFAULT_COMM_SIZES) -> pd.DataFrame:
-    """comm.csv rows (op, group_size, scope, bytes, time_us) computed from the description."""
+    """comm.csv rows (op, group_size, scope, bytes, time_us) computed from the description.
+
+    Inter-node rows for every group size up to max_group_size (tensor, data or expert groups
+    that span nodes); intra-node rows only for groups that fit in one node (devices_per_node)."""
     rows = []
     for scope in ("intra_node", "inter_node"):
         link = hardware.link(scope)
+        largest = max(max_group_size, 2)
+        if scope == "intra_node":
+            largest = min(largest, max(hardware.devices_per_node, 2))
         for op in COMM_OPS:
-            groups = [2] if op == "send_recv" else [g for g in (2, 4, 8, 16, 32, 64) if g <= max(max_group_size, 2)]
+            groups = [2] if op == "send_recv" else [g for g in (2, 4, 8, 16, 32, 64) if g <= largest]
             for group in groups:
                 for nbytes in sizes:
                     time_us = collective_time_us(op, group, nbytes, link.bandwidth_gbs, link.latency_us)

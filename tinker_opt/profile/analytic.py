@@ -1,7 +1,7 @@
 """The analytic device: a profiled-data folder from a hardware description, without the hardware.
 
 `analytic_profile(model, hardware, out_dir)` writes the same folder as a measured profile
-(blocks.csv, comm.csv, meta.json, profile.log; ARCHITECTURE.md) in seconds for any model size:
+(blocks.csv, comm.csv, meta.json, profile.log; README, "Output folders") in seconds for any model size:
 
 * Memory is not modelled but counted: each block's reference sub-graph (subgraphs.build_block,
   the very code the measured profile runs) runs forward and backward under
@@ -44,7 +44,8 @@ from tinker_opt.profile.op_timing import OpArrays, fused_kernels, total_time_us
 from tinker_opt.profile.op_trace import PHASES, OpRecord, OpTrace, trace_ops
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.space import ProfilePoint, SpaceLimits, profile_space
-from tinker_opt.profile.store import BLOCK_COLUMNS, LOG_FILE, write_blocks_csv, write_comm_csv, write_meta
+from tinker_opt.profile.meta import ProfileMeta, write_meta
+from tinker_opt.profile.store import BLOCK_COLUMNS, LOG_FILE, write_blocks_csv, write_comm_csv
 from tinker_opt.profile.subgraphs import Block, build_block, saved_activation_bytes
 from tinker_opt.specs import ModelSpec
 
@@ -167,21 +168,21 @@ def trace_space(model: ModelSpec, points: list[ProfilePoint], *, progress: Progr
 
 
 def analytic_meta(model: ModelSpec, hardware: HardwareSpec, limits: SpaceLimits, num_rows: int,
-                  started: str, seconds: float) -> dict:
-    """meta.json of an analytic profile (the measured profile's keys), with the description used."""
-    return {
-        "tool": "tinker-opt", "format_version": 1, "model": model.to_dict(),
-        "device": {"kind": "analytic", "name": DEVICE_PREFIX + hardware.name, "count": limits.max_npu},
-        "hardware": hardware.to_dict(),
-        "versions": {"tinker_opt": tinker_opt.__version__, "torch": torch.__version__,
-                     "python": platform.python_version()},
-        "settings": dataclasses.asdict(limits), "comm_source": f"hardware description {hardware.name}",
-        "started": started, "finished": datetime.now().isoformat(timespec="seconds"),
-        "profile_seconds": round(seconds, 1), "rows": {"total": num_rows, "ok": num_rows, "oom": 0, "failed": 0},
-    }
+                  started: str, seconds: float) -> ProfileMeta:
+    """meta.json of an analytic profile (the measured profile's fields), with the description used."""
+    return ProfileMeta(
+        tool="tinker-opt", format_version=1, model=model.to_dict(),
+        device={"kind": "analytic", "name": DEVICE_PREFIX + hardware.name, "count": limits.max_npu},
+        hardware=hardware.to_dict(),
+        versions={"tinker_opt": tinker_opt.__version__, "torch": torch.__version__,
+                  "python": platform.python_version()},
+        settings=dataclasses.asdict(limits), comm_source=f"hardware description {hardware.name}",
+        started=started, finished=datetime.now().isoformat(timespec="seconds"),
+        profile_seconds=round(seconds, 1), rows={"total": num_rows, "ok": num_rows, "oom": 0, "failed": 0},
+    )
 
 
-def write_analytic_folder(out_dir: Path, blocks: pd.DataFrame, hardware: HardwareSpec, meta: dict,
+def write_analytic_folder(out_dir: Path, blocks: pd.DataFrame, hardware: HardwareSpec, meta: ProfileMeta,
                           log_lines: list[str]) -> Path:
     """Write blocks.csv, comm.csv (from the description), meta.json and profile.log into out_dir."""
     out_dir = Path(out_dir)
@@ -193,14 +194,11 @@ def write_analytic_folder(out_dir: Path, blocks: pd.DataFrame, hardware: Hardwar
     return out_dir
 
 
-def analytic_profile(model: ModelSpec, hardware: HardwareSpec, out_dir: Path, *, max_npu: int = 8,
-                     max_mbs: int = 4, limits: SpaceLimits | None = None, progress: Progress | None = None,
-                     log: Log | None = None) -> Path:
+def analytic_profile(model: ModelSpec, hardware: HardwareSpec, out_dir: Path, *, limits: SpaceLimits,
+                     progress: Progress | None = None, log: Log | None = None) -> Path:
     """Write a profiled-data folder for `model` on `hardware` without the hardware (seconds, any size).
 
-    The profile space is the measured profile's (space.profile_space): `limits` when given, else
-    tp over the divisors of max_npu and micro-batch sizes 1, 2, 4, ... up to max_mbs."""
-    limits = limits or SpaceLimits(max_npu=max_npu, max_mbs=max_mbs)
+    The profile space is the measured profile's (space.profile_space over `limits`)."""
     started, clock = datetime.now().isoformat(timespec="seconds"), time.perf_counter()
     lines: list[str] = []
 

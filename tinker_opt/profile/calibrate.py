@@ -16,8 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-
 from tinker_opt.errors import ProfileDataError
 from tinker_opt.hardware import HardwareSpec, LinkSpec
 from tinker_opt.hardware.fit import FitResult, TimedOps, fit_efficiency, fit_link
@@ -75,7 +73,7 @@ def _note(what: str, result: FitResult, source: Path) -> str:
 
 def eager_device(profiled: ProfiledData) -> bool:
     """A CPU profile ran eager aten ops one by one: no kernel fusion to model."""
-    device = profiled.meta.get("device")
+    device = profiled.meta.device
     kind = device.get("kind") if isinstance(device, dict) else str(device or "")
     return kind == "cpu"
 
@@ -102,7 +100,7 @@ def calibrate(profiled: ProfiledData, hardware: HardwareSpec, *, log: Log | None
     data["intra_node"] = {"bandwidth_gbs": links["intra_node"].bandwidth_gbs, "latency_us": links["intra_node"].latency_us}
     data["inter_node"] = {"bandwidth_gbs": links["inter_node"].bandwidth_gbs, "latency_us": links["inter_node"].latency_us}
     data["calibration"] = {
-        "profile": str(profiled.path), "device": profiled.meta.get("device"),
+        "profile": str(profiled.path), "device": profiled.meta.device,
         "num_samples": result.num_samples, "mean_abs_rel_error": result.mean_abs_rel_error,
         "max_abs_rel_error": result.max_abs_rel_error,
         "scopes_fitted": sorted(link_results)}
@@ -114,10 +112,3 @@ def write_hardware_json(data: dict[str, Any], path: str | Path) -> Path:
     HardwareSpec.from_dict(data, origin="calibrated description")  # refuse to write what cannot load
     return write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")
 
-
-def relative_errors(samples: list[TimedOps], hardware: HardwareSpec) -> np.ndarray:
-    """Model / measured - 1 of every sample under `hardware`'s curves (for reports and tests)."""
-    eff, bw = hardware.efficiency, hardware.memory_bytes_per_us
-    return np.array([
-        float(np.maximum(eff.matmul.time_us(s.flops, s.peak_flops_per_us), eff.memory.time_us(s.bytes_moved, bw)).sum())
-        / s.measured_us - 1 for s in samples])

@@ -1,6 +1,6 @@
 """`run_profile`: measure the profile space of a model and write the profiled-data folder.
 
-The folder (ARCHITECTURE.md, "Profiled-data folder") gets blocks.csv (rewritten atomically after
+The folder (README, "Output folders") gets blocks.csv (rewritten atomically after
 every row, so an interrupted run loses at most one row), comm.csv, meta.json and profile.log. A
 rerun into the same folder resumes: rows already measured (`ok`) or found out of memory (`oom`)
 are kept; rows that failed otherwise are measured again.
@@ -22,9 +22,11 @@ import pandas as pd
 import torch
 
 import tinker_opt
+from tinker_opt.config import ProfileSettings
 from tinker_opt.errors import ConfigError, ProfileDataError
 from tinker_opt.profile import store
 from tinker_opt.profile.device import Device, detect_device
+from tinker_opt.profile.meta import META_FILE, ProfileMeta, read_meta, write_meta
 from tinker_opt.profile.measure import Measurement, measure_block
 from tinker_opt.profile.space import OomFrontier, ProfilePoint, SpaceLimits, profile_space
 from tinker_opt.profile.subgraphs import build_block
@@ -36,35 +38,37 @@ MIB = 2**20
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProfileSettings:
-    """How to profile (the CLI's `profile` options)."""
+class MeasureSettings:
+    """How to measure: the `profile` settings (config.ProfileSettings, whose defaults are the only
+    ones) plus the knobs the command line does not expose, which default here."""
 
-    device: str = "auto"
+    device: str
     """auto | npu | cuda | cpu"""
-    max_npu: int = 8
-    """Largest tensor-parallel size to profile (devices per node)."""
-    max_mbs: int = 4
+    max_npu: int
+    """Largest tensor-parallel size to profile (devices per node); the script's own tp and prof_tp
+    multiples of it are profiled too (tensor parallelism across nodes)."""
+    max_mbs: int
     """Largest micro-batch size; 1, 2, 4, ... up to it (and the script's own) are profiled."""
+    warmup: int
+    """Untimed passes before the timed ones (the memory pass counts as the first)."""
+    repeats: int
+    """Timed forward + backward passes per row (the median is kept); at least 5."""
     prof_tp: tuple[int, ...] | None = None
     prof_sp: tuple[int, ...] | None = None
+    max_ep: int | None = None
+    """Largest expert-parallel size to profile (None: num_experts; the script's own ep is always profiled)."""
+    hardware: str | None = None
+    """A hardware description (shipped name or JSON file): comm.csv is computed from it."""
     prof_cp: tuple[int, ...] | None = None
     """Context-parallel sizes beyond 1 (default: the script's cp when > 1)."""
     prof_ep: tuple[int, ...] | None = None
     """Expert-parallel sizes to profile (default: every divisor of num_experts up to max_ep, and the script's)."""
-    max_ep: int | None = None
-    """Largest expert-parallel size to profile (None: num_experts; the script's own ep is always profiled)."""
     prof_etp: tuple[int, ...] | None = None
     """Expert tensor-parallel sizes beyond 1 and tp (always profiled; tp is Megatron's default) and the script's."""
-    warmup: int = 1
-    """Untimed passes before the timed ones (the memory pass counts as the first)."""
-    repeats: int = 5
-    """Timed forward + backward passes per row (the median is kept); at least 5."""
     selective: bool = True
     """Also measure selective (core attention) recompute of the layers."""
     comm: str = "measure"
     """measure | skip: the communication profile (ignored when `hardware` is given)."""
-    hardware: str | None = None
-    """A hardware description (shipped name or JSON file): comm.csv is computed from it."""
     comm_procs: int | None = None
     """Processes of the communication profile; None: the device count (npu / cuda), 2 on cpu."""
     comm_max_bytes: int | None = None
@@ -86,12 +90,20 @@ class ProfileSettings:
         if self.comm_procs is not None and self.comm_procs < 1:
             raise ConfigError(f"comm_procs must be >= 1, got {self.comm_procs}")
 
+    @classmethod
+    def from_settings(cls, settings: ProfileSettings, **extra: Any) -> MeasureSettings:
+        """The measuring part of the `profile` settings; `extra` sets the knobs not on the command line."""
+        return cls(device=settings.device, max_npu=settings.max_npu, max_mbs=settings.max_mbs,
+                   warmup=settings.warmup, repeats=settings.repeats, prof_tp=settings.prof_tp,
+                   prof_sp=settings.prof_sp, max_ep=settings.max_ep, hardware=settings.hardware, **extra)
+
     def limits(self, train: TrainSpec | None) -> SpaceLimits:
         """The profile space these settings (and the script's own strategy) ask for."""
         strategy = train.strategy if train is not None else None
         cp = set(self.prof_cp or ()) | ({strategy.cp} if strategy and strategy.cp > 1 else set())
         etp = set(self.prof_etp or ()) | ({strategy.etp} if strategy and strategy.etp else set())
         return SpaceLimits(max_npu=self.max_npu, max_mbs=self.max_mbs, prof_tp=self.prof_tp, prof_sp=self.prof_sp,
+                           extra_tp=(strategy.tp,) if strategy and strategy.tp > 1 else (),
                            prof_cp=tuple(sorted(cp)) or None, prof_ep=self.prof_ep, max_ep=self.max_ep,
                            extra_ep=(strategy.ep,) if strategy and strategy.ep > 1 else (),
                            prof_etp=tuple(sorted(etp)) or None,
@@ -136,8 +148,7 @@ def existing_rows(out_dir: Path) -> dict[tuple, dict[str, Any]]:
 
 
 def _check_same_model(out_dir: Path, model: ModelSpec) -> None:
-    meta_path = out_dir / store.META_FILE
-    if meta_path.exists() and store.read_meta(meta_path).get("model") not in (None, model.to_dict()):
+    if (out_dir / META_FILE).exists() and read_meta(out_dir).model not in (None, model.to_dict()):
         raise ProfileDataError(f"{out_dir} holds a profile of a different model; profile into a new folder "
                                "(or delete that one)")
 
@@ -179,14 +190,14 @@ def _predicted_bytes(point: ProfilePoint, rows: dict[tuple, dict[str, Any]]) -> 
     return None
 
 
-def _memory_budget_bytes(device: Device, settings: ProfileSettings) -> float:
+def _memory_budget_bytes(device: Device, settings: MeasureSettings) -> float:
     if settings.memory_limit_mb is not None:
         return settings.memory_limit_mb * MIB
     total = device.total_memory_bytes()
     return total * CPU_MEMORY_FRACTION if device.kind == "cpu" else total
 
 
-def _measure_point(model: ModelSpec, point: ProfilePoint, device: Device, settings: ProfileSettings) -> dict[str, Any]:
+def _measure_point(model: ModelSpec, point: ProfilePoint, device: Device, settings: MeasureSettings) -> dict[str, Any]:
     block = build_block(model, point.block, point.shape, device=device.torch_device)
     measurement = measure_block(block, device, warmup=max(settings.warmup - 1, 0), repeats=settings.repeats,
                                 selective=settings.selective)
@@ -216,7 +227,7 @@ def _attempt(model, point, device, settings, rows, budget_bytes, log) -> dict[st
     return row
 
 
-def profile_blocks(model: ModelSpec, settings: ProfileSettings, out_dir: Path, device: Device, *,
+def profile_blocks(model: ModelSpec, settings: MeasureSettings, out_dir: Path, device: Device, *,
                    train: TrainSpec | None, progress, log) -> dict[tuple, dict[str, Any]]:
     """Measure every row of the space not already in out_dir; blocks.csv is rewritten after each."""
     points = profile_space(model, settings.limits(train))
@@ -240,7 +251,7 @@ def profile_blocks(model: ModelSpec, settings: ProfileSettings, out_dir: Path, d
     return rows
 
 
-def comm_rows(settings: ProfileSettings, device: Device, log: Callable[[str], None]) -> tuple[pd.DataFrame, str]:
+def comm_rows(settings: MeasureSettings, device: Device, log: Callable[[str], None]) -> tuple[pd.DataFrame, str]:
     """comm.csv rows and where they come from: a hardware file, a measurement, or nothing."""
     if settings.hardware:
         from tinker_opt.hardware import comm_table, load_hardware
@@ -259,7 +270,7 @@ def comm_rows(settings: ProfileSettings, device: Device, log: Callable[[str], No
     return frame, f"measured ({device.comm_backend}, {procs} processes, up to {max_bytes} bytes)"
 
 
-def _profile_comm(settings: ProfileSettings, device: Device, out_dir: Path, log) -> str:
+def _profile_comm(settings: MeasureSettings, device: Device, out_dir: Path, log) -> str:
     path = out_dir / store.COMM_FILE
     if path.exists() and settings.hardware is None:
         try:
@@ -288,23 +299,23 @@ def _versions() -> dict[str, str]:
     return versions
 
 
-def _meta(model, settings, device, train, started: str, rows, comm_source: str, seconds: float) -> dict[str, Any]:
+def _meta(model, settings, device, train, started: str, rows, comm_source: str, seconds: float) -> ProfileMeta:
     statuses = [str(r["status"]) for r in rows.values()]
-    return {
-        "tool": "tinker-opt", "format_version": 1, "model": model.to_dict(),
-        "device": {"kind": device.kind, "name": device.name, "count": device.count},
-        "versions": _versions(), "settings": dataclasses.asdict(settings),
-        "train": None if train is None else {"micro_batch_size": train.micro_batch_size,
-                                             "global_batch_size": train.global_batch_size,
-                                             "strategy": train.strategy.to_dict()},
-        "comm_source": comm_source, "started": started, "finished": datetime.now().isoformat(timespec="seconds"),
-        "profile_seconds": round(seconds, 1),
-        "rows": {"total": len(statuses), "ok": statuses.count("ok"), "oom": statuses.count("oom"),
-                 "failed": sum(s not in ("ok", "oom") for s in statuses)},
-    }
+    return ProfileMeta(
+        tool="tinker-opt", format_version=1, model=model.to_dict(),
+        device={"kind": device.kind, "name": device.name, "count": device.count},
+        versions=_versions(), settings=dataclasses.asdict(settings),
+        train=None if train is None else {"micro_batch_size": train.micro_batch_size,
+                                          "global_batch_size": train.global_batch_size,
+                                          "strategy": train.strategy.to_dict()},
+        comm_source=comm_source, started=started, finished=datetime.now().isoformat(timespec="seconds"),
+        profile_seconds=round(seconds, 1),
+        rows={"total": len(statuses), "ok": statuses.count("ok"), "oom": statuses.count("oom"),
+              "failed": sum(s not in ("ok", "oom") for s in statuses)},
+    )
 
 
-def run_profile(model: ModelSpec, settings: ProfileSettings, out_dir: Path, *, train: TrainSpec | None = None,
+def run_profile(model: ModelSpec, settings: MeasureSettings, out_dir: Path, *, train: TrainSpec | None = None,
                 progress: Callable[[int, int, str], None] | None = None,
                 log: Callable[[str], None] | None = None) -> Path:
     """Profile `model` on the local device into `out_dir` (blocks.csv, comm.csv, meta.json, profile.log)."""
@@ -315,13 +326,12 @@ def run_profile(model: ModelSpec, settings: ProfileSettings, out_dir: Path, *, t
     device = detect_device(settings.device)
     started, clock = datetime.now().isoformat(timespec="seconds"), time.perf_counter()
     logger(f"profiling into {out_dir} with {dataclasses.asdict(settings)}")
-    if not (out_dir / store.META_FILE).exists():  # provisional, so that an interrupted run can resume
-        store.write_meta(out_dir, {"tool": "tinker-opt", "format_version": 1, "model": model.to_dict(),
-                                   "started": started, "finished": None})
+    if not (out_dir / META_FILE).exists():  # provisional, so that an interrupted run can resume
+        write_meta(out_dir, ProfileMeta(tool="tinker-opt", format_version=1, model=model.to_dict(), started=started))
     rows = profile_blocks(model, settings, out_dir, device, train=train, progress=progress, log=logger)
     comm_source = _profile_comm(settings, device, out_dir, logger)
     seconds = time.perf_counter() - clock
-    store.write_meta(out_dir, _meta(model, settings, device, train, started, rows, comm_source, seconds))
+    write_meta(out_dir, _meta(model, settings, device, train, started, rows, comm_source, seconds))
     ok = sum(str(r["status"]) == "ok" for r in rows.values())
     logger(f"done in {seconds:.1f} s: {ok} of {len(rows)} rows measured")
     if ok == 0:

@@ -1,6 +1,10 @@
 """The profile space: which (block, shape) rows to measure, in which order.
 
-tp runs over the divisors of max_npu that divide the heads, the query groups and the MLP width;
+tp runs over the divisors of max_npu that divide the heads, the query groups and the MLP width,
+plus the tp sizes asked for above max_npu (`prof_tp`, the script's own tp in `extra_tp`): tensor
+parallelism across nodes (tp 16 on nodes of 8), profiled like any other shape; its collectives are
+priced with the inter-node link by the cost model (model.comm_model.group_scope: a tp group
+wider than a node is `inter_node`), and comm.csv holds inter-node rows for every group size;
 sp on and off (on only with tp > 1; always on for MoE models with tp > 1, as Megatron requires);
 cp over 1 and the values the script or the settings ask for; ep over the divisors of num_experts
 (up to max_ep when set, plus the script's own ep: expert-parallel groups live in the data-parallel
@@ -25,11 +29,16 @@ from tinker_opt.specs import ModelSpec
 
 @dataclass(frozen=True)
 class SpaceLimits:
-    """What the settings restrict (None: the default rule)."""
+    """What the settings restrict (None: the default rule). max_npu and max_mbs have no default
+    here: they come from the `profile` settings (config.TABLE), the one place defaults live."""
 
-    max_npu: int = 8
-    max_mbs: int = 4
+    max_npu: int
+    max_mbs: int
     prof_tp: tuple[int, ...] | None = None
+    """Tensor-parallel sizes to keep; each divides max_npu (groups tile a node) or is a multiple of
+    it (groups span whole nodes), and divides heads, query groups and ffn."""
+    extra_tp: tuple[int, ...] = ()
+    """Tensor-parallel sizes to add whatever max_npu (the script's own), when the model's rules allow them."""
     prof_sp: tuple[int, ...] | None = None
     prof_cp: tuple[int, ...] | None = None
     prof_ep: tuple[int, ...] | None = None
@@ -64,18 +73,35 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def model_allows_tp(model: ModelSpec, tp: int) -> bool:
+    """Megatron's divisibility rules for a tensor-parallel size: heads, query groups and the MLP
+    width split evenly (Megatron-LM megatron/core/transformer: num_attention_heads and
+    num_query_groups must be divisible by the tensor model parallel size; ColumnParallelLinear
+    divides its output size by it)."""
+    return (tp >= 1 and model.num_attention_heads % tp == 0 and model.num_query_groups % tp == 0
+            and model.ffn_hidden_size % tp == 0)
+
+
+def tiles_nodes(tp: int, max_npu: int) -> bool:
+    """Whether tp groups tile the devices: inside a node of max_npu (tp divides it) or over whole
+    nodes (a multiple of it), so that every tp group has the same links (model.comm_model.group_scope)."""
+    return max_npu % tp == 0 or tp % max_npu == 0
+
+
 def tp_values(model: ModelSpec, limits: SpaceLimits) -> list[int]:
-    """tp candidates: divisors of max_npu dividing heads, groups and ffn (Megatron's rules)."""
-    valid = [t for t in divisors(limits.max_npu)
-             if model.num_attention_heads % t == 0 and model.num_query_groups % t == 0
-             and model.ffn_hidden_size % t == 0]
+    """tp candidates: divisors of max_npu dividing heads, groups and ffn (Megatron's rules), and
+    the script's own tp (`extra_tp`) when the model allows it, even above max_npu (across nodes);
+    `prof_tp` keeps the values it names, any size that tiles nodes and the model allows."""
+    valid = [t for t in divisors(limits.max_npu) if model_allows_tp(model, t)]
+    extra = [t for t in limits.extra_tp if model_allows_tp(model, t)]
     if limits.prof_tp is None:
-        return valid
-    bad = [t for t in limits.prof_tp if t not in valid]
+        return sorted(set(valid) | set(extra))
+    bad = [t for t in limits.prof_tp if not (model_allows_tp(model, t) and tiles_nodes(t, limits.max_npu))]
     if bad:
-        raise ConfigError(f"prof_tp {bad} not usable: tp must divide max_npu ({limits.max_npu}), heads "
-                          f"({model.num_attention_heads}), query groups ({model.num_query_groups}) and ffn "
-                          f"({model.ffn_hidden_size}); valid values are {valid}")
+        raise ConfigError(f"prof_tp {bad} not usable: tp must divide max_npu ({limits.max_npu}) or be a multiple "
+                          f"of it (tensor parallelism across nodes), and divide heads ({model.num_attention_heads}), "
+                          f"query groups ({model.num_query_groups}) and ffn ({model.ffn_hidden_size}); valid values "
+                          f"up to max_npu are {valid}")
     return sorted(set(limits.prof_tp))
 
 
@@ -112,7 +138,7 @@ def expert_values(model: ModelSpec, tp: int, limits: SpaceLimits) -> list[tuple[
     """(ep, etp) pairs of a MoE layer at tensor-parallel size tp, least memory first."""
     moe_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
     etps = {1, tp, *(limits.prof_etp or ())}
-    etps = sorted((e for e in etps if moe_ffn % e == 0 and e <= limits.max_npu), reverse=True)
+    etps = sorted((e for e in etps if moe_ffn % e == 0 and e <= max(limits.max_npu, tp)), reverse=True)
     return [(ep, etp) for ep in ep_values(model, limits) for etp in etps]
 
 

@@ -1,74 +1,46 @@
 """The profiled-data folder: reading and writing `blocks.csv`, `comm.csv` and `meta.json`.
 
-Format (ARCHITECTURE.md, "Profiled-data folder"): one `blocks.csv` row per (block, tp, sp, cp,
+Format (README, "Output folders"): one `blocks.csv` row per (block, tp, sp, cp,
 ep, etp, mbs) shape with integer microseconds and bytes, units in the column names; one
-`comm.csv` row per measured collective; `meta.json` with the ModelSpec and the profile settings.
+`comm.csv` row per measured collective; `meta.json` (profile/meta.py, a typed ProfileMeta).
 This module needs no torch: `search` and `simulate` read profiles through it. A Tinker
 `profiled_data.csv` folder is read by `tinker_compat` into the same tables.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from io import StringIO
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
+from tinker_opt.comm_cost import COMM_OPS
 from tinker_opt.errors import ProfileDataError
 from tinker_opt.io_utils import write_text_atomic
-from tinker_opt.specs import ModelSpec
-
-BLOCKS_FILE = "blocks.csv"
-COMM_FILE = "comm.csv"
-META_FILE = "meta.json"
-LOG_FILE = "profile.log"
-DEFAULT_PROFILE_ROOT = Path("profiled_data")
-
-BLOCK_NAMES = ("embedding", "layer", "layer.dense", "layer.moe", "final_norm", "head")
-BLOCK_KEY = ("block", "tp", "sp", "cp", "ep", "etp", "mbs")
-"""A shape: the block and the per-rank shard it was measured at. Dense blocks have ep = etp = 1."""
-BLOCK_MEASURES = (
-    "fwd_us", "bwd_us", "fwd_us_spread", "bwd_us_spread",
-    "param_count", "expert_param_count", "weight_bytes",
-    "input_bytes", "output_bytes", "activation_bytes", "transient_bytes",
-    "selective_activation_bytes", "selective_recompute_us",
+from tinker_opt.profile.meta import META_FILE, read_meta, write_meta
+from tinker_opt.profile.tables import (
+    BLOCK_COLUMNS,
+    BLOCK_KEY,
+    BLOCK_MEASURES,
+    BLOCK_NAMES,
+    BLOCKS_FILE,
+    COMM_COLUMNS,
+    COMM_FILE,
+    COMM_SCOPES,
+    DEFAULT_PROFILE_ROOT,
+    LOG_FILE,
+    OPTIONAL_BLOCK_COLUMNS,
+    ProfiledData,
+    empty_comm,
 )
-"""Per micro-batch on one rank. `expert_param_count` is the part of `param_count` in routed
-experts (sharded by ep x etp, optimizer states by the expert-data-parallel group).
-`selective_*`: activation bytes kept and extra forward time with Megatron's selective (core
-attention) recompute."""
-BLOCK_COLUMNS = BLOCK_KEY + BLOCK_MEASURES + ("status",)
-"""`status` is `ok`, `oom` or the error that stopped the row; only `ok` rows are used."""
-OPTIONAL_BLOCK_COLUMNS = {"etp": None, "expert_param_count": 0, "selective_activation_bytes": None,
-                          "selective_recompute_us": 0, "fwd_us_spread": 0, "bwd_us_spread": 0,
-                          "transient_bytes": 0, "status": "ok"}
-"""Columns a reader fills in when a (hand-made or converted) file lacks them; etp defaults to tp
-for MoE rows and 1 otherwise, selective activation bytes to activation_bytes."""
+from tinker_opt.profile.tinker_compat import read_tinker_folder
 
-COMM_OPS = ("send_recv", "all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-COMM_SCOPES = ("intra_node", "inter_node")
-COMM_COLUMNS = ("op", "group_size", "scope", "bytes", "time_us")
-
-
-@dataclass(frozen=True)
-class ProfiledData:
-    """A loaded profiled-data folder: the two tables and the metadata."""
-
-    path: Path
-    blocks: pd.DataFrame
-    """Columns BLOCK_COLUMNS; only rows with status `ok` are kept."""
-    comm: pd.DataFrame
-    """Columns COMM_COLUMNS (may be empty when only a hardware file gives bandwidths)."""
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def model(self) -> ModelSpec:
-        if "model" not in self.meta:
-            raise ProfileDataError(f"{self.path / META_FILE} has no 'model' entry; re-run `tinker-opt profile`")
-        return ModelSpec.from_dict(self.meta["model"])
+__all__ = [  # the tables' names are re-exported: callers use `store` for the whole folder format
+    "BLOCKS_FILE", "COMM_FILE", "META_FILE", "LOG_FILE", "DEFAULT_PROFILE_ROOT", "BLOCK_NAMES",
+    "BLOCK_KEY", "BLOCK_MEASURES", "BLOCK_COLUMNS", "OPTIONAL_BLOCK_COLUMNS", "COMM_OPS", "COMM_SCOPES",
+    "COMM_COLUMNS", "ProfiledData", "empty_comm", "resolve_profiled_data_path",
+    "load_profiled_data", "read_blocks_csv", "read_comm_csv", "read_meta", "frame_to_csv_text",
+    "write_blocks_csv", "write_comm_csv", "write_meta"]
 
 
 def resolve_profiled_data_path(path: str | Path, root: Path = DEFAULT_PROFILE_ROOT) -> Path:
@@ -89,12 +61,10 @@ def load_profiled_data(path: str | Path) -> ProfiledData:
     if not folder.is_dir():
         raise ProfileDataError(f"profiled-data path '{folder}' is not a folder; pass the profile folder")
     if not (folder / BLOCKS_FILE).exists() and (folder / "profiled_data.csv").exists():
-        from tinker_opt.profile.tinker_compat import read_tinker_folder
-
         return read_tinker_folder(folder)
     blocks = read_blocks_csv(folder / BLOCKS_FILE)
     comm = read_comm_csv(folder / COMM_FILE) if (folder / COMM_FILE).exists() else empty_comm()
-    meta = read_meta(folder / META_FILE)
+    meta = read_meta(folder)
     return ProfiledData(path=folder, blocks=blocks, comm=comm, meta=meta)
 
 
@@ -155,17 +125,6 @@ def read_comm_csv(path: Path) -> pd.DataFrame:
     return frame[list(COMM_COLUMNS)].reset_index(drop=True)
 
 
-def empty_comm() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype="object" if c in ("op", "scope") else "float64") for c in COMM_COLUMNS})
-
-
-def read_meta(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise ProfileDataError(f"{path} is missing; the profile folder is incomplete, re-run `tinker-opt profile`")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ProfileDataError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); re-run `tinker-opt profile`") from None
 
 
 def frame_to_csv_text(frame: pd.DataFrame, columns: tuple[str, ...]) -> str:
@@ -184,6 +143,3 @@ def write_comm_csv(folder: Path, comm: pd.DataFrame) -> Path:
     ordered = comm.sort_values(["op", "scope", "group_size", "bytes"], kind="stable")
     return write_text_atomic(folder / COMM_FILE, frame_to_csv_text(ordered, COMM_COLUMNS))
 
-
-def write_meta(folder: Path, meta: dict[str, Any]) -> Path:
-    return write_text_atomic(folder / META_FILE, json.dumps(meta, indent=2, sort_keys=False) + "\n")

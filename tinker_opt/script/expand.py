@@ -8,13 +8,22 @@ place: the variable's assignment, or the `${TP}` reference itself.
 
 from __future__ import annotations
 
-import ast
-import operator
 import re
 from dataclasses import dataclass, field
 
-from tinker_opt.script.shell import (Arith, CmdSub, Command, Lit, Param, Word, arith_names,
-                                     iter_params, parse_commands, split_assignment)
+from tinker_opt.script.arith import eval_arith
+from tinker_opt.script.shell import parse_commands
+from tinker_opt.script.words import (
+    Arith,
+    CmdSub,
+    Command,
+    Lit,
+    Param,
+    Word,
+    arith_names,
+    iter_params,
+    split_assignment,
+)
 
 _DECLARE = {"export", "declare", "typeset", "local", "readonly"}
 _SKIP_KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "time",
@@ -91,40 +100,6 @@ class Expansion:
     variables: dict[str, Scalar | Array] = field(default_factory=dict)
     ref_counts: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-
-
-# ---- arithmetic ------------------------------------------------------------------------------
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.Mod: operator.mod, ast.Pow: operator.pow}
-
-
-def _eval_node(node: ast.AST) -> int:
-    if isinstance(node, ast.Expression):
-        return _eval_node(node.body)
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _eval_node(node.operand)
-        return -value if isinstance(node.op, ast.USub) else value
-    if isinstance(node, ast.BinOp):
-        left, right = _eval_node(node.left), _eval_node(node.right)
-        if isinstance(node.op, (ast.Div, ast.FloorDiv)):
-            return int(left / right)  # bash truncates toward zero
-        if type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](left, right)
-    raise ValueError("unsupported arithmetic")
-
-
-def eval_arith(expr: str, lookup) -> int | None:
-    """Value of a bash `$((expr))` with integer + - * / % **; names read through `lookup`."""
-    def value_of(match: re.Match) -> str:
-        raw = lookup(match.group(1) or match.group(2) or match.group(3)).strip()
-        return raw if re.fullmatch(r"-?\d+", raw) else "0"
-    expr = re.sub(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)|\b([A-Za-z_]\w*)\b", value_of, expr)
-    try:
-        return _eval_node(ast.parse(expr.strip() or "0", mode="eval"))
-    except (SyntaxError, ValueError, ZeroDivisionError):
-        return None
 
 
 # ---- field splitting -------------------------------------------------------------------------

@@ -4,8 +4,9 @@ Launch scripts are bash programs, but only a small part of bash matters for read
 assignments (scalars, arrays, `export`), parameter expansion (`$V`, `${V}`, `${V:-d}`,
 `${A[@]}`, `${#A[@]}`), `$((...))`, quotes, backslash continuations, comments and heredocs.
 This module turns the text into `Command`s made of `Word`s whose parts remember where they
-sit in the source, so the writer can later change one argument and keep every other byte.
-Command substitutions are recognised (their extent) but never run.
+sit in the source (the word types are in `words.py`), so the writer can later change one
+argument and keep every other byte. Command substitutions are recognised (their extent) but never
+run.
 """
 
 from __future__ import annotations
@@ -13,82 +14,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tinker_opt.script.words import Arith, CmdSub, Command, Lit, Param, Word
+
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?=)")
 _BRACE_RE = re.compile(
     r"^(?P<len>#)?(?P<keys>!)?(?P<name>[A-Za-z_][A-Za-z0-9_]*|\d+|[@*#?$!0-])"
     r"(?:\[(?P<index>[^\]]*)\])?(?P<rest>.*)$", re.S)
+_HEREDOC_RE = re.compile(r"<<(?P<dash>-?)[ \t]*(?P<q>['\"]?)(?P<word>[A-Za-z_][\w.-]*)(?P=q)")
 _BLANK = " \t\r"
 _WORD_END = set(" \t\r\n;&|<>()")
 _SPECIAL_PARAMS = "@*#?$!-0123456789"
-
-
-@dataclass(frozen=True)
-class Lit:
-    """Literal text; `text == source[start:end]` unless it came from an escape (`\\$`)."""
-
-    text: str
-    start: int
-    end: int
-    quoted: bool
-
-
-@dataclass(frozen=True)
-class Param:
-    """A parameter expansion `$NAME` or `${...}` at source span [start, end)."""
-
-    name: str
-    start: int
-    end: int
-    quoted: bool
-    op: str = ""
-    """'' plain; ':-' '-' ':=' '=' ':+' '+' ':?' '?' with `arg`; 'len' for ${#V}; 'keys' for ${!A[@]};
-    'other' for pattern operators (read as the plain value)."""
-    index: str | None = None
-    arg: tuple = ()
-
-
-@dataclass(frozen=True)
-class Arith:
-    """`$((expr))`; evaluated at expansion time."""
-
-    expr: str
-    start: int
-    end: int
-    quoted: bool
-
-
-@dataclass(frozen=True)
-class CmdSub:
-    """`$(...)` or a backquoted command: recognised, never run (expands to nothing)."""
-
-    start: int
-    end: int
-    quoted: bool
-
-
-@dataclass(frozen=True)
-class Word:
-    """One shell word: its parts, its source span, and for `NAME=( ... )` the array elements."""
-
-    parts: tuple
-    start: int
-    end: int
-    array: tuple["Word", ...] | None = None
-
-    def literal_text(self) -> str | None:
-        """The word's text when it is made of literals only (keywords, launcher names)."""
-        if not all(isinstance(p, Lit) for p in self.parts):
-            return None
-        return "".join(p.text for p in self.parts)
-
-
-@dataclass(frozen=True)
-class Command:
-    """One simple command: its words, in order, and the source line where it starts."""
-
-    words: tuple[Word, ...]
-    line: int
+_ANSI_C_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "e": "\x1b",
+                   "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 
 
 @dataclass
@@ -322,10 +259,8 @@ class _Lexer:
             parts.append(self._brace_param(pos, end, quoted))
             self.pos = end
         elif nxt == "'" and not quoted:
-            end = text.find("'", pos + 2)
-            end = len(text) if end < 0 else end
-            parts.append(Lit(text[pos + 2:end], pos + 2, end, True))
-            self.pos = end + 1
+            parts.append(self._ansi_c_quoted(pos))
+            self.pos = parts[-1].end + 1
         elif nxt and (nxt in _SPECIAL_PARAMS):
             parts.append(Param(nxt, pos, pos + 2, quoted))
             self.pos = pos + 2
@@ -337,6 +272,22 @@ class _Lexer:
             else:
                 parts.append(Lit("$", pos, pos + 1, quoted))
                 self.pos = pos + 1
+
+    def _ansi_c_quoted(self, pos: int) -> Lit:
+        """`$'...'` at pos: backslash escapes (`\\'` included) are decoded, the rest is literal."""
+        text = self.text
+        out: list[str] = []
+        i = pos + 2
+        while i < len(text) and text[i] != "'":
+            if text[i] == "\\" and i + 1 < len(text):
+                out.append(_ANSI_C_ESCAPES.get(text[i + 1], "\\" + text[i + 1]))
+                i += 2
+            else:
+                out.append(text[i])
+                i += 1
+        if i >= len(text):
+            raise ShellSyntaxError(f"unterminated $' quote at line {text.count(chr(10), 0, pos) + 1}")
+        return Lit("".join(out), pos + 2, i, True)
 
     def _arith_end(self, pos: int) -> int:
         depth = 0
@@ -365,6 +316,9 @@ class _Lexer:
             if ch == "'" and opener == "(":
                 i = text.find("'", i + 1) + 1 or len(text)
                 continue
+            if ch == "<" and opener == "(" and _HEREDOC_RE.match(text, i):
+                i = self._past_heredoc_body(i)
+                continue
             if ch == opener:
                 depth += 1
             elif ch == closer:
@@ -374,6 +328,19 @@ class _Lexer:
             i += 1
         line = text.count("\n", 0, open_pos) + 1
         raise ShellSyntaxError(f"unterminated ${opener} at line {line}")
+
+    def _past_heredoc_body(self, pos: int) -> int:
+        """For a heredoc opened at pos inside `$(...)`: the offset after its body's last line."""
+        match = _HEREDOC_RE.match(self.text, pos)
+        delimiter, strip_tabs = match.group("word"), bool(match.group("dash"))
+        line_end = self.text.find("\n", match.end())
+        while line_end >= 0:
+            start = line_end + 1
+            line_end = self.text.find("\n", start)
+            line = self.text[start:len(self.text) if line_end < 0 else line_end].rstrip("\r")
+            if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                return len(self.text) if line_end < 0 else line_end
+        return len(self.text)
 
     def _brace_param(self, pos: int, end: int, quoted: bool) -> Param:
         inner_start = pos + 2
@@ -418,30 +385,3 @@ class _Lexer:
 def parse_commands(text: str) -> list[Command]:
     """Split a bash script into simple commands made of source-located words."""
     return _Lexer(text).run()
-
-
-def split_assignment(word: Word) -> tuple[str, str, tuple] | None:
-    """`(name, op, value_parts)` when the word is `NAME=value` / `NAME+=value`, else None."""
-    if not word.parts or not isinstance(word.parts[0], Lit) or word.parts[0].quoted:
-        return None
-    first = word.parts[0]
-    match = _ASSIGN_RE.match(first.text)
-    if not match:
-        return None
-    cut = match.end()
-    rest = first.text[cut:]
-    head = (Lit(rest, first.start + cut, first.end, False),) if rest else ()
-    return match.group(1), match.group(2), head + word.parts[1:]
-
-
-def iter_params(parts: tuple):
-    """Every Param in the parts, including those nested in `${V:-...}` defaults."""
-    for part in parts:
-        if isinstance(part, Param):
-            yield part
-            yield from iter_params(part.arg)
-
-
-def arith_names(expr: str) -> list[str]:
-    """Variable names an arithmetic expression reads (`$V`, `${V}` or bare `V`)."""
-    return re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expr)

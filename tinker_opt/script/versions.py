@@ -5,7 +5,9 @@ MindSpeed-LLM versions follow its release tags: Tinker's `1.0`, `1.1`, `1.2` are
 (`core_v0.10.0` or `0.10`). A version is kept as a sortable key; when the user does not give one,
 the script's flags bound it from below and above (a flag introduced at 2.2.0 proves >= 2.2.0, a
 flag renamed away at 2.2.0 proves < 2.2.0) and a flag is allowed unless the bounds exclude it.
-Sources: the flag-by-version tables of reference/script-conventions.md.
+Sources: the argument parsers and example launch scripts of each release tag: Ascend/MindSpeed-LLM
+(`mindspeed_llm/training/arguments.py`, `examples/`, tags v1.0.RC1.0 ... v26.1.0) and NVIDIA/Megatron-LM
+(`megatron/training/arguments.py`, core_v0.6.0 ... main).
 """
 
 from __future__ import annotations
