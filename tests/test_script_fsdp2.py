@@ -38,7 +38,7 @@ def test_dense_gqa_model_from_config_json():
 def test_dense_strategy_from_overrides():
     """The launch line's --parallel.fsdp_size 16 and batch settings give the strategy (ZeRO-3 over 16)."""
     info = read_script(QWEN3_8B)
-    assert info.train.strategy == Strategy(tp=1, pp=1, dp=16, dist_opt=True, mbs=1)
+    assert info.train.strategy == Strategy(tp=1, pp=1, dp=16, dist_opt=True, zero=3, mbs=1)
     assert info.train.global_batch_size == 16 and info.train.framework.flavour == "fsdp2"
     assert "parallel.fsdp_size" in info.fsdp2.overrides
 
@@ -97,9 +97,9 @@ def _targets(info):
         dp = 16 // (tp * cp)
         if ep > dp * cp:
             continue
-        extra = {"recompute_method": "uniform", "recompute_num_layers": 1} if rc == "full" else {}
+        extra = {"recompute_method": "block", "recompute_num_layers": info.model.num_layers} if rc == "full" else {}
         yield Strategy(tp=tp, dp=dp, cp=cp, cp_algo="ulysses_cp_algo" if cp > 1 else None, ep=ep,
-                       dist_opt=True, mbs=mbs, recompute=rc, **extra)
+                       zero=3, mbs=mbs, recompute=rc, **extra)
 
 
 @pytest.mark.parametrize("script", [QWEN3_8B, QWEN3_30B], ids=lambda p: p.stem)

@@ -92,7 +92,8 @@ def _cost_model(profiled, model, cluster: ClusterSpec, global_batch_size: int, s
     hardware = load_hardware(settings.hardware) if settings.hardware else None
     swap = info.train.swap_optimizer_times if info is not None else profiled.meta.swap_optimizer_times
     return CostModel.from_profile(profiled, model, cluster, global_batch_size, hardware=hardware,
-                                  inter_node_bandwidth_gbs=settings.inter_node_bandwidth, swap_optimizer_times=swap)
+                                  inter_node_bandwidth_gbs=settings.inter_node_bandwidth, swap_optimizer_times=swap,
+                                  recompute_all=info is not None and info.fsdp2 is not None)
 
 
 # --- profile ------------------------------------------------------------------------------------
@@ -223,7 +224,7 @@ def _write_search_results(result, settings: SearchSettings, profiled, script_pat
         inputs=_inputs_record(settings, profiled, script_path, cluster, cost_model.model), solver=result.solver,
         status=result.status, gap=result.gap, solve_time_s=result.solve_time_s, objective_ms=result.objective_ms,
         bound_ms=result.bound_ms, top=top, warnings=list(cost_model.warnings), log_lines=log.lines)
-    writer = _script_writer(info, cluster, version, log) if info is not None else None
+    writer = _script_writer(info, cluster, version, log, cost_model.global_batch_size) if info is not None else None
     if writer is None:
         log("no launch script known for this profile: configs/ stays empty (pass the script positionally)")
     folder = write_results_folder(report, Path(settings.output_dir), write_script=writer)
@@ -244,11 +245,13 @@ def _inputs_record(settings: SearchSettings, profiled, script_path: str | None, 
     }
 
 
-def _script_writer(info, cluster: ClusterSpec, version: str | None, log: RunLog):
+def _script_writer(info, cluster: ClusterSpec, version: str | None, log: RunLog, global_batch_size: int):
     from tinker_opt.emit.script_writer import apply_strategy
 
-    def write(rank: int, evaluation: dict[str, Any], header: list[str]) -> str:
+    def write(rank: int, evaluation: dict[str, Any], header: list[str], name: str) -> str | dict[str, str]:
         strategy = strategy_to_write(evaluation, info)
+        if info.fsdp2 is not None:
+            return _fsdp2_config_files(info, strategy, cluster, global_batch_size, header, name)
         applied = apply_strategy(info.text, strategy, nnodes=cluster.num_nodes,
                                  nproc_per_node=cluster.devices_per_node, version=version, header=header)
         for warning in applied.warnings:
@@ -256,6 +259,17 @@ def _script_writer(info, cluster: ClusterSpec, version: str | None, log: RunLog)
         return applied.text
 
     return write
+
+
+def _fsdp2_config_files(info, strategy: Strategy, cluster: ClusterSpec, global_batch_size: int, header: list[str],
+                        name: str) -> dict[str, str]:
+    """A results folder's tuned FSDP2 launch and its YAML copy, named by file name beside it."""
+    from tinker_opt.emit.fsdp2_writer import apply_fsdp2
+
+    yaml_name = Path(name).with_suffix(".yaml").name
+    applied = apply_fsdp2(info, strategy, nnodes=cluster.num_nodes, nproc_per_node=cluster.devices_per_node,
+                          yaml_reference=yaml_name, global_batch_size=global_batch_size, header=header)
+    return {name: applied.text, yaml_name: applied.yaml_text}
 
 
 # --- all ----------------------------------------------------------------------------------------

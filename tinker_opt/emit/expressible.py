@@ -145,6 +145,9 @@ def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | Non
     scripts"): a knob whose flag
     the version lacks is switched off before the search, never discovered after it.
     """
+    if info.fsdp2 is not None:
+        return fsdp2_search_space(info, base)
+
     def can(flag: str) -> bool:
         return _can(flag, info, vr)
 
@@ -161,3 +164,13 @@ def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | Non
         etp_follows_tp=not (can("--expert-tensor-parallel-size") or info.launch.has("--moe-tp-extend-ep")),
         # MindSpeed raises on --swap-optimizer without the distributed optimizer.
         require_dist_opt=info.train.swap_optimizer_times is not None)
+
+
+def fsdp2_search_space(info: ScriptInfo, base: SearchSpace | None = None) -> SearchSpace:
+    """MindSpeed-LLM FSDP2: tp, dp (sharded: ZeRO-3), ep, cp (ulysses | ring), recompute of every
+    layer or none, micro-batch size (and so gradient accumulation); no pipeline, no sequence
+    parallelism flag, no separate expert tensor parallelism (docs/en/pytorch/features/fsdp2/arguments.md)."""
+    return dataclasses.replace(
+        base or SearchSpace(), pp=(1,), allow_vpp=False, allow_sp=False, allow_uneven_split=False,
+        etp_follows_tp=True, zero_levels=(3,), recompute=("none", "full"),
+        cp_algos=("ulysses_cp_algo", "megatron_cp_algo"))

@@ -55,12 +55,13 @@ def fsdp2_target(strategy: Strategy, info: ScriptInfo) -> Strategy:
             ("uniform", 1), ("block", layers)):
         raise StrategyError(f"full recompute of {strategy.recompute_num_layers} layer(s) "
                             f"({strategy.recompute_method}): FSDP2 recomputes every decoder layer or none")
-    recompute = {"recompute": "full", "recompute_method": "uniform", "recompute_num_layers": 1} \
+    recompute = {"recompute": "full", "recompute_method": "block", "recompute_num_layers": layers} \
         if strategy.recompute == "full" else {"recompute": "none"}
+    sharded = strategy.dist_opt and strategy.dp * strategy.cp > 1  # FSDP2 shards everything or nothing
     return Strategy(tp=strategy.tp, pp=1, dp=strategy.dp, cp=strategy.cp,
                     cp_algo=strategy.cp_algo if strategy.cp > 1 else None,
                     ep=strategy.ep if info.model.is_moe else 1, etp=None, sp=False, vpp=1,
-                    dist_opt=strategy.dist_opt and strategy.dp * strategy.cp > 1, mbs=strategy.mbs, **recompute)
+                    dist_opt=sharded, zero=3 if sharded else 0, mbs=strategy.mbs, **recompute)
 
 
 def fsdp2_values(target: Strategy, *, global_batch_size: int, is_moe: bool) -> dict[str, Any]:

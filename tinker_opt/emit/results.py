@@ -140,8 +140,9 @@ def check_writable(output_dir: Path) -> None:
         raise ConfigError(f"output folder '{output_dir}' cannot be written ({exc.strerror}); pass a writable --output-dir") from None
 
 
-ScriptWriter = Callable[[int, dict[str, Any], list[str]], "str | None"]
-"""(rank, evaluation, header lines) -> tuned script text, or None when there is no script."""
+ScriptWriter = Callable[[int, dict[str, Any], list[str], str], "str | dict[str, str] | None"]
+"""(rank, evaluation, header lines, script file name) -> tuned script text, or {file name: text}
+when the script comes with other files (an FSDP2 launch's tuned YAML), or None without a script."""
 
 
 def write_results_folder(report: SearchReport, output_dir: Path, *, write_script: ScriptWriter | None,
@@ -165,11 +166,12 @@ def _fill_folder(folder: Path, report: SearchReport, write_script: ScriptWriter 
     (folder / CONFIGS_DIR).mkdir()
     names: list[str | None] = []
     for rank, evaluation in enumerate(report.top, start=1):
-        text = write_script(rank, evaluation, script_header(rank, evaluation, report)) if write_script else None
-        name = config_script_name(report.labels, rank, evaluation) if text is not None else None
-        if text is not None:
-            (folder / CONFIGS_DIR / name).write_text(text, encoding="utf-8")
-        names.append(name)
+        name = config_script_name(report.labels, rank, evaluation)
+        text = write_script(rank, evaluation, script_header(rank, evaluation, report), name) if write_script else None
+        files = {name: text} if isinstance(text, str) else (text or {})
+        for file_name, content in files.items():
+            (folder / CONFIGS_DIR / file_name).write_text(content, encoding="utf-8")
+        names.append(name if files else None)
     buffer = StringIO()
     results_frame(report, names).to_csv(buffer, index=False, lineterminator="\n")
     (folder / RESULTS_CSV).write_text(buffer.getvalue(), encoding="utf-8")

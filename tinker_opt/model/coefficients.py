@@ -79,6 +79,9 @@ class SplitCoefficients:
     """Some block cost was interpolated in the micro-batch size."""
     uniform: bool = False
     """The model has one layer kind (then every layer costs the same by construction)."""
+    recompute_all: bool = False
+    """Full recompute covers every layer of a chunk or none (MindSpeed-LLM FSDP2's parallel.recompute
+    wraps all decoder layers): the solvers then choose only r = the largest chunk."""
 
     @property
     def homogeneous(self) -> bool:

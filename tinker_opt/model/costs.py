@@ -55,7 +55,8 @@ class CostModel:
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, global_batch_size: int,
                  blocks: BlockTable, comm: CommModel, *, memory_bandwidth_gbs: float | None = None,
-                 swap_optimizer_times: int | None = None, host_link_gbs: float | None = None) -> None:
+                 swap_optimizer_times: int | None = None, host_link_gbs: float | None = None,
+                 recompute_all: bool = False) -> None:
         self.model = model
         self.cluster = cluster
         self.global_batch_size = global_batch_size
@@ -66,23 +67,26 @@ class CostModel:
         self._terms = TermBuilder(model, cluster, global_batch_size, blocks, comm,
                                   memory_bandwidth_gbs=memory_bandwidth_gbs,
                                   swap_optimizer_times=swap_optimizer_times,
-                                  host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS)
+                                  host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS,
+                                  recompute_all=recompute_all)
         self._cache: dict[Strategy, SplitCoefficients] = {}
 
     @classmethod
     def from_profile(cls, profiled: ProfiledData, model: ModelSpec, cluster: ClusterSpec,
                      global_batch_size: int, *, hardware: HardwareSpec | None = None,
                      inter_node_bandwidth_gbs: float | None = None,
-                     swap_optimizer_times: int | None = None) -> "CostModel":
+                     swap_optimizer_times: int | None = None, recompute_all: bool = False) -> "CostModel":
         """Build from a loaded profiled-data folder; see CommModel for the inter-node defaults.
-        `swap_optimizer_times`: the script's `--swap-optimizer` chunk count (None: not swapping)."""
+        `swap_optimizer_times`: the script's `--swap-optimizer` chunk count (None: not swapping);
+        `recompute_all`: full recompute is all layers or none (an FSDP2 launch)."""
         comm = CommModel(profiled.comm, hardware=hardware,
                          inter_node_bandwidth_gbs=inter_node_bandwidth_gbs,
                          multi_node=cluster.num_nodes > 1, multi_device=cluster.devices_per_node > 1)
         bandwidth = hardware.memory_bandwidth_gbs if hardware is not None else None
         return cls(model, cluster, global_batch_size, BlockTable(profiled.blocks), comm,
                    memory_bandwidth_gbs=bandwidth, swap_optimizer_times=swap_optimizer_times,
-                   host_link_gbs=hardware.host_link_gbs if hardware is not None else None)
+                   host_link_gbs=hardware.host_link_gbs if hardware is not None else None,
+                   recompute_all=recompute_all)
 
     def available(self, tp: int, sp: bool, cp: int, ep: int, etp: int) -> bool:
         """Whether every block was profiled at this shard shape (any micro-batch size)."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from tinker_opt.errors import ConfigError
-from tinker_opt.model.strategy import (MODELLED_CP_ALGOS, OUTER_RULES, RECOMPUTE_KINDS,
+from tinker_opt.model.strategy import (MODELLED_CP_ALGOS, OUTER_RULES, RECOMPUTE_KINDS, ZERO_LEVELS,
                                        Strategy)
 
 SEARCHED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo")
@@ -44,6 +44,9 @@ class SearchSpace:
     """Let the solver choose a `--num-layer-list` (never with vpp > 1)."""
     require_dist_opt: bool = False
     """Only strategies with the distributed optimizer (MindSpeed's --swap-optimizer needs it)."""
+    zero_levels: tuple[int, ...] = (0, 1)
+    """ZeRO stages searched (strategy.ZERO_LEVELS; 1 = the distributed optimizer); a stage >= 1
+    needs a data-parallel group and allow_dist_opt."""
     etp_follows_tp: bool = False
     """Only etp = tp (the framework cannot say `--expert-tensor-parallel-size`)."""
     recompute: tuple[str, ...] = RECOMPUTE_KINDS
@@ -56,6 +59,8 @@ class SearchSpace:
         bad_algos = sorted(set(self.cp_algos) - set(MODELLED_CP_ALGOS))
         if bad_algos:
             raise ConfigError(f"context-parallel algorithm(s) {bad_algos} are not modelled; use {list(MODELLED_CP_ALGOS)}")
+        if not self.zero_levels or set(self.zero_levels) - set(ZERO_LEVELS):
+            raise ConfigError(f"zero_levels {self.zero_levels} must be some of {ZERO_LEVELS}")
         if self.max_mbs is not None and self.max_mbs < 1:
             raise ConfigError(f"max_mbs must be >= 1, got {self.max_mbs}")
 
@@ -107,24 +112,25 @@ def _iter_parallel(model, tp, cp, pp, dp, space, available) -> Iterator[Strategy
 
 
 def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> Iterator[Strategy]:
-    """vpp, micro-batch, distributed optimizer and recompute kind for one parallel layout."""
+    """vpp, micro-batch, ZeRO stage (distributed optimizer) and recompute kind for one parallel layout."""
     vpps = [1]
     if space.allow_vpp and base.pp > 2:
         vpps += [v for v in divisors(model.num_layers // base.pp) if v > 1
                  and model.num_layers % (base.pp * v) == 0]
     vpps = _allowed(vpps, space.vpp) or []
     data_groups = base.dp * base.cp > 1 or (model.is_moe and base.tp * base.dp * base.cp > base.ep * base.expert_tp)
-    dist_opts = [False, True] if (data_groups and space.allow_dist_opt) else [False]
+    zeros = [z for z in space.zero_levels if z == 0 or (data_groups and space.allow_dist_opt)]
     if space.require_dist_opt:
-        dist_opts = [True]
+        zeros = [z for z in space.zero_levels if z >= 1] or [1]
+    zeros = zeros or [0]  # no data-parallel group: every stage is the same strategy as 0
     if model.num_layers % base.pp and not space.allow_uneven_split:
         return
     # Cheap pre-filters of the batch rules (strategy._rule_batch / _rule_vpp check them again).
     mbss = [b for b in range(1, max_mbs + 1) if gbs % (b * base.dp) == 0]
-    for vpp, mbs, dist_opt, recompute in itertools.product(vpps, mbss, dist_opts, space.recompute):
+    for vpp, mbs, zero, recompute in itertools.product(vpps, mbss, zeros, space.recompute):
         if vpp > 1 and (gbs // (mbs * base.dp)) % base.pp:
             continue
-        candidate = base.replace(vpp=vpp, mbs=mbs, dist_opt=dist_opt, recompute=recompute,
+        candidate = base.replace(vpp=vpp, mbs=mbs, dist_opt=zero >= 1, zero=zero, recompute=recompute,
                                  recompute_method="block" if recompute == "full" else None)
         if all(rule(candidate, model, num_devices, gbs) is None for rule in OUTER_RULES):
             yield candidate

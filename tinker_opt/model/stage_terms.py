@@ -7,6 +7,7 @@ import numpy as np
 
 from tinker_opt.model.strategy import Strategy
 from tinker_opt.model.terms import GRAD_BYTES, TermBuilder, m_tokens, ns_array
+from tinker_opt.model.zero_terms import gathered_bytes, unit_exposed_us
 
 
 def inflight_x_v(p: int, v: int, num_micro: int) -> np.ndarray:
@@ -38,11 +39,13 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     p2p_us = _p2p_us(tb, s)
     time = np.full(p, p2p_us, dtype=float)
     comm = np.full(p, p2p_us, dtype=float)
+    first_params, last_params = emb.param_count, norm.param_count + _head_params(tb, s, head)
+    emb_comm += unit_exposed_us(tb, s, first_params)  # ZeRO 2/3 units (zero_terms.py)
+    head_comm += unit_exposed_us(tb, s, last_params)
     time[0] += emb.fwd_us + emb.bwd_us + emb_comm
     comm[0] += emb_comm
     time[-1] += norm.fwd_us + norm.bwd_us + head.fwd_us + head.bwd_us + head_comm
     comm[-1] += head_comm
-    first_params, last_params = emb.param_count, norm.param_count + _head_params(tb, s, head)
     static = np.zeros(p, dtype=np.int64)
     optimizer = np.zeros(p, dtype=np.int64)
     grad = np.zeros(p, dtype=np.int64)
@@ -50,10 +53,12 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
         weights, opt = tb._param_bytes(s, params, 0)  # weights include the gradients
         static[index] += weights + opt
         optimizer[index] += opt
-        grad[index] += GRAD_BYTES * params
-    layer_transient = max(tb._cost(tb.layer_block[k], s, *tb._layer_shape(k, s)).transient_bytes
-                          for k in set(tb.kinds))
+        grad[index] += tb.grad_bytes(s, params, 0)
+    layer_costs = [tb._cost(tb.layer_block[k], s, *tb._layer_shape(k, s)) for k in set(tb.kinds)]
+    layer_transient = max(cost.transient_bytes for cost in layer_costs)
     transient = np.full(p, layer_transient, dtype=np.int64)
+    unit = max([cost.param_count for cost in layer_costs] + [first_params, last_params])
+    transient += gathered_bytes(s, unit, tb.bpe)  # ZeRO 2/3: gathered units and their gradients
     transient[0] = max(transient[0], emb.transient_bytes)
     transient[-1] = max(transient[-1], norm.transient_bytes, head.transient_bytes)
     act_bytes = np.zeros(p, dtype=np.int64)

@@ -33,6 +33,8 @@ from tinker_opt.model.coefficients import SplitCoefficients
 from tinker_opt.model.comm_model import CommModel, group_scope
 from tinker_opt.model.profile_table import BlockCost, BlockTable
 from tinker_opt.model.strategy import Strategy
+from tinker_opt.model.zero_terms import (layer_exposed_us, sharded_param_bytes, tail_gathers_weights,
+                                         tail_reduces_gradients)
 
 GRAD_BYTES = 4
 """fp32 main gradients (Megatron: bf16 implies accumulate_allreduce_grads_in_fp32)."""
@@ -58,8 +60,9 @@ class TermBuilder:
 
     def __init__(self, model, cluster, global_batch_size: int, blocks: BlockTable, comm: CommModel,
                  *, memory_bandwidth_gbs: float | None = None, swap_optimizer_times: int | None = None,
-                 host_link_gbs: float = DEFAULT_HOST_LINK_GBS) -> None:
+                 host_link_gbs: float = DEFAULT_HOST_LINK_GBS, recompute_all: bool = False) -> None:
         self.model = model
+        self.recompute_all = recompute_all
         self.cluster = cluster
         self.gbs = global_batch_size
         self.blocks = blocks
@@ -155,11 +158,11 @@ class TermBuilder:
     def build(self, s: Strategy) -> SplitCoefficients:
         m, L, p, v = self.model, self.model.num_layers, s.pp, s.vpp
         num_micro = self.gbs // (s.mbs * s.dp)
-        layer_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.recompute)
+        layer_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.zero, s.recompute)
         layer = self._layer_cache.get(layer_key)
         if layer is None:
             layer = self._layer_cache[layer_key] = self._layer_arrays(s)
-        stage_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.pp, s.vpp)
+        stage_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.zero, s.pp, s.vpp)
         stage = self._stage_cache.get(stage_key)
         if stage is None:
             stage = self._stage_cache[stage_key] = self._stage_terms(s, num_micro)
@@ -173,7 +176,7 @@ class TermBuilder:
             layer_input_bytes=layer["input"], layer_tail_ns=layer["tail"],
             layer_tail_sync_ns=layer["tail_sync"], work_bytes=int(layer["act_full"].max()),
             memory_limit_bytes=int(self.cluster.memory_limit_mb * 2**20), estimated=bool(estimated),
-            uniform=len(self.kind_names) == 1,
+            uniform=len(self.kind_names) == 1, recompute_all=self.recompute_all,
             **stage)
 
     def _layer_arrays(self, s: Strategy) -> dict[str, np.ndarray]:
@@ -189,25 +192,27 @@ class TermBuilder:
         selective = s.recompute == "selective"
         compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
         dense_params = cost.param_count - cost.expert_param_count
+        bwd_comm += layer_exposed_us(self, s, dense_params, cost.expert_param_count, cost.fwd_us, cost.bwd_us)
         weights, optimizer = self._param_bytes(s, dense_params, cost.expert_param_count)
         sync_us, opt_us = self._tail_slope_us(s, dense_params, cost.expert_param_count)
         act = cost.selective_activation_bytes if selective else cost.activation_bytes
         return {"time": _ns(compute + fwd_comm + bwd_comm), "comm": _ns(fwd_comm + bwd_comm),
                 "recompute": _ns(cost.fwd_us + fwd_comm) if s.recompute == "full" else 0,
                 "static": weights + optimizer, "optimizer": optimizer,
-                "grad": GRAD_BYTES * cost.param_count, "act": act,
+                "grad": self.grad_bytes(s, dense_params, cost.expert_param_count), "act": act,
                 "act_full": cost.activation_bytes, "input": cost.input_bytes,
                 "tail": _ns(sync_us + opt_us), "tail_sync": _ns(sync_us), "estimated": cost.estimated}
 
     def _param_bytes(self, s: Strategy, dense: int, expert: int) -> tuple[int, int]:
         """(weights + gradients, optimizer states) bytes of these parameters on one rank; with
         the swap optimizer only one of its swap_times chunks of the states is on the device."""
-        dp_cp, edp = self._data_groups(s)
-        weights = (dense + expert) * (self.bpe + GRAD_BYTES)
-        dense_opt = dense * self.opt_state_bytes / (dp_cp if s.dist_opt else 1)
-        expert_opt = expert * self.opt_state_bytes / (edp if s.dist_opt else 1)
+        weights, grads, optimizer = sharded_param_bytes(self, s, dense, expert)  # ZeRO stage s.zero
         chunks = self.swap_times if self._swaps(s) else 1
-        return weights, int(np.ceil((dense_opt + expert_opt) / chunks))
+        return int(np.ceil(weights) + np.ceil(grads)), int(np.ceil(optimizer / chunks))
+
+    def grad_bytes(self, s: Strategy, dense: int, expert: int) -> int:
+        """The gradient part of `_param_bytes` (sharded from ZeRO stage 2 on)."""
+        return int(np.ceil(sharded_param_bytes(self, s, dense, expert)[1]))
 
     def _swaps(self, s: Strategy) -> bool:
         """Whether the states are swapped to the host: MindSpeed's swap optimizer needs dist_opt."""
@@ -232,6 +237,8 @@ class TermBuilder:
         def t(op: str, nbytes: float) -> float:
             full = self.comm.time_us(op, size, scope, nbytes)
             return full - self.comm.time_us(op, size, scope, 0.0) if slope_only else full
+        if not tail_reduces_gradients(s):  # ZeRO 2/3 reduce-scatter in backward (zero_terms.py)
+            return t("all_gather", self.bpe * params) if tail_gathers_weights(s) else 0.0
         if s.dist_opt:
             return t("reduce_scatter", GRAD_BYTES * params) + t("all_gather", self.bpe * params)
         return t("all_reduce", GRAD_BYTES * params)

@@ -10,14 +10,14 @@ Strategy, in the Strategy schema:
 * tp = `parallel.tp_size`, cp = `parallel.cp_size` (`cp_type` ulysses -> `ulysses_cp_algo`,
   ring -> `megatron_cp_algo`), ep = `parallel.ep_size`; no pipeline parallelism (pp = vpp = 1);
 * dp = world / (tp x cp); the parameters, gradients and optimizer states are sharded over the
-  `parallel.fsdp_size` ranks (ZeRO-3). The shipped examples set fsdp_size to the whole
+  `parallel.fsdp_size` ranks: zero = 3 (0 when fsdp_size is 1). The shipped examples set fsdp_size to the whole
   data-parallel x context-parallel group (16 of 16 devices; ep_size x ep_fsdp_size = 16 in the
   GPT-OSS example), so that is how the writer sets it: fsdp_size = dp x cp and, with ep > 1,
   ep_fsdp_size = dp x cp / ep. Another fsdp_size is read with a warning;
 * mbs = `training.per_device_train_batch_size` (default 8), global batch = mbs x
   `training.gradient_accumulation_steps` (default 1) x dp;
 * `parallel.recompute: True` with `recompute_modules: [model.layers.{*}]` recomputes every decoder
-  layer whole: full recompute, uniform, 1 layer per chunk in Megatron's terms.
+  layer whole: full recompute of all layers of the one stage (block method, r = num_layers).
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def read_fsdp2_model(config: Fsdp2Config, warn: Callable[[str], None]) -> ModelS
                                 use_flash_attn=bool(optimization.get("use_flash_attn")), warn=warn)
 
 
-def read_fsdp2_strategy(config: Fsdp2Config, *, world: int, is_moe: bool,
+def read_fsdp2_strategy(config: Fsdp2Config, *, world: int, is_moe: bool, num_layers: int,
                         warn: Callable[[str], None]) -> tuple[Strategy, int]:
     """(the strategy the settings run, the global batch size) in the schema's normal form."""
     tp, cp, ep = (_int(config, f"parallel.{k}") for k in ("tp_size", "cp_size", "ep_size"))
@@ -203,11 +203,12 @@ def read_fsdp2_strategy(config: Fsdp2Config, *, world: int, is_moe: bool,
     if cp > 1 and cp_type not in CP_TYPES:
         raise ScriptError(f"parallel.cp_type is {cp_type!r}; MindSpeed-LLM's FSDP2 has ulysses and ring")
     mbs = _int(config, "training.per_device_train_batch_size")
-    recompute = {"recompute": "full", "recompute_method": "uniform", "recompute_num_layers": 1} \
+    recompute = {"recompute": "full", "recompute_method": "block", "recompute_num_layers": num_layers} \
         if _flag(config, "parallel.recompute") else {}
     try:
         strategy = Strategy(tp=tp, pp=1, dp=dp, cp=cp, cp_algo=CP_TYPES[cp_type] if cp > 1 else None,
-                            ep=ep if is_moe else 1, etp=None, sp=False, vpp=1, dist_opt=fsdp > 1, mbs=mbs,
+                            ep=ep if is_moe else 1, etp=None, sp=False, vpp=1, dist_opt=fsdp > 1,
+                            zero=3 if fsdp > 1 else 0, mbs=mbs,
                             **recompute)
     except StrategyError as exc:
         raise ScriptError(f"the FSDP2 parallel settings are inconsistent: {exc}") from None

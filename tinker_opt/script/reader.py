@@ -120,7 +120,8 @@ def _read_fsdp2(text: str, name: str, path: Path | None, expansion: Expansion, l
     config = load_fsdp2_config(launch, path, yaml_text=fsdp2_yaml, model_config=model_config)
     model = read_fsdp2_model(config, warnings.append)
     nodes, local = _cluster(launch, expansion, warnings.append)
-    strategy, gbs = read_fsdp2_strategy(config, world=nodes * local, is_moe=model.is_moe, warn=warnings.append)
+    strategy, gbs = read_fsdp2_strategy(config, world=nodes * local, is_moe=model.is_moe,
+                                        num_layers=model.num_layers, warn=warnings.append)
     version_range = versions.resolve(None, "", "fsdp2")
     framework = FrameworkInfo(flavour="fsdp2", version=None, launcher=launch.launcher, entry=launch.entry_source)
     train = TrainSpec(micro_batch_size=strategy.mbs, nnodes=nodes, nproc_per_node=local, strategy=strategy,
