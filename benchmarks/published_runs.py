@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_opt.hardware import HardwareSpec, load_hardware, shipped_hardware
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 from tinker_opt.specs import ModelSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

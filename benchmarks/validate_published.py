@@ -39,9 +39,8 @@ from published_runs import (DEFAULT_RUNS_FILE, PublishedRun, hardware_for, launc
                             load_runs, model_spec_of, strategy_of)
 
 from tinker_opt.hardware import HardwareSpec  # noqa: E402
-from tinker_opt.model.coefficients import stage_costs  # noqa: E402
-from tinker_opt.model.costs import CostModel  # noqa: E402
-from tinker_opt.model.strategy import Strategy  # noqa: E402
+from tinker_opt.costs.evaluate import CostModel  # noqa: E402
+from tinker_opt.strategy import Strategy  # noqa: E402
 from tinker_opt.profile.analytic import analytic_meta, blocks_frame, trace_space, write_analytic_folder  # noqa: E402
 from tinker_opt.profile.space import SpaceLimits, profile_space  # noqa: E402
 from tinker_opt.profile.store import load_profiled_data  # noqa: E402
@@ -95,7 +94,7 @@ def predict(run: PublishedRun, model: ModelSpec, strategy: Strategy, profile_dir
                                   hardware=hardware)
     evaluation = cost.evaluate(strategy)
     coefficients = cost.coefficients(strategy)
-    stages = stage_costs(coefficients, strategy.stage_layers(model.num_layers), strategy.recompute_num_layers or 0)
+    stages = coefficients.stage_costs(strategy.stage_layers(model.num_layers), strategy.recompute_num_layers or 0)
     first = stages[0]
     v = strategy.vpp
     non_layer_x_v = int(coefficients.stage_inflight_x_v[0]) * int(coefficients.stage_act_bytes[0])

@@ -46,7 +46,7 @@ def test_search_writes_results_folder(search_run):
 
 def test_tuned_script_holds_best_strategy(search_run):
     """The rank-1 script, read back, carries the best strategy and the target cluster."""
-    from tinker_opt.model.strategy import Strategy
+    from tinker_opt.strategy import Strategy
     from tinker_opt.script.reader import read_script
 
     best = Strategy.from_dict(read_json(search_run / "summary.json"))

@@ -159,16 +159,7 @@ def test_graph_counts_function_level_and_relative_imports(tmp_path):
     assert find_cycles(graph) == [["tinker_opt.sub.x", "tinker_opt.sub.y", "tinker_opt.sub.x"]]
 
 
-KNOWN_CYCLES = {
-    frozenset({"tinker_opt.model.terms", "tinker_opt.model.stage_terms"}): "fixed in layout-solve",
-}
-"""Circles another branch removes; each one is an xfail here until that branch is merged."""
-
-
 def test_no_import_cycles():
     """No module of tinker_opt reaches itself through imports."""
     cycles = find_cycles(import_graph())
-    unknown = [c for c in cycles if frozenset(c) not in KNOWN_CYCLES]
-    assert not unknown, "import circles: " + "; ".join(_describe(c) for c in unknown)
-    for cycle in cycles:
-        pytest.xfail(f"{_describe(cycle)}: {KNOWN_CYCLES[frozenset(cycle)]}")
+    assert not cycles, "import circles: " + "; ".join(_describe(c) for c in cycles)

@@ -6,8 +6,8 @@ import pytest
 
 from model_support import cluster, dense_model, synthetic_profile
 from tinker_opt.errors import ProfileDataError, StrategyError
-from tinker_opt.model.costs import CostModel
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.strategy import Strategy
 
 MODEL = dense_model(num_layers=8, hidden=1024, heads=16, seq=2048)
 PROFILE = synthetic_profile(MODEL)

@@ -7,12 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model_support import cluster, dense_model, synthetic_profile
-from tinker_opt.model.bounds import is_feasible, lower_bound_x_v, recompute_bounds
-from tinker_opt.model.costs import CostModel
-from tinker_opt.model.coefficients import iteration_time_ns_x_v, stage_costs
-from tinker_opt.model.enumerate import brute_force, compositions
-from tinker_opt.model.layer_split import best_split, pack
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.solve.bounds import is_feasible, lower_bound_x_v, recompute_bounds
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.solve.enumerate import brute_force, compositions
+from tinker_opt.solve.layer_split import best_split, pack
+from tinker_opt.strategy import Strategy
 
 MODEL = dense_model(num_layers=9, hidden=512, heads=8, seq=1024)
 PROFILE = synthetic_profile(MODEL, tps=(1, 2), cps=(1,), mbss=(1, 2))
@@ -73,9 +72,9 @@ def test_recompute_bounds_hold_for_every_split_with_that_count(case):
     best: dict[int, int] = {}
     for layers in compositions(coeffs.num_layers, coeffs.num_stages):
         for r in range(1, max(layers) + 1):
-            stages = stage_costs(coeffs, layers, r)
+            stages = coeffs.stage_costs(layers, r)
             if max(st.memory_bytes_x_v for st in stages) <= coeffs.memory_limit_bytes:
-                best[r] = min(best.get(r, 2**62), iteration_time_ns_x_v(coeffs, stages))
+                best[r] = min(best.get(r, 2**62), coeffs.iteration_time_ns_x_v(stages))
     assert set(best) <= set(bounds)
     assert all(bounds[r] <= value for r, value in best.items())
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tinker_opt.hardware import load_hardware
-from tinker_opt.model.costs import CostModel
-from tinker_opt.model.search import search
-from tinker_opt.model.space import SearchSpace
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.solve.search import search
+from tinker_opt.solve.space import SearchSpace
 from tinker_opt.profile.store import load_profiled_data
 from tinker_opt.specs import ClusterSpec
 

@@ -6,10 +6,10 @@ import pytest
 
 from model_support import cluster, dense_model, synthetic_profile
 from tinker_opt.errors import ConfigError, InfeasibleError
-from tinker_opt.model.costs import CostModel
-from tinker_opt.model.enumerate import enumerate_splits
-from tinker_opt.model.search import _outers, search
-from tinker_opt.model.space import SearchSpace
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.solve.enumerate import enumerate_splits
+from tinker_opt.solve.search import _outers, search
+from tinker_opt.solve.space import SearchSpace
 
 MODEL = dense_model(num_layers=8, hidden=512, heads=8, seq=1024)
 PROFILE = synthetic_profile(MODEL, tps=(1, 2, 4), cps=(1, 2), mbss=(1, 2))

@@ -6,9 +6,9 @@ import pytest
 
 from model_support import cluster, dense_model, synthetic_profile
 from tinker_opt.errors import StrategyError
-from tinker_opt.model.costs import CostModel
-from tinker_opt.model.simulate import parse_layer_list, simulate, strategy_from_flags
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.costs.simulate import parse_layer_list, strategy_from_flags
+from tinker_opt.strategy import Strategy
 
 MODEL = dense_model(num_layers=8, hidden=512, heads=8, seq=1024)
 COST_MODEL = CostModel.from_profile(synthetic_profile(MODEL, tps=(1, 2), cps=(1,), mbss=(1, 2)), MODEL,
@@ -39,4 +39,4 @@ def test_invalid_combination_names_the_rule():
     """A layer list that does not sum to the model's layers breaks a named rule."""
     strategy = strategy_from_flags(num_devices=8, num_layers=8, pp=2, num_layer_list="4,5")
     with pytest.raises(StrategyError, match="sums to 9"):
-        simulate(COST_MODEL, strategy)
+        COST_MODEL.evaluate(strategy)

@@ -9,12 +9,13 @@ from hypothesis import strategies as st
 
 from model_support import cluster, dense_model, moe_model, synthetic_profile
 from tinker_opt.errors import InfeasibleError
-from tinker_opt.model.bounds import is_feasible
-from tinker_opt.model.costs import CostModel
-from tinker_opt.model.enumerate import brute_force
-from tinker_opt.model.milp import solve_cpsat, solve_milp
-from tinker_opt.model.search import _outers, search
-from tinker_opt.model.space import SearchSpace
+from tinker_opt.solve.bounds import is_feasible
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.solve.enumerate import brute_force
+from tinker_opt.solve.cpsat import solve_cpsat
+from tinker_opt.solve.milp import solve_milp
+from tinker_opt.solve.search import _outers, search
+from tinker_opt.solve.space import SearchSpace
 
 SPACE = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1, 2), ep=(1, 2))
 

@@ -11,11 +11,11 @@ import pytest
 from model_support import HARDWARE, cluster, dense_model, moe_model, synthetic_profile
 from tinker_opt.errors import ConfigError, InfeasibleError
 from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS, HardwareSpec
-from tinker_opt.model.costs import CostModel
-from tinker_opt.model.enumerate import brute_force
-from tinker_opt.model.search import _outers, search
-from tinker_opt.model.space import SearchSpace
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.solve.enumerate import brute_force
+from tinker_opt.solve.search import _outers, search
+from tinker_opt.solve.space import SearchSpace
+from tinker_opt.strategy import Strategy
 
 MODEL = moe_model(num_layers=4, hidden=512, heads=4, seq=512, experts=4, first_dense=1)
 PROFILE = synthetic_profile(MODEL, tps=(1, 2), cps=(1,), eps=(1, 2), mbss=(1, 2))

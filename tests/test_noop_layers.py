@@ -3,7 +3,7 @@
 from hypothesis import given, strategies as st
 
 from tinker_opt.emit.noop_layers import script_stage_layers, strategy_for_script
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 
 
 def test_trailing_noop_layers_join_last_stage():

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from tinker_opt.errors import ConfigError, ProfileDataError
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 from tinker_opt.profile import runner
 from tinker_opt.profile.runner import MeasureSettings, default_profile_dir, run_profile
 from tinker_opt.profile.store import load_profiled_data

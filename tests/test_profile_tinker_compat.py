@@ -175,8 +175,8 @@ def test_notes_say_what_was_assumed(llama7b):
 
 def test_p2p_table_does_not_set_the_intra_node_link(llama7b):
     """The cost model takes the documented default link (and warns), not the table's ~19 GB/s."""
-    from tinker_opt.model.comm_model import DEFAULT_LINKS
-    from tinker_opt.model.costs import CostModel
+    from tinker_opt.costs.comm_model import DEFAULT_LINKS
+    from tinker_opt.costs.evaluate import CostModel
     from tinker_opt.script.reader import read_script
     from tinker_opt.specs import ClusterSpec
 

@@ -10,7 +10,7 @@ import pytest
 from tinker_opt.emit.results import (RunLabels, SearchReport, config_script_name, results_folder_name,
                                      write_results_folder)
 from tinker_opt.errors import ConfigError
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 
 LABELS = RunLabels("llama", "tiny", 64, 400, 2, 8, 1024)
 

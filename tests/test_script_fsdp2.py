@@ -15,7 +15,7 @@ from script_support import bash_syntax_ok
 from tinker_opt.emit.fsdp2_writer import apply_fsdp2
 from tinker_opt.emit.yaml_edit import set_yaml_values
 from tinker_opt.errors import ScriptError, StrategyError
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 from tinker_opt.script.reader import read_script, read_script_text
 
 FSDP2 = Path(__file__).parent / "fixtures" / "fsdp2"

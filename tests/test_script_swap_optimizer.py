@@ -7,7 +7,7 @@ import pytest
 from script_support import FIXTURES
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.errors import ScriptError
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 from tinker_opt.script.reader import inspect_dict, read_script_text
 
 DEEPSEEK = "pretrain_deepseek3_671b_4k_ptd.sh"

@@ -7,7 +7,7 @@ import pytest
 from script_support import FIXTURES
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.errors import ConfigError, StrategyError
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 from tinker_opt.script.reader import read_script_text
 
 MODEL = "--num-layers 8 --hidden-size 64 --num-attention-heads 8 --seq-length 128 --vocab-size 1000"

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_opt.errors import ConfigError
-from tinker_opt.model.strategy import Strategy
+
+if TYPE_CHECKING:  # strategy.py types its rules with ModelSpec: no runtime import back
+    from tinker_opt.strategy import Strategy
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 PRECISIONS = ("bf16", "fp16", "fp32")

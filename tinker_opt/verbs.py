@@ -3,7 +3,7 @@
 cli.py parses the command line into settings objects (config.py) and prints what these functions
 return; nothing here prints. Heavy imports (torch, solvers) happen inside the functions so that
 `search` and `simulate` never import torch and `--help` stays fast. The cost model and solvers
-(tinker_opt.model) are imported by no other verb code: here at the top (Strategy) and inside
+(tinker_opt.costs, tinker_opt.solve) are imported by no other verb code: here at the top (Strategy) and inside
 `_cost_model`, `_solve` and `_strategy_from_flags`, so that moving them is a change here alone.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from tinker_opt.config import ProfileSettings, SearchSettings, SimulateSettings, require
 from tinker_opt.errors import ConfigError
-from tinker_opt.model.strategy import Strategy, check_strategy
+from tinker_opt.strategy import Strategy, check_strategy
 from tinker_opt.profile.meta import read_meta, write_meta
 from tinker_opt.specs import ClusterSpec
 
@@ -87,7 +87,7 @@ def _cost_model(profiled, model, cluster: ClusterSpec, global_batch_size: int, s
     """The CostModel for a profile, a cluster and the communication overrides of `settings`; the
     swap-optimizer chunk count comes from the script (`info`) when known, else from meta.json."""
     from tinker_opt.hardware import load_hardware
-    from tinker_opt.model.costs import CostModel
+    from tinker_opt.costs.evaluate import CostModel
 
     hardware = load_hardware(settings.hardware) if settings.hardware else None
     swap = info.train.swap_optimizer_times if info is not None else profiled.meta.swap_optimizer_times
@@ -198,7 +198,8 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
 
 def _solve(cost_model, settings: SearchSettings, info, version: str | None, log: RunLog):
     from tinker_opt.emit.expressible import search_space_for
-    from tinker_opt.model.search import SearchSpace, search
+    from tinker_opt.solve.search import search
+    from tinker_opt.solve.space import SearchSpace
     from tinker_opt.script import versions
 
     space = SearchSpace(max_mbs=settings.max_mbs)
@@ -328,7 +329,7 @@ def _default_nodes(strategy: Strategy | None, info, devices_per_node: int) -> in
 
 def _strategy_from_flags(settings: SimulateSettings, num_devices: int, num_layers: int) -> Strategy:
     """simulate's Tinker-style flags as a Strategy (dp is what the devices leave)."""
-    from tinker_opt.model.simulate import strategy_from_flags
+    from tinker_opt.costs.simulate import strategy_from_flags
 
     dist_opt = settings.dist_opt if settings.dist_opt is not None else settings.zero
     return strategy_from_flags(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 from tinker_opt.errors import StrategyError
-from tinker_opt.model.space import SEARCHED_CP_ALGOS, SearchSpace
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.solve.space import SEARCHED_CP_ALGOS, SearchSpace
+from tinker_opt.strategy import Strategy
 from tinker_opt.script import versions
 from tinker_opt.script.reader import ScriptInfo
 from tinker_opt.script.strategy_args import DEFAULT_CP_ALGO, VPP_LAYERS_FLAG, VPP_SIZE_FLAGS

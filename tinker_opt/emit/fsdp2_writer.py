@@ -24,7 +24,7 @@ from tinker_opt.emit.script_writer import apply_cluster, with_header
 from tinker_opt.emit.yaml_edit import set_yaml_values, yaml_scalar
 from tinker_opt.errors import ConfigError, ScriptError, StrategyError
 from tinker_opt.io_utils import write_text_atomic
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 from tinker_opt.script.fsdp2 import CP_TYPES, DEFAULTS
 from tinker_opt.script.reader import ScriptInfo, read_script_text
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 
 
 def script_stage_layers(stage_layers: Sequence[int], noop_layers: Sequence[int], layers_in_script: int) -> tuple[int, ...]:

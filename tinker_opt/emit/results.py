@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from tinker_opt.errors import ConfigError
-from tinker_opt.model.strategy import STRATEGY_KEYS, Strategy
+from tinker_opt.strategy import STRATEGY_KEYS, Strategy
 
 RESULTS_CSV = "results.csv"
 SUMMARY_JSON = "summary.json"

@@ -21,7 +21,7 @@ from tinker_opt.emit.expressible import expressible_strategy
 from tinker_opt.emit.strategy_plan import plan_strategy_edits
 from tinker_opt.errors import ConfigError, ScriptError
 from tinker_opt.io_utils import write_text_atomic
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 from tinker_opt.script import versions
 from tinker_opt.script.expand import Scalar
 from tinker_opt.script.reader import ScriptInfo, read_script_text

@@ -11,7 +11,7 @@ from __future__ import annotations
 from tinker_opt.emit import script_edit
 from tinker_opt.emit.script_edit import Edit
 from tinker_opt.errors import StrategyError
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 from tinker_opt.script import versions
 from tinker_opt.script.launch import ArgOccurrence
 from tinker_opt.script.reader import ScriptInfo

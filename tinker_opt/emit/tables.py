@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from rich.table import Table
 
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 
 
 def strategies_table(evaluations: Sequence[dict[str, Any]], title: str) -> Table:

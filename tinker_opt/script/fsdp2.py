@@ -30,7 +30,7 @@ from typing import Any, Callable
 import yaml
 
 from tinker_opt.errors import ScriptError, StrategyError
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 from tinker_opt.script.expand import Field, field_text
 from tinker_opt.script.hf_config import load_hf_config, model_from_hf_config
 from tinker_opt.script.launch import ArgOccurrence, Launch

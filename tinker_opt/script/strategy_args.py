@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Callable
 
 from tinker_opt.errors import ScriptError, StrategyError
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.model_args import int_list, int_value
 

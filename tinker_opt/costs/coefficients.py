@@ -17,11 +17,29 @@ balanced stages; `tail_s` is the stage's exposed gradient synchronisation plus i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
+
+
+@dataclass(eq=False)
+class Memo:
+    """Values derived from one SplitCoefficients, each computed on first use by the module that
+    owns it: the coefficients stay frozen and this is their one mutable part."""
+
+    prefix: dict[str, list[int]] | None = None
+    """Prefix sums of the layer arrays (`_prefix_sums` below)."""
+    scalars: Any = None
+    """Scalar coefficients of a uniform stack (layer_split.Scalars.of)."""
+    recompute_bounds: dict[int, int] | None = None
+    """{r: lower bound} (bounds.recompute_bounds)."""
+    range_costs: tuple[int, Any] | None = None
+    """(r, tables) of the last r tabulated (mixed_split.range_costs)."""
+    mixed_terms: dict[int, Any] = field(default_factory=dict)
+    """Per-r bound terms of a mixed stack (mixed_split.bound_terms_for_r)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,6 +100,8 @@ class SplitCoefficients:
     recompute_all: bool = False
     """Full recompute covers every layer of a chunk or none (MindSpeed-LLM FSDP2's parallel.recompute
     wraps all decoder layers): the solvers then choose only r = the largest chunk."""
+    memo: Memo = field(default_factory=Memo, repr=False, compare=False)
+    """Derived values computed on first use (Memo)."""
 
     @property
     def homogeneous(self) -> bool:
@@ -92,14 +112,41 @@ class SplitCoefficients:
                   self.layer_act_bytes, self.layer_input_bytes, self.layer_tail_ns)
         return all(bool((a == a[0]).all()) for a in arrays)
 
-    @property
-    def even_only(self) -> bool:
-        """The split is fixed (virtual pipeline: Megatron never combines it with a layer list)."""
-        return self.vpp > 1
-
     def recompute_count(self, chunk_len: int, r: int) -> int:
         """Block method: each chunk recomputes its first min(r, layers) layers."""
         return min(r, chunk_len)
+
+    def stage_costs(self, layers: tuple[int, ...], r: int) -> list[StageCost]:
+        """The per-stage integers of a split (`layers` per stage, recompute count r, 0 for none):
+        the one definition of the per-stage sums, for uniform and mixed stacks alike.
+
+        Block recompute method: each chunk recomputes its first min(r, chunk length) layers."""
+        pre = _prefix_sums(self)
+        out = []
+        for s in range(self.num_stages):
+            total = dict.fromkeys(_PREFIXED, 0)
+            num, num_rc, recompute_ns, rc_input, rc_act = 0, 0, 0, 0, 0
+            for start, end in _chunk_bounds(self, layers, s):
+                cut = start + self.recompute_count(end - start, r)
+                for name in _PREFIXED:
+                    total[name] += pre[name][end] - pre[name][start]
+                recompute_ns += pre["layer_recompute_ns"][cut] - pre["layer_recompute_ns"][start]
+                rc_input += pre["layer_input_bytes"][cut] - pre["layer_input_bytes"][start]
+                rc_act += pre["layer_act_bytes"][cut] - pre["layer_act_bytes"][start]
+                num, num_rc = num + end - start, num_rc + cut - start
+            out.append(_stage_cost(self, s, total, num, num_rc, recompute_ns, rc_input, rc_act))
+        return out
+
+    def iteration_time_ns_x_v(self, stages: list[StageCost]) -> int:
+        """The objective, v * T in ns: sum_s t_s + (m*v - 1) * max_s t_s + v * max_s tail_s
+        (module docstring)."""
+        times = [st.time_ns for st in stages]
+        return (sum(times) + (self.num_microbatches * self.vpp - 1) * max(times)
+                + self.vpp * max(st.tail_ns for st in stages))
+
+    def time_ns_x_v(self, layers: tuple[int, ...], r: int) -> int:
+        """v * T in ns of a split (layers per stage, recompute count r)."""
+        return self.iteration_time_ns_x_v(self.stage_costs(layers, r))
 
 
 @dataclass(frozen=True)
@@ -128,11 +175,9 @@ _PREFIXED = ("layer_time_ns", "layer_comm_ns", "layer_recompute_ns", "layer_tail
 
 def _prefix_sums(c: SplitCoefficients) -> dict[str, list[int]]:
     """Prefix sums of the layer arrays (Python ints), so a range of layers sums in O(1)."""
-    cached = c.__dict__.get("_prefix")
-    if cached is None:
-        cached = {name: [0] + np.cumsum(getattr(c, name)).tolist() for name in _PREFIXED}
-        object.__setattr__(c, "_prefix", cached)
-    return cached
+    if c.memo.prefix is None:
+        c.memo.prefix = {name: [0] + np.cumsum(getattr(c, name)).tolist() for name in _PREFIXED}
+    return c.memo.prefix
 
 
 def _chunk_bounds(c: SplitCoefficients, layers: tuple[int, ...], s: int) -> list[tuple[int, int]]:
@@ -142,27 +187,6 @@ def _chunk_bounds(c: SplitCoefficients, layers: tuple[int, ...], s: int) -> list
         return [(start, start + layers[s])]
     size = c.num_layers // (c.num_stages * c.vpp)
     return [((j * c.num_stages + s) * size, (j * c.num_stages + s + 1) * size) for j in range(c.vpp)]
-
-
-def stage_costs(c: SplitCoefficients, layers: tuple[int, ...], r: int) -> list[StageCost]:
-    """The per-stage integers of a split (`layers` per stage, recompute count r, 0 for none).
-
-    Block recompute method: each chunk recomputes its first min(r, chunk length) layers."""
-    pre = _prefix_sums(c)
-    out = []
-    for s in range(c.num_stages):
-        total = dict.fromkeys(_PREFIXED, 0)
-        num, num_rc, recompute_ns, rc_input, rc_act = 0, 0, 0, 0, 0
-        for start, end in _chunk_bounds(c, layers, s):
-            cut = start + c.recompute_count(end - start, r)
-            for name in _PREFIXED:
-                total[name] += pre[name][end] - pre[name][start]
-            recompute_ns += pre["layer_recompute_ns"][cut] - pre["layer_recompute_ns"][start]
-            rc_input += pre["layer_input_bytes"][cut] - pre["layer_input_bytes"][start]
-            rc_act += pre["layer_act_bytes"][cut] - pre["layer_act_bytes"][start]
-            num, num_rc = num + end - start, num_rc + cut - start
-        out.append(_stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act))
-    return out
 
 
 def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act) -> StageCost:
@@ -181,10 +205,3 @@ def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act) -> Sta
     other = v * c.work_bytes if num_rc else 0
     return StageCost(num, num_rc, time_ns, comm_ns, recompute_ns, tail_ns, tail_sync_ns, static,
                      optimizer, grad, transient, act, other, static + act + other)
-
-
-def iteration_time_ns_x_v(c: SplitCoefficients, stages: list[StageCost]) -> int:
-    """v * T in ns: sum_s t_s + (m*v - 1) * max_s t_s + v * max_s tail_s (module docstring)."""
-    times = [st.time_ns for st in stages]
-    return (sum(times) + (c.num_microbatches * c.vpp - 1) * max(times)
-            + c.vpp * max(st.tail_ns for st in stages))

@@ -3,7 +3,7 @@
 `CostModel.evaluate` is the one definition of the modelled iteration time and per-stage memory
 (ARCHITECTURE.md, "One cost model, one truth"); it is built from `coefficients(outer)`, which the
 exact split, the enumeration and the CP-SAT / MILP models use too. The terms are assembled in
-`tinker_opt.model.terms` (each with its source); this module holds the public objects.
+`tinker_opt.costs.terms` (each with its source); this module holds the public objects.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ from typing import Any
 
 from tinker_opt.errors import StrategyError
 from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS, HardwareSpec
-from tinker_opt.model.coefficients import (SplitCoefficients, StageCost, iteration_time_ns_x_v,
-                                           stage_costs)
-from tinker_opt.model.comm_model import CommModel
-from tinker_opt.model.profile_table import BlockTable
-from tinker_opt.model.strategy import Strategy, check_outer, check_strategy
-from tinker_opt.model.terms import TermBuilder
+from tinker_opt.costs.coefficients import SplitCoefficients, StageCost
+from tinker_opt.costs.comm_model import CommModel
+from tinker_opt.costs.profile_table import BlockTable
+from tinker_opt.strategy import Strategy, check_outer, check_strategy
+from tinker_opt.costs.terms import TermBuilder
 from tinker_opt.profile.store import ProfiledData
 from tinker_opt.specs import ClusterSpec, ModelSpec
 
@@ -134,8 +133,8 @@ def evaluation_of(c: SplitCoefficients, strategy: Strategy, layers: tuple[int, .
     """Evaluation of a split of an outer configuration (the integers of `stage_costs`)."""
     if strategy.recompute == "full" and r < 1:
         raise StrategyError("full recompute needs recompute_num_layers >= 1")
-    stages = stage_costs(c, layers, r)
-    total_x_v = iteration_time_ns_x_v(c, stages)
+    stages = c.stage_costs(layers, r)
+    total_x_v = c.iteration_time_ns_x_v(stages)
     v = c.vpp
     iteration_ms = total_x_v / v / NS_PER_MS
     peak_bytes = max(st.memory_bytes_x_v for st in stages) / v

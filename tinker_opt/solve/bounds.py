@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinker_opt.model.coefficients import SplitCoefficients
-from tinker_opt.model.mixed_split import bound_terms_for_r, mixed_recompute_bounds
-from tinker_opt.model.layer_split import (Scalars, _best_even, _inverse_caps, _min_feasible,
+from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.solve.mixed_split import bound_terms_for_r, mixed_recompute_bounds
+from tinker_opt.solve.layer_split import (Scalars, best_even, best_split, inverse_caps, min_feasible,
                                           memory_caps, pack, recompute_range)
 
 
@@ -35,11 +35,10 @@ def loosest_caps(c: SplitCoefficients, k: Scalars) -> np.ndarray:
 def min_recompute_even(c: SplitCoefficients, k: Scalars | None = None):
     """Virtual pipeline: the best (smallest feasible r) even split, or None (exact)."""
     if not c.homogeneous:
-        from tinker_opt.model.layer_split import best_split
         return best_split(c)
     k = k or Scalars.of(c)
     for r in recompute_range(c):
-        found = _best_even(c, k, r)
+        found = best_even(c, k, r)
         if found is not None:
             return found
     return None
@@ -71,20 +70,14 @@ def lower_bound_x_v(c: SplitCoefficients, *, tight: bool = True) -> int:
 
 def recompute_bounds(c: SplitCoefficients) -> dict[int, int]:
     """{r: a lower bound on v*T over the splits with recompute count r} for every r whose memory
-    caps admit a split (v = 1; module docstring). Cached on the coefficients."""
-    cached = c.__dict__.get("_recompute_bounds")
-    if cached is None and not c.homogeneous:
-        cached = mixed_recompute_bounds(c, recompute_range(c))
-        object.__setattr__(c, "_recompute_bounds", cached)
-    if cached is None:
+    caps admit a split (v = 1; module docstring). Kept in the coefficients' memo."""
+    if c.memo.recompute_bounds is None and not c.homogeneous:
+        c.memo.recompute_bounds = mixed_recompute_bounds(c, recompute_range(c))
+    if c.memo.recompute_bounds is None:
         k = Scalars.of(c)
-        cached = {}
-        for r in recompute_range(c):
-            found = _bound_for_r(c, k, r)
-            if found is not None:
-                cached[r] = found
-        object.__setattr__(c, "_recompute_bounds", cached)
-    return cached
+        found = {r: _bound_for_r(c, k, r) for r in recompute_range(c)}
+        c.memo.recompute_bounds = {r: bound for r, bound in found.items() if bound is not None}
+    return c.memo.recompute_bounds
 
 
 def _cheap_mixed_bound(c: SplitCoefficients) -> int:
@@ -136,6 +129,6 @@ def _least_max(offsets: np.ndarray, low: int, high: int, r: int, caps: np.ndarra
     grid = np.arange(1, total + 1)
     values = np.unique((np.where(grid <= r, low * grid, low * r + high * (grid - r)))[None, :]
                        + offsets[:, None])
-    caps_of = lambda v: pack(np.minimum(caps, _inverse_caps(np.array([v]), offsets, low, high, r, total)[0]), total)
-    index = _min_feasible(values, caps_of)
+    caps_of = lambda v: pack(np.minimum(caps, inverse_caps(np.array([v]), offsets, low, high, r, total)[0]), total)
+    index = min_feasible(values, caps_of)
     return int(values[min(index, len(values) - 1)])

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinker_opt.model.coefficients import SplitCoefficients
+from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.solve.mixed_split import best_for_r, even_for_r, mixed_recompute_bounds
 
 INF = np.iinfo(np.int64).max // 4
 
@@ -44,14 +45,13 @@ class Scalars:
 
     @classmethod
     def of(cls, c: SplitCoefficients) -> "Scalars":
-        """The scalars of a uniform stack (cached on the coefficients object)."""
-        cached = c.__dict__.get("_scalars")
-        if cached is None:
+        """The scalars of a uniform stack (kept in the coefficients' memo)."""
+        if c.memo.scalars is None:
             assert c.homogeneous, "the split search needs a uniform layer stack (search() checks it)"
-            cached = cls(int(c.layer_time_ns[0]), int(c.layer_recompute_ns[0]), int(c.layer_static_bytes[0]),
-                         int(c.layer_act_bytes[0]), int(c.layer_input_bytes[0]), int(c.layer_tail_ns[0]))
-            object.__setattr__(c, "_scalars", cached)
-        return cached
+            c.memo.scalars = cls(int(c.layer_time_ns[0]), int(c.layer_recompute_ns[0]),
+                                 int(c.layer_static_bytes[0]), int(c.layer_act_bytes[0]),
+                                 int(c.layer_input_bytes[0]), int(c.layer_tail_ns[0]))
+        return c.memo.scalars
 
 
 def recompute_range(c: SplitCoefficients) -> range:
@@ -69,10 +69,10 @@ def memory_caps(c: SplitCoefficients, k: Scalars, r: int) -> np.ndarray:
               - kk * c.stage_act_bytes)
     low = k.w + kk * k.inp           # slope while every layer is recomputed (n <= r)
     high = k.w + kk * k.act          # slope beyond r
-    return _piecewise_cap(budget, low, high, r, c.num_layers)
+    return piecewise_cap(budget, low, high, r, c.num_layers)
 
 
-def _piecewise_cap(budget: np.ndarray, low, high, r: int, limit: int) -> np.ndarray:
+def piecewise_cap(budget: np.ndarray, low, high, r: int, limit: int) -> np.ndarray:
     """max n in [0, limit] with cost(n) <= budget, cost = low*n (n <= r), low*r + high*(n-r) beyond;
     -1 where even n = 0 does not fit. `low` and `high` are scalars or broadcast with budget."""
     low = np.asarray(low, dtype=np.int64)
@@ -124,7 +124,7 @@ def best_split(c: SplitCoefficients) -> Split | None:
         incumbent = best.time_ns_x_v if best else INF
         if c.vpp == 1 and _lower_bound_for_r(c, k, r) >= incumbent:
             continue
-        found = _best_even(c, k, r) if c.vpp > 1 else _best_for_r(c, k, r, incumbent)
+        found = best_even(c, k, r) if c.vpp > 1 else _best_for_r(c, k, r, incumbent)
         if found is not None and (best is None or found.time_ns_x_v < best.time_ns_x_v):
             best = found
     return best
@@ -133,8 +133,6 @@ def best_split(c: SplitCoefficients) -> Split | None:
 def _best_split_mixed(c: SplitCoefficients) -> Split | None:
     """best_split of a mixed stack: even split with vpp > 1 (the smallest r that fits, since time
     grows with r), else the exact split per r, cut off by the per-r bounds."""
-    from tinker_opt.model.mixed_split import best_for_r, even_for_r, mixed_recompute_bounds
-
     if c.vpp > 1:
         for r in recompute_range(c):
             found = even_for_r(c, r)
@@ -164,7 +162,7 @@ def _lower_bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int:
     return total + (c.num_microbatches - 1) * bottleneck + tail
 
 
-def _best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
+def best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
     """Virtual pipeline: the even split, feasible or not, for recompute count r."""
     p, v = c.num_stages, c.vpp
     n = np.full(p, c.num_layers // p, dtype=np.int64)
@@ -178,12 +176,12 @@ def _best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
     return Split(tuple(int(x) for x in n), r, objective_x_v(c, k, n, r))
 
 
-def _inverse_caps(values: np.ndarray, offsets: np.ndarray, low: int, high: int, r: int, limit: int) -> np.ndarray:
+def inverse_caps(values: np.ndarray, offsets: np.ndarray, low: int, high: int, r: int, limit: int) -> np.ndarray:
     """For each candidate value (rows) and stage (columns): max n with offset + cost(n) <= value."""
-    return _piecewise_cap(values[:, None] - offsets[None, :], low, high, r, limit)
+    return piecewise_cap(values[:, None] - offsets[None, :], low, high, r, limit)
 
 
-def _min_feasible(values: np.ndarray, caps_of) -> int:
+def min_feasible(values: np.ndarray, caps_of) -> int:
     """Index of the first (sorted) candidate whose caps admit a split, len(values) if none."""
     lo, hi = 0, len(values)
     while lo < hi:  # feasibility is monotone in the candidate value
@@ -212,15 +210,15 @@ def _best_for_r(c: SplitCoefficients, k: Scalars, r: int, incumbent: int) -> Spl
     best_obj, best_n = incumbent, None
 
     def caps_b(b):
-        return np.minimum(mem, _inverse_caps(np.array([b]), e, k.a + k.f, k.a, r, L)[0])
+        return np.minimum(mem, inverse_caps(np.array([b]), e, k.a + k.f, k.a, r, L)[0])
 
-    start = _min_feasible(b_values, lambda b: pack(caps_b(b), L))
+    start = min_feasible(b_values, lambda b: pack(caps_b(b), L))
     for b in b_values[start:]:
         if base + k.f * s_min + (m - 1) * int(b) + tail_lb >= best_obj:
             break
         u_b = caps_b(b)
-        cap_c = lambda cv: np.minimum(u_b, _inverse_caps(np.array([cv]), beta, k.alpha, k.alpha, 0, L)[0])
-        for cv in c_values[_min_feasible(c_values, lambda cv: pack(cap_c(cv), L)):]:
+        cap_c = lambda cv: np.minimum(u_b, inverse_caps(np.array([cv]), beta, k.alpha, k.alpha, 0, L)[0])
+        for cv in c_values[min_feasible(c_values, lambda cv: pack(cap_c(cv), L)):]:
             if base + k.f * s_min + (m - 1) * int(b) + int(cv) >= best_obj:
                 break
             u = cap_c(cv)

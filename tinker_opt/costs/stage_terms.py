@@ -3,11 +3,16 @@ in-flight micro-batches, transient peaks and the constant part of the gradient-s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from tinker_opt.model.strategy import Strategy
-from tinker_opt.model.terms import GRAD_BYTES, TermBuilder, m_tokens, ns_array
-from tinker_opt.model.zero_terms import gathered_bytes, unit_exposed_us
+from tinker_opt.costs.units import GRAD_BYTES, m_tokens, ns_array
+from tinker_opt.costs.zero_terms import gathered_bytes, unit_exposed_us
+from tinker_opt.strategy import Strategy
+
+if TYPE_CHECKING:  # terms.py calls stage_terms(); only the annotations name its TermBuilder
+    from tinker_opt.costs.terms import TermBuilder
 
 
 def inflight_x_v(p: int, v: int, num_micro: int) -> np.ndarray:
@@ -27,15 +32,15 @@ def inflight_x_v(p: int, v: int, num_micro: int) -> np.ndarray:
 def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     """Stage arrays of SplitCoefficients (keys are its field names) plus `estimated`."""
     p, v, m = s.pp, s.vpp, tb.model
-    emb = tb._cost("embedding", s)
-    norm = tb._cost("final_norm", s)
-    head = tb._cost("head", s)
+    emb = tb.cost("embedding", s)
+    norm = tb.cost("final_norm", s)
+    head = tb.cost("head", s)
     act = m_tokens(m, s) * m.hidden_size * tb.bpe
     # Vocab-parallel embedding: all-reduce (reduce-scatter with SP) of its output, forward only.
-    emb_comm = tb._tp_pair_us(s, act) / (2 if s.sp else 1) if s.tp > 1 else 0.0
+    emb_comm = tb.tp_pair_us(s, act) / (2 if s.sp else 1) if s.tp > 1 else 0.0
     # Column-parallel output layer: all-gather of its input forward + reduce-scatter backward with
     # SP, else an all-reduce of the input gradient backward: one pair either way.
-    head_comm = tb._tp_pair_us(s, act) if s.tp > 1 else 0.0
+    head_comm = tb.tp_pair_us(s, act) if s.tp > 1 else 0.0
     p2p_us = _p2p_us(tb, s)
     time = np.full(p, p2p_us, dtype=float)
     comm = np.full(p, p2p_us, dtype=float)
@@ -50,11 +55,11 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     optimizer = np.zeros(p, dtype=np.int64)
     grad = np.zeros(p, dtype=np.int64)
     for index, params in ((0, first_params), (p - 1, last_params)):
-        weights, opt = tb._param_bytes(s, params, 0)  # weights include the gradients
+        weights, opt = tb.param_bytes(s, params, 0)  # weights include the gradients
         static[index] += weights + opt
         optimizer[index] += opt
         grad[index] += tb.grad_bytes(s, params, 0)
-    layer_costs = [tb._cost(tb.layer_block[k], s, *tb._layer_shape(k, s)) for k in set(tb.kinds)]
+    layer_costs = [tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)) for k in set(tb.kinds)]
     layer_transient = max(cost.transient_bytes for cost in layer_costs)
     transient = np.full(p, layer_transient, dtype=np.int64)
     unit = max([cost.param_count for cost in layer_costs] + [first_params, last_params])
@@ -92,7 +97,7 @@ def _p2p_us(tb: TermBuilder, s: Strategy) -> float:
     if s.pp == 1:
         return 0.0
     nbytes = m_tokens(tb.model, s) * tb.model.hidden_size * tb.bpe // (s.tp if s.sp else 1)
-    scope = tb._scope(s.tp * s.cp * s.dp, s.pp)
+    scope = tb.scope(s.tp * s.cp * s.dp, s.pp)
     return 2 * s.vpp * tb.comm.time_us("send_recv", 2, scope, nbytes)
 
 
@@ -100,16 +105,16 @@ def _stage_tails(tb: TermBuilder, s: Strategy, first_params: int, last_params: i
     """Constant tail per stage: collective latencies, embedding / head parameters and, with tied
     embeddings and pp > 1, the all-reduce of the word-embedding gradients between first and last."""
     p = s.pp
-    latency = sum(tb._sync_us(s, size, scope, 0.0, False) for size, scope in tb._sync_groups(s))
+    latency = sum(tb.sync_us(s, size, scope, 0.0, False) for size, scope in tb.sync_groups(s))
     sync = np.full(p, latency, dtype=float)
     total = np.full(p, latency, dtype=float)
     for index, params in ((0, first_params), (p - 1, last_params)):
-        sync_us, opt_us = tb._tail_slope_us(s, params, 0)
+        sync_us, opt_us = tb.tail_slope_us(s, params, 0)
         sync[index] += sync_us
         total[index] += sync_us + opt_us
     if p > 1 and not tb.model.untie_embeddings_and_output_weights:
         words = tb.model.vocab_size_for(s.tp) // s.tp * tb.model.hidden_size
-        scope = tb._scope(s.tp * s.cp * s.dp * (p - 1), 2)
+        scope = tb.scope(s.tp * s.cp * s.dp * (p - 1), 2)
         shared = tb.comm.time_us("all_reduce", 2, scope, GRAD_BYTES * words)
         for index in (0, p - 1):
             sync[index] += shared

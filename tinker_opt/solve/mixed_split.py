@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinker_opt.model.coefficients import SplitCoefficients, iteration_time_ns_x_v, stage_costs
+from tinker_opt.costs.coefficients import SplitCoefficients
 
 BIG = np.iinfo(np.int64).max // 4
 
@@ -43,9 +43,9 @@ def _prefix(a: np.ndarray) -> np.ndarray:
 
 def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
     """Tabulate t_s, tail_s and memory_s of every range (the integers of coefficients.stage_costs,
-    v = 1). The last r is cached on the coefficients (the tables are p (L+1)^2 large, so one r at
+    v = 1). The last r is kept in the coefficients' memo (the tables are p (L+1)^2 large, so one r at
     a time: the exact split visits one r after another)."""
-    cached = c.__dict__.get("_range_costs")
+    cached = c.memo.range_costs
     if cached is not None and cached[0] == r:
         return cached[1]
     L = c.num_layers
@@ -71,7 +71,7 @@ def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
     valid = (n > 0)[None] & (memory <= c.memory_limit_bytes)
     out = RangeCosts(base_time[None] + c.stage_time_ns[:, None, None],
                      base_tail[None] + c.stage_tail_ns[:, None, None], memory, valid)
-    object.__setattr__(c, "_range_costs", (r, out))
+    c.memo.range_costs = (r, out)
     return out
 
 
@@ -118,7 +118,7 @@ def _first_feasible(values: np.ndarray, feasible) -> int:
 def bound_terms_for_r(c: SplitCoefficients, r: int) -> tuple[int, int, int] | None:
     """Lower bounds on (sum_s t_s, max_s t_s, max_s tail_s) over the splits with recompute count r
     (each term minimised alone), None when no split fits with r. Cached per r."""
-    cache = c.__dict__.setdefault("_mixed_terms", {})
+    cache = c.memo.mixed_terms
     if r not in cache:
         cache[r] = _bound_terms_for_r(c, r)
     return cache[r]
@@ -186,10 +186,10 @@ def _objective(rc: RangeCosts, layers: tuple[int, ...], m: int) -> int:
 def even_for_r(c: SplitCoefficients, r: int) -> int | None:
     """v*T of the even split (virtual pipeline) with recompute count r, None if it does not fit."""
     layers = (c.num_layers // c.num_stages,) * c.num_stages
-    stages = stage_costs(c, layers, r)
+    stages = c.stage_costs(layers, r)
     if max(st.memory_bytes_x_v for st in stages) > c.vpp * c.memory_limit_bytes:
         return None
-    return iteration_time_ns_x_v(c, stages)
+    return c.iteration_time_ns_x_v(stages)
 
 
 def least_peak_split(c: SplitCoefficients, r: int) -> tuple[tuple[int, ...], int]:

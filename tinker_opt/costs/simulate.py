@@ -1,4 +1,4 @@
-"""`simulate`: one strategy given by Tinker-style flags (or JSON), evaluated by the cost model.
+"""`simulate`: the Strategy that Tinker-style flags (or JSON) describe, for `CostModel.evaluate`.
 
 The CLI maps its flags (`--simu-tp`, `--simu-pp`, `--simu-ep`, `--simu-sp`, `--zero`/`--dist-opt`,
 `--micro-batch-size`, `--num-layer-list`, `--recompute`, `--recompute-num-layers`, `--cp`,
@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tinker_opt.errors import StrategyError
-from tinker_opt.model.costs import CostModel, Evaluation
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 
 RECOMPUTE_ALIASES = {"0": "none", "1": "full", "none": "none", "selective": "selective", "full": "full"}
 """Tinker's `--recompute 0|1` (1 = full recompute of every layer) and our kind names."""
@@ -54,8 +53,3 @@ def strategy_from_flags(*, num_devices: int, num_layers: int, tp: int = 1, pp: i
                     sp=bool(sp), vpp=vpp, dist_opt=bool(dist_opt), mbs=mbs, recompute=kind,
                     recompute_method="block" if kind == "full" else None, recompute_num_layers=r,
                     num_layer_list=layers)
-
-
-def simulate(cost_model: CostModel, strategy: Strategy) -> Evaluation:
-    """Evaluate one strategy (the same `CostModel.evaluate` the search uses)."""
-    return cost_model.evaluate(strategy)

@@ -29,30 +29,20 @@ from __future__ import annotations
 import numpy as np
 
 from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS
-from tinker_opt.model.coefficients import SplitCoefficients
-from tinker_opt.model.comm_model import CommModel, group_scope
-from tinker_opt.model.profile_table import BlockCost, BlockTable
-from tinker_opt.model.strategy import Strategy
-from tinker_opt.model.zero_terms import (layer_exposed_us, sharded_param_bytes, tail_gathers_weights,
+from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.costs.comm_model import CommModel, group_scope
+from tinker_opt.costs.profile_table import BlockCost, BlockTable
+from tinker_opt.costs.stage_terms import stage_terms
+from tinker_opt.costs.units import GRAD_BYTES, m_tokens, to_ns
+from tinker_opt.costs.zero_terms import (layer_exposed_us, sharded_param_bytes, tail_gathers_weights,
                                          tail_reduces_gradients)
+from tinker_opt.strategy import Strategy
 
-GRAD_BYTES = 4
-"""fp32 main gradients (Megatron: bf16 implies accumulate_allreduce_grads_in_fp32)."""
 ADAM_TOUCH_BYTES = 30
 """Bytes one Adam step moves per parameter: reads fp32 grad, master, m, v (16), writes master,
 m, v (12) and the bf16 weight (2); the step is memory-bound."""
 DEFAULT_MEMORY_BANDWIDTH_GBS = 1600.0
 """HBM bandwidth when no hardware file is given (Ascend 910B / A100-40GB class, ~1.6 TB/s)."""
-
-
-def _ns(us: float) -> int:
-    """Microseconds to integer nanoseconds: the one rounding of every time coefficient."""
-    return int(round(us * 1000.0))
-
-
-def ns_array(us: np.ndarray) -> np.ndarray:
-    """`_ns` of each element (numpy's round-half-even, as Python's round)."""
-    return np.rint(np.asarray(us, dtype=float) * 1000.0).astype(np.int64)
 
 
 class TermBuilder:
@@ -80,7 +70,7 @@ class TermBuilder:
         self._stage_cache: dict[tuple, dict] = {}
 
     # -- shapes --------------------------------------------------------------------------------
-    def _layer_shape(self, kind: str, s: Strategy) -> tuple[int, int]:
+    def layer_shape(self, kind: str, s: Strategy) -> tuple[int, int]:
         """(ep, etp) of a layer block row: experts only in MoE layers (dense rows use 1, 1)."""
         if self.model.is_moe and (kind == "moe" or self.layer_block[kind] == "layer"):
             return s.ep, s.expert_tp
@@ -93,17 +83,17 @@ class TermBuilder:
                 return False
         return all(self.blocks.has(b, tp, sp, cp) for b in ("embedding", "final_norm", "head"))
 
-    def _cost(self, block: str, s: Strategy, ep: int = 1, etp: int = 1) -> BlockCost:
+    def cost(self, block: str, s: Strategy, ep: int = 1, etp: int = 1) -> BlockCost:
         return self.blocks.cost(block, tp=s.tp, sp=s.sp, cp=s.cp, ep=ep, etp=etp, mbs=s.mbs)
 
-    def _scope(self, stride: int, size: int) -> str:
+    def scope(self, stride: int, size: int) -> str:
         return group_scope(stride, size, self.cluster.devices_per_node)
 
     # -- collectives per layer (us) ------------------------------------------------------------
-    def _tp_pair_us(self, s: Strategy, nbytes: float) -> float:
+    def tp_pair_us(self, s: Strategy, nbytes: float) -> float:
         """One TP exchange of a layer part: all-gather + reduce-scatter with SP, else all-reduce
         (Korthikanti et al. 2022, Megatron's g / g-bar operators)."""
-        scope = self._scope(1, s.tp)
+        scope = self.scope(1, s.tp)
         if s.sp:
             return (self.comm.time_us("all_gather", s.tp, scope, nbytes)
                     + self.comm.time_us("reduce_scatter", s.tp, scope, nbytes))
@@ -116,7 +106,7 @@ class TermBuilder:
         m, tokens = self.model, m_tokens(self.model, s)
         d = m.kv_channels
         kv_bytes = 2 * tokens * (m.num_query_groups * d // s.tp) * self.bpe  # this rank's K and V
-        scope = self._scope(s.tp, s.cp)
+        scope = self.scope(s.tp, s.cp)
         if s.cp_algo == "megatron_cp_algo":
             # Ring attention: cp-1 K/V hops forward; K/V and dK/dV circulate backward.
             hop = self.comm.time_us("send_recv", 2, scope, kv_bytes)
@@ -139,8 +129,8 @@ class TermBuilder:
         tokens = m_tokens(m, s) // (s.tp if s.sp else 1)  # SP: each TP rank routes its slice
         routed = tokens * m.moe_router_topk * m.hidden_size * self.bpe
         etp = s.expert_tp
-        a2a = 2 * self.comm.time_us("all_to_all", s.ep, self._scope(etp, s.ep), routed)
-        scope = self._scope(1, etp)
+        a2a = 2 * self.comm.time_us("all_to_all", s.ep, self.scope(etp, s.ep), routed)
+        scope = self.scope(1, etp)
         gathered = routed * etp
         return a2a + (self.comm.time_us("all_gather", etp, scope, gathered)
                       + self.comm.time_us("reduce_scatter", etp, scope, gathered))
@@ -149,7 +139,7 @@ class TermBuilder:
         """(forward, backward) collectives of one layer; the backward mirrors the forward."""
         act = m_tokens(self.model, s) * self.model.hidden_size * self.bpe
         parts = 2 if kind == "dense" else 1 + bool(self.model.moe_shared_expert_intermediate_size)
-        tp_us = parts * self._tp_pair_us(s, act) if s.tp > 1 else 0.0
+        tp_us = parts * self.tp_pair_us(s, act) if s.tp > 1 else 0.0
         moe_us = self._moe_us(s) if kind == "moe" else 0.0
         cp_fwd, cp_bwd = self._cp_fwd_bwd_us(s)
         return tp_us + moe_us + cp_fwd, tp_us + moe_us + cp_bwd
@@ -186,24 +176,24 @@ class TermBuilder:
                 for name in per_kind[0]}
 
     def _layer_terms(self, kind: str, s: Strategy) -> dict[str, int]:
-        ep, etp = self._layer_shape(kind, s)
-        cost = self._cost(self.layer_block[kind], s, ep, etp)
+        ep, etp = self.layer_shape(kind, s)
+        cost = self.cost(self.layer_block[kind], s, ep, etp)
         fwd_comm, bwd_comm = self._layer_comm_us(kind, s)
         selective = s.recompute == "selective"
         compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
         dense_params = cost.param_count - cost.expert_param_count
         bwd_comm += layer_exposed_us(self, s, dense_params, cost.expert_param_count, cost.fwd_us, cost.bwd_us)
-        weights, optimizer = self._param_bytes(s, dense_params, cost.expert_param_count)
-        sync_us, opt_us = self._tail_slope_us(s, dense_params, cost.expert_param_count)
+        weights, optimizer = self.param_bytes(s, dense_params, cost.expert_param_count)
+        sync_us, opt_us = self.tail_slope_us(s, dense_params, cost.expert_param_count)
         act = cost.selective_activation_bytes if selective else cost.activation_bytes
-        return {"time": _ns(compute + fwd_comm + bwd_comm), "comm": _ns(fwd_comm + bwd_comm),
-                "recompute": _ns(cost.fwd_us + fwd_comm) if s.recompute == "full" else 0,
+        return {"time": to_ns(compute + fwd_comm + bwd_comm), "comm": to_ns(fwd_comm + bwd_comm),
+                "recompute": to_ns(cost.fwd_us + fwd_comm) if s.recompute == "full" else 0,
                 "static": weights + optimizer, "optimizer": optimizer,
                 "grad": self.grad_bytes(s, dense_params, cost.expert_param_count), "act": act,
                 "act_full": cost.activation_bytes, "input": cost.input_bytes,
-                "tail": _ns(sync_us + opt_us), "tail_sync": _ns(sync_us), "estimated": cost.estimated}
+                "tail": to_ns(sync_us + opt_us), "tail_sync": to_ns(sync_us), "estimated": cost.estimated}
 
-    def _param_bytes(self, s: Strategy, dense: int, expert: int) -> tuple[int, int]:
+    def param_bytes(self, s: Strategy, dense: int, expert: int) -> tuple[int, int]:
         """(weights + gradients, optimizer states) bytes of these parameters on one rank; with
         the swap optimizer only one of its swap_times chunks of the states is on the device."""
         weights, grads, optimizer = sharded_param_bytes(self, s, dense, expert)  # ZeRO stage s.zero
@@ -211,7 +201,7 @@ class TermBuilder:
         return int(np.ceil(weights) + np.ceil(grads)), int(np.ceil(optimizer / chunks))
 
     def grad_bytes(self, s: Strategy, dense: int, expert: int) -> int:
-        """The gradient part of `_param_bytes` (sharded from ZeRO stage 2 on)."""
+        """The gradient part of `param_bytes` (sharded from ZeRO stage 2 on)."""
         return int(np.ceil(sharded_param_bytes(self, s, dense, expert)[1]))
 
     def _swaps(self, s: Strategy) -> bool:
@@ -223,15 +213,15 @@ class TermBuilder:
         edp = s.tp * s.cp * s.dp // (s.ep * s.expert_tp) if self.model.is_moe else 1
         return s.dp * s.cp, max(edp, 1)
 
-    def _sync_groups(self, s: Strategy) -> list[tuple[int, str]]:
+    def sync_groups(self, s: Strategy) -> list[tuple[int, str]]:
         """(size, scope) of the dense and expert gradient groups."""
         dp_cp, edp = self._data_groups(s)
-        groups = [(dp_cp, self._scope(s.tp, dp_cp))]
+        groups = [(dp_cp, self.scope(s.tp, dp_cp))]
         if self.model.is_moe:
-            groups.append((edp, self._scope(s.ep * s.expert_tp, edp)))
+            groups.append((edp, self.scope(s.ep * s.expert_tp, edp)))
         return groups
 
-    def _sync_us(self, s: Strategy, size: int, scope: str, params: float, slope_only: bool) -> float:
+    def sync_us(self, s: Strategy, size: int, scope: str, params: float, slope_only: bool) -> float:
         """Gradient synchronisation of `params` (exposed, after the pipeline flush): fp32
         all-reduce, or reduce-scatter of gradients + all-gather of bf16 weights (dist. optimizer)."""
         def t(op: str, nbytes: float) -> float:
@@ -243,12 +233,12 @@ class TermBuilder:
             return t("reduce_scatter", GRAD_BYTES * params) + t("all_gather", self.bpe * params)
         return t("all_reduce", GRAD_BYTES * params)
 
-    def _tail_slope_us(self, s: Strategy, dense: int, expert: int) -> tuple[float, float]:
+    def tail_slope_us(self, s: Strategy, dense: int, expert: int) -> tuple[float, float]:
         """Per-parameter-set (sync, optimizer step) times without the collective latencies."""
-        (dense_size, dense_scope), *expert_group = self._sync_groups(s)
-        sync = self._sync_us(s, dense_size, dense_scope, dense, True)
+        (dense_size, dense_scope), *expert_group = self.sync_groups(s)
+        sync = self.sync_us(s, dense_size, dense_scope, dense, True)
         if expert_group:
-            sync += self._sync_us(s, *expert_group[0], expert, True)
+            sync += self.sync_us(s, *expert_group[0], expert, True)
         dp_cp, edp = self._data_groups(s)
         local = dense / (dp_cp if s.dist_opt else 1) + expert / (edp if s.dist_opt else 1)
         step_us = local * ADAM_TOUCH_BYTES / (self.mem_bw_gbs * 1e3)
@@ -257,11 +247,4 @@ class TermBuilder:
         return sync, step_us
 
     def _stage_terms(self, s: Strategy, num_micro: int) -> dict:
-        from tinker_opt.model.stage_terms import stage_terms
-
         return stage_terms(self, s, num_micro)
-
-
-def m_tokens(model, s: Strategy) -> int:
-    """Tokens of one micro-batch on one context-parallel rank: s*b/cp."""
-    return model.seq_length // s.cp * s.mbs

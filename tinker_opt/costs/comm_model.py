@@ -115,10 +115,6 @@ class CommModel:
             self._times[key] = found
         return found
 
-    def per_byte_us(self, op: str, group_size: int, scope: str) -> float:
-        """The slope of `time_us` in bytes (the time is affine in the byte count)."""
-        return self.time_us(op, group_size, scope, 1.0) - self.time_us(op, group_size, scope, 0.0)
-
 
 def _fit_rows(comm: pd.DataFrame) -> dict[tuple[str, str, int], _Fit]:
     """Least-squares alpha-beta fit of each measured (op, scope, group size) curve."""

@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tinker_opt.errors import ConfigError, InfeasibleError
-from tinker_opt.model.bounds import lower_bound_x_v
-from tinker_opt.model.costs import CostModel, Evaluation
-from tinker_opt.model.enumerate import Candidate, enumerate_splits, presolve
-from tinker_opt.model.infeasible import infeasible_message
-from tinker_opt.model.layer_split import best_split
-from tinker_opt.model.milp import solve_cpsat, solve_milp
-from tinker_opt.model.space import DEFAULT_MAX_MBS, SearchSpace, outer_choices
+from tinker_opt.solve.bounds import lower_bound_x_v
+from tinker_opt.costs.evaluate import CostModel, Evaluation
+from tinker_opt.solve.enumerate import Candidate, enumerate_splits, presolve
+from tinker_opt.solve.infeasible import infeasible_message
+from tinker_opt.solve.layer_split import best_split
+from tinker_opt.solve.cpsat import solve_cpsat
+from tinker_opt.solve.milp import solve_milp
+from tinker_opt.solve.space import DEFAULT_MAX_MBS, SearchSpace, outer_choices
 
 SOLVERS = ("cpsat", "milp", "enum")
 

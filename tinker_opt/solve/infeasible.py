@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinker_opt.model.coefficients import SplitCoefficients, stage_costs
-from tinker_opt.model.mixed_split import least_peak_split
-from tinker_opt.model.layer_split import Scalars, _piecewise_cap, pack, recompute_range
+from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.solve.mixed_split import least_peak_split
+from tinker_opt.solve.layer_split import Scalars, piecewise_cap, pack, recompute_range
 
 HINTS = {
     "weights_mb": "more pipeline or tensor parallelism (more devices) or a larger memory limit",
@@ -24,7 +24,7 @@ def least_memory_split(c: SplitCoefficients) -> tuple[tuple[int, ...], int, int]
     p, L = c.num_stages, c.num_layers
     if c.vpp > 1:
         layers = (L // p,) * p
-        return layers, r, max(st.memory_bytes_x_v for st in stage_costs(c, layers, r))
+        return layers, r, max(st.memory_bytes_x_v for st in c.stage_costs(layers, r))
     if not c.homogeneous:
         layers, peak = least_peak_split(c, r)
         return layers, min(r, max(layers)), peak
@@ -33,7 +33,7 @@ def least_memory_split(c: SplitCoefficients) -> tuple[tuple[int, ...], int, int]
     fixed = c.stage_static_bytes + (c.work_bytes if r else 0) + kk * c.stage_act_bytes
 
     def split_under(limit: int):
-        caps = _piecewise_cap(limit - fixed, k.w + kk * k.inp, k.w + kk * k.act, r, L)
+        caps = piecewise_cap(limit - fixed, k.w + kk * k.inp, k.w + kk * k.act, r, L)
         return pack(caps, L)
 
     lo, hi = 0, int(fixed.max() + (k.w + kk.max() * max(k.act, k.inp)) * L)

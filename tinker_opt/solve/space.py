@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from tinker_opt.errors import ConfigError
-from tinker_opt.model.strategy import (MODELLED_CP_ALGOS, OUTER_RULES, RECOMPUTE_KINDS, ZERO_LEVELS,
-                                       Strategy)
+from tinker_opt.strategy import (MODELLED_CP_ALGOS, OUTER_RULES, RECOMPUTE_KINDS, ZERO_LEVELS,
+                                 Strategy)
 
 SEARCHED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo")
 """Context-parallel algorithms searched by default (kvallgather can be simulated and allowed)."""

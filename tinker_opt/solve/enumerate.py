@@ -18,9 +18,8 @@ from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from tinker_opt.model.coefficients import iteration_time_ns_x_v, stage_costs
-from tinker_opt.model.layer_split import Split, best_split, recompute_range
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.solve.layer_split import Split, best_split, recompute_range
+from tinker_opt.strategy import Strategy
 
 _WORKER_MODEL = None
 """The CostModel inherited by forked workers (set before the pool starts)."""
@@ -51,7 +50,7 @@ def _solve_chunk(outers: Sequence[Strategy]) -> list[Candidate]:
 
 def _presolve_chunk(outers: Sequence[Strategy]) -> list[tuple[Strategy, float]]:
     """(outer, cheap lower bound on T in ns) of each configuration in which some split fits."""
-    from tinker_opt.model.bounds import is_feasible, lower_bound_x_v
+    from tinker_opt.solve.bounds import is_feasible, lower_bound_x_v
 
     found = []
     for outer in outers:
@@ -140,10 +139,10 @@ def brute_force(cost_model, outers: Sequence[Strategy]) -> list[Candidate]:
             for r in recompute_range(coeffs):
                 if r > max(layers) // coeffs.vpp:
                     break
-                stages = stage_costs(coeffs, layers, r)
+                stages = coeffs.stage_costs(layers, r)
                 if max(st.memory_bytes_x_v for st in stages) > coeffs.vpp * coeffs.memory_limit_bytes:
                     continue
-                value = iteration_time_ns_x_v(coeffs, stages)
+                value = coeffs.iteration_time_ns_x_v(stages)
                 if best is None or value < best.time_ns_x_v:
                     best = Split(layers, r, value)
         if best is not None:

@@ -30,7 +30,7 @@ group dp*cp and the expert data-parallel group edp, as Megatron's distributed op
 
 from __future__ import annotations
 
-from tinker_opt.model.strategy import Strategy
+from tinker_opt.strategy import Strategy
 
 FSDP_GRAD_BYTES = 4
 """Bytes per gradient element kept and reduced (fp32, as Megatron's main gradients and
@@ -64,7 +64,7 @@ def gathered_bytes(s: Strategy, unit_params: int, bpe: int) -> int:
 def _unit_traffic_us(tb, s: Strategy, dense: int, expert: int) -> tuple[float, float]:
     """(all-gather of the unit's weights, reduce-scatter of its gradients) in us, per micro-batch."""
     gather, scatter = 0.0, 0.0
-    for (size, scope), params in zip(tb._sync_groups(s), (dense, expert)):
+    for (size, scope), params in zip(tb.sync_groups(s), (dense, expert)):
         if size <= 1 or not params:
             continue
         if s.zero >= 3:

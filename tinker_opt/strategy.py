@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinker_opt.errors import StrategyError
+from tinker_opt.specs import ClusterSpec, ModelSpec
 
 RECOMPUTE_KINDS = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("block", "uniform")
-CP_ALGOS = ("ulysses_cp_algo", "megatron_cp_algo", "hybrid_cp_algo", "kvallgather_cp_algo",
-            "adaptive_cp_algo")
 STRATEGY_KEYS = ("tp", "pp", "dp", "cp", "cp_algo", "ep", "etp", "sp", "vpp", "dist_opt", "mbs",
                  "recompute", "recompute_method", "recompute_num_layers", "num_layer_list", "zero")
 ZERO_LEVELS = (0, 1, 2, 3)
@@ -73,11 +72,6 @@ class Strategy:
             raise StrategyError(
                 f"num_layer_list has {len(self.num_layer_list)} entries but pp is {self.pp}; "
                 "give one layer count per pipeline stage")
-
-    @property
-    def model_parallel_size(self) -> int:
-        """Devices of one model replica: tp x pp x cp."""
-        return self.tp * self.pp * self.cp
 
     @property
     def world_size(self) -> int:
@@ -164,14 +158,14 @@ MODELLED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo", "kvallgather_cp_algo
 """Context-parallel algorithms the cost model times (ring, all-to-all, all-gather of K/V)."""
 
 
-def _rule_world(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
+def _rule_world(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str | None:
     if s.world_size != num_devices:
         return (f"tp*pp*dp*cp = {s.tp}*{s.pp}*{s.dp}*{s.cp} = {s.world_size} must equal the "
                 f"cluster's {num_devices} devices")
     return None
 
 
-def _rule_tp(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
+def _rule_tp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str | None:
     for name, value in (("num_attention_heads", model.num_attention_heads),
                         ("num_query_groups", model.num_query_groups),
                         ("ffn_hidden_size", model.ffn_hidden_size)):
@@ -185,14 +179,14 @@ def _rule_tp(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
     return None
 
 
-def _rule_batch(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
+def _rule_batch(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str | None:
     if gbs % (s.mbs * s.dp):
         return (f"global_batch_size ({gbs}) must be a multiple of micro_batch_size * dp "
                 f"({s.mbs} * {s.dp} = {s.mbs * s.dp})")
     return None
 
 
-def _rule_cp(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
+def _rule_cp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str | None:
     if s.cp == 1:
         return None
     if s.cp_algo not in MODELLED_CP_ALGOS:
@@ -208,7 +202,7 @@ def _rule_cp(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
     return None
 
 
-def _rule_moe(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
+def _rule_moe(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str | None:
     if not model.is_moe:
         if s.ep > 1 or (s.etp is not None and s.etp != s.tp):
             return f"ep ({s.ep}) / etp ({s.etp}) apply to MoE models only; this model has no experts"
@@ -228,7 +222,7 @@ def _rule_moe(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None
     return None
 
 
-def _rule_vpp(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
+def _rule_vpp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str | None:
     if s.vpp == 1:
         return None
     if s.pp <= 2:
@@ -245,7 +239,7 @@ def _rule_vpp(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None
     return None
 
 
-def _rule_recompute_kind(s: Strategy, model: Any, num_devices: int, gbs: int) -> str | None:
+def _rule_recompute_kind(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str | None:
     if s.recompute == "full" and s.recompute_method not in (None, "block"):
         return (f"recompute_method {s.recompute_method!r} is not modelled; use 'block' "
                 "(each stage recomputes its first recompute_num_layers layers)")
@@ -259,7 +253,7 @@ OUTER_RULES = (_rule_world, _rule_tp, _rule_batch, _rule_cp, _rule_moe, _rule_vp
 """Rules on the outer configuration (everything but the layer split and recompute count)."""
 
 
-def check_outer(strategy: Strategy, model: Any, num_devices: int, global_batch_size: int) -> None:
+def check_outer(strategy: Strategy, model: ModelSpec, num_devices: int, global_batch_size: int) -> None:
     """Raise StrategyError naming the first outer rule the strategy breaks."""
     for rule in OUTER_RULES:
         message = rule(strategy, model, num_devices, global_batch_size)
@@ -291,7 +285,7 @@ def _recompute_count_message(s: Strategy, num_layers: int) -> str | None:
     return None
 
 
-def check_strategy(strategy: Strategy, model: Any, cluster: Any, global_batch_size: int) -> None:
+def check_strategy(strategy: Strategy, model: ModelSpec, cluster: ClusterSpec, global_batch_size: int) -> None:
     """Raise StrategyError naming the rule `strategy` breaks, with both numbers; None when valid.
 
     `model` is a ModelSpec, `cluster` a ClusterSpec (only its device count matters here).

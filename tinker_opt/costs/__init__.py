@@ -1,0 +1,1 @@
+"""The cost model: profiled blocks + communication model -> integer coefficients -> evaluate (no torch)."""

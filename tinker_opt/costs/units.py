@@ -1,0 +1,26 @@
+"""Units shared by the per-layer (terms.py) and per-stage (stage_terms.py) terms: fp32 gradient
+bytes, tokens of one micro-batch on one rank, and the one rounding of times to integer ns."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinker_opt.strategy import Strategy
+
+GRAD_BYTES = 4
+"""fp32 main gradients (Megatron: bf16 implies accumulate_allreduce_grads_in_fp32)."""
+
+
+def to_ns(us: float) -> int:
+    """Microseconds to integer nanoseconds: the one rounding of every time coefficient."""
+    return int(round(us * 1000.0))
+
+
+def ns_array(us: np.ndarray) -> np.ndarray:
+    """`to_ns` of each element (numpy's round-half-even, as Python's round)."""
+    return np.rint(np.asarray(us, dtype=float) * 1000.0).astype(np.int64)
+
+
+def m_tokens(model, s: Strategy) -> int:
+    """Tokens of one micro-batch on one context-parallel rank: s*b/cp."""
+    return model.seq_length // s.cp * s.mbs

@@ -1,1 +1,0 @@
-"""Strategy space, cost model and the solvers (no torch needed here)."""
