@@ -62,10 +62,10 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     layer_costs = [tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)) for k in set(tb.kinds)]
     layer_transient = max(cost.transient_bytes for cost in layer_costs)
     transient = np.full(p, layer_transient, dtype=np.int64)
-    unit = max([cost.param_count for cost in layer_costs] + [first_params, last_params])
-    transient += gathered_bytes(s, unit, tb.bpe)  # ZeRO 2/3: gathered units and their gradients
     transient[0] = max(transient[0], emb.transient_bytes)
     transient[-1] = max(transient[-1], norm.transient_bytes, head.transient_bytes)
+    unit = max([cost.param_count for cost in layer_costs] + [first_params, last_params])
+    transient += gathered_bytes(s, unit, tb.bpe)  # ZeRO 2/3: gathered units and their gradients
     act_bytes = np.zeros(p, dtype=np.int64)
     act_bytes[0] += emb.activation_bytes
     act_bytes[-1] += norm.activation_bytes + head.activation_bytes
