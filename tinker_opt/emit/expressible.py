@@ -15,7 +15,8 @@ from tinker_opt.solve.space import SEARCHED_CP_ALGOS, SearchSpace
 from tinker_opt.strategy import Strategy
 from tinker_opt.script import versions
 from tinker_opt.script.reader import ScriptInfo
-from tinker_opt.script.strategy_args import DEFAULT_CP_ALGO, VPP_LAYERS_FLAG, VPP_SIZE_FLAGS
+from tinker_opt.script.strategy_args import (DEFAULT_CP_ALGO, SHARDING_FLAG, VPP_LAYERS_FLAG, VPP_SIZE_FLAGS,
+                                             zero_backend)
 from tinker_opt.script.versions import CP_ALGO_SINCE, VersionRange, flag_allowed
 
 
@@ -131,6 +132,9 @@ def expressible_strategy(strategy: Strategy, info: ScriptInfo, vr: VersionRange,
     layer_list = _layer_list(strategy, info, vr)
     if strategy.ep > 1:
         _needs("--expert-model-parallel-size", f"ep = {strategy.ep}", info, vr)
+    if strategy.zero >= 2 and zero_backend(info.launch) is None:
+        raise StrategyError(f"ZeRO stage {strategy.zero} needs DeepSpeed (--zero-stage) or Megatron-FSDP "
+                            f"({SHARDING_FLAG}); this script has neither: use zero <= 1")
     stage_layers = max(layer_list) if layer_list else total // strategy.pp
     return strategy.replace(
         sp=strategy.sp and strategy.tp > 1, cp_algo=_cp_algo(strategy, info, vr),
@@ -163,7 +167,9 @@ def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | Non
         allow_uneven_split=not megatron and can("--num-layer-list"),
         etp_follows_tp=not (can("--expert-tensor-parallel-size") or info.launch.has("--moe-tp-extend-ep")),
         # MindSpeed raises on --swap-optimizer without the distributed optimizer.
-        require_dist_opt=info.train.swap_optimizer_times is not None)
+        require_dist_opt=info.train.swap_optimizer_times is not None,
+        # ZeRO 2/3 only where the script already picks its stage by flag (DeepSpeed, Megatron-FSDP).
+        zero_levels=(0, 1, 2, 3) if zero_backend(info.launch) else (0, 1))
 
 
 def fsdp2_search_space(info: ScriptInfo, base: SearchSpace | None = None) -> SearchSpace:
