@@ -99,7 +99,7 @@ def _targets(info):
             continue
         extra = {"recompute_method": "block", "recompute_num_layers": info.model.num_layers} if rc == "full" else {}
         yield Strategy(tp=tp, dp=dp, cp=cp, cp_algo="ulysses_cp_algo" if cp > 1 else None, ep=ep,
-                       zero=3, mbs=mbs, recompute=rc, **extra)
+                       etp=tp if info.model.is_moe else None, zero=3, mbs=mbs, recompute=rc, **extra)
 
 
 @pytest.mark.parametrize("script", [QWEN3_8B, QWEN3_30B], ids=lambda p: p.stem)
@@ -167,3 +167,22 @@ def test_yaml_edit_in_place_insert_and_new_section():
     data = yaml.safe_load(out)
     assert data["parallel"] == {"fsdp_size": 16, "tp_size": 2, "recompute": False}
     assert data["training"]["gradient_accumulation_steps"] == 4 and data["data"] == {"cutoff_len": 8192}
+
+
+def test_all_on_an_fsdp2_launch_round_trips(tmp_path):
+    """`all` (analytic device) proves an optimum and writes each config with its YAML; the tuned
+    launch reads back as the best strategy."""
+    proc = run_cli("all", str(QWEN3_8B), "--device", "analytic", "--hardware", "910b", "--max-npu", "16",
+                   "--prof-tp", "1,2", "--max-mbs", "1", "--num-npus-per-node", "16", "--memory-limit", "57000",
+                   "--save-path", str(tmp_path / "prof"), "--output-dir", str(tmp_path / "results"),
+                   "--top-k", "2", "--cpus", "1", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    folder = next((tmp_path / "results").iterdir())
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["status"] == "optimal"
+    best = Strategy.from_dict(summary["best"]["strategy"])
+    assert best.pp == 1 and best.zero == 3
+    script = next((folder / "configs").glob("*rank1*.sh"))
+    assert script.with_suffix(".yaml").is_file()
+    info = read_script(script, model_config=FSDP2 / "models" / "Qwen3-8B" / "config.json")
+    assert info.train.strategy == best

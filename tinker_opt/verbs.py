@@ -60,14 +60,14 @@ def read_json_object(path: Path) -> dict[str, Any]:
     return data
 
 
-def _read_optional_script(path: str | None, how_to_pass: str):
+def _read_optional_script(path: str | None, how_to_pass: str, model_config: str | None = None):
     from tinker_opt.script.reader import read_script
 
     if not path:
         return None
     if not Path(path).exists():
         raise ConfigError(f"script '{path}' does not exist; pass an existing launch script {how_to_pass}")
-    return read_script(path)
+    return read_script(path, model_config=model_config)
 
 
 def _model_of(profiled, info, how_to_pass: str):
@@ -114,7 +114,7 @@ def run_profile(settings: ProfileSettings, *, progress: Progress | None = None, 
     from tinker_opt.script.reader import read_script
 
     require(settings, "pretrain_script_path")
-    info = read_script(settings.pretrain_script_path)
+    info = read_script(settings.pretrain_script_path, model_config=settings.model_config)
     labels = labels_for(settings.pretrain_script_path, settings.model_name, settings.model_size)
     out_dir = profile_folder(settings, labels)
     analytic = settings.device == "analytic"
@@ -176,7 +176,7 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
     require(settings, "profiled_data_path")
     profiled = load_profiled_data(settings.profiled_data_path)
     script_path = settings.pretrain_script_path_search or profiled.meta.script_path
-    info = _read_optional_script(script_path, SEARCH_SCRIPT)
+    info = _read_optional_script(script_path, SEARCH_SCRIPT, settings.model_config)
     if info is not None:
         settings = replace(settings, global_batch_size=settings.global_batch_size or info.train.global_batch_size,
                            num_nodes=settings.num_nodes or info.train.nnodes)
@@ -301,7 +301,8 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
     profiled_script = profiled.meta.script_path
     if profiled_script and not Path(profiled_script).exists():
         profiled_script = None  # moved since profiling: the profile's own model and batch size still serve
-    info = _read_optional_script(settings.pretrain_script_path or profiled_script, SIMULATE_SCRIPT)
+    info = _read_optional_script(settings.pretrain_script_path or profiled_script, SIMULATE_SCRIPT,
+                                 settings.model_config)
     model = _model_of(profiled, info, SIMULATE_SCRIPT)
     if settings.num_layers:
         model = replace(model, num_layers=settings.num_layers)

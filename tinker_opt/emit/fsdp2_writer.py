@@ -60,7 +60,8 @@ def fsdp2_target(strategy: Strategy, info: ScriptInfo) -> Strategy:
     sharded = strategy.dist_opt and strategy.dp * strategy.cp > 1  # FSDP2 shards everything or nothing
     return Strategy(tp=strategy.tp, pp=1, dp=strategy.dp, cp=strategy.cp,
                     cp_algo=strategy.cp_algo if strategy.cp > 1 else None,
-                    ep=strategy.ep if info.model.is_moe else 1, etp=None, sp=False, vpp=1,
+                    ep=strategy.ep if info.model.is_moe else 1,
+                    etp=strategy.tp if info.model.is_moe else None, sp=False, vpp=1,
                     dist_opt=sharded, zero=3 if sharded else 0, mbs=strategy.mbs, **recompute)
 
 

@@ -8,7 +8,8 @@ The model's shape is the Hugging Face `config.json` under `model.model_name_or_p
 
 Strategy, in the Strategy schema:
 * tp = `parallel.tp_size`, cp = `parallel.cp_size` (`cp_type` ulysses -> `ulysses_cp_algo`,
-  ring -> `megatron_cp_algo`), ep = `parallel.ep_size`; no pipeline parallelism (pp = vpp = 1);
+  ring -> `megatron_cp_algo`), ep = `parallel.ep_size` (experts split like the rest by tp: etp = tp);
+  no pipeline parallelism (pp = vpp = 1);
 * dp = world / (tp x cp); the parameters, gradients and optimizer states are sharded over the
   `parallel.fsdp_size` ranks: zero = 3 (0 when fsdp_size is 1). The shipped examples set fsdp_size to the whole
   data-parallel x context-parallel group (16 of 16 devices; ep_size x ep_fsdp_size = 16 in the
@@ -207,7 +208,7 @@ def read_fsdp2_strategy(config: Fsdp2Config, *, world: int, is_moe: bool, num_la
         if _flag(config, "parallel.recompute") else {}
     try:
         strategy = Strategy(tp=tp, pp=1, dp=dp, cp=cp, cp_algo=CP_TYPES[cp_type] if cp > 1 else None,
-                            ep=ep if is_moe else 1, etp=None, sp=False, vpp=1, dist_opt=fsdp > 1,
+                            ep=ep if is_moe else 1, etp=tp if is_moe else None, sp=False, vpp=1, dist_opt=fsdp > 1,
                             zero=3 if fsdp > 1 else 0, mbs=mbs,
                             **recompute)
     except StrategyError as exc:
