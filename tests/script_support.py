@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from tinker_opt.strategy import Strategy
 from tinker_opt.script import versions
-from tinker_opt.script.reader import ScriptInfo
+from tinker_opt.script.reader import ScriptInfo, p2p_overlap
+from tinker_opt.script.strategy_args import OVERLAP_FLAGS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scripts"
 FIXTURE_PATHS = sorted(FIXTURES.glob("*.sh"))
@@ -27,7 +28,9 @@ OWNED_FLAGS = {
     "--num-layer-list", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     "--use-distributed-optimizer", "--overlap-param-gather", "--micro-batch-size",
     "--enable-recompute-layers-per-pp-rank", "--nnodes", "--nproc_per_node", "--worker_num",
-    "--local_worker_num", "--num_nodes", "--num_gpus"}
+    "--local_worker_num", "--num_nodes", "--num_gpus", "--overlap-grad-reduce",
+    "--moe-alltoall-overlap-comm", "--overlap-moe-expert-parallel-comm", "--use-ascend-mc2", "--use-mc2",
+    "--tp-comm-overlap", "--tp-comm-overlap-cfg"}
 _VALUE = r"(\d+(,\d+)*|full|selective|block|uniform|\w+_cp_algo|causal|general)"
 _ALLOWED_TOKEN = re.compile(
     rf"^({_VALUE}|\\|[A-Z_]+={_VALUE}|[A-Z_]+='{_VALUE}'|[A-Z_]+=\"{_VALUE}\"|\$\{{?\w+\}}?|"
@@ -113,7 +116,8 @@ def _rest(draw, info, vr, allowed, world, tp, pp, cp, dp, nnodes, nproc):
         ep = draw(st.sampled_from(eps if allowed("--expert-model-parallel-size") else [1]))
     layer_list = draw(_layer_list(total, pp, megatron, info, allowed))
     vpps = [1]
-    if pp > 1 and layer_list is None and allowed("--num-layers-per-virtual-pipeline-stage"):
+    least_pp = 2 if p2p_overlap(info.launch, vr) else 3  # Megatron's interleaved-schedule check
+    if pp >= least_pp and layer_list is None and allowed("--num-layers-per-virtual-pipeline-stage"):
         vpps = [v for v in range(1, total // pp + 1) if total % (pp * v) == 0][:6]
     vpp = draw(st.sampled_from(vpps))
     gbs = info.train.global_batch_size
@@ -126,9 +130,32 @@ def _rest(draw, info, vr, allowed, world, tp, pp, cp, dp, nnodes, nproc):
                  vpp=vpp, dist_opt=draw(st.booleans()), mbs=draw(st.sampled_from(mbss)),
                  recompute=recompute, recompute_method=method, recompute_num_layers=rc_layers,
                  num_layer_list=layer_list)
-    expected = s.replace(sp=s.sp and tp > 1,
-                         num_layer_list=None if megatron and pp == 1 else layer_list)
+    overlaps, expected_overlaps = draw(_overlaps(info, s, allowed))
+    s = s.replace(**overlaps)
+    expected = s.replace(sp=s.sp and tp > 1, num_layer_list=None if megatron and pp == 1 else layer_list,
+                         **expected_overlaps)
     return s, nnodes, nproc, expected
+
+
+@st.composite
+def _overlaps(draw, info, s, allowed):
+    """(overlap knobs to apply, what the tuned script reads back): None where a knob applies keeps
+    the script's setting; knobs that do not apply read back as None; only valid combinations."""
+    current = info.train.strategy
+    applies = {"overlap_grad_reduce": True, "overlap_param_gather": s.dist_opt,
+               "overlap_moe_comm": info.model.is_moe, "tp_comm_overlap": s.tp > 1}
+    can_on = {key: any(info.launch.has(f) or allowed(f) for f in flags) for key, flags in OVERLAP_FLAGS.items()}
+    chosen, expected = {}, {}
+    for key in OVERLAP_FLAGS:
+        value = draw(st.sampled_from([None, True, False] if can_on[key] else [None, False]))
+        if key == "tp_comm_overlap" and s.tp > 1 and not s.sp:
+            value = False
+        effective = bool(getattr(current, key)) if value is None else value
+        if key == "overlap_param_gather" and applies[key] and effective and not expected["overlap_grad_reduce"]:
+            value, effective = False, False
+        chosen[key] = value
+        expected[key] = effective if applies[key] else None
+    return chosen, expected
 
 
 @st.composite

@@ -46,13 +46,15 @@ def test_search_writes_results_folder(search_run):
 
 def test_tuned_script_holds_best_strategy(search_run):
     """The rank-1 script, read back, carries the best strategy and the target cluster."""
-    from tinker_opt.strategy import Strategy
+    from tinker_opt.strategy import OVERLAP_KEYS, Strategy
     from tinker_opt.script.reader import read_script
 
     best = Strategy.from_dict(read_json(search_run / "summary.json"))
     rank1 = next((search_run / "configs").glob("*-rank1_*.sh"))
     info = read_script(rank1)
-    assert info.train.strategy == best
+    # overlap knobs the search left open (None) keep the script's setting
+    kept = {key: getattr(info.train.strategy, key) for key in OVERLAP_KEYS if getattr(best, key) is None}
+    assert info.train.strategy == best.replace(**kept)
     assert (info.train.nnodes, info.train.nproc_per_node) == (2, 8)
 
 
@@ -307,3 +309,11 @@ def test_simulate_takes_the_global_batch_from_the_profile(tmp_path):
     other = run_cli("simulate", "--profiled-data-path", str(folder), "--num-nodes", "1", "--json",
                     "--global-batch-size", "64")
     assert json.loads(result.stdout) == json.loads(explicit.stdout) != json.loads(other.stdout)
+
+
+def test_unpriced_flags_reach_summary_and_log(search_run):
+    """The example's flags the model does not price are named in summary.json warnings and search.log."""
+    summary = read_json(search_run / "summary.json")
+    named = [w for w in summary["warnings"] if w.startswith("the prediction does not include")]
+    assert named and "--use-fused-swiglu" in named[0]
+    assert "the prediction does not include" in (search_run / "search.log").read_text()

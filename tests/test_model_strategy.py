@@ -29,7 +29,10 @@ def test_valid_strategy_passes():
     (Strategy(tp=1, pp=1, dp=8, sp=True), ["sequence parallelism", "tp is 1"]),
     (Strategy(tp=1, pp=8, dp=1, num_layer_list=(1, 1, 1, 1, 1, 1, 1, 2)), ["sums to 9", "8 layers"]),
     (Strategy(tp=1, pp=4, dp=2, vpp=2, num_layer_list=(2, 2, 2, 2)), ["num_layer_list", "virtual"]),
-    (Strategy(tp=1, pp=2, dp=4, vpp=2), ["pipeline size > 2", "pp is 2"]),
+    (Strategy(tp=1, pp=1, dp=8, vpp=2), ["pipeline size >= 2", "pp is 1"]),
+    (Strategy(tp=1, pp=2, dp=4, overlap_param_gather=True), ["distributed optimizer"]),
+    (Strategy(tp=2, pp=1, dp=4, tp_comm_overlap=True), ["sequence parallelism"]),
+    (Strategy(tp=1, pp=1, dp=8, overlap_moe_comm=True), ["MoE models only"]),
     (Strategy(tp=1, pp=1, dp=8, recompute="full", recompute_num_layers=9), ["between 1", "(8)", "got 9"]),
     (Strategy(tp=1, pp=1, dp=8, recompute="full", recompute_method="uniform", recompute_num_layers=1), ["uniform"]),
     (Strategy(tp=1, pp=1, dp=4, cp=2), ["cp_algo"]),
@@ -86,3 +89,22 @@ def test_space_restrictions_are_honoured():
     choices = outer_choices(DENSE, 8, 64, space, lambda *shape: True, 2)
     assert choices and all(o.tp == 2 and o.vpp == 1 and o.cp == 1 and o.recompute == "none"
                            and not o.dist_opt for o in choices)
+
+
+def test_interleaved_pp2_follows_the_framework_version():
+    """vpp with pp 2 passes where p2p overlap is on (recent Megatron / MindSpeed-LLM) and fails without it."""
+    from tinker_opt.strategy import FrameworkRules
+
+    strategy = Strategy(tp=1, pp=2, dp=4, vpp=2)
+    check_strategy(strategy, DENSE, EIGHT, 64)
+    with pytest.raises(StrategyError, match=r"pipeline size >= 3 without p2p communication overlap \(pp is 2\)"):
+        check_strategy(strategy, DENSE, EIGHT, 64, FrameworkRules(overlap_p2p_comm=False))
+
+
+def test_overlap_keys_round_trip_json():
+    """The overlap switches are schema keys: to_dict / from_dict keep them, other values are refused."""
+    strategy = Strategy(tp=2, pp=1, dp=4, sp=True, dist_opt=True, overlap_grad_reduce=True,
+                        overlap_param_gather=True, tp_comm_overlap=False)
+    assert Strategy.from_dict(strategy.to_dict()) == strategy
+    with pytest.raises(StrategyError, match="true, false or null"):
+        Strategy(overlap_grad_reduce="yes")

@@ -137,7 +137,7 @@ def test_limits_add_the_scripts_tp_above_max_npu():
     """A script running tp 16 on nodes of 8 gets tp 16 profiled (tensor parallelism across nodes)."""
     train = TrainSpec(micro_batch_size=1, global_batch_size=8, nnodes=2, nproc_per_node=8,
                       strategy=Strategy(tp=16, pp=1, dp=1))
-    assert ProfileSettings(max_npu=8).limits(train).extra_tp == (16,)
+    assert MeasureSettings(**{**SMALL, "max_npu": 8}).limits(train).extra_tp == (16,)
 
 
 def test_max_ep_below_one_is_an_error():

@@ -23,6 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from script_support import bash_syntax_ok
 
+from tinker_opt.emit.expressible import expressible_strategy
+from tinker_opt.script import versions
+from tinker_opt.strategy import OVERLAP_KEYS
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.errors import TinkerError
 from tinker_opt.script.reader import inspect_dict, read_script_text
@@ -182,5 +185,9 @@ def test_apply_keeps_bash_syntax_and_reads_back(script, tp_pp, sp, dist_opt, rec
     ok, err = bash_syntax_ok(out.text)
     assert ok, f"{err}\n{out.text}"
     back = read_script_text(out.text).train
-    assert back.strategy == target
+    # Overlap knobs the target leaves None take their applicable form (False where they now apply).
+    expressed = expressible_strategy(target, info, versions.resolve(None, script, info.train.framework.flavour),
+                                     world=8)
+    assert back.strategy == expressed
+    assert back.strategy.replace(**{k: None for k in OVERLAP_KEYS}) == target.replace(**{k: None for k in OVERLAP_KEYS})
     assert (back.nnodes, back.nproc_per_node) == (1, 8)

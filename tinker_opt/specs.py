@@ -163,6 +163,14 @@ class TrainSpec:
     swap_optimizer_times: int | None = None
     """MindSpeed `--swap-optimizer`: optimizer states kept on the host and swapped to the device in
     this many chunks (`--swap-optimizer-times`, default 16) at the step; None when not swapping."""
+    overlap_p2p_comm: bool = True
+    """The interleaved schedule overlaps pipeline send/recv with compute (`--[no-]overlap-p2p-communication`,
+    default by framework version: script/versions.py p2p_overlap_default)."""
+    recompute_activation_function: bool = False
+    """MindSpeed `--recompute-activation-function`: the MLP activation is recomputed in the backward."""
+    recompute_activation_function_num_layers: int | None = None
+    """MindSpeed `--recompute-activation-function-num-layers`: only the first N layers of each stage
+    recompute the activation; None for every layer (or when the switch is off)."""
 
 
 @dataclass(frozen=True, kw_only=True)

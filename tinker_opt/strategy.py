@@ -2,8 +2,10 @@
 
 The JSON keys are fixed by ARCHITECTURE.md ("Machine-readable interfaces"):
 `tp, pp, dp, cp, cp_algo, ep, etp, sp, vpp, dist_opt, mbs, recompute, recompute_method,
-recompute_num_layers, num_layer_list`. `vpp` counts virtual chunks per pipeline rank (1 = plain
-1F1B); `num_layer_list` is None for an even split; knobs that do not apply are None.
+recompute_num_layers, num_layer_list, overlap_grad_reduce, overlap_param_gather, overlap_moe_comm,
+tp_comm_overlap`. `vpp` counts virtual chunks per pipeline rank (1 = plain 1F1B); `num_layer_list`
+is None for an even split; knobs that do not apply are None (an overlap knob left None where it
+applies means "keep the script's setting" to the writer).
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from tinker_opt.specs import ClusterSpec, ModelSpec
 RECOMPUTE_KINDS = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("block", "uniform")
 STRATEGY_KEYS = ("tp", "pp", "dp", "cp", "cp_algo", "ep", "etp", "sp", "vpp", "dist_opt", "mbs",
-                 "recompute", "recompute_method", "recompute_num_layers", "num_layer_list", "zero")
+                 "recompute", "recompute_method", "recompute_num_layers", "num_layer_list", "zero",
+                 "overlap_grad_reduce", "overlap_param_gather", "overlap_moe_comm", "tp_comm_overlap")
+OVERLAP_KEYS = STRATEGY_KEYS[-4:]
+"""Communication-overlap switches (script/flags.py names their flags per framework)."""
 ZERO_LEVELS = (0, 1, 2, 3)
 """ZeRO stages (Rajbhandari et al. 2020): 0 none, 1 optimizer states sharded (Megatron's distributed
 optimizer), 2 + gradients, 3 + parameters (FSDP)."""
@@ -51,6 +56,14 @@ class Strategy:
     zero: int = 0
     """ZeRO stage over the data-parallel (x context-parallel) group, kept consistent with dist_opt:
     zero >= 1 exactly when dist_opt. Levels 0 and 1 follow dist_opt; 2 and 3 turn dist_opt on."""
+    overlap_grad_reduce: bool | None = None
+    """`--overlap-grad-reduce`: DP gradient reduce in buckets during the backward."""
+    overlap_param_gather: bool | None = None
+    """`--overlap-param-gather`: parameter all-gather under the next forward; dist_opt only."""
+    overlap_moe_comm: bool | None = None
+    """MoE all-to-all overlap (`--moe-alltoall-overlap-comm` / `--overlap-moe-expert-parallel-comm`); MoE only."""
+    tp_comm_overlap: bool | None = None
+    """TP communication fused with the matmuls (`--use-ascend-mc2` / `--tp-comm-overlap`); tp > 1 only."""
 
     def __post_init__(self) -> None:
         if self.zero not in ZERO_LEVELS or isinstance(self.zero, bool):
@@ -68,6 +81,9 @@ class Strategy:
         if self.recompute_method is not None and self.recompute_method not in RECOMPUTE_METHODS:
             raise StrategyError(
                 f"recompute_method must be one of {RECOMPUTE_METHODS}, got {self.recompute_method!r}")
+        for name in OVERLAP_KEYS:
+            if getattr(self, name) not in (None, True, False):
+                raise StrategyError(f"strategy {name} must be true, false or null, got {getattr(self, name)!r}")
         if self.num_layer_list is not None and len(self.num_layer_list) != self.pp:
             raise StrategyError(
                 f"num_layer_list has {len(self.num_layer_list)} entries but pp is {self.pp}; "
@@ -110,7 +126,7 @@ class Strategy:
         if unknown:
             raise StrategyError(f"unknown strategy key(s) {unknown}; expected some of {list(STRATEGY_KEYS)}")
         values = {key: data[key] for key in STRATEGY_KEYS if key in data and data[key] is not None}
-        for flag in ("sp", "dist_opt"):
+        for flag in ("sp", "dist_opt", *OVERLAP_KEYS):
             if flag in values:
                 values[flag] = bool(values[flag])
         if "num_layer_list" in values:
@@ -154,18 +170,33 @@ class Strategy:
 # Megatron-LM's own argument checks (arguments.py, parallel_state.py).
 # ----------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class FrameworkRules:
+    """Facts of the target framework version that validity rules depend on (script/versions.py)."""
+
+    overlap_p2p_comm: bool = True
+    """The interleaved schedule overlaps p2p send/recv with compute: on by default since Megatron-LM
+    core_v0.8 / MindSpeed-LLM 2.0.0 (`--no-overlap-p2p-communication` turns it off), off before
+    (`--overlap-p2p-communication` turned it on)."""
+
+
+LATEST_RULES = FrameworkRules()
+"""The rules of recent framework versions: the default where the version is not known."""
+
 MODELLED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo", "kvallgather_cp_algo")
 """Context-parallel algorithms the cost model times (ring, all-to-all, all-gather of K/V)."""
 
 
-def _rule_world(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str | None:
+def _rule_world(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
+             fw: FrameworkRules = LATEST_RULES) -> str | None:
     if s.world_size != num_devices:
         return (f"tp*pp*dp*cp = {s.tp}*{s.pp}*{s.dp}*{s.cp} = {s.world_size} must equal the "
                 f"cluster's {num_devices} devices")
     return None
 
 
-def _rule_tp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str | None:
+def _rule_tp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
+             fw: FrameworkRules = LATEST_RULES) -> str | None:
     for name, value in (("num_attention_heads", model.num_attention_heads),
                         ("num_query_groups", model.num_query_groups),
                         ("ffn_hidden_size", model.ffn_hidden_size)):
@@ -179,14 +210,16 @@ def _rule_tp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str |
     return None
 
 
-def _rule_batch(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str | None:
+def _rule_batch(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
+             fw: FrameworkRules = LATEST_RULES) -> str | None:
     if gbs % (s.mbs * s.dp):
         return (f"global_batch_size ({gbs}) must be a multiple of micro_batch_size * dp "
                 f"({s.mbs} * {s.dp} = {s.mbs * s.dp})")
     return None
 
 
-def _rule_cp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str | None:
+def _rule_cp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
+             fw: FrameworkRules = LATEST_RULES) -> str | None:
     if s.cp == 1:
         return None
     if s.cp_algo not in MODELLED_CP_ALGOS:
@@ -202,7 +235,8 @@ def _rule_cp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str |
     return None
 
 
-def _rule_moe(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str | None:
+def _rule_moe(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
+             fw: FrameworkRules = LATEST_RULES) -> str | None:
     if not model.is_moe:
         if s.ep > 1 or (s.etp is not None and s.etp != s.tp):
             return f"ep ({s.ep}) / etp ({s.etp}) apply to MoE models only; this model has no experts"
@@ -222,11 +256,13 @@ def _rule_moe(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str 
     return None
 
 
-def _rule_vpp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str | None:
+def _rule_vpp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
+             fw: FrameworkRules = LATEST_RULES) -> str | None:
     if s.vpp == 1:
         return None
-    if s.pp <= 2:
-        return f"the interleaved schedule (vpp {s.vpp}) needs pipeline size > 2 (pp is {s.pp})"
+    message = interleaved_pipeline_message(s.pp, s.vpp, fw)
+    if message:
+        return message
     if s.num_layer_list is not None:
         return "num_layer_list cannot be combined with a virtual pipeline (vpp > 1); use an even split"
     if model.num_layers % (s.pp * s.vpp):
@@ -239,7 +275,40 @@ def _rule_vpp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str 
     return None
 
 
-def _rule_recompute_kind(s: Strategy, model: ModelSpec, num_devices: int, gbs: int) -> str | None:
+def interleaved_pipeline_message(pp: int, vpp: int, fw: FrameworkRules) -> str | None:
+    """Megatron-LM's pipeline-size check of the interleaved schedule: pp > 1 with p2p overlap, pp > 2
+    without it (two ranks would batch both directions' sends and receives together).
+    Sources: NVIDIA/Megatron-LM megatron/training/arguments.py validate_args; MindSpeed-LLM keeps the
+    same check; NVIDIA/Megatron-LM issue #750 (pp 2 is fine with overlap_p2p_comm)."""
+    if vpp == 1:
+        return None
+    least = 2 if fw.overlap_p2p_comm else 3
+    if pp < least:
+        why = "" if fw.overlap_p2p_comm else " without p2p communication overlap"
+        return f"the interleaved schedule (vpp {vpp}) needs pipeline size >= {least}{why} (pp is {pp})"
+    return None
+
+
+def _rule_overlap(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
+                  fw: FrameworkRules = LATEST_RULES) -> str | None:
+    return overlap_message(s, model.is_moe)
+
+
+def overlap_message(s: Strategy, is_moe: bool) -> str | None:
+    """Where each overlap switch applies (Megatron-LM arguments.py validate_args; MindSpeed mc2 likewise)."""
+    if s.overlap_param_gather and not s.dist_opt:
+        return "overlap_param_gather needs the distributed optimizer (dist_opt); turn one on or the other off"
+    if s.overlap_param_gather and s.overlap_grad_reduce is False:
+        return "overlap_param_gather needs overlap_grad_reduce (Megatron: 'Must use --overlap-param-gather with --overlap-grad-reduce')"
+    if s.overlap_moe_comm and not is_moe:
+        return "overlap_moe_comm applies to MoE models only; this model has no experts"
+    if s.tp_comm_overlap and not (s.tp > 1 and s.sp):
+        return f"tp_comm_overlap needs tp > 1 with sequence parallelism (tp {s.tp}, sp {s.sp})"
+    return None
+
+
+def _rule_recompute_kind(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
+             fw: FrameworkRules = LATEST_RULES) -> str | None:
     if s.recompute == "full" and s.recompute_method not in (None, "block"):
         return (f"recompute_method {s.recompute_method!r} is not modelled; use 'block' "
                 "(each stage recomputes its first recompute_num_layers layers)")
@@ -249,14 +318,15 @@ def _rule_recompute_kind(s: Strategy, model: ModelSpec, num_devices: int, gbs: i
 
 
 OUTER_RULES = (_rule_world, _rule_tp, _rule_batch, _rule_cp, _rule_moe, _rule_vpp,
-               _rule_recompute_kind)
+               _rule_overlap, _rule_recompute_kind)
 """Rules on the outer configuration (everything but the layer split and recompute count)."""
 
 
-def check_outer(strategy: Strategy, model: ModelSpec, num_devices: int, global_batch_size: int) -> None:
-    """Raise StrategyError naming the first outer rule the strategy breaks."""
+def check_outer(strategy: Strategy, model: ModelSpec, num_devices: int, global_batch_size: int,
+                framework: FrameworkRules = LATEST_RULES) -> None:
+    """Raise StrategyError naming the first outer rule the strategy breaks (for `framework`'s version)."""
     for rule in OUTER_RULES:
-        message = rule(strategy, model, num_devices, global_batch_size)
+        message = rule(strategy, model, num_devices, global_batch_size, framework)
         if message:
             raise StrategyError(message)
 
@@ -285,12 +355,14 @@ def _recompute_count_message(s: Strategy, num_layers: int) -> str | None:
     return None
 
 
-def check_strategy(strategy: Strategy, model: ModelSpec, cluster: ClusterSpec, global_batch_size: int) -> None:
+def check_strategy(strategy: Strategy, model: ModelSpec, cluster: ClusterSpec, global_batch_size: int,
+                   framework: FrameworkRules = LATEST_RULES) -> None:
     """Raise StrategyError naming the rule `strategy` breaks, with both numbers; None when valid.
 
-    `model` is a ModelSpec, `cluster` a ClusterSpec (only its device count matters here).
+    `model` is a ModelSpec, `cluster` a ClusterSpec (only its device count matters here);
+    `framework` the version-dependent facts (the script's, else recent versions').
     """
-    check_outer(strategy, model, cluster.num_devices, global_batch_size)
+    check_outer(strategy, model, cluster.num_devices, global_batch_size, framework)
     for message in (_layer_split_message(strategy, model.num_layers),
                     _recompute_count_message(strategy, model.num_layers)):
         if message:

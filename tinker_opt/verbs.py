@@ -175,6 +175,8 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
 
     require(settings, "profiled_data_path")
     profiled = load_profiled_data(settings.profiled_data_path)
+    for note in profiled.meta.notes or []:
+        log(note)
     script_path = settings.pretrain_script_path_search or profiled.meta.script_path
     info = _read_optional_script(script_path, SEARCH_SCRIPT, settings.model_config)
     if info is not None:
@@ -186,14 +188,24 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
                           memory_limit_mb=settings.memory_limit)
     cost_model = _cost_model(profiled, _model_of(profiled, info, SEARCH_SCRIPT), cluster,
                              settings.global_batch_size, settings, info)
-    for warning in cost_model.warnings:
+    warnings = list(cost_model.warnings) + _script_warnings(info)
+    for warning in warnings:
         log(warning)
     log(f"searching {cluster.num_devices} devices ({cluster.num_nodes} nodes x {cluster.devices_per_node}), "
         f"global batch {settings.global_batch_size}, memory limit {cluster.memory_limit_mb:g} MB, "
         f"solver {settings.solver}")
     version = settings.version or profiled.meta.framework_version
     result = _solve(cost_model, settings, info, version, log)
-    return _write_search_results(result, settings, profiled, script_path, info, cluster, cost_model, version, log)
+    return _write_search_results(result, settings, profiled, script_path, info, cluster, cost_model, version,
+                                 warnings, log)
+
+
+def _script_warnings(info) -> list[str]:
+    """The script's flags the prediction does not include (script/flags.py), for log and summary."""
+    from tinker_opt.script.flags import unpriced_warning
+
+    warning = unpriced_warning(info.launch) if info is not None else None
+    return [warning] if warning else []
 
 
 def _solve(cost_model, settings: SearchSettings, info, version: str | None, log: RunLog):
@@ -213,7 +225,8 @@ def _solve(cost_model, settings: SearchSettings, info, version: str | None, log:
 
 
 def _write_search_results(result, settings: SearchSettings, profiled, script_path: str | None, info,
-                          cluster: ClusterSpec, cost_model, version: str | None, log: RunLog) -> SearchOutcome:
+                          cluster: ClusterSpec, cost_model, version: str | None, warnings: list[str],
+                          log: RunLog) -> SearchOutcome:
     from tinker_opt.emit.results import RunLabels, SearchReport, write_results_folder
 
     top = [evaluation.to_dict() for evaluation in result.top]
@@ -224,19 +237,20 @@ def _write_search_results(result, settings: SearchSettings, profiled, script_pat
                          cluster.num_nodes, cluster.devices_per_node, cost_model.model.seq_length),
         inputs=_inputs_record(settings, profiled, script_path, cluster, cost_model.model), solver=result.solver,
         status=result.status, gap=result.gap, solve_time_s=result.solve_time_s, objective_ms=result.objective_ms,
-        bound_ms=result.bound_ms, top=top, warnings=list(cost_model.warnings), log_lines=log.lines)
+        bound_ms=result.bound_ms, top=top, warnings=warnings, log_lines=log.lines)
     writer = _script_writer(info, cluster, version, log, cost_model.global_batch_size) if info is not None else None
     if writer is None:
         log("no launch script known for this profile: configs/ stays empty (pass the script positionally)")
     folder = write_results_folder(report, Path(settings.output_dir), write_script=writer)
     return SearchOutcome(folder=folder, top=top, status=result.status, solver=result.solver,
-                         solve_time_s=result.solve_time_s, gap=result.gap, warnings=list(cost_model.warnings))
+                         solve_time_s=result.solve_time_s, gap=result.gap, warnings=warnings)
 
 
 def _inputs_record(settings: SearchSettings, profiled, script_path: str | None, cluster: ClusterSpec,
                    model) -> dict[str, Any]:
     return {
         "profiled_data_path": str(profiled.path),
+        "profile_notes": list(profiled.meta.notes or []),
         "script_path": str(Path(script_path).resolve()) if script_path else None,
         "model": model.to_dict(), "global_batch_size": settings.global_batch_size,
         "num_nodes": cluster.num_nodes, "num_npus_per_node": cluster.devices_per_node,

@@ -12,11 +12,12 @@ import dataclasses
 
 from tinker_opt.errors import StrategyError
 from tinker_opt.solve.space import SEARCHED_CP_ALGOS, SearchSpace
-from tinker_opt.strategy import Strategy
+from tinker_opt.strategy import (FrameworkRules, Strategy, interleaved_pipeline_message,
+                                 overlap_message)
 from tinker_opt.script import versions
-from tinker_opt.script.reader import ScriptInfo
-from tinker_opt.script.strategy_args import (DEFAULT_CP_ALGO, SHARDING_FLAG, VPP_LAYERS_FLAG, VPP_SIZE_FLAGS,
-                                             zero_backend)
+from tinker_opt.script.reader import ScriptInfo, p2p_overlap
+from tinker_opt.script.strategy_args import (DEFAULT_CP_ALGO, OVERLAP_FLAGS, SHARDING_FLAG, VPP_LAYERS_FLAG,
+                                             VPP_SIZE_FLAGS, overlap_applies, zero_backend)
 from tinker_opt.script.versions import CP_ALGO_SINCE, VersionRange, flag_allowed
 
 
@@ -34,6 +35,40 @@ def _needs(flag: str, purpose: str, info: ScriptInfo, vr: VersionRange) -> None:
     framework = "Megatron-LM" if vr.family == versions.MEGATRON else "MindSpeed-LLM"
     raise StrategyError(f"{purpose} needs {flag}, which {framework} {vr.label} lacks ({where}); "
                         "choose a strategy without it or pass a newer --version")
+
+
+def framework_rules(info: ScriptInfo, vr: VersionRange) -> FrameworkRules:
+    """The version-dependent rule facts for this script at version `vr`."""
+    return FrameworkRules(overlap_p2p_comm=p2p_overlap(info.launch, vr))
+
+
+def overlap_flag(key: str, info: ScriptInfo, vr: VersionRange) -> str | None:
+    """The flag that turns overlap `key` on: the script's own spelling, else the first the version has."""
+    flags = OVERLAP_FLAGS[key]
+    present = [flag for flag in flags if info.launch.has(flag)]
+    if present:
+        return present[0]
+    return next((flag for flag in flags if flag_allowed(flag, vr)), None)
+
+
+def _overlaps(s: Strategy, info: ScriptInfo, vr: VersionRange) -> dict:
+    """Normal form of the overlap knobs: None where a knob does not apply; a knob left None where it
+    applies keeps the script's setting; a knob switched on needs a flag the version has."""
+    out = {}
+    current = info.train.strategy
+    for key in OVERLAP_FLAGS:
+        if not overlap_applies(key, tp=s.tp, dist_opt=s.dist_opt, is_moe=info.model.is_moe):
+            out[key] = None
+            continue
+        value = getattr(s, key)
+        value = bool(getattr(current, key)) if value is None else value
+        if value and overlap_flag(key, info, vr) is None:
+            _needs(OVERLAP_FLAGS[key][-1 if vr.family == versions.MEGATRON else 0], key, info, vr)
+        out[key] = value
+    message = overlap_message(s.replace(**out), info.model.is_moe)
+    if message:
+        raise StrategyError(message)
+    return out
 
 
 def _check_model(s: Strategy, info: ScriptInfo, world: int) -> None:
@@ -62,8 +97,11 @@ def _layers(s: Strategy, total: int, info: ScriptInfo, vr: VersionRange) -> None
         raise StrategyError(f"--num-layers {total} is not divisible by pp ({s.pp}); give a "
                             "num_layer_list or choose a pp that divides it")
     if s.vpp > 1:
-        if s.pp < 2 or total % (s.pp * s.vpp):
-            raise StrategyError(f"vpp = {s.vpp} needs pp > 1 and --num-layers {total} divisible by "
+        message = interleaved_pipeline_message(s.pp, s.vpp, framework_rules(info, vr))
+        if message:
+            raise StrategyError(f"{message} in {vr.label}")
+        if total % (s.pp * s.vpp):
+            raise StrategyError(f"vpp = {s.vpp} needs --num-layers {total} divisible by "
                                 f"pp x vpp = {s.pp * s.vpp}")
         if not any(info.launch.has(flag) for flag in VPP_SIZE_FLAGS):
             _needs(VPP_LAYERS_FLAG, f"vpp = {s.vpp}", info, vr)
@@ -139,7 +177,7 @@ def expressible_strategy(strategy: Strategy, info: ScriptInfo, vr: VersionRange,
     return strategy.replace(
         sp=strategy.sp and strategy.tp > 1, cp_algo=_cp_algo(strategy, info, vr),
         etp=_etp(strategy, info, vr), num_layer_list=layer_list,
-        **_recompute(strategy, stage_layers // strategy.vpp))
+        **_recompute(strategy, stage_layers // strategy.vpp), **_overlaps(strategy, info, vr))
 
 
 def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | None = None) -> SearchSpace:

@@ -9,14 +9,15 @@ New flags go next to the group that already holds their kind (parallel sizes, Mo
 from __future__ import annotations
 
 from tinker_opt.emit import script_edit
+from tinker_opt.emit.expressible import overlap_flag
 from tinker_opt.emit.script_edit import Edit
 from tinker_opt.errors import StrategyError
 from tinker_opt.strategy import Strategy
 from tinker_opt.script import versions
 from tinker_opt.script.launch import ArgOccurrence
 from tinker_opt.script.reader import ScriptInfo
-from tinker_opt.script.strategy_args import (DEFAULT_CP_ALGO, SHARDING_FLAG, SHARDING_STRATEGIES, VPP_LAYERS_FLAG,
-                                             VPP_SIZE_FLAGS, ZERO_STAGE_FLAG, zero_backend)
+from tinker_opt.script.strategy_args import (DEFAULT_CP_ALGO, OVERLAP_FLAGS, SHARDING_FLAG, SHARDING_STRATEGIES,
+                                             VPP_LAYERS_FLAG, VPP_SIZE_FLAGS, ZERO_STAGE_FLAG, zero_backend)
 
 CP_RING_ONLY = ("--use-cp-send-recv-overlap", "--cp-attention-mask-type", "--cp-window-size",
                 "--use-fused-ring-attention-update")
@@ -32,6 +33,7 @@ RECOMPUTE_OWNED = ("--recompute-granularity", "--recompute-activations", "--reco
 """What the strategy's recompute knob owns; MindSpeed's extra memory features
 (`--recompute-activation-function`, `--recompute-norm`, `--swap-attention`, ...) stay as written."""
 DIST_OPT_COMPANIONS = ("--overlap-param-gather", "--overlap-param-gather-with-optimizer-step")
+TP_OVERLAP_COMPANIONS = ("--tp-comm-overlap-cfg",)
 _ANCHORS = {
     "parallel": ("--pipeline-model-parallel-size", "--tensor-model-parallel-size",
                  "--context-parallel-size", "--sequence-parallel", "--micro-batch-size",
@@ -66,7 +68,7 @@ class _Plan:
 
     def remove(self, *flags: str) -> None:
         for occurrence in self.launch.args:
-            if occurrence.name in flags:
+            if occurrence.name in flags and id(occurrence) not in self.removed:
                 self.removed.add(id(occurrence))
                 self.edits.append(script_edit.removal(self.text, occurrence, self.info.expansion))
 
@@ -98,7 +100,8 @@ def _context_parallel(plan: _Plan, s: Strategy) -> None:
     if s.cp > 1 or plan.launch.has("--context-parallel-size"):
         plan.value("--context-parallel-size", s.cp, default=1)
     if s.cp == 1:
-        plan.remove("--context-parallel-algo", *CP_COMPANIONS)
+        if plan.info.train.strategy.cp > 1:  # a script already at cp 1 keeps its (idle) cp options
+            plan.remove("--context-parallel-algo", *CP_COMPANIONS)
         return
     if plan.vr.family == versions.MEGATRON:
         return
@@ -194,6 +197,17 @@ def _zero(plan: _Plan, s: Strategy) -> None:
         plan.remove(*DIST_OPT_COMPANIONS)
 
 
+def _overlaps(plan: _Plan, s: Strategy) -> None:
+    """Each overlap switch: off (or not applicable) removes every spelling; on keeps the script's
+    spelling or adds the one the version has (expressible.overlap_flag)."""
+    for key, flags in OVERLAP_FLAGS.items():
+        if getattr(s, key):
+            if not any(plan.launch.has(flag) for flag in flags):
+                plan.switch(overlap_flag(key, plan.info, plan.vr), True)
+        else:
+            plan.remove(*flags, *(TP_OVERLAP_COMPANIONS if key == "tp_comm_overlap" else ()))
+
+
 def plan_strategy_edits(text: str, info: ScriptInfo, s: Strategy,
                         vr: versions.VersionRange) -> list[Edit]:
     """Edits that make the script run the (expressible) strategy `s`."""
@@ -208,4 +222,5 @@ def plan_strategy_edits(text: str, info: ScriptInfo, s: Strategy,
     _zero(plan, s)
     plan.value("--micro-batch-size", s.mbs, default=1)
     _recompute(plan, s)
+    _overlaps(plan, s)
     return plan.finish()

@@ -14,7 +14,9 @@ from typing import Any
 from tinker_opt.errors import ScriptError
 from tinker_opt.script import versions
 from tinker_opt.script.expand import Expansion, Scalar, expand_script
-from tinker_opt.script.fsdp2 import Fsdp2Config, fsdp2_summary, is_fsdp2, load_fsdp2_config, read_fsdp2_model, read_fsdp2_strategy
+from tinker_opt.script.flags import unpriced_warning
+from tinker_opt.script.fsdp2 import (Fsdp2Config, fsdp2_summary, is_fsdp2, load_fsdp2_config, read_fsdp2_model,
+                                     read_fsdp2_strategy)
 from tinker_opt.script.launch import Launch, find_launch
 from tinker_opt.script.model_args import int_value, read_model, script_num_layers
 from tinker_opt.script.shell import ShellSyntaxError
@@ -114,6 +116,25 @@ def _swap_optimizer_times(launch: Launch) -> int | None:
     return times
 
 
+def p2p_overlap(launch: Launch, version_range: versions.VersionRange) -> bool:
+    """`--no-overlap-p2p-communication` / `--overlap-p2p-communication`, else the version's default."""
+    if launch.has("--no-overlap-p2p-communication"):
+        return False
+    return launch.has("--overlap-p2p-communication") or versions.p2p_overlap_default(version_range)
+
+
+def _activation_recompute(launch: Launch, version_range: versions.VersionRange) -> dict:
+    """MindSpeed's activation-function recompute, where the script's version has the flag."""
+    flag = "--recompute-activation-function"
+    if not launch.has(flag) or not versions.flag_allowed(flag, version_range):
+        return {}
+    layers = int_value(launch, "--recompute-activation-function-num-layers")
+    if layers is not None and layers < 1:
+        raise ScriptError(f"--recompute-activation-function-num-layers is {layers}; give a positive layer count")
+    return {"recompute_activation_function": True, "recompute_activation_function_num_layers": layers}
+
+
+
 def _read_fsdp2(text: str, name: str, path: Path | None, expansion: Expansion, launch: Launch,
                 warnings: list[str], fsdp2_yaml: str | None, model_config) -> ScriptInfo:
     """The ScriptInfo of a MindSpeed-LLM FSDP2 launch (settings in its YAML and overrides)."""
@@ -161,11 +182,16 @@ def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = 
     framework = FrameworkInfo(flavour=flavour, version=version_range.describe() if
                               version_range.exact else None, launcher=launch.launcher,
                               entry=launch.entry_source)
+    unpriced = unpriced_warning(launch)
+    if unpriced:
+        warn(unpriced)
     mbs = int_value(launch, "--micro-batch-size", 1)
     train = TrainSpec(micro_batch_size=mbs, nnodes=nodes, nproc_per_node=local, strategy=strategy,
                       global_batch_size=int_value(launch, "--global-batch-size", mbs * strategy.dp),
                       framework=framework, is_full_tune=_is_full_tune(name, launch),
-                      loads_checkpoint=launch.has("--load"), swap_optimizer_times=_swap_optimizer_times(launch))
+                      loads_checkpoint=launch.has("--load"), swap_optimizer_times=_swap_optimizer_times(launch),
+                      overlap_p2p_comm=p2p_overlap(launch, version_range),
+                      **_activation_recompute(launch, version_range))
     return ScriptInfo(path=path, text=text, model=model, train=train, warnings=tuple(warnings),
                       num_layers_in_script=total, version_range=version_range, launch=launch,
                       expansion=expansion)
@@ -201,7 +227,10 @@ def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
     framework = {"flavour": fw.flavour, "version": fw.version,
                  "version_range": info.version_range.describe(), "launcher": fw.launcher, "entry": fw.entry, "is_full_tune": info.train.is_full_tune,
                  "loads_checkpoint": info.train.loads_checkpoint,
-                 "swap_optimizer_times": info.train.swap_optimizer_times}
+                 "swap_optimizer_times": info.train.swap_optimizer_times,
+                 "overlap_p2p_comm": info.train.overlap_p2p_comm,
+                 "recompute_activation_function": info.train.recompute_activation_function,
+                 "recompute_activation_function_num_layers": info.train.recompute_activation_function_num_layers}
     if info.fsdp2 is not None:
         framework["fsdp2"] = fsdp2_summary(info.fsdp2)
     return {"model": model,

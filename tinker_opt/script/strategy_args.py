@@ -17,6 +17,9 @@ Normalisation (what a script can express, and what the framework really does):
   FSDP (`--use-megatron-fsdp`, `--use-custom-fsdp` before core 0.14) with
   `--data-parallel-sharding-strategy no_shard | optim | optim_grads | optim_grads_params` (0..3,
   default no_shard); else 1 with `--use-distributed-optimizer`, 0 without.
+* overlap switches (flags in script/flags.py): overlap_grad_reduce always a bool;
+  overlap_param_gather only with the distributed optimizer, overlap_moe_comm only for MoE models,
+  tp_comm_overlap only with tp > 1; None where the knob does not apply.
 """
 
 from __future__ import annotations
@@ -97,6 +100,26 @@ def _vpp(launch: Launch, pp: int, total_layers: int, warn: Callable[[str], None]
     return total_layers // (pp * per_chunk)
 
 
+OVERLAP_FLAGS = {
+    "overlap_grad_reduce": ("--overlap-grad-reduce",),
+    "overlap_param_gather": ("--overlap-param-gather",),
+    "overlap_moe_comm": ("--moe-alltoall-overlap-comm", "--overlap-moe-expert-parallel-comm"),
+    "tp_comm_overlap": ("--use-ascend-mc2", "--use-mc2", "--tp-comm-overlap"),
+}
+"""Strategy overlap key -> the flags that switch it on (MindSpeed-LLM spellings, then Megatron-LM's)."""
+
+
+def overlap_applies(key: str, *, tp: int, dist_opt: bool, is_moe: bool) -> bool:
+    """Whether an overlap knob exists for this configuration (else the schema's value is None)."""
+    return {"overlap_grad_reduce": True, "overlap_param_gather": dist_opt, "overlap_moe_comm": is_moe,
+            "tp_comm_overlap": tp > 1}[key]
+
+
+def _overlaps(launch: Launch, tp: int, dist_opt: bool, is_moe: bool) -> dict:
+    return {key: any(launch.has(flag) for flag in flags) if overlap_applies(
+        key, tp=tp, dist_opt=dist_opt, is_moe=is_moe) else None for key, flags in OVERLAP_FLAGS.items()}
+
+
 def _megatron_layer_list(launch: Launch, pp: int, total_layers: int) -> tuple[int, ...] | None:
     first = int_value(launch, "--decoder-first-pipeline-num-layers")
     last = int_value(launch, "--decoder-last-pipeline-num-layers")
@@ -144,6 +167,7 @@ def read_strategy(launch: Launch, *, world: int, total_layers: int, is_moe: bool
         warn(f"world size {world} is not a multiple of tp x pp x cp = {model_parallel}; "
              f"dp read as {max(world // model_parallel, 1)}")
     algo = None
+    dist_opt = launch.has("--use-distributed-optimizer") or _zero(launch) >= 1
     if cp > 1:
         algo = DEFAULT_CP_ALGO if megatron else (launch.value("--context-parallel-algo") or DEFAULT_CP_ALGO)
     try:
@@ -152,8 +176,8 @@ def read_strategy(launch: Launch, *, world: int, total_layers: int, is_moe: bool
             ep=int_value(launch, "--expert-model-parallel-size", 1), etp=_expert_tp(launch, is_moe),
             sp=launch.has("--sequence-parallel") and tp > 1,
             vpp=_vpp(launch, pp, total_layers, warn),
-            dist_opt=launch.has("--use-distributed-optimizer") or _zero(launch) >= 1, zero=_zero(launch),
-            mbs=int_value(launch, "--micro-batch-size", 1),
-            num_layer_list=_layer_list(launch, pp, total_layers, warn), **_recompute(launch, warn))
+            dist_opt=dist_opt, zero=_zero(launch), mbs=int_value(launch, "--micro-batch-size", 1),
+            num_layer_list=_layer_list(launch, pp, total_layers, warn), **_recompute(launch, warn),
+            **_overlaps(launch, tp, dist_opt, is_moe))
     except StrategyError as exc:
         raise ScriptError(f"the script's parallel flags are inconsistent: {exc}") from None

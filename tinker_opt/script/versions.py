@@ -36,8 +36,32 @@ FLAG_SINCE: dict[str, dict[str, tuple[int, ...] | None]] = {
     "--num-layer-list": {MINDSPEED: (0, 9, 1), MEGATRON: None},
     "--decoder-first-pipeline-num-layers": {MINDSPEED: None, MEGATRON: (0, 10)},
     "--decoder-last-pipeline-num-layers": {MINDSPEED: None, MEGATRON: (0, 10)},
+    # Communication overlap. MindSpeed-LLM: first release whose examples use the flag
+    # (reference/script-conventions.md); Megatron-LM: arguments.py of the named core release.
+    "--overlap-grad-reduce": {MINDSPEED: (0, 9, 2), MEGATRON: (0, 0)},
+    "--overlap-param-gather": {MINDSPEED: (0, 9, 3), MEGATRON: (0, 0)},
+    "--moe-alltoall-overlap-comm": {MINDSPEED: (2, 0, 0), MEGATRON: None},
+    "--overlap-moe-expert-parallel-comm": {MINDSPEED: None, MEGATRON: (0, 14)},
+    "--use-mc2": {MINDSPEED: (0, 9, 2), MEGATRON: None},
+    "--use-ascend-mc2": {MINDSPEED: (2, 2, 0), MEGATRON: None},
+    "--tp-comm-overlap": {MINDSPEED: None, MEGATRON: (0, 0)},
+    "--overlap-p2p-communication": {MINDSPEED: (0, 9, 1), MEGATRON: (0, 0)},
+    "--no-overlap-p2p-communication": {MINDSPEED: (2, 0, 0), MEGATRON: (0, 8)},
+    "--recompute-activation-function": {MINDSPEED: (1, 0, 0), MEGATRON: None},
+    "--recompute-activation-function-num-layers": {MINDSPEED: (2, 0, 0), MEGATRON: None},
 }
 """None means the family never has the flag."""
+
+FLAG_UNTIL: dict[str, dict[str, tuple[int, ...]]] = {
+    "--use-mc2": {MINDSPEED: (2, 2, 0)},  # renamed --use-ascend-mc2 at 2.2.0
+    # Megatron-LM turned p2p overlap on by default (commit 152c562, mid 2024; issue #750), making
+    # the switch `--no-overlap-p2p-communication`; MindSpeed-LLM 2.0.0 moved to that Megatron core.
+    "--overlap-p2p-communication": {MINDSPEED: (2, 0, 0), MEGATRON: (0, 8)},
+}
+"""Flag -> first version (exclusive) that no longer has it, per family."""
+
+P2P_OVERLAP_DEFAULT_SINCE = {MINDSPEED: (2, 0, 0), MEGATRON: (0, 8)}
+"""First version whose interleaved schedule overlaps p2p communication by default."""
 
 CP_ALGO_SINCE: dict[str, tuple[int, ...]] = {
     "megatron_cp_algo": (0, 9, 3), "ulysses_cp_algo": (0, 9, 3), "hybrid_cp_algo": (0, 9, 3),
@@ -65,6 +89,9 @@ _EVIDENCE = (
      MEGATRON, (0, 13), None),
     (r"--(pipeline-model-parallel-split-rank|standalone-embedding-stage)\b", MEGATRON, None,
      (0, 11)),
+    (r"--no-overlap-p2p-communication\b", MEGATRON, (0, 8), None),
+    (r"--no-overlap-p2p-communication\b", MINDSPEED, (2, 0, 0), None),
+    (r"--overlap-moe-expert-parallel-comm\b", MEGATRON, (0, 14), None),
 )
 
 
@@ -85,6 +112,14 @@ class VersionRange:
         if self.exact is not None:
             return self.exact >= since
         return self.high is None or since < self.high
+
+    def allows_before(self, until: tuple[int, ...] | None) -> bool:
+        """Whether the version may be older than `until` (a flag removed at `until` may exist)."""
+        if until is None:
+            return True
+        if self.exact is not None:
+            return self.exact < until
+        return self.low is None or self.low < until
 
     def describe(self) -> str | None:
         """`2.2.0`, `>=2.2.0`, `<2.2.0`, `>=1.0.RC3,<2.2.0` or None when nothing is known."""
@@ -164,4 +199,11 @@ def flag_allowed(flag: str, versions: VersionRange) -> bool:
     table = FLAG_SINCE.get(flag)
     if table is None:
         return True
-    return versions.allows(table.get(versions.family))
+    until = FLAG_UNTIL.get(flag, {}).get(versions.family)
+    return versions.allows(table.get(versions.family)) and versions.allows_before(until)
+
+
+def p2p_overlap_default(versions: VersionRange) -> bool:
+    """Whether the interleaved schedule overlaps p2p communication when the script says nothing;
+    with only bounds known, the recent default unless the bounds exclude it (as flag_allowed)."""
+    return versions.allows(P2P_OVERLAP_DEFAULT_SINCE[versions.family])

@@ -1,0 +1,148 @@
+"""The flag registry: every launch-script flag the reader knows, and how the model treats it.
+
+One row per flag. `treatment` says what tinker-opt does with it:
+
+* `strategy`: read into the Strategy (searched, written back by `apply`) and priced;
+* `strategy, not priced`: read into the Strategy and written back, but the cost model does not
+  price it yet (a warning names it);
+* `model`: read into the ModelSpec (shapes that are profiled);
+* `job`: read into the TrainSpec and priced (or only sizes the job: batch, checkpoint, tuning);
+* `job, not priced`: read into the TrainSpec for the cost model, not priced yet (warned);
+* `cluster`: the launcher's node / device counts;
+* `not modelled`: known to change time or memory, not read; a warning names it.
+
+Every flag whose treatment contains "not" is named in the warning of `unpriced_warning` ("the
+prediction does not include ..."), which reaches the terminal, search.log and summary.json. The
+README table is `markdown_table()` (a test keeps both in step, and checks that every flag the
+reader reads is here). Sources: reference/script-conventions.md (flag counts and versions of the
+MindSpeed-LLM examples), Ascend/MindSpeed docs/features/*.md, NVIDIA/Megatron-LM
+megatron/training/arguments.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tinker_opt.script.launch import Launch
+
+TREATMENTS = ("strategy", "strategy, not priced", "model", "job", "job, not priced", "cluster",
+              "not modelled")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag: its name, how tinker-opt treats it, and what it changes."""
+
+    name: str
+    treatment: str
+    effect: str
+
+    def __post_init__(self) -> None:
+        assert self.treatment in TREATMENTS, self.treatment
+
+    @property
+    def warned(self) -> bool:
+        return "not" in self.treatment
+
+
+def _rows(treatment: str, effect: str, *names: str) -> tuple[Flag, ...]:
+    return tuple(Flag(name, treatment, effect) for name in names)
+
+
+FLAGS: tuple[Flag, ...] = (
+    # Parallel layout, batch and optimizer: the strategy.
+    *_rows("strategy", "parallel sizes", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+           "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size"),
+    *_rows("strategy", "context-parallel algorithm (MindSpeed)", "--context-parallel-algo"),
+    *_rows("strategy", "experts split over tp instead of tp inside experts (etp 1, MindSpeed)", "--moe-tp-extend-ep"),
+    *_rows("strategy", "activations split over tp outside the matmuls", "--sequence-parallel"),
+    *_rows("strategy", "virtual pipeline (interleaved schedule)", "--num-layers-per-virtual-pipeline-stage",
+           "--virtual-pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank"),
+    *_rows("strategy", "uneven layer split over stages", "--num-layer-list", "--decoder-first-pipeline-num-layers",
+           "--decoder-last-pipeline-num-layers"),
+    *_rows("strategy", "optimizer states sharded over dp (ZeRO-1)", "--use-distributed-optimizer"),
+    *_rows("strategy", "micro-batch size", "--micro-batch-size"),
+    *_rows("strategy", "activation recompute (selective or full, method, layer count)", "--recompute-granularity",
+           "--recompute-activations", "--recompute-method", "--recompute-num-layers"),
+    *_rows("strategy, not priced", "gradient reduce overlapped with the backward", "--overlap-grad-reduce"),
+    *_rows("strategy, not priced", "parameter all-gather overlapped with the forward (dist-opt)",
+           "--overlap-param-gather"),
+    *_rows("strategy, not priced", "MoE all-to-all overlapped with compute", "--moe-alltoall-overlap-comm",
+           "--overlap-moe-expert-parallel-comm"),
+    *_rows("strategy, not priced", "TP communication fused into the matmuls (MC2 on Ascend, TE userbuffers on GPUs)",
+           "--use-ascend-mc2", "--use-mc2", "--tp-comm-overlap"),
+    # The job.
+    *_rows("job", "batch", "--global-batch-size"),
+    *_rows("job", "checkpoint loading / fine-tuning (memory of a full tune, conversion warnings)", "--load",
+           "--finetune", "--lora-r", "--lora-alpha", "--lora-target-modules"),
+    *_rows("job", "optimizer states on the host, swapped in chunks at the step (MindSpeed)", "--swap-optimizer",
+           "--swap-optimizer-times"),
+    *_rows("job, not priced", "pipeline send/recv overlapped in the interleaved schedule (default by version)",
+           "--overlap-p2p-communication", "--no-overlap-p2p-communication"),
+    *_rows("job, not priced", "MLP activation recomputed in the backward (MindSpeed)",
+           "--recompute-activation-function", "--recompute-activation-function-num-layers"),
+    # The model (profiled shapes).
+    *_rows("model", "model shape", "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
+           "--num-query-groups", "--group-query-attention", "--kv-channels", "--seq-length", "--vocab-size",
+           "--padded-vocab-size", "--make-vocab-size-divisible-by", "--untie-embeddings-and-output-weights",
+           "--swiglu", "--normalization", "--use-rmsnorm", "--use-fused-rmsnorm", "--position-embedding-type",
+           "--use-rotary-position-embeddings", "--disable-bias-linear", "--attention-dropout", "--hidden-dropout",
+           "--bf16", "--fp16", "--noop-layers", "--use-mcore-models"),
+    *_rows("model", "fused attention kernel (no seq x seq scores)", "--use-flash-attn", "--attention-backend"),
+    *_rows("model", "mixture of experts", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
+           "--moe-intermediate-size", "--moe-shared-expert-intermediate-size", "--n-shared-experts",
+           "--first-k-dense-replace", "--moe-layer-freq"),
+    *_rows("model", "latent attention and multi-token prediction", "--multi-latent-attention",
+           "--multi-head-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
+           "--qk-nope-head-dim", "--qk-pos-emb-head-dim", "--qk-rope-head-dim", "--v-head-dim", "--mtp-num-layers"),
+    # The launcher.
+    *_rows("cluster", "nodes and devices per node", "--nnodes", "--nproc_per_node", "--nproc-per-node",
+           "--num_nodes", "--num_gpus", "--worker_num", "--local_worker_num"),
+    # Known to change time or memory, not modelled.
+    *_rows("not modelled", "fp32 master weights share memory with the bf16 ones (MindSpeed reuse-fp32-param)",
+           "--reuse-fp32-param"),
+    *_rows("not modelled", "attention activations swapped to the host (MindSpeed swap-attention)", "--swap-attention"),
+    *_rows("not modelled", "DualPipeV schedule and MoE forward/backward overlap (MindSpeed)", "--schedules-method",
+           "--moe-fb-overlap"),
+    *_rows("not modelled", "further recompute / memory features (MindSpeed)", "--recompute-norm",
+           "--recompute-mtp-norm", "--recompute-mtp-layer", "--enable-recompute-layers-per-pp-rank",
+           "--recompute-in-advance", "--moe-zero-memory", "--release-fp32-grad", "--recompute-modules"),
+    *_rows("not modelled", "communication-compute fusion (MindSpeed CoC)", "--use-ascend-coc", "--coc-fused-kernel",
+           "--coc-parallel-num"),
+    *_rows("not modelled", "fused kernels whose speed-up the profile does not measure", "--use-fused-swiglu",
+           "--use-fused-rotary-pos-emb", "--use-fused-ring-attention-update", "--moe-grouped-gemm",
+           "--moe-permutation-async-comm", "--moe-permute-fusion", "--use-fused-moe-token-permute-and-unpermute",
+           "--gemm-gradient-accumulation-fusion", "--no-gradient-accumulation-fusion", "--mlp-layer-fusion"),
+    *_rows("not modelled", "further communication overlap", "--use-cp-send-recv-overlap",
+           "--overlap-param-gather-with-optimizer-step", "--moe-shared-expert-overlap", "--delay-wgrad-compute",
+           "--moe-allgather-overlap-comm"),
+)
+"""The registry, grouped by treatment."""
+
+BY_NAME = {flag.name: flag for flag in FLAGS}
+assert len(BY_NAME) == len(FLAGS), "a flag is listed twice"
+
+
+def unpriced_flags(launch: Launch) -> list[str]:
+    """Flags of the launch that change time or memory and that the prediction does not include."""
+    return [flag.name for flag in FLAGS if flag.warned and flag.treatment != "cluster" and launch.has(flag.name)]
+
+
+def unpriced_warning(launch: Launch) -> str | None:
+    """One warning naming the unpriced flags the script sets, or None."""
+    names = unpriced_flags(launch)
+    if not names:
+        return None
+    return (f"the prediction does not include {', '.join(names)} (time or memory effects not modelled; "
+            "see the flag table in the README)")
+
+
+def markdown_table() -> str:
+    """The README's flag table."""
+    lines = ["| flag | treatment | what it changes |", "| --- | --- | --- |"]
+    lines += [f"| `{flag.name}` | {flag.treatment} | {flag.effect} |" for flag in FLAGS]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())
