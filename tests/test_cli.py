@@ -37,11 +37,32 @@ def test_search_writes_results_folder(search_run):
     assert summary["best"] == summary["top"][0]
     assert {"strategy", "iteration_time_ms", "peak_memory_mb", "tokens_per_s_per_device", "stages"} <= set(summary["best"])
     configs = sorted((search_run / "configs").glob("*.sh"))
-    assert len(configs) == 10
+    assert len(configs) == 10 + len(summary["picks"])
     for config in configs:
         assert subprocess.run(["bash", "-n", str(config)]).returncode == 0, config
     assert (search_run / "search.log").read_text().strip()
-    assert (search_run / "best_stages.png").exists() and (search_run / "candidates_time_vs_memory.png").exists()
+    for picture in ("best_stages.png", "best_schedule.png", "candidates_time_vs_memory.png", "report.html"):
+        assert (search_run / picture).stat().st_size > 0, picture
+
+
+def test_search_compares_with_the_script_and_offers_real_alternatives(search_run):
+    """current / speedup_vs_current / picks / pareto; no ranked row is dominated by a higher-ranked
+    one of the same parallel layout."""
+    summary = read_json(search_run / "summary.json")
+    current = summary["current"]
+    assert (current["strategy"]["tp"], current["strategy"]["pp"]) == (2, 2)  # the example script's own
+    assert summary["speedup_vs_current"] == pytest.approx(current["iteration_time_ms"] / summary["best"]["iteration_time_ms"])
+    assert summary["picks"]["fastest"] == summary["best"]
+    assert {"headroom", "no_pipeline"} <= set(summary["picks"])
+    assert summary["picks"]["no_pipeline"]["strategy"]["pp"] == 1
+    assert summary["picks"]["headroom"]["peak_memory_mb"] <= 0.9 * 60000
+    assert summary["pareto"][0]["iteration_time_ms"] == summary["best"]["iteration_time_ms"]
+    layout = ("tp", "pp", "dp", "cp", "ep", "vpp")
+    top = summary["top"]
+    for i, lower in enumerate(top):
+        for higher in top[:i]:
+            same = all(lower["strategy"][k] == higher["strategy"][k] for k in layout)
+            assert not (same and lower["peak_memory_mb"] >= higher["peak_memory_mb"]), (higher, lower)
 
 
 def test_tuned_script_holds_best_strategy(search_run):
@@ -200,8 +221,13 @@ def test_all_end_to_end_on_cpu(tmp_path):
     profile = next((tmp_path / "prof").iterdir())
     assert {"blocks.csv", "comm.csv", "meta.json", "profile.log"} <= {p.name for p in profile.iterdir()}
     results = next((tmp_path / "results").iterdir())
-    assert len(list((results / "configs").glob("*.sh"))) == 3
-    assert read_json(results / "summary.json")["best"]["strategy"]["tp"] in (1, 2)
+    assert len(list((results / "configs").glob("*-rank*.sh"))) == 3
+    summary = read_json(results / "summary.json")
+    assert summary["best"]["strategy"]["tp"] in (1, 2)
+    assert {"current", "speedup_vs_current", "picks", "pareto"} <= set(summary)
+    assert len(list((results / "configs").glob("*-pick_*.sh"))) == len(summary["picks"])
+    for name in ("best_stages.png", "best_schedule.png", "candidates_time_vs_memory.png", "report.html"):
+        assert (results / name).stat().st_size > 0, name
 
 
 def test_analytic_profile_then_calibrate(tmp_path):

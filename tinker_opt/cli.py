@@ -104,7 +104,7 @@ def _run_log(quiet: bool) -> verbs.RunLog:
 
 
 def _print_search(outcome: verbs.SearchOutcome, quiet: bool) -> None:
-    from tinker_opt.emit.tables import strategies_table
+    from tinker_opt.emit.tables import search_summary
 
     if quiet:  # the log was not echoed: still show the warnings, then only the path
         for warning in outcome.warnings:
@@ -112,8 +112,8 @@ def _print_search(outcome: verbs.SearchOutcome, quiet: bool) -> None:
         console.print(str(outcome.folder))
         return
     gap = "" if outcome.gap is None else f", gap {outcome.gap:.2%}"
-    console.print(strategies_table(outcome.top, f"top strategies ({outcome.solver}: {outcome.status}{gap}, "
-                                                f"{outcome.solve_time_s:.2f} s)"))
+    console.print(search_summary(outcome, f"top strategies ({outcome.solver}: {outcome.status}{gap}, "
+                                          f"{outcome.solve_time_s:.2f} s)"))
     console.print(f"results: [bold]{outcome.folder}[/bold]")
 
 

@@ -169,6 +169,7 @@ TABLE = (
     _s("solver", "str", "cpsat", "cpsat | milp | enum.", S),
     _s("time_limit", "float", 60, "Solver time limit.", S, unit="s", positive=True),
     _s("top_k", "int", 10, "Number of ranked strategies (and tuned scripts) to write.", S, positive=True),
+    _s("headroom", "float", 10, "Memory the 'headroom' pick leaves free, in percent of --memory-limit.", S, unit="%"),
     _s("max_mbs", "int", None, "Largest micro-batch size the search may choose.", S, positive=True),
     # simulate: the strategy
     _s("simu_tp", "int", 1, "Tensor-parallel size.", M, positive=True, aliases=("--tp",)),

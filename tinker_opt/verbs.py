@@ -149,6 +149,10 @@ class SearchOutcome:
     solve_time_s: float
     gap: float | None
     warnings: list[str] = field(default_factory=list)
+    current: dict[str, Any] | None = None
+    folded: int = 0
+    picks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pick_titles: dict[str, str] = field(default_factory=dict)
 
 
 class RunLog:
@@ -195,8 +199,9 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
         f"global batch {settings.global_batch_size}, memory limit {cluster.memory_limit_mb:g} MB, "
         f"solver {settings.solver}")
     version = settings.version or profiled.meta.framework_version
-    result = _solve(cost_model, settings, info, version, log)
-    return _write_search_results(result, settings, profiled, script_path, info, cluster, cost_model, version,
+    result, space = _solve(cost_model, settings, info, version, log)
+    chosen = _choices(result, space, settings, profiled, info, cluster, cost_model, log)
+    return _write_search_results(result, chosen, settings, profiled, script_path, info, cluster, cost_model, version,
                                  warnings, log)
 
 
@@ -217,19 +222,44 @@ def _solve(cost_model, settings: SearchSettings, info, version: str | None, log:
     space = SearchSpace(max_mbs=settings.max_mbs)
     if info is not None:
         space = search_space_for(info, versions.resolve(version, info.text, info.train.framework.flavour), space)
-    result = search(cost_model, solver=settings.solver, time_limit_s=settings.time_limit, cpus=settings.cpus,
-                    top_k=settings.top_k, space=space, progress=log)
+    from tinker_opt.emit.picks import deep_ranking
+
+    result = deep_ranking(lambda depth: search(cost_model, solver=settings.solver, time_limit_s=settings.time_limit,
+                                               cpus=settings.cpus, top_k=depth, space=space, progress=log),
+                          settings.top_k)
     log(f"{result.solver}: {result.status}, objective {result.objective_ms:.3f} ms, bound "
         f"{result.bound_ms:.3f} ms, gap {result.gap:.2%}, {result.solve_time_s:.2f} s")
-    return result
+    return result, space
 
 
-def _write_search_results(result, settings: SearchSettings, profiled, script_path: str | None, info,
+def _choices(result, space, settings: SearchSettings, profiled, info, cluster: ClusterSpec, cost_model, log: RunLog):
+    """Near-copies folded, the script's own strategy, the picks (restricted searches where the
+    ranking cannot answer) and the Pareto front (emit/picks.py)."""
+    from tinker_opt.emit.picks import choices
+    from tinker_opt.solve.search import search
+
+    def restricted(narrowed, memory_fraction: float) -> dict[str, Any]:
+        """The fastest strategy of a narrower space or under a lower limit, evaluated by `cost_model`."""
+        limited = cost_model if memory_fraction == 1 else _cost_model(
+            profiled, cost_model.model, replace(cluster, memory_limit_mb=memory_fraction * cluster.memory_limit_mb),
+            settings.global_batch_size, settings, info)
+        found = search(limited, solver=settings.solver, time_limit_s=settings.time_limit, cpus=settings.cpus,
+                       top_k=1, space=narrowed)
+        return cost_model.evaluate(found.best.strategy).to_dict()
+
+    chosen = choices(result, cost_model, info, space, top_k=settings.top_k, headroom_pct=settings.headroom,
+                     restricted_search=restricted)
+    log(f"{chosen.folded} near-copies folded; picks: {', '.join(chosen.picks) or 'none'}; script's own strategy: "
+        f"{'not known' if chosen.current is None else chosen.current.get('error', 'evaluated')}")
+    return chosen
+
+
+def _write_search_results(result, chosen, settings: SearchSettings, profiled, script_path: str | None, info,
                           cluster: ClusterSpec, cost_model, version: str | None, warnings: list[str],
                           log: RunLog) -> SearchOutcome:
     from tinker_opt.emit.results import RunLabels, SearchReport, write_results_folder
 
-    top = [evaluation.to_dict() for evaluation in result.top]
+    top = chosen.top
     meta = profiled.meta
     labels = labels_for(meta.script_path or script_path, meta.model_name, meta.model_size)
     report = SearchReport(
@@ -237,13 +267,17 @@ def _write_search_results(result, settings: SearchSettings, profiled, script_pat
                          cluster.num_nodes, cluster.devices_per_node, cost_model.model.seq_length),
         inputs=_inputs_record(settings, profiled, script_path, cluster, cost_model.model), solver=result.solver,
         status=result.status, gap=result.gap, solve_time_s=result.solve_time_s, objective_ms=result.objective_ms,
-        bound_ms=result.bound_ms, top=top, warnings=warnings, log_lines=log.lines)
+        bound_ms=result.bound_ms, top=top, warnings=warnings, log_lines=log.lines,
+        current=chosen.current, picks=chosen.picks, pick_titles=chosen.pick_titles,
+        picks_missing=chosen.picks_missing, pareto=chosen.pareto, evaluated=chosen.evaluated, folded=chosen.folded)
     writer = _script_writer(info, cluster, version, log, cost_model.global_batch_size) if info is not None else None
     if writer is None:
         log("no launch script known for this profile: configs/ stays empty (pass the script positionally)")
     folder = write_results_folder(report, Path(settings.output_dir), write_script=writer)
     return SearchOutcome(folder=folder, top=top, status=result.status, solver=result.solver,
-                         solve_time_s=result.solve_time_s, gap=result.gap, warnings=warnings)
+                         solve_time_s=result.solve_time_s, gap=result.gap, warnings=warnings,
+                         current=chosen.current, folded=chosen.folded, picks=chosen.picks,
+                         pick_titles=chosen.pick_titles)
 
 
 def _inputs_record(settings: SearchSettings, profiled, script_path: str | None, cluster: ClusterSpec,
@@ -255,7 +289,7 @@ def _inputs_record(settings: SearchSettings, profiled, script_path: str | None, 
         "model": model.to_dict(), "global_batch_size": settings.global_batch_size,
         "num_nodes": cluster.num_nodes, "num_npus_per_node": cluster.devices_per_node,
         "memory_limit_mb": cluster.memory_limit_mb, "solver": settings.solver, "time_limit_s": settings.time_limit,
-        "cpus": settings.cpus, "top_k": settings.top_k, "hardware": settings.hardware,
+        "cpus": settings.cpus, "top_k": settings.top_k, "headroom_pct": settings.headroom, "hardware": settings.hardware,
         "inter_node_bandwidth_gbs": settings.inter_node_bandwidth,
     }
 
@@ -263,14 +297,14 @@ def _inputs_record(settings: SearchSettings, profiled, script_path: str | None, 
 def _script_writer(info, cluster: ClusterSpec, version: str | None, log: RunLog, global_batch_size: int):
     from tinker_opt.emit.script_writer import apply_strategy
 
-    def write(rank: int, evaluation: dict[str, Any], header: list[str], name: str) -> str | dict[str, str]:
+    def write(rank: int | str, evaluation: dict[str, Any], header: list[str], name: str) -> str | dict[str, str]:
         strategy = strategy_to_write(evaluation, info)
         if info.fsdp2 is not None:
             return _fsdp2_config_files(info, strategy, cluster, global_batch_size, header, name)
         applied = apply_strategy(info.text, strategy, nnodes=cluster.num_nodes,
                                  nproc_per_node=cluster.devices_per_node, version=version, header=header)
         for warning in applied.warnings:
-            log(f"rank {rank}: {warning}")
+            log(f"{'rank' if isinstance(rank, int) else 'pick'} {rank}: {warning}")
         return applied.text
 
     return write

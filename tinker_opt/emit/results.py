@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from tinker_opt.emit.picks import speedup
 from tinker_opt.errors import ConfigError
 from tinker_opt.strategy import STRATEGY_KEYS, Strategy
 
@@ -28,6 +29,11 @@ SEARCH_LOG = "search.log"
 CONFIGS_DIR = "configs"
 STAGES_PNG = "best_stages.png"
 CANDIDATES_PNG = "candidates_time_vs_memory.png"
+SCHEDULE_PNG = "best_schedule.png"
+REPORT_HTML = "report.html"
+PICTURES = ((STAGES_PNG, "per stage: where the time goes and what the memory holds (best vs current)"),
+            (SCHEDULE_PNG, "pipeline schedule of the best strategy"),
+            (CANDIDATES_PNG, "every evaluated strategy: time vs memory"))
 
 
 @dataclass(frozen=True)
@@ -56,8 +62,20 @@ class SearchReport:
     objective_ms: float | None
     bound_ms: float | None
     top: list[dict[str, Any]]
+    """The ranked strategies, near-copies folded (picks.fold_near_copies)."""
     warnings: list[str] = field(default_factory=list)
     log_lines: list[str] = field(default_factory=list)
+    current: dict[str, Any] | None = None
+    """The script's own strategy: an Evaluation, {"error": ...}, or None when no script is known."""
+    picks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pick_titles: dict[str, str] = field(default_factory=dict)
+    picks_missing: dict[str, str] = field(default_factory=dict)
+    """Pick name -> why there is none."""
+    pareto: list[dict[str, Any]] = field(default_factory=list)
+    evaluated: list[dict[str, Any]] = field(default_factory=list)
+    """Every strategy the search evaluated (the candidates picture)."""
+    folded: int = 0
+    """Near-copies folded out of the ranking."""
 
 
 def results_folder_name(labels: RunLabels, when: datetime) -> str:
@@ -66,22 +84,25 @@ def results_folder_name(labels: RunLabels, when: datetime) -> str:
             f"{labels.num_nodes}nodes{labels.devices_per_node}npus-{when:%Y-%m-%d-%H-%M-%S}")
 
 
-def config_script_name(labels: RunLabels, rank: int, evaluation: dict[str, Any]) -> str:
-    """Tinker's tuned-script name, extended with dp, cp, ep and vpp."""
+def config_script_name(labels: RunLabels, rank: int | str, evaluation: dict[str, Any]) -> str:
+    """Tinker's tuned-script name, extended with dp, cp, ep and vpp; a string `rank` names a pick."""
     s = Strategy.from_dict(evaluation["strategy"])
     layers = "_".join(str(stage["layers"]) for stage in evaluation["stages"])
     rc = {"none": "none", "selective": "sel"}.get(s.recompute, f"full{s.recompute_num_layers or ''}")
-    return (f"{labels.model_name}-{labels.model_size}-rank{rank}_seq{labels.seq_length}_tp{s.tp}_pp{s.pp}"
+    tag = f"rank{rank}" if isinstance(rank, int) else f"pick_{rank}"
+    return (f"{labels.model_name}-{labels.model_size}-{tag}_seq{labels.seq_length}_tp{s.tp}_pp{s.pp}"
             f"_dp{s.dp}_cp{s.cp}_ep{s.ep}_vpp{s.vpp}_sp{int(s.sp)}_distopt{int(s.dist_opt)}_mbs{s.mbs}"
             f"_gbs{labels.global_batch_size}_L{layers}_rc{rc}"
             f"_time{evaluation['iteration_time_ms']:.0f}_mem{evaluation['peak_memory_mb']:.0f}.sh")
 
 
-def script_header(rank: int, evaluation: dict[str, Any], report: SearchReport) -> list[str]:
-    """The comment block recorded at the top of a tuned script."""
+def script_header(rank: int | str, evaluation: dict[str, Any], report: SearchReport) -> list[str]:
+    """The comment block recorded at the top of a tuned script (a string `rank` names a pick)."""
     strategy = json.dumps(evaluation["strategy"], separators=(", ", ": "))
+    what = (f"rank {rank} of {len(report.top)}" if isinstance(rank, int)
+            else f"pick '{rank}': {report.pick_titles.get(rank, rank)}")
     return [
-        f"tuned strategy rank {rank} of {len(report.top)} "
+        f"tuned strategy {what} "
         f"({report.solver}, {report.status}, solved in {report.solve_time_s:.2f} s)",
         f"strategy: {strategy}",
         f"modelled iteration time {evaluation['iteration_time_ms']:.1f} ms, peak memory "
@@ -127,6 +148,12 @@ def summary_dict(report: SearchReport) -> dict[str, Any]:
         "warnings": report.warnings,
         "best": report.top[0] if report.top else None,
         "top": report.top,
+        "folded": report.folded,
+        "current": report.current,
+        "speedup_vs_current": speedup(report.top[0] if report.top else None, report.current),
+        "picks": report.picks,
+        "picks_missing": report.picks_missing,
+        "pareto": report.pareto,
     }
 
 
@@ -140,9 +167,10 @@ def check_writable(output_dir: Path) -> None:
         raise ConfigError(f"output folder '{output_dir}' cannot be written ({exc.strerror}); pass a writable --output-dir") from None
 
 
-ScriptWriter = Callable[[int, dict[str, Any], list[str], str], "str | dict[str, str] | None"]
-"""(rank, evaluation, header lines, script file name) -> tuned script text, or {file name: text}
-when the script comes with other files (an FSDP2 launch's tuned YAML), or None without a script."""
+ScriptWriter = Callable[[int | str, dict[str, Any], list[str], str], "str | dict[str, str] | None"]
+"""(rank or pick name, evaluation, header lines, script file name) -> tuned script text, or
+{file name: text} when the script comes with other files (an FSDP2 launch's tuned YAML), or None
+when there is no script."""
 
 
 def write_results_folder(report: SearchReport, output_dir: Path, *, write_script: ScriptWriter | None,
@@ -160,23 +188,49 @@ def write_results_folder(report: SearchReport, output_dir: Path, *, write_script
     return target
 
 
-def _fill_folder(folder: Path, report: SearchReport, write_script: ScriptWriter | None) -> None:
-    from tinker_opt.emit.plots import plot_best_stages, plot_candidates
-
-    (folder / CONFIGS_DIR).mkdir()
+def _write_scripts(folder: Path, report: SearchReport, write_script: ScriptWriter | None,
+                   items: Sequence[tuple[int | str, dict[str, Any]]]) -> list[str | None]:
+    """configs/<name>.sh of each (rank or pick name, evaluation); the names (None: no script)."""
     names: list[str | None] = []
-    for rank, evaluation in enumerate(report.top, start=1):
+    for rank, evaluation in items:
         name = config_script_name(report.labels, rank, evaluation)
         text = write_script(rank, evaluation, script_header(rank, evaluation, report), name) if write_script else None
         files = {name: text} if isinstance(text, str) else (text or {})
         for file_name, content in files.items():
             (folder / CONFIGS_DIR / file_name).write_text(content, encoding="utf-8")
         names.append(name if files else None)
+    return names
+
+
+def _current_for_pictures(report: SearchReport) -> dict[str, Any] | None:
+    """The script's own Evaluation when it has one (also when it does not fit), else None."""
+    current = report.current
+    if current is None:
+        return None
+    return current.get("evaluation") if "error" in current else current
+
+
+def _fill_folder(folder: Path, report: SearchReport, write_script: ScriptWriter | None) -> None:
+    from tinker_opt.emit.plots import plot_candidates, plot_schedule, plot_stage_breakdown
+    from tinker_opt.emit.report import render_report
+
+    (folder / CONFIGS_DIR).mkdir()
+    names = _write_scripts(folder, report, write_script, list(enumerate(report.top, start=1)))
+    pick_names = dict(zip(report.picks, _write_scripts(folder, report, write_script, list(report.picks.items()))))
     buffer = StringIO()
     results_frame(report, names).to_csv(buffer, index=False, lineterminator="\n")
     (folder / RESULTS_CSV).write_text(buffer.getvalue(), encoding="utf-8")
-    (folder / SUMMARY_JSON).write_text(json.dumps(summary_dict(report), indent=2) + "\n", encoding="utf-8")
+    summary = summary_dict(report)
+    (folder / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (folder / SEARCH_LOG).write_text("\n".join(report.log_lines) + "\n", encoding="utf-8")
     if report.top:
-        plot_best_stages(report.top[0], report.labels.memory_limit_mb, folder / STAGES_PNG)
-        plot_candidates(report.top, report.labels.memory_limit_mb, folder / CANDIDATES_PNG)
+        best, limit, gbs = report.top[0], report.labels.memory_limit_mb, report.labels.global_batch_size
+        current = _current_for_pictures(report)
+        note = report.current.get("error") if report.current else "no launch script known"
+        plot_stage_breakdown(best, current, gbs, limit, folder / STAGES_PNG, current_note=note)
+        plot_schedule(best, gbs, folder / SCHEDULE_PNG)
+        plot_candidates(report.evaluated or report.top, report.pareto, report.picks, limit, folder / CANDIDATES_PNG,
+                        current=current, ranked=report.top)
+    html = render_report(report, folder, scripts=names, pick_scripts=pick_names, pictures=PICTURES,
+                         speedup=summary["speedup_vs_current"])
+    (folder / REPORT_HTML).write_text(html, encoding="utf-8")

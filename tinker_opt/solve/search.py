@@ -11,7 +11,7 @@ Pipeline for `cpsat` and `milp`:
      the optimum over them. A configuration left out has a valid bound at least the incumbent's
      time, so it cannot be strictly better: the optimum over the whole space is exact;
   5. ranks 2..k: exact splits in increasing bound order until the next bound reaches the k-th
-     best time found (so the top-k is exact too).
+     best time found (so the top-k is exact too). Every split computed is kept in `pool`.
 `enum` splits every configuration exactly, with no bound, in parallel: the reference.
 Every strategy returned is re-evaluated with `CostModel.evaluate`, which must agree exactly with
 the integer objective the solver or split reported.
@@ -36,6 +36,8 @@ from tinker_opt.solve.milp import solve_milp
 from tinker_opt.solve.space import DEFAULT_MAX_MBS, SearchSpace, outer_choices
 
 SOLVERS = ("cpsat", "milp", "enum")
+ENUM_POOL = 500
+"""How many of the enumeration's strategies (fastest first) SearchResult.pool keeps."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,9 @@ class SearchResult:
     solver_time_s: float = 0.0
     """Time inside the CP-SAT / MILP solve (or the whole enumeration)."""
     warnings: list[str] = field(default_factory=list)
+    pool: list[Evaluation] = field(default_factory=list)
+    """Every strategy whose exact split the search computed, fastest first (top is its prefix);
+    the alternatives and the time-memory picture of the results folder come from it."""
 
     @property
     def best(self) -> Evaluation:
@@ -87,12 +92,13 @@ def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float 
         if not found:
             raise InfeasibleError(f"enumeration stopped at the {time_limit_s:g} s time limit before "
                                   "finding a strategy that fits; raise --time-limit or use --solver cpsat")
-        top = [_evaluate(cost_model, cand) for cand in found[:top_k]]
+        pool = [_evaluate(cost_model, cand) for cand in found[:max(top_k, ENUM_POOL)]]
+        top = pool[:top_k]
         elapsed = time.perf_counter() - start
         # An interrupted enumeration proves nothing about the configurations it did not visit.
         bound_ns = top[0].time_ns_x_vpp / top[0].strategy.vpp if complete else 0.0
         return _result("enum", "optimal" if complete else "feasible", top, bound_ns, start,
-                       len(outers), len(found), len(outers), cost_model, elapsed)
+                       len(outers), len(found), len(outers), cost_model, elapsed, pool)
     cheap = presolve(cost_model, outers, cpus=cpus)  # feasibility and cheap bounds, in parallel
     if not cheap:
         raise InfeasibleError(infeasible_message(cost_model, outers))
@@ -110,9 +116,9 @@ def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float 
         best = Candidate(in_model[outcome.index], outcome.split, coeffs[in_model[outcome.index]].vpp)
     ranked = _complete_ranking(coeffs, bounds, [best] + hints, top_k)
     bound_ns = min(outcome.bound_ns, best.time_ns)
-    top = [_evaluate(cost_model, cand) for cand in ranked[:top_k]]
-    return _result(solver, outcome.status, top, bound_ns, start, len(outers), len(feasible), len(in_model),
-                   cost_model, outcome.solve_time_s)
+    pool = [_evaluate(cost_model, cand) for cand in ranked]
+    return _result(solver, outcome.status, pool[:top_k], bound_ns, start, len(outers), len(feasible), len(in_model),
+                   cost_model, outcome.solve_time_s, pool)
 
 
 class _LazyCoefficients:
@@ -213,7 +219,7 @@ def _evaluate(cost_model: CostModel, cand: Candidate) -> Evaluation:
 
 
 def _result(solver, status, top, bound_ns, start, num_candidates, num_feasible, num_in_model, cost_model,
-            solver_time_s: float):
+            solver_time_s: float, pool: list[Evaluation]):
     objective_ms = top[0].iteration_time_ms
     bound_ms = min(bound_ns / 1e6, objective_ms)
     gap = 0.0 if status == "optimal" else (objective_ms - bound_ms) / objective_ms
@@ -224,4 +230,4 @@ def _result(solver, status, top, bound_ns, start, num_candidates, num_feasible, 
                         solve_time_s=time.perf_counter() - start, top=top,
                         num_candidates=num_candidates, num_feasible=num_feasible,
                         num_in_model=num_in_model, solver_time_s=solver_time_s,
-                        warnings=list(cost_model.warnings))
+                        warnings=list(cost_model.warnings), pool=pool)
