@@ -57,7 +57,7 @@ def folder(evaluations, tmp_path_factory):
         picks_missing={"headroom": "none: fastest with headroom (nothing fits)"},
         pareto=pareto_front(evaluations), evaluated=evaluations, folded=2)
     return write_results_folder(report, tmp_path_factory.mktemp("results"),
-                                write_script=lambda rank, ev, header: "#!/bin/bash\n# " + header[0] + "\n")
+                                write_script=lambda rank, ev, header, name: "#!/bin/bash\n# " + header[0] + "\n")
 
 
 class _Page(HTMLParser):

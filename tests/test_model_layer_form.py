@@ -72,9 +72,9 @@ def test_a_row_the_writer_refuses_is_reported_not_fatal(tmp_path):
     info = _megatron_script(tmp_path, 30)
     log, warnings = RunLog(), []
     write = _script_writer(info, ClusterSpec(num_nodes=4, devices_per_node=8, memory_limit_mb=57000), None,
-                           log, warnings)
+                           log, warnings, 256)
     bad = Strategy(tp=8, pp=4, dp=1, num_layer_list=(7, 7, 8, 8)).to_dict()
-    assert write(3, bad, ["# header"]) is None
+    assert write(3, bad, ["# header"], "rank3.sh") is None
     assert warnings and warnings[0].startswith("rank 3: no tuned script written:")
     assert "unequal middle stages" in warnings[0] and log.lines[-1].endswith(warnings[0])
-    assert "--decoder-first-pipeline-num-layers 6" in write(1, {**bad, "num_layer_list": [6, 8, 8, 8]}, [])
+    assert "--decoder-first-pipeline-num-layers 6" in write(1, {**bad, "num_layer_list": [6, 8, 8, 8]}, [], "rank1.sh")

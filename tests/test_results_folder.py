@@ -45,7 +45,7 @@ def test_config_name_carries_strategy_and_figures():
 
 def test_folder_contents(tmp_path):
     """results.csv reads back with pandas, summary.json has the interface keys, configs are written."""
-    folder = write_results_folder(_report(), tmp_path, write_script=lambda rank, ev, header: "#!/bin/bash\n# " + header[0] + "\n")
+    folder = write_results_folder(_report(), tmp_path, write_script=lambda rank, ev, header, name: "#!/bin/bash\n# " + header[0] + "\n")
     frame = pd.read_csv(folder / "results.csv")
     assert list(frame["rank"]) == [1, 2]
     assert "iteration_time_ms" in frame.columns and "peak_memory_mb" in frame.columns
@@ -60,7 +60,7 @@ def test_folder_contents(tmp_path):
 
 def test_failure_leaves_no_folder(tmp_path):
     """An error while writing leaves neither the folder nor its staging copy behind."""
-    def broken(rank, evaluation, header):
+    def broken(rank, evaluation, header, name):
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):

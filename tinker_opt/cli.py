@@ -120,6 +120,10 @@ def _print_search(outcome: verbs.SearchOutcome, quiet: bool) -> None:
     console.print(f"results: [bold]{outcome.folder}[/bold]")
 
 
+MODEL_CONFIG_HELP = ("FSDP2 launches: the model's Hugging Face config.json, when model.model_name_or_path "
+                     "is not on this machine.")
+
+
 def _script(given: dict[str, Any], key: str, positional: Optional[Path]) -> dict[str, Any]:
     """`given` with the positional script under `key` (the verb's script setting)."""
     flag = given.get(key)
@@ -213,11 +217,12 @@ def simulate(
 def inspect_(
     script: Path = typer.Argument(..., help="The training launch script (.sh)."),
     as_json: bool = typer.Option(False, "--json", help="Print model, cluster, strategy and framework as JSON."),
+    model_config: Optional[Path] = typer.Option(None, "--model-config", help=MODEL_CONFIG_HELP),
 ) -> None:
     """Show what tinker-opt reads from a launch script."""
     from rich.table import Table
 
-    data, warnings = verbs.run_inspect(script)
+    data, warnings = verbs.run_inspect(script, model_config=model_config)
     for warning in warnings:
         err_console.print(f"[yellow]warning[/yellow] {warning}")
     if as_json:
@@ -239,13 +244,15 @@ def apply(
     num_npus_per_node: Optional[int] = typer.Option(None, "--num-npus-per-node", "--num_npus_per_node", help="Target devices per node (default: the script's)."),
     version: Optional[str] = typer.Option(None, "--version", help="Framework version (default: detected from the script)."),
     force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists (never the input script)."),
+    model_config: Optional[Path] = typer.Option(None, "--model-config", help=MODEL_CONFIG_HELP),
 ) -> None:
-    """Write SCRIPT with the strategy of STRATEGY_FILE to OUTPUT."""
-    warnings = verbs.run_apply(script, strategy_file, output, num_nodes=num_nodes, num_npus_per_node=num_npus_per_node,
-                               version=version, force=force)
+    """Write SCRIPT with the strategy of STRATEGY_FILE to OUTPUT (an FSDP2 launch: and OUTPUT.yaml)."""
+    warnings, written = verbs.run_apply(script, strategy_file, output, num_nodes=num_nodes,
+                                        num_npus_per_node=num_npus_per_node, version=version, force=force,
+                                        model_config=model_config)
     for warning in warnings:
         err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}")
-    console.print(f"wrote {output}")
+    console.print("wrote " + " and ".join(str(path) for path in written))
 
 
 @app.command()

@@ -163,6 +163,7 @@ TABLE = (
     _s("num_npus_per_node", "int", 8, "Devices per node of the target cluster.", f"{S} {M}", positive=True),
     _s("memory_limit", "float", 57000, "Modelled memory budget per device (weights, grads, optimizer, activations, transients).", f"{S} {M}", unit="MB", positive=True),
     _s("inter_node_bandwidth", "float", None, "Inter-node bandwidth per device (overrides the profile).", f"{S} {M}", unit="GB/s", positive=True),
+    _s("model_config", "str", None, "FSDP2 launches: the model's Hugging Face config.json, when model.model_name_or_path is not on this machine.", f"{P} {S} {M}"),
     _s("hardware", "str", None, "Hardware description (name or JSON file): communication figures, and the analytic device.", f"{P} {S} {M}"),
     # search
     _s("cpus", "int", 2, "Solver workers / enumeration processes.", S, positive=True),

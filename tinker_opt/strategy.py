@@ -20,10 +20,13 @@ from tinker_opt.specs import ClusterSpec, ModelSpec
 RECOMPUTE_KINDS = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("block", "uniform")
 STRATEGY_KEYS = ("tp", "pp", "dp", "cp", "cp_algo", "ep", "etp", "sp", "vpp", "dist_opt", "mbs",
-                 "recompute", "recompute_method", "recompute_num_layers", "num_layer_list",
+                 "recompute", "recompute_method", "recompute_num_layers", "num_layer_list", "zero",
                  "overlap_grad_reduce", "overlap_param_gather", "overlap_moe_comm", "tp_comm_overlap")
 OVERLAP_KEYS = STRATEGY_KEYS[-4:]
 """Communication-overlap switches (script/flags.py names their flags per framework)."""
+ZERO_LEVELS = (0, 1, 2, 3)
+"""ZeRO stages (Rajbhandari et al. 2020): 0 none, 1 optimizer states sharded (Megatron's distributed
+optimizer), 2 + gradients, 3 + parameters (FSDP)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +53,9 @@ class Strategy:
     """Megatron's `--recompute-num-layers` (one number for all stages), with full recompute."""
     num_layer_list: tuple[int, ...] | None = None
     """Layers per pipeline stage (`--num-layer-list`), None for an even split."""
+    zero: int = 0
+    """ZeRO stage over the data-parallel (x context-parallel) group, kept consistent with dist_opt:
+    zero >= 1 exactly when dist_opt. Levels 0 and 1 follow dist_opt; 2 and 3 turn dist_opt on."""
     overlap_grad_reduce: bool | None = None
     """`--overlap-grad-reduce`: DP gradient reduce in buckets during the backward."""
     overlap_param_gather: bool | None = None
@@ -60,6 +66,12 @@ class Strategy:
     """TP communication fused with the matmuls (`--use-ascend-mc2` / `--tp-comm-overlap`); tp > 1 only."""
 
     def __post_init__(self) -> None:
+        if self.zero not in ZERO_LEVELS or isinstance(self.zero, bool):
+            raise StrategyError(f"zero must be one of {ZERO_LEVELS}, got {self.zero!r}")
+        if self.zero <= 1:
+            object.__setattr__(self, "zero", int(bool(self.dist_opt)))
+        else:
+            object.__setattr__(self, "dist_opt", True)
         for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -137,7 +149,9 @@ class Strategy:
             parts.append(f"vpp{self.vpp}")
         if self.sp:
             parts.append("sp")
-        if self.dist_opt:
+        if self.zero >= 2:
+            parts.append(f"z{self.zero}")
+        elif self.dist_opt:
             parts.append("do")
         parts.append(f"mbs{self.mbs}")
         if self.recompute == "selective":

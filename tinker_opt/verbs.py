@@ -63,14 +63,14 @@ def read_json_object(path: Path) -> dict[str, Any]:
     return data
 
 
-def _read_optional_script(path: str | None, how_to_pass: str):
+def _read_optional_script(path: str | None, how_to_pass: str, model_config: str | None = None):
     from tinker_opt.script.reader import read_script
 
     if not path:
         return None
     if not Path(path).exists():
         raise ConfigError(f"script '{path}' does not exist; pass an existing launch script {how_to_pass}")
-    return read_script(path)
+    return read_script(path, model_config=model_config)
 
 
 def _model_of(profiled, info, how_to_pass: str):
@@ -101,13 +101,15 @@ def _cost_model(profiled, model, cluster: ClusterSpec, global_batch_size: int, s
 
 def job_cost_options(info: ScriptInfo) -> dict:
     """The CostModel options a script's job flags set (swap optimizer, activation-function
-    recompute, interleaved p2p overlap, reuse-fp32-param)."""
+    recompute, interleaved p2p overlap, reuse-fp32-param; an FSDP2 launch recomputes all
+    layers or none)."""
     train = info.train
     # MindSpeed's activation-function recompute, priced for every kept layer; a layer count
     # (first N layers of each chunk) is not modelled and stays out (flags.py warns).
     act = train.recompute_activation_function and train.recompute_activation_function_num_layers is None
     return {"swap_optimizer_times": train.swap_optimizer_times, "recompute_activation": bool(act),
-            "overlap_p2p_comm": train.overlap_p2p_comm, "reuse_fp32_param": train.reuse_fp32_param}
+            "overlap_p2p_comm": train.overlap_p2p_comm, "reuse_fp32_param": train.reuse_fp32_param,
+            "recompute_all": info.fsdp2 is not None}
 
 
 # --- profile ------------------------------------------------------------------------------------
@@ -129,7 +131,7 @@ def run_profile(settings: ProfileSettings, *, progress: Progress | None = None, 
     from tinker_opt.script.reader import read_script
 
     require(settings, "pretrain_script_path")
-    info = read_script(settings.pretrain_script_path)
+    info = read_script(settings.pretrain_script_path, model_config=settings.model_config)
     labels = labels_for(settings.pretrain_script_path, settings.model_name, settings.model_size)
     out_dir = profile_folder(settings, labels)
     analytic = settings.device == "analytic"
@@ -198,7 +200,7 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
     for note in profiled.meta.notes or []:
         log(note)
     script_path = settings.pretrain_script_path_search or profiled.meta.script_path
-    info = _read_optional_script(script_path, SEARCH_SCRIPT)
+    info = _read_optional_script(script_path, SEARCH_SCRIPT, settings.model_config)
     if info is not None:
         settings = replace(settings, global_batch_size=settings.global_batch_size or info.train.global_batch_size,
                            num_nodes=settings.num_nodes or info.train.nnodes)
@@ -312,7 +314,8 @@ def _write_search_results(result, chosen, settings: SearchSettings, profiled, sc
         bound_ms=result.bound_ms, top=top, warnings=warnings, log_lines=log.lines,
         current=chosen.current, picks=chosen.picks, pick_titles=chosen.pick_titles,
         picks_missing=chosen.picks_missing, pareto=chosen.pareto, evaluated=chosen.evaluated, folded=chosen.folded)
-    writer = _script_writer(info, cluster, version, log, warnings) if info is not None else None
+    writer = (_script_writer(info, cluster, version, log, warnings, cost_model.global_batch_size)
+              if info is not None else None)
     if writer is None:
         log("no launch script known for this profile: configs/ stays empty (pass the script positionally)")
     folder = write_results_folder(report, Path(settings.output_dir), write_script=writer)
@@ -336,14 +339,18 @@ def _inputs_record(settings: SearchSettings, profiled, script_path: str | None, 
     }
 
 
-def _script_writer(info, cluster: ClusterSpec, version: str | None, log: RunLog, warnings: list[str]):
-    """Writes the tuned script of one ranked row; a row the writer refuses is reported (search.log,
-    summary warnings) and left without a script, never failing the finished search."""
+def _script_writer(info, cluster: ClusterSpec, version: str | None, log: RunLog, warnings: list[str],
+                   global_batch_size: int):
+    """Writes the tuned script of one ranked row (an FSDP2 launch with its tuned YAML); a row the
+    writer refuses is reported (search.log, summary warnings) and left without a script, never
+    failing the finished search."""
     from tinker_opt.emit.script_writer import apply_strategy
 
-    def write(rank: int, evaluation: dict[str, Any], header: list[str]) -> str | None:
+    def write(rank: int | str, evaluation: dict[str, Any], header: list[str], name: str) -> str | dict[str, str] | None:
         try:
             strategy = strategy_to_write(evaluation, info)
+            if info.fsdp2 is not None:
+                return _fsdp2_config_files(info, strategy, cluster, global_batch_size, header, name)
             applied = apply_strategy(info.text, strategy, nnodes=cluster.num_nodes,
                                      nproc_per_node=cluster.devices_per_node, version=version, header=header)
         except TinkerError as exc:
@@ -356,6 +363,17 @@ def _script_writer(info, cluster: ClusterSpec, version: str | None, log: RunLog,
         return applied.text
 
     return write
+
+
+def _fsdp2_config_files(info, strategy: Strategy, cluster: ClusterSpec, global_batch_size: int, header: list[str],
+                        name: str) -> dict[str, str]:
+    """A results folder's tuned FSDP2 launch and its YAML copy, named by file name beside it."""
+    from tinker_opt.emit.fsdp2_writer import apply_fsdp2
+
+    yaml_name = Path(name).with_suffix(".yaml").name
+    applied = apply_fsdp2(info, strategy, nnodes=cluster.num_nodes, nproc_per_node=cluster.devices_per_node,
+                          yaml_reference=yaml_name, global_batch_size=global_batch_size, header=header)
+    return {name: applied.text, yaml_name: applied.yaml_text}
 
 
 # --- all ----------------------------------------------------------------------------------------
@@ -386,7 +404,8 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
     profiled_script = profiled.meta.script_path
     if profiled_script and not Path(profiled_script).exists():
         profiled_script = None  # moved since profiling: the profile's own model and batch size still serve
-    info = _read_optional_script(settings.pretrain_script_path or profiled_script, SIMULATE_SCRIPT)
+    info = _read_optional_script(settings.pretrain_script_path or profiled_script, SIMULATE_SCRIPT,
+                                 settings.model_config)
     model = _model_of(profiled, info, SIMULATE_SCRIPT)
     if settings.num_layers:
         model = replace(model, num_layers=settings.num_layers)
@@ -443,11 +462,11 @@ def _strategy_from_flags(settings: SimulateSettings, num_devices: int, num_layer
 
 # --- inspect, apply, calibrate ------------------------------------------------------------------
 
-def run_inspect(script: Path) -> tuple[dict[str, Any], list[str]]:
+def run_inspect(script: Path, *, model_config: Path | None = None) -> tuple[dict[str, Any], list[str]]:
     """What the reader takes from a launch script (inspect --json's object) and its warnings."""
     from tinker_opt.script.reader import inspect_dict, read_script
 
-    info = read_script(script)
+    info = read_script(script, model_config=model_config)
     return inspect_dict(info), list(info.warnings)
 
 
@@ -468,21 +487,40 @@ def strategy_to_write(data: dict[str, Any], info) -> Strategy:
 
 
 def run_apply(script: Path, strategy_file: Path, output: Path, *, num_nodes: int | None,
-              num_npus_per_node: int | None, version: str | None, force: bool) -> list[str]:
-    """Write `script` with the strategy of `strategy_file` to `output`; returns the writer's warnings."""
+              num_npus_per_node: int | None, version: str | None, force: bool,
+              model_config: Path | None = None) -> tuple[list[str], list[Path]]:
+    """Write `script` with the strategy of `strategy_file` to `output` (an FSDP2 launch: and its tuned
+    YAML copy `output` with suffix .yaml); returns the writer's warnings and the files written."""
     from tinker_opt.emit.script_writer import apply_strategy, write_script
     from tinker_opt.script.reader import read_script
 
-    info = read_script(script)
+    info = read_script(script, model_config=model_config)
     if output.exists() and not force and output.resolve() != script.resolve():
         raise ConfigError(f"output '{output}' exists; choose another -o path or pass --force")
     strategy = strategy_to_write(read_json_object(strategy_file), info)
     per_node = num_npus_per_node or info.train.nproc_per_node
-    applied = apply_strategy(info.text, strategy, nnodes=num_nodes or num_nodes_for(strategy, per_node),
-                             nproc_per_node=per_node, version=version,
-                             header=[f"tinker-opt apply: strategy {json.dumps(strategy.to_dict())}"])
+    nodes = num_nodes or num_nodes_for(strategy, per_node)
+    header = [f"tinker-opt apply: strategy {json.dumps(strategy.to_dict())}"]
+    if info.fsdp2 is not None:
+        return _apply_fsdp2(info, strategy, output, nodes, per_node, header)
+    applied = apply_strategy(info.text, strategy, nnodes=nodes, nproc_per_node=per_node, version=version,
+                             header=header)
     write_script(output, applied.text, source=script)
-    return list(applied.warnings)
+    return list(applied.warnings), [output]
+
+
+def _apply_fsdp2(info, strategy: Strategy, output: Path, nodes: int, per_node: int,
+                 header: list[str]) -> tuple[list[str], list[Path]]:
+    """apply for an FSDP2 launch: the tuned script and its tuned YAML copy beside it."""
+    from tinker_opt.emit.fsdp2_writer import apply_fsdp2, write_fsdp2_yaml
+    from tinker_opt.emit.script_writer import write_script
+
+    yaml_path = output.with_suffix(".yaml")
+    applied = apply_fsdp2(info, strategy, nnodes=nodes, nproc_per_node=per_node, yaml_reference=yaml_path,
+                          header=header)
+    write_fsdp2_yaml(yaml_path, applied.yaml_text, original=info.fsdp2.yaml_path)
+    write_script(output, applied.text, source=info.path)
+    return list(applied.warnings), [output, yaml_path]
 
 
 def run_calibrate(profile_dir: Path, hardware: str, output: Path) -> Path:

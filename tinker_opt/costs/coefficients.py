@@ -113,6 +113,9 @@ class SplitCoefficients:
     layer_form: str = "free"
     """Which per-stage layer counts the framework can write (strategy.LAYER_FORMS): every split
     solver returns only splits of this form."""
+    recompute_all: bool = False
+    """Full recompute covers every layer of a chunk or none (MindSpeed-LLM FSDP2's parallel.recompute
+    wraps all decoder layers): the solvers then choose only r = the largest chunk."""
     memo: Memo = field(default_factory=Memo, repr=False, compare=False)
     """Derived values computed on first use (Memo)."""
 

@@ -63,7 +63,7 @@ class CostModel:
                  times_include_tp_comm: bool = False, times_include_ep_comm: bool = False,
                  attention_mask_bytes: int = 0, layer_form: str = "free",
                  recompute_activation: bool = False, overlap_p2p_comm: bool = True,
-                 reuse_fp32_param: bool = False) -> None:
+                 reuse_fp32_param: bool = False, recompute_all: bool = False) -> None:
         self.model = model
         self.cluster = cluster
         self.global_batch_size = global_batch_size
@@ -79,7 +79,8 @@ class CostModel:
                                   times_include_ep_comm=times_include_ep_comm,
                                   attention_mask_bytes=attention_mask_bytes, layer_form=layer_form,
                                   recompute_activation=recompute_activation,
-                                  overlap_p2p_comm=overlap_p2p_comm, reuse_fp32_param=reuse_fp32_param)
+                                  overlap_p2p_comm=overlap_p2p_comm, reuse_fp32_param=reuse_fp32_param,
+                                  recompute_all=recompute_all)
         self._cache: dict[Strategy, SplitCoefficients] = {}
 
     @classmethod
@@ -87,12 +88,14 @@ class CostModel:
                      global_batch_size: int, *, hardware: HardwareSpec | None = None,
                      inter_node_bandwidth_gbs: float | None = None,
                      swap_optimizer_times: int | None = None, recompute_activation: bool = False,
-                     overlap_p2p_comm: bool = True, reuse_fp32_param: bool = False) -> "CostModel":
+                     overlap_p2p_comm: bool = True, reuse_fp32_param: bool = False,
+                     recompute_all: bool = False) -> "CostModel":
         """Build from a loaded profiled-data folder; see CommModel for the inter-node defaults.
         `swap_optimizer_times`: the script's `--swap-optimizer` chunk count (None: not swapping);
         `recompute_activation`: MindSpeed's `--recompute-activation-function` (costs/recompute.py);
         `overlap_p2p_comm`: the script's p2p overlap of the interleaved schedule and
-        `reuse_fp32_param` its MindSpeed `--reuse-fp32-param` (TrainSpec)."""
+        `reuse_fp32_param` its MindSpeed `--reuse-fp32-param` (TrainSpec);
+        `recompute_all`: full recompute is all layers or none (an FSDP2 launch)."""
         comm = CommModel(profiled.comm, hardware=hardware,
                          inter_node_bandwidth_gbs=inter_node_bandwidth_gbs,
                          multi_node=cluster.num_nodes > 1, multi_device=cluster.devices_per_node > 1)
@@ -105,7 +108,8 @@ class CostModel:
                    times_include_ep_comm=bool(meta.times_include_ep_comm),
                    attention_mask_bytes=meta.attention_mask_bytes or 0,
                    recompute_activation=recompute_activation,
-                   overlap_p2p_comm=overlap_p2p_comm, reuse_fp32_param=reuse_fp32_param)
+                   overlap_p2p_comm=overlap_p2p_comm, reuse_fp32_param=reuse_fp32_param,
+                   recompute_all=recompute_all)
 
     @property
     def layer_form(self) -> str:

@@ -9,6 +9,7 @@ import numpy as np
 
 from tinker_opt.costs import overlap
 from tinker_opt.costs.units import GRAD_BYTES, m_tokens, ns_array
+from tinker_opt.costs.zero_terms import gathered_bytes, unit_exposed_us
 from tinker_opt.strategy import Strategy
 
 if TYPE_CHECKING:  # terms.py calls stage_terms(); only the annotations name its TermBuilder
@@ -45,11 +46,13 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     p2p_us, p2p_hidden_us = _p2p_us(tb, s)
     time = np.full(p, p2p_us, dtype=float)
     comm = np.full(p, p2p_us, dtype=float)
+    first_params, last_params = emb.param_count, norm.param_count + _head_params(tb, s, head)
+    emb_comm += unit_exposed_us(tb, s, first_params)  # ZeRO 2/3 units (zero_terms.py)
+    head_comm += unit_exposed_us(tb, s, last_params)
     time[0] += emb.fwd_us + emb.bwd_us + emb_comm
     comm[0] += emb_comm
     time[-1] += norm.fwd_us + norm.bwd_us + head.fwd_us + head.bwd_us + head_comm
     comm[-1] += head_comm
-    first_params, last_params = emb.param_count, norm.param_count + _head_params(tb, s, head)
     static = np.zeros(p, dtype=np.int64)
     optimizer = np.zeros(p, dtype=np.int64)
     grad = np.zeros(p, dtype=np.int64)
@@ -57,14 +60,16 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
         weights, opt = tb.param_bytes(s, params, 0)  # weights include the gradients
         static[index] += weights + opt
         optimizer[index] += opt
-        grad[index] += GRAD_BYTES * params
-    layer_transient = max(tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)).transient_bytes
-                          for k in set(tb.kinds))
+        grad[index] += tb.grad_bytes(s, params, 0)
+    layer_costs = [tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)) for k in set(tb.kinds)]
+    layer_transient = max(cost.transient_bytes for cost in layer_costs)
     # Tinker's attention mask: one seq^2 tensor per stage (Tinker itself adds it per layer).
     static += tb.attention_mask_bytes
     transient = np.full(p, layer_transient, dtype=np.int64)
     transient[0] = max(transient[0], emb.transient_bytes)
     transient[-1] = max(transient[-1], norm.transient_bytes, head.transient_bytes)
+    unit = max([cost.param_count for cost in layer_costs] + [first_params, last_params])
+    transient += gathered_bytes(s, unit, tb.bpe)  # ZeRO 2/3: gathered units and their gradients
     act_bytes = np.zeros(p, dtype=np.int64)
     act_bytes[0] += emb.activation_bytes
     act_bytes[-1] += norm.activation_bytes + head.activation_bytes

@@ -49,6 +49,8 @@ from tinker_opt.costs.profile_table import BlockCost, BlockTable
 from tinker_opt.costs.recompute import activation_function_terms
 from tinker_opt.costs.stage_terms import stage_terms
 from tinker_opt.costs.units import GRAD_BYTES, m_tokens, to_ns
+from tinker_opt.costs.zero_terms import (layer_exposed_us, sharded_param_bytes, tail_gathers_weights,
+                                         tail_reduces_gradients)
 from tinker_opt.strategy import OVERLAP_KEYS, Strategy
 
 ADAM_TOUCH_BYTES = 30
@@ -66,8 +68,10 @@ class TermBuilder:
                  host_link_gbs: float = DEFAULT_HOST_LINK_GBS, times_include_tp_comm: bool = False,
                  times_include_ep_comm: bool = False, attention_mask_bytes: int = 0,
                  layer_form: str = "free", recompute_activation: bool = False,
-                 overlap_p2p_comm: bool = True, reuse_fp32_param: bool = False) -> None:
+                 overlap_p2p_comm: bool = True, reuse_fp32_param: bool = False,
+                 recompute_all: bool = False) -> None:
         self.model = model
+        self.recompute_all = recompute_all
         self.tp_comm_in_times = times_include_tp_comm
         """The block times already include the TP / SP collectives (Tinker folders): add none."""
         self.ep_comm_in_times = times_include_ep_comm
@@ -195,11 +199,11 @@ class TermBuilder:
         m, L, p, v = self.model, self.model.num_layers, s.pp, s.vpp
         num_micro = self.gbs // (s.mbs * s.dp)
         knobs = tuple(bool(getattr(s, key)) for key in OVERLAP_KEYS)
-        layer_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.recompute, knobs)
+        layer_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.zero, s.recompute, knobs)
         layer = self._layer_cache.get(layer_key)
         if layer is None:
             layer = self._layer_cache[layer_key] = self._layer_arrays(s)
-        stage_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.pp, s.vpp, knobs)
+        stage_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.zero, s.pp, s.vpp, knobs)
         stage = self._stage_cache.get(stage_key)
         if stage is None:
             stage = self._stage_cache[stage_key] = self._stage_terms(s, num_micro)
@@ -218,7 +222,7 @@ class TermBuilder:
             layer_tail_sync_ns=layer["tail_sync"], layer_hidden_ns=layer["hidden"],
             layer_tail_hidden_ns=layer["tail_hidden"], work_bytes=int(layer["act_full"].max()),
             memory_limit_bytes=int(self.cluster.memory_limit_mb * 2**20), estimated=bool(estimated),
-            uniform=len(self.kind_names) == 1, layer_form=self.layer_form,
+            uniform=len(self.kind_names) == 1, layer_form=self.layer_form, recompute_all=self.recompute_all,
             **stage)
 
     def _last_bucket_ns(self, s: Strategy, layer: dict[str, np.ndarray]) -> int:
@@ -245,6 +249,7 @@ class TermBuilder:
         selective = s.recompute == "selective"
         compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
         dense_params = cost.param_count - cost.expert_param_count
+        bwd_comm += layer_exposed_us(self, s, dense_params, cost.expert_param_count, cost.fwd_us, cost.bwd_us)
         weights, optimizer = self.param_bytes(s, dense_params, cost.expert_param_count)
         grad_us, gather_us, opt_us = self.tail_parts_us(s, dense_params, cost.expert_param_count)
         sync_us = (overlap.exposed(grad_us, cost.bwd_us) if s.overlap_grad_reduce else grad_us) + (
@@ -263,19 +268,20 @@ class TermBuilder:
                 "hidden": to_ns(hidden), "tail_hidden": to_ns(grad_us + gather_us + opt_us) - to_ns(sync_us + opt_us),
                 "recompute": to_ns(recompute_us) if s.recompute == "full" else 0,
                 "static": weights + optimizer, "optimizer": optimizer,
-                "grad": GRAD_BYTES * cost.param_count, "act": act,
+                "grad": self.grad_bytes(s, dense_params, cost.expert_param_count), "act": act,
                 "act_full": cost.activation_bytes, "input": cost.input_bytes,
                 "tail": to_ns(sync_us + opt_us), "tail_sync": to_ns(sync_us), "estimated": cost.estimated}
 
     def param_bytes(self, s: Strategy, dense: int, expert: int) -> tuple[int, int]:
         """(weights + gradients, optimizer states) bytes of these parameters on one rank; with
         the swap optimizer only one of its swap_times chunks of the states is on the device."""
-        dp_cp, edp = self._data_groups(s)
-        weights = (dense + expert) * (self.bpe + GRAD_BYTES)
-        dense_opt = dense * self.opt_state_bytes / (dp_cp if s.dist_opt else 1)
-        expert_opt = expert * self.opt_state_bytes / (edp if s.dist_opt else 1)
+        weights, grads, optimizer = sharded_param_bytes(self, s, dense, expert)  # ZeRO stage s.zero
         chunks = self.swap_times if self._swaps(s) else 1
-        return weights, int(np.ceil((dense_opt + expert_opt) / chunks))
+        return int(np.ceil(weights) + np.ceil(grads)), int(np.ceil(optimizer / chunks))
+
+    def grad_bytes(self, s: Strategy, dense: int, expert: int) -> int:
+        """The gradient part of `param_bytes` (sharded from ZeRO stage 2 on)."""
+        return int(np.ceil(sharded_param_bytes(self, s, dense, expert)[1]))
 
     def _swaps(self, s: Strategy) -> bool:
         """Whether the states are swapped to the host: MindSpeed's swap optimizer needs dist_opt."""
@@ -300,6 +306,8 @@ class TermBuilder:
         def t(op: str, nbytes: float) -> float:
             full = self.comm.time_us(op, size, scope, nbytes)
             return full - self.comm.time_us(op, size, scope, 0.0) if slope_only else full
+        if not tail_reduces_gradients(s):  # ZeRO 2/3 reduce-scatter in backward (zero_terms.py)
+            return t("all_gather", self.bpe * params) if tail_gathers_weights(s) else 0.0
         if s.dist_opt:
             return t("reduce_scatter", GRAD_BYTES * params) + t("all_gather", self.bpe * params)
         return t("all_reduce", GRAD_BYTES * params)
@@ -311,7 +319,8 @@ class TermBuilder:
 
     def tail_parts_us(self, s: Strategy, dense: int, expert: int) -> tuple[float, float, float]:
         """(gradient reduce, parameter all-gather, optimizer step) of a parameter set without the
-        collective latencies; the all-gather is 0 without the distributed optimizer."""
+        collective latencies; the all-gather is 0 without the distributed optimizer and with ZeRO-3,
+        the reduce 0 from ZeRO-2 on (zero_terms.py)."""
         (dense_size, dense_scope), *expert_group = self.sync_groups(s)
         groups = [(dense_size, dense_scope, dense)]
         if expert_group:
@@ -319,7 +328,7 @@ class TermBuilder:
         grad = gather = 0.0
         for size, scope, params in groups:
             both = self.sync_us(s, size, scope, params, True)
-            part = self.gather_us(s, size, scope, params) if s.dist_opt else 0.0
+            part = self.gather_us(s, size, scope, params) if tail_gathers_weights(s) else 0.0
             grad, gather = grad + both - part, gather + part
         dp_cp, edp = self._data_groups(s)
         local = dense / (dp_cp if s.dist_opt else 1) + expert / (edp if s.dist_opt else 1)

@@ -16,8 +16,8 @@ from tinker_opt.strategy import (FrameworkRules, Strategy, interleaved_pipeline_
                                  layer_form_message, overlap_message)
 from tinker_opt.script import versions
 from tinker_opt.script.reader import ScriptInfo, p2p_overlap
-from tinker_opt.script.strategy_args import (DEFAULT_CP_ALGO, OVERLAP_FLAGS, VPP_LAYERS_FLAG,
-                                             VPP_SIZE_FLAGS, overlap_applies)
+from tinker_opt.script.strategy_args import (DEFAULT_CP_ALGO, OVERLAP_FLAGS, SHARDING_FLAG, VPP_LAYERS_FLAG,
+                                             VPP_SIZE_FLAGS, overlap_applies, zero_backend)
 from tinker_opt.script.versions import CP_ALGO_SINCE, VersionRange, flag_allowed
 
 
@@ -178,6 +178,9 @@ def expressible_strategy(strategy: Strategy, info: ScriptInfo, vr: VersionRange,
     layer_list = _layer_list(strategy, info, vr)
     if strategy.ep > 1:
         _needs("--expert-model-parallel-size", f"ep = {strategy.ep}", info, vr)
+    if strategy.zero >= 2 and zero_backend(info.launch) is None:
+        raise StrategyError(f"ZeRO stage {strategy.zero} needs DeepSpeed (--zero-stage) or Megatron-FSDP "
+                            f"({SHARDING_FLAG}); this script has neither: use zero <= 1")
     stage_layers = max(layer_list) if layer_list else total // strategy.pp
     return strategy.replace(
         sp=strategy.sp and strategy.tp > 1, cp_algo=_cp_algo(strategy, info, vr),
@@ -192,6 +195,9 @@ def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | Non
     scripts"): a knob whose flag
     the version lacks is switched off before the search, never discovered after it.
     """
+    if info.fsdp2 is not None:
+        return fsdp2_search_space(info, base)
+
     def can(flag: str) -> bool:
         return _can(flag, info, vr)
 
@@ -208,7 +214,9 @@ def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | Non
         etp_follows_tp=not (can("--expert-tensor-parallel-size") or info.launch.has("--moe-tp-extend-ep")),
         # MindSpeed raises on --swap-optimizer without the distributed optimizer.
         require_dist_opt=info.train.swap_optimizer_times is not None,
-        overlaps=searched_overlaps(info, vr))
+        overlaps=searched_overlaps(info, vr),
+        # ZeRO 2/3 only where the script already picks its stage by flag (DeepSpeed, Megatron-FSDP).
+        zero_levels=(0, 1, 2, 3) if zero_backend(info.launch) else (0, 1))
 
 
 def searched_overlaps(info: ScriptInfo, vr: VersionRange) -> tuple[str, ...]:
@@ -221,3 +229,15 @@ def searched_overlaps(info: ScriptInfo, vr: VersionRange) -> tuple[str, ...]:
     if any(info.launch.has(flag) for flag in OVERLAP_FLAGS["tp_comm_overlap"]):
         keys.append("tp_comm_overlap")
     return tuple(keys)
+
+
+def fsdp2_search_space(info: ScriptInfo, base: SearchSpace | None = None) -> SearchSpace:
+    """MindSpeed-LLM FSDP2: tp, dp (sharded: ZeRO-3), ep, cp (ulysses | ring), recompute of every
+    layer or none, micro-batch size (and so gradient accumulation); no pipeline, no sequence
+    parallelism flag, no separate expert tensor parallelism, none of Megatron's overlap flags (the
+    prefetch overlap is priced in costs/zero_terms.py) (docs/en/pytorch/features/fsdp2/arguments.md)."""
+    return dataclasses.replace(
+        base or SearchSpace(), pp=(1,), allow_vpp=False, allow_sp=False, allow_uneven_split=False,
+        etp_follows_tp=True, zero_levels=(3,), recompute=("none", "full"),
+        recompute_methods=("block",), overlaps=None,
+        cp_algos=("ulysses_cp_algo", "megatron_cp_algo"))

@@ -170,8 +170,10 @@ def check_writable(output_dir: Path) -> None:
         raise ConfigError(f"output folder '{output_dir}' cannot be written ({exc.strerror}); pass a writable --output-dir") from None
 
 
-ScriptWriter = Callable[[int | str, dict[str, Any], list[str]], "str | None"]
-"""(rank or pick name, evaluation, header lines) -> tuned script text, or None when there is no script."""
+ScriptWriter = Callable[[int | str, dict[str, Any], list[str], str], "str | dict[str, str] | None"]
+"""(rank or pick name, evaluation, header lines, script file name) -> tuned script text, or
+{file name: text} when the script comes with other files (an FSDP2 launch's tuned YAML), or None
+when there is no script."""
 
 
 def write_results_folder(report: SearchReport, output_dir: Path, *, write_script: ScriptWriter | None,
@@ -194,11 +196,12 @@ def _write_scripts(folder: Path, report: SearchReport, write_script: ScriptWrite
     """configs/<name>.sh of each (rank or pick name, evaluation); the names (None: no script)."""
     names: list[str | None] = []
     for rank, evaluation in items:
-        text = write_script(rank, evaluation, script_header(rank, evaluation, report)) if write_script else None
-        name = config_script_name(report.labels, rank, evaluation) if text is not None else None
-        if text is not None:
-            (folder / CONFIGS_DIR / name).write_text(text, encoding="utf-8")
-        names.append(name)
+        name = config_script_name(report.labels, rank, evaluation)
+        text = write_script(rank, evaluation, script_header(rank, evaluation, report), name) if write_script else None
+        files = {name: text} if isinstance(text, str) else (text or {})
+        for file_name, content in files.items():
+            (folder / CONFIGS_DIR / file_name).write_text(content, encoding="utf-8")
+        names.append(name if files else None)
     return names
 
 

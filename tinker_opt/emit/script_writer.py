@@ -91,9 +91,10 @@ def _launcher_field(info: ScriptInfo):
     return None
 
 
-def _apply_cluster(text: str, nnodes: int, nproc: int) -> tuple[str, list[str]]:
-    """Make the launcher's node and device counts the target's, one count at a time."""
-    info = read_script_text(text)
+def apply_cluster(text: str, nnodes: int, nproc: int, read=read_script_text) -> tuple[str, list[str]]:
+    """Make the launcher's node and device counts the target's, one count at a time (`read`
+    reads the script text back between edits)."""
+    info = read(text)
     warnings: list[str] = []
     for names, value in _cluster_targets(info, nnodes, nproc):
         edit = _cluster_edit(text, info, names, value)
@@ -104,11 +105,11 @@ def _apply_cluster(text: str, nnodes: int, nproc: int) -> tuple[str, list[str]]:
                 warnings.append(f"line {line}: the count {old} was computed by the script; "
                                 f"replaced by {value} for {names[0].lstrip('@')}")
             text = script_edit.apply_edits(text, [edit])
-            info = read_script_text(text)
+            info = read(text)
     return text, warnings
 
 
-def _with_header(text: str, header: Sequence[str]) -> str:
+def with_header(text: str, header: Sequence[str]) -> str:
     """Put the header comment block right after the shebang, replacing an earlier tinker-opt block."""
     lines = text.splitlines(keepends=True)
     at = 1 if lines and lines[0].startswith("#!") else 0
@@ -144,10 +145,10 @@ def apply_strategy(text: str, strategy: Strategy, *, nnodes: int, nproc_per_node
     info = read_script_text(text)
     vr = versions.resolve(version, text, info.train.framework.flavour)
     target = expressible_strategy(strategy, info, vr, world=nnodes * nproc_per_node)
-    tuned, warnings = _apply_cluster(text, nnodes, nproc_per_node)
+    tuned, warnings = apply_cluster(text, nnodes, nproc_per_node)
     tuned_info = read_script_text(tuned)
     tuned = script_edit.apply_edits(tuned, plan_strategy_edits(tuned, tuned_info, target, vr))
-    tuned = _with_header(tuned, header)
+    tuned = with_header(tuned, header)
     check = read_script_text(tuned)
     got = (check.train.strategy, check.train.nnodes, check.train.nproc_per_node)
     if got != (target, nnodes, nproc_per_node):

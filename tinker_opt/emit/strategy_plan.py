@@ -16,8 +16,8 @@ from tinker_opt.strategy import Strategy
 from tinker_opt.script import versions
 from tinker_opt.script.launch import ArgOccurrence
 from tinker_opt.script.reader import ScriptInfo
-from tinker_opt.script.strategy_args import (DEFAULT_CP_ALGO, OVERLAP_FLAGS, VPP_LAYERS_FLAG,
-                                             VPP_SIZE_FLAGS)
+from tinker_opt.script.strategy_args import (DEFAULT_CP_ALGO, OVERLAP_FLAGS, SHARDING_FLAG, SHARDING_STRATEGIES,
+                                             VPP_LAYERS_FLAG, VPP_SIZE_FLAGS, ZERO_STAGE_FLAG, zero_backend)
 
 CP_RING_ONLY = ("--use-cp-send-recv-overlap", "--cp-attention-mask-type", "--cp-window-size",
                 "--use-fused-ring-attention-update")
@@ -180,6 +180,23 @@ def _recompute(plan: _Plan, s: Strategy) -> None:
     plan.value("--recompute-num-layers", s.recompute_num_layers, group="recompute")
 
 
+def _zero(plan: _Plan, s: Strategy) -> None:
+    """The distributed optimizer, or the ZeRO stage of DeepSpeed / Megatron-FSDP scripts."""
+    backend = zero_backend(plan.launch)
+    if backend == "deepspeed":  # the stage variable also feeds the JSON config: change it at its assignment
+        for occurrence in plan.launch.occurrences(ZERO_STAGE_FLAG):
+            edit = script_edit.value_edit(plan.text, occurrence, str(s.zero), plan.info.expansion,
+                                          prefer_assignment=True)
+            if edit is not None:
+                plan.edits.append(edit)
+        return
+    if backend == "megatron_fsdp":
+        plan.value(SHARDING_FLAG, SHARDING_STRATEGIES[s.zero])
+    plan.switch("--use-distributed-optimizer", s.dist_opt)
+    if not s.dist_opt:
+        plan.remove(*DIST_OPT_COMPANIONS)
+
+
 def _overlaps(plan: _Plan, s: Strategy) -> None:
     """Each overlap switch: off (or not applicable) removes every spelling; on keeps the script's
     spelling or adds the one the version has (expressible.overlap_flag)."""
@@ -202,9 +219,7 @@ def plan_strategy_edits(text: str, info: ScriptInfo, s: Strategy,
     if s.tp > 1:  # with tp = 1 the flag has no effect (Megatron turns it off): leave it as it is
         plan.switch("--sequence-parallel", s.sp)
     _pipeline_layout(plan, s)
-    plan.switch("--use-distributed-optimizer", s.dist_opt)
-    if not s.dist_opt:
-        plan.remove(*DIST_OPT_COMPANIONS)
+    _zero(plan, s)
     plan.value("--micro-batch-size", s.mbs, default=1)
     _recompute(plan, s)
     _overlaps(plan, s)

@@ -61,6 +61,8 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("strategy", "uneven layer split over stages", "--num-layer-list", "--decoder-first-pipeline-num-layers",
            "--decoder-last-pipeline-num-layers"),
     *_rows("strategy", "optimizer states sharded over dp (ZeRO-1)", "--use-distributed-optimizer"),
+    *_rows("strategy", "ZeRO stage 0..3 (DeepSpeed; Megatron-FSDP sharding strategy)", "--zero-stage",
+           "--deepspeed", "--use-megatron-fsdp", "--use-custom-fsdp", "--data-parallel-sharding-strategy"),
     *_rows("strategy", "micro-batch size", "--micro-batch-size"),
     *_rows("strategy", "activation recompute (selective or full, method, layer count)", "--recompute-granularity",
            "--recompute-activations", "--recompute-method", "--recompute-num-layers"),

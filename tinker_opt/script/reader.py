@@ -15,6 +15,8 @@ from tinker_opt.errors import ScriptError
 from tinker_opt.script import versions
 from tinker_opt.script.expand import Expansion, Scalar, expand_script
 from tinker_opt.script.flags import unpriced_warning
+from tinker_opt.script.fsdp2 import (Fsdp2Config, fsdp2_summary, is_fsdp2, load_fsdp2_config, read_fsdp2_model,
+                                     read_fsdp2_strategy)
 from tinker_opt.script.launch import Launch, find_launch
 from tinker_opt.script.model_args import int_value, read_model, script_num_layers
 from tinker_opt.script.shell import ShellSyntaxError
@@ -49,6 +51,8 @@ class ScriptInfo:
     """What the flags tell of the framework version (bounds; exact only when given)."""
     launch: Launch = field(repr=False, compare=False)
     expansion: Expansion = field(repr=False, compare=False)
+    fsdp2: Fsdp2Config | None = field(default=None, repr=False, compare=False)
+    """The YAML settings and overrides of a MindSpeed-LLM FSDP2 launch (None for Megatron-style scripts)."""
 
 
 def _flavour(text: str, launch: Launch) -> str:
@@ -130,8 +134,32 @@ def _activation_recompute(launch: Launch, version_range: versions.VersionRange) 
     return {"recompute_activation_function": True, "recompute_activation_function_num_layers": layers}
 
 
-def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = None) -> ScriptInfo:
-    """Read a launch script given as text (see `read_script`)."""
+
+def _read_fsdp2(text: str, name: str, path: Path | None, expansion: Expansion, launch: Launch,
+                warnings: list[str], fsdp2_yaml: str | None, model_config) -> ScriptInfo:
+    """The ScriptInfo of a MindSpeed-LLM FSDP2 launch (settings in its YAML and overrides)."""
+    config = load_fsdp2_config(launch, path, yaml_text=fsdp2_yaml, model_config=model_config)
+    model = read_fsdp2_model(config, warnings.append)
+    nodes, local = _cluster(launch, expansion, warnings.append)
+    strategy, gbs = read_fsdp2_strategy(config, world=nodes * local, is_moe=model.is_moe,
+                                        num_layers=model.num_layers, warn=warnings.append)
+    version_range = versions.resolve(None, "", "fsdp2")
+    framework = FrameworkInfo(flavour="fsdp2", version=None, launcher=launch.launcher, entry=launch.entry_source)
+    train = TrainSpec(micro_batch_size=strategy.mbs, nnodes=nodes, nproc_per_node=local, strategy=strategy,
+                      global_batch_size=gbs, framework=framework,
+                      is_full_tune=config.get("training.stage") == "sft")
+    return ScriptInfo(path=path, text=text, model=model, train=train, warnings=tuple(warnings),
+                      num_layers_in_script=model.num_layers, version_range=version_range, launch=launch,
+                      expansion=expansion, fsdp2=config)
+
+
+def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = None,
+                     fsdp2_yaml: str | None = None, model_config: str | Path | None = None) -> ScriptInfo:
+    """Read a launch script given as text (see `read_script`).
+
+    For an FSDP2 launch, `fsdp2_yaml` stands in for its YAML file's text and `model_config` for the
+    model's config.json (`--model-config`); both are ignored for Megatron-style scripts.
+    """
     warnings: list[str] = []
     try:
         expansion = expand_script(text, name)
@@ -141,6 +169,8 @@ def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = 
         warnings.append("the script has CRLF line endings; bash on Linux needs LF (dos2unix)")
     warnings.extend(expansion.warnings)
     launch = find_launch(expansion)
+    if is_fsdp2(launch):
+        return _read_fsdp2(text, name, path, expansion, launch, warnings, fsdp2_yaml, model_config)
     warn = warnings.append
     model = read_model(launch, warn)
     nodes, local = _cluster(launch, expansion, warn)
@@ -168,8 +198,11 @@ def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = 
                       expansion=expansion)
 
 
-def read_script(path: str | Path) -> ScriptInfo:
-    """Read a launch script file without executing it; ScriptError names what is wrong."""
+def read_script(path: str | Path, *, model_config: str | Path | None = None) -> ScriptInfo:
+    """Read a launch script file without executing it; ScriptError names what is wrong.
+
+    `model_config` is the model's config.json for an FSDP2 launch whose model path is not here.
+    """
     path = Path(path)
     try:
         with open(path, encoding="utf-8", newline="") as handle:
@@ -183,7 +216,7 @@ def read_script(path: str | Path) -> ScriptInfo:
     except OSError as exc:
         raise ScriptError(f"cannot read launch script {path}: {exc.strerror}; check its permissions") \
             from None
-    return read_script_text(text, path.name, path=path)
+    return read_script_text(text, path.name, path=path, model_config=model_config)
 
 
 def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
@@ -200,6 +233,8 @@ def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
                  "reuse_fp32_param": info.train.reuse_fp32_param,
                  "recompute_activation_function": info.train.recompute_activation_function,
                  "recompute_activation_function_num_layers": info.train.recompute_activation_function_num_layers}
+    if info.fsdp2 is not None:
+        framework["fsdp2"] = fsdp2_summary(info.fsdp2)
     return {"model": model,
             "cluster": {"nnodes": info.train.nnodes, "nproc_per_node": info.train.nproc_per_node},
             "strategy": info.train.strategy.to_dict(), "framework": framework}

@@ -13,6 +13,10 @@ Normalisation (what a script can express, and what the framework really does):
 * num_layer_list from `--num-layer-list` (MindSpeed) or Megatron's
   `--decoder-first/last-pipeline-num-layers`; None for an even split;
 * dp = world / (tp x pp x cp);
+* zero: DeepSpeed's `--zero-stage N` (pre-1.0 ModelLink scripts with `--deepspeed`), or Megatron-core
+  FSDP (`--use-megatron-fsdp`, `--use-custom-fsdp` before core 0.14) with
+  `--data-parallel-sharding-strategy no_shard | optim | optim_grads | optim_grads_params` (0..3,
+  default no_shard); else 1 with `--use-distributed-optimizer`, 0 without.
 * overlap switches (flags in script/flags.py): overlap_grad_reduce always a bool;
   overlap_param_gather only with the distributed optimizer, overlap_moe_comm only for MoE models,
   tp_comm_overlap only with tp > 1; None where the knob does not apply.
@@ -28,6 +32,36 @@ from tinker_opt.script.launch import Launch
 from tinker_opt.script.model_args import int_list, int_value
 
 DEFAULT_CP_ALGO = "megatron_cp_algo"
+MEGATRON_FSDP_FLAGS = ("--use-megatron-fsdp", "--use-custom-fsdp")
+SHARDING_FLAG = "--data-parallel-sharding-strategy"
+SHARDING_STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+"""Megatron-FSDP's sharding strategies, index = ZeRO stage (megatron/training/arguments.py)."""
+ZERO_STAGE_FLAG = "--zero-stage"
+
+
+def zero_backend(launch: Launch) -> str | None:
+    """`deepspeed` or `megatron_fsdp` when the script chooses its ZeRO stage by flag, else None."""
+    if launch.has("--deepspeed") and launch.has(ZERO_STAGE_FLAG):
+        return "deepspeed"
+    if any(launch.has(flag) for flag in MEGATRON_FSDP_FLAGS):
+        return "megatron_fsdp"
+    return None
+
+
+def _zero(launch: Launch) -> int:
+    """The ZeRO stage the flags choose (see the module docstring)."""
+    backend = zero_backend(launch)
+    if backend == "deepspeed":
+        stage = int_value(launch, ZERO_STAGE_FLAG)
+        if stage not in (0, 1, 2, 3):
+            raise ScriptError(f"{ZERO_STAGE_FLAG} is {stage}; DeepSpeed's ZeRO stages are 0, 1, 2 and 3")
+        return stage
+    if backend == "megatron_fsdp":
+        name = launch.value(SHARDING_FLAG) or "no_shard"
+        if name not in SHARDING_STRATEGIES:
+            raise ScriptError(f"{SHARDING_FLAG} is {name!r}; Megatron-FSDP takes one of {list(SHARDING_STRATEGIES)}")
+        return SHARDING_STRATEGIES.index(name)
+    return 0
 VPP_LAYERS_FLAG = "--num-layers-per-virtual-pipeline-stage"
 VPP_SIZE_FLAGS = ("--virtual-pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank")
 
@@ -133,7 +167,7 @@ def read_strategy(launch: Launch, *, world: int, total_layers: int, is_moe: bool
         warn(f"world size {world} is not a multiple of tp x pp x cp = {model_parallel}; "
              f"dp read as {max(world // model_parallel, 1)}")
     algo = None
-    dist_opt = launch.has("--use-distributed-optimizer")
+    dist_opt = launch.has("--use-distributed-optimizer") or _zero(launch) >= 1
     if cp > 1:
         algo = DEFAULT_CP_ALGO if megatron else (launch.value("--context-parallel-algo") or DEFAULT_CP_ALGO)
     try:
@@ -142,7 +176,7 @@ def read_strategy(launch: Launch, *, world: int, total_layers: int, is_moe: bool
             ep=int_value(launch, "--expert-model-parallel-size", 1), etp=_expert_tp(launch, is_moe),
             sp=launch.has("--sequence-parallel") and tp > 1,
             vpp=_vpp(launch, pp, total_layers, warn),
-            dist_opt=dist_opt, mbs=int_value(launch, "--micro-batch-size", 1),
+            dist_opt=dist_opt, zero=_zero(launch), mbs=int_value(launch, "--micro-batch-size", 1),
             num_layer_list=_layer_list(launch, pp, total_layers, warn), **_recompute(launch, warn),
             **_overlaps(launch, tp, dist_opt, is_moe))
     except StrategyError as exc:

@@ -63,7 +63,7 @@ def recompute_range(c: SplitCoefficients) -> range:
     if c.outer.recompute != "full":
         return range(0, 1)
     chunk_max = c.num_layers - c.num_stages + 1 if c.vpp == 1 else c.num_layers // (c.num_stages * c.vpp)
-    return range(1, chunk_max + 1)
+    return range(chunk_max if c.recompute_all else 1, chunk_max + 1)
 
 
 def shape_of(c: SplitCoefficients, k: Scalars, r: int) -> tuple[int, int, int]:

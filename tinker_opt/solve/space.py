@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 from tinker_opt.errors import ConfigError
 from tinker_opt.strategy import (LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES, OVERLAP_KEYS, RECOMPUTE_KINDS,
-                                 RECOMPUTE_METHODS, Strategy)
+                                 RECOMPUTE_METHODS, ZERO_LEVELS, Strategy)
 
 SEARCHED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo")
 """Context-parallel algorithms searched by default (kvallgather can be simulated and allowed)."""
@@ -47,18 +47,22 @@ class SearchSpace:
     constraint of every split solver, so the search returns only writable splits."""
     require_dist_opt: bool = False
     """Only strategies with the distributed optimizer (MindSpeed's --swap-optimizer needs it)."""
+    zero_levels: tuple[int, ...] = (0, 1)
+    """ZeRO stages searched (strategy.ZERO_LEVELS; 1 = the distributed optimizer); a stage >= 1
+    needs a data-parallel group and allow_dist_opt."""
     etp_follows_tp: bool = False
     """Only etp = tp (the framework cannot say `--expert-tensor-parallel-size`)."""
     recompute: tuple[str, ...] = RECOMPUTE_KINDS
     recompute_methods: tuple[str, ...] = RECOMPUTE_METHODS
     """Megatron's `--recompute-method` values searched with full recompute (model/recompute.py)."""
     cp_algos: tuple[str, ...] = SEARCHED_CP_ALGOS
-    overlaps: tuple[str, ...] = OVERLAP_KEYS
+    overlaps: tuple[str, ...] | None = OVERLAP_KEYS
     """Communication-overlap knobs switched on wherever they apply (`overlap_choices`); the others
     stay off. Not a search dimension: the cost model prices an overlap as the part of the
     collective that cannot hide (costs/overlap.py), never more than without it, and the overlaps
     add no modelled memory, so on is never worse (tests/test_model_overlap.py). The one exception,
-    TP overlap (MC2) against the MoE all-to-all overlap, which exclude each other, is searched."""
+    TP overlap (MC2) against the MoE all-to-all overlap, which exclude each other, is searched.
+    None: the backend has none of these knobs (MindSpeed-LLM FSDP2), every key stays None."""
 
     @property
     def split_form(self) -> str:
@@ -72,7 +76,7 @@ class SearchSpace:
         bad_methods = sorted(set(self.recompute_methods) - set(RECOMPUTE_METHODS))
         if bad_methods or not self.recompute_methods:
             raise ConfigError(f"recompute method(s) {bad_methods or '()'} not allowed; use some of {list(RECOMPUTE_METHODS)}")
-        bad_overlaps = sorted(set(self.overlaps) - set(OVERLAP_KEYS))
+        bad_overlaps = sorted(set(self.overlaps or ()) - set(OVERLAP_KEYS))
         if bad_overlaps:
             raise ConfigError(f"unknown overlap knob(s) {bad_overlaps}; expected some of {list(OVERLAP_KEYS)}")
         bad_algos = sorted(set(self.cp_algos) - set(MODELLED_CP_ALGOS))
@@ -80,6 +84,8 @@ class SearchSpace:
             raise ConfigError(f"context-parallel algorithm(s) {bad_algos} are not modelled; use {list(MODELLED_CP_ALGOS)}")
         if self.layer_form not in LAYER_FORMS:
             raise ConfigError(f"layer_form must be one of {list(LAYER_FORMS)}, got {self.layer_form!r}")
+        if not self.zero_levels or set(self.zero_levels) - set(ZERO_LEVELS):
+            raise ConfigError(f"zero_levels {self.zero_levels} must be some of {ZERO_LEVELS}")
         if self.max_mbs is not None and self.max_mbs < 1:
             raise ConfigError(f"max_mbs must be >= 1, got {self.max_mbs}")
 
@@ -131,16 +137,17 @@ def _iter_parallel(model, tp, cp, pp, dp, space, available) -> Iterator[Strategy
 
 
 def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> Iterator[Strategy]:
-    """vpp, micro-batch, distributed optimizer and recompute kind for one parallel layout."""
+    """vpp, micro-batch, ZeRO stage (distributed optimizer) and recompute kind for one parallel layout."""
     vpps = [1]
     if space.allow_vpp and base.pp > 2:
         vpps += [v for v in divisors(model.num_layers // base.pp) if v > 1
                  and model.num_layers % (base.pp * v) == 0]
     vpps = _allowed(vpps, space.vpp) or []
     data_groups = base.dp * base.cp > 1 or (model.is_moe and base.tp * base.dp * base.cp > base.ep * base.expert_tp)
-    dist_opts = [False, True] if (data_groups and space.allow_dist_opt) else [False]
+    zeros = [z for z in space.zero_levels if z == 0 or (data_groups and space.allow_dist_opt)]
     if space.require_dist_opt:
-        dist_opts = [True]
+        zeros = [z for z in space.zero_levels if z >= 1] or [1]
+    zeros = zeros or [0]  # no data-parallel group: every stage is the same strategy as 0
     if model.num_layers % base.pp and space.split_form == "even":
         return
     # Cheap pre-filters of the batch rules (strategy._rule_batch / _rule_vpp check them again).
@@ -149,10 +156,10 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
     # method with the count and the split.
     kinds = [(kind, method) for kind in space.recompute
              for method in (space.recompute_methods if kind == "full" else (None,))]
-    for vpp, mbs, dist_opt, (recompute, method) in itertools.product(vpps, mbss, dist_opts, kinds):
+    for vpp, mbs, zero, (recompute, method) in itertools.product(vpps, mbss, zeros, kinds):
         if vpp > 1 and (gbs // (mbs * base.dp)) % base.pp:
             continue
-        candidate = base.replace(vpp=vpp, mbs=mbs, dist_opt=dist_opt, recompute=recompute,
+        candidate = base.replace(vpp=vpp, mbs=mbs, dist_opt=zero >= 1, zero=zero, recompute=recompute,
                                  recompute_method=method)
         for knobs in overlap_choices(candidate, model.is_moe, space.overlaps):
             choice = candidate.replace(**knobs)
@@ -160,7 +167,7 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
                 yield choice
 
 
-def overlap_choices(s: Strategy, is_moe: bool, allowed: tuple[str, ...]) -> list[dict[str, bool | None]]:
+def overlap_choices(s: Strategy, is_moe: bool, allowed: tuple[str, ...] | None) -> list[dict[str, bool | None]]:
     """The overlap switches of an outer configuration: on where allowed and where the framework
     accepts them (strategy.overlap_message), off where allowed but not applicable to this layout,
     None where the knob does not exist (schema of ARCHITECTURE.md). Two choices where TP overlap
@@ -170,6 +177,8 @@ def overlap_choices(s: Strategy, is_moe: bool, allowed: tuple[str, ...]) -> list
     (Megatron-LM arguments.py); the MoE all-to-all overlap needs ep > 1 and excludes MC2
     (Ascend/MindSpeed mindspeed/features_manager/moe/moe_alltoall_overlap.py); TP overlap needs
     tp > 1 with sequence parallelism (Ascend/MindSpeed docs/zh/features/mc2.md)."""
+    if allowed is None:
+        return [dict.fromkeys(OVERLAP_KEYS)]
     on = set(allowed)
     grad = "overlap_grad_reduce" in on
     tp_overlap = "tp_comm_overlap" in on and s.tp > 1 and s.sp

@@ -1,0 +1,136 @@
+"""ZeRO stages: the Strategy knob, memory per stage against hand-computed bytes, the collectives'
+effect on time, and solver agreement with zero in the space."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from model_support import cluster, dense_model, moe_model, synthetic_profile
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.costs.zero_terms import PREFETCH_UNITS
+from tinker_opt.errors import InfeasibleError, StrategyError
+from tinker_opt.solve.enumerate import brute_force
+from tinker_opt.solve.search import _outers, search
+from tinker_opt.solve.space import SearchSpace
+from tinker_opt.strategy import Strategy
+
+LAYERS, HIDDEN, DEVICES = 4, 512, 4
+
+
+def test_zero_and_dist_opt_stay_consistent():
+    """zero >= 1 exactly when dist_opt: 0/1 follow dist_opt, 2/3 turn it on; JSON round-trips."""
+    assert Strategy(dist_opt=True).zero == 1 and Strategy().zero == 0
+    assert Strategy(zero=3).dist_opt and Strategy(zero=2, dist_opt=False).dist_opt
+    assert Strategy(zero=1).zero == 0  # level 1 is dist_opt: without it, no sharding
+    s = Strategy(tp=2, dp=2, zero=3)
+    assert Strategy.from_dict(s.to_dict()) == s and "z3" in s.label()
+    assert Strategy.from_dict({"tp": 1, "dist_opt": True}).zero == 1  # older JSON without `zero`
+    with pytest.raises(StrategyError, match="zero"):
+        Strategy(zero=4)
+
+
+@pytest.fixture(scope="module")
+def dense_costs():
+    model = dense_model(num_layers=LAYERS, hidden=HIDDEN, heads=8, seq=512, vocab=4096)
+    profile = synthetic_profile(model, tps=(1, 2), cps=(1,), eps=(1,), mbss=(1,))
+    return CostModel.from_profile(profile, model, cluster(1, DEVICES, 60000), 8)
+
+
+def _stage(costs, zero: int):
+    return costs.evaluate(Strategy(tp=1, pp=1, dp=DEVICES, zero=zero, dist_opt=zero >= 1)).stages[0]
+
+
+def test_zero_memory_per_stage_matches_hand_computed(dense_costs):
+    """Per parameter: 2 B weight + 4 B grad + 12 B states; stage 1 shards the 12 B over dp, 2 also
+    the 4 B, 3 also the 2 B; stages 2/3 add one unit's full grads (4 B) and stage 3 the gathered
+    weights of 1 + PREFETCH_UNITS units (2 B each), the largest unit sizing both."""
+    block = dense_costs.blocks
+    layer = block.cost("layer", tp=1, sp=False, cp=1, ep=1, etp=1, mbs=1).param_count
+    emb = block.cost("embedding", tp=1, sp=False, cp=1, ep=1, etp=1, mbs=1).param_count
+    head = block.cost("head", tp=1, sp=False, cp=1, ep=1, etp=1, mbs=1).param_count
+    norm = block.cost("final_norm", tp=1, sp=False, cp=1, ep=1, etp=1, mbs=1).param_count
+    total = LAYERS * layer + emb + head + norm  # untied embeddings: pp = 1 holds both
+    unit = max(layer, emb, head + norm)
+    n = DEVICES
+    expected_static = {
+        0: total * (2 + 4 + 12),
+        1: total * (2 + 4) + total * 12 / n,
+        2: total * 2 + total * (4 + 12) / n,
+        3: total * (2 + 4 + 12) / n,
+    }
+    expected_gathered = {0: 0, 1: 0, 2: 4 * unit, 3: 4 * unit + (1 + PREFETCH_UNITS) * 2 * unit}
+    base_transient = _stage(dense_costs, 0)["transient_mb"] * 2**20
+    for zero in (0, 1, 2, 3):
+        stage = _stage(dense_costs, zero)
+        static = (stage["weights_mb"] + stage["gradients_mb"] + stage["optimizer_mb"]) * 2**20
+        assert static == pytest.approx(expected_static[zero], abs=8 * (LAYERS + 3)), zero  # per-unit rounding
+        gathered = stage["transient_mb"] * 2**20 - base_transient
+        assert gathered == pytest.approx(expected_gathered[zero], abs=1), zero
+
+
+def test_zero3_traffic_costs_time_when_compute_cannot_hide_it(dense_costs):
+    """Stage 3 all-gathers every unit twice per micro-batch; its exposed part never makes it faster
+    than stage 1 here (tiny layers: the gathers outlast the compute)."""
+    t1 = dense_costs.evaluate(Strategy(tp=1, dp=DEVICES, dist_opt=True)).iteration_time_ms
+    t3 = dense_costs.evaluate(Strategy(tp=1, dp=DEVICES, zero=3)).iteration_time_ms
+    assert t3 > t1
+
+
+SPACE = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1,), ep=(1, 2), zero_levels=(0, 1, 2, 3))
+
+
+@st.composite
+def zero_instances(draw):
+    """Small models and clusters with memory limits tight enough that the ZeRO stage matters."""
+    layers = draw(st.integers(2, 6))
+    model = (moe_model(num_layers=layers, hidden=256, heads=4, seq=256, experts=4, vocab=4096)
+             if draw(st.booleans()) else dense_model(num_layers=layers, hidden=256, heads=4, seq=256, vocab=4096))
+    nodes, per_node = draw(st.sampled_from([(1, 2), (1, 4), (2, 2), (1, 8)]))
+    profile = synthetic_profile(model, tps=(1, 2), cps=(1,), eps=(1, 2), mbss=(1, 2))
+    recompute_all = draw(st.booleans())
+    return CostModel.from_profile(profile, model, cluster(nodes, per_node, draw(st.integers(20, 400))),
+                                  draw(st.sampled_from([8, 16])), recompute_all=recompute_all)
+
+
+@pytest.mark.filterwarnings("error")
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(zero_instances())
+def test_solvers_agree_with_zero_in_the_space(cost_model):
+    """cpsat = milp = enum = brute force with every ZeRO stage searched (and FSDP2's all-or-none
+    recompute when drawn); every returned strategy re-evaluates to the reported objective."""
+    brute = brute_force(cost_model, _outers(cost_model, SPACE))
+    expected = brute[0].time_ns / 1e6 if brute else None
+    for solver in ("cpsat", "milp", "enum"):
+        try:
+            result = search(cost_model, solver=solver, cpus=1, top_k=3, space=SPACE, time_limit_s=30)
+        except InfeasibleError:
+            assert expected is None, solver
+            continue
+        assert result.objective_ms == pytest.approx(expected, rel=1e-12), solver
+        assert result.status == "optimal"
+        for evaluation in result.top:
+            again = cost_model.evaluate(evaluation.strategy)
+            assert again.time_ns_x_vpp == evaluation.time_ns_x_vpp and again.fits
+            s = evaluation.strategy
+            if cost_model._terms.recompute_all and s.recompute == "full":
+                assert s.recompute_num_layers == max(s.stage_layers(cost_model.model.num_layers))
+
+
+def test_sharding_makes_a_tight_limit_feasible():
+    """Under a limit only ZeRO-3 meets, the search with stages 0..3 finds a zero-3 strategy and the
+    default space (0, 1) finds nothing."""
+    model = dense_model(num_layers=4, hidden=512, heads=8, seq=256, vocab=4096)
+    profile = synthetic_profile(model, tps=(1,), cps=(1,), eps=(1,), mbss=(1,))
+    probe = CostModel.from_profile(profile, model, cluster(1, 8, 1e6), 8)
+    need = {z: probe.evaluate(Strategy(dp=8, zero=z, dist_opt=True)).peak_memory_mb for z in (1, 3)}
+    assert need[3] < need[1]
+    limit = (need[1] + need[3]) / 2
+    costs = CostModel.from_profile(profile, model, cluster(1, 8, limit), 8)
+    space = SearchSpace(max_mbs=1, tp=(1,), pp=(1,), cp=(1,), recompute=("none",))
+    with pytest.raises(InfeasibleError):
+        search(costs, solver="cpsat", cpus=1, space=space)
+    best = search(costs, solver="cpsat", cpus=1, space=SearchSpace(max_mbs=1, tp=(1,), pp=(1,), cp=(1,), recompute=("none",),
+                                                                    zero_levels=(0, 1, 2, 3))).best
+    assert best.strategy.zero >= 2

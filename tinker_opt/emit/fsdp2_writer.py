@@ -1,0 +1,152 @@
+"""Writing an FSDP2 launch back with a new strategy: `apply_fsdp2`.
+
+The strategy owns `parallel.tp_size, fsdp_size, cp_size, cp_type, ep_size, ep_fsdp_size,
+recompute` and `training.per_device_train_batch_size, gradient_accumulation_steps` (see
+script/fsdp2.py for how each maps onto the Strategy schema). A key the launch line overrides
+(`--parallel.fsdp_size 16`) changes there, in place; every other owned key is set in a tuned copy
+of the YAML, which the tuned script names instead of the original. The original YAML is never
+touched; keys the strategy does not own stay byte for byte in both files. A key absent from both
+whose value is MindSpeed-LLM's default is not added. Node and device counts follow the target as
+for Megatron scripts. The result is read back and must give the target strategy.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from tinker_opt.emit import script_edit
+from tinker_opt.emit.script_writer import apply_cluster, with_header
+from tinker_opt.emit.yaml_edit import set_yaml_values, yaml_scalar
+from tinker_opt.errors import ConfigError, ScriptError, StrategyError
+from tinker_opt.io_utils import write_text_atomic
+from tinker_opt.strategy import Strategy
+from tinker_opt.script.fsdp2 import CP_TYPES, DEFAULTS
+from tinker_opt.script.reader import ScriptInfo, read_script_text
+
+_CP_TYPE_OF_ALGO = {algo: name for name, algo in CP_TYPES.items()}
+
+
+@dataclass(frozen=True)
+class AppliedFsdp2:
+    """The tuned script, the tuned YAML copy, and what the user should know."""
+
+    text: str
+    yaml_text: str
+    warnings: tuple[str, ...]
+
+
+def fsdp2_target(strategy: Strategy, info: ScriptInfo) -> Strategy:
+    """The strategy in the reader's normal form; StrategyError when FSDP2 cannot express it."""
+    if strategy.pp != 1 or strategy.vpp != 1 or strategy.num_layer_list is not None:
+        raise StrategyError(f"pp={strategy.pp}, vpp={strategy.vpp}: MindSpeed-LLM's FSDP2 backend has "
+                            "no pipeline parallelism; give pp=1")
+    if strategy.cp > 1 and strategy.cp_algo not in _CP_TYPE_OF_ALGO:
+        raise StrategyError(f"cp_algo {strategy.cp_algo!r}: FSDP2's cp_type is ulysses or ring "
+                            "(ulysses_cp_algo or megatron_cp_algo)")
+    if strategy.recompute == "selective":
+        raise StrategyError("selective recompute: FSDP2 recomputes whole decoder layers (parallel.recompute)")
+    layers = info.model.num_layers
+    if strategy.recompute == "full" and (strategy.recompute_method, strategy.recompute_num_layers) not in (
+            ("uniform", 1), ("block", layers)):
+        raise StrategyError(f"full recompute of {strategy.recompute_num_layers} layer(s) "
+                            f"({strategy.recompute_method}): FSDP2 recomputes every decoder layer or none")
+    recompute = {"recompute": "full", "recompute_method": "block", "recompute_num_layers": layers} \
+        if strategy.recompute == "full" else {"recompute": "none"}
+    sharded = strategy.dist_opt and strategy.dp * strategy.cp > 1  # FSDP2 shards everything or nothing
+    return Strategy(tp=strategy.tp, pp=1, dp=strategy.dp, cp=strategy.cp,
+                    cp_algo=strategy.cp_algo if strategy.cp > 1 else None,
+                    ep=strategy.ep if info.model.is_moe else 1,
+                    etp=strategy.tp if info.model.is_moe else None, sp=False, vpp=1,
+                    dist_opt=sharded, zero=3 if sharded else 0, mbs=strategy.mbs, **recompute)
+
+
+def fsdp2_values(target: Strategy, *, global_batch_size: int, is_moe: bool) -> dict[str, Any]:
+    """The owned `section.key` values of a (normal-form) strategy."""
+    per_step = target.dp * target.mbs
+    if global_batch_size % per_step:
+        raise StrategyError(f"global batch {global_batch_size} is not a multiple of dp x mbs = {per_step}; "
+                            "FSDP2 sets it as per_device_train_batch_size x gradient_accumulation_steps x dp")
+    shard = target.dp * target.cp if target.dist_opt else 1
+    values: dict[str, Any] = {
+        "parallel.tp_size": target.tp, "parallel.fsdp_size": shard, "parallel.cp_size": target.cp,
+        "parallel.recompute": target.recompute == "full",
+        "training.per_device_train_batch_size": target.mbs,
+        "training.gradient_accumulation_steps": global_batch_size // per_step}
+    if target.cp > 1:
+        values["parallel.cp_type"] = _CP_TYPE_OF_ALGO[target.cp_algo]
+    if is_moe:
+        values["parallel.ep_size"] = target.ep
+        values["parallel.ep_fsdp_size"] = shard // target.ep if target.ep > 1 and shard % target.ep == 0 else 1
+    return values
+
+
+def _in_yaml(info: ScriptInfo, key: str) -> bool:
+    section, name = key.split(".", 1)
+    data = yaml.safe_load(info.fsdp2.yaml_text) or {}
+    return isinstance(data.get(section), dict) and name in data[section]
+
+
+def _split_values(info: ScriptInfo, values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(launch-line overrides to change, YAML keys to set); defaults absent from both are skipped."""
+    line, in_yaml = {}, {}
+    for key, value in values.items():
+        if key in info.fsdp2.overrides:
+            line[key] = value
+        elif _in_yaml(info, key) or value != DEFAULTS.get(key):
+            in_yaml[key] = value
+    return line, in_yaml
+
+
+def _reader(info: ScriptInfo, yaml_text: str):
+    config = info.fsdp2
+
+    def read(text: str) -> ScriptInfo:
+        return read_script_text(text, info.path.name if info.path else "script.sh", path=info.path,
+                                fsdp2_yaml=yaml_text, model_config=config.model_config_path)
+    return read
+
+
+def apply_fsdp2(info: ScriptInfo, strategy: Strategy, *, nnodes: int, nproc_per_node: int,
+                yaml_reference: str | Path, global_batch_size: int | None = None,
+                header: Sequence[str] = ()) -> AppliedFsdp2:
+    """The tuned script (naming `yaml_reference` as its config) and the tuned YAML text."""
+    if info.fsdp2 is None:
+        raise ScriptError("not an FSDP2 launch (train_fsdp2.py); use apply_strategy")
+    target = fsdp2_target(strategy, info)
+    world = nnodes * nproc_per_node
+    if target.world_size != world:
+        raise StrategyError(f"tp x cp x dp = {target.world_size} but the target has {world} devices; "
+                            "make them equal")
+    gbs = global_batch_size or info.train.global_batch_size
+    line, in_yaml = _split_values(info, fsdp2_values(target, global_batch_size=gbs, is_moe=info.model.is_moe))
+    yaml_text = set_yaml_values(info.fsdp2.yaml_text, in_yaml)
+    tuned, warnings = apply_cluster(info.text, nnodes, nproc_per_node, read=_reader(info, info.fsdp2.yaml_text))
+    current = _reader(info, info.fsdp2.yaml_text)(tuned)
+    edits = [script_edit.value_edit(tuned, current.fsdp2.overrides[key], yaml_scalar(value), current.expansion)
+             for key, value in line.items()]
+    loc = script_edit.value_location((current.fsdp2.yaml_field,), current.expansion, prefer_assignment=False)
+    if loc is None:
+        raise ScriptError("the YAML argument of train_fsdp2.py is computed by the script; point it at the "
+                          f"tuned copy {yaml_reference} by hand")
+    edits.append(script_edit.Edit(loc.start, loc.end, shlex.quote(str(yaml_reference))))
+    tuned = with_header(script_edit.apply_edits(tuned, [e for e in edits if e is not None]), header)
+    check = _reader(info, yaml_text)(tuned)
+    got = (check.train.strategy, check.train.global_batch_size, check.train.nnodes, check.train.nproc_per_node)
+    if got != (target, gbs, nnodes, nproc_per_node):
+        raise ScriptError(f"the tuned FSDP2 launch reads back as {got[0].label()} (global batch {got[1]}) on "
+                          f"{got[2]}x{got[3]} devices instead of {target.label()} (global batch {gbs}); "
+                          "set the values by hand")
+    return AppliedFsdp2(tuned, yaml_text, tuple(warnings))
+
+
+def write_fsdp2_yaml(path: str | Path, text: str, *, original: Path | None) -> Path:
+    """Write the tuned YAML copy atomically; never over the original YAML."""
+    target = Path(path)
+    if original is not None and (target.resolve() == original.resolve()):
+        raise ConfigError(f"the tuned YAML {target} would replace the original config; choose another -o path")
+    return write_text_atomic(target, text)
