@@ -1,5 +1,5 @@
 """A Megatron-LM script never yields a layer list it cannot write: the split solvers keep to the
-framework's layer form (strategy.LAYER_FORMS), so every ranked row becomes a tuned script."""
+framework's layer form (rules.LAYER_FORMS), so every ranked row becomes a tuned script."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.script import versions
 from tinker_opt.script.reader import read_script
 from tinker_opt.solve.search import search
-from tinker_opt.strategy import layer_form_message
+from tinker_opt.rules import layer_form_message
 
 GPT3 = Path(__file__).parent / "fixtures" / "scripts" / "train_gpt3_175b_distributed.sh"
 
@@ -52,7 +52,7 @@ def test_megatron_search_yields_only_writable_layer_lists(tmp_path, num_layers, 
 def test_simulate_warns_when_the_framework_cannot_write_the_split(tmp_path):
     """simulate still evaluates an unequal middle split on a Megatron-LM script, with the warning."""
     from tinker_opt.config import SimulateSettings
-    from tinker_opt.verbs import _layer_form_warning
+    from tinker_opt.verbs.simulate import _layer_form_warning
     from tinker_opt.strategy import Strategy
 
     info = _megatron_script(tmp_path, 30)
@@ -67,7 +67,8 @@ def test_a_row_the_writer_refuses_is_reported_not_fatal(tmp_path):
     script, so the finished search keeps its results folder."""
     from tinker_opt.specs import ClusterSpec
     from tinker_opt.strategy import Strategy
-    from tinker_opt.verbs import RunLog, _script_writer
+    from tinker_opt.emit.search_folder import script_writer as _script_writer
+    from tinker_opt.verbs import RunLog
 
     info = _megatron_script(tmp_path, 30)
     log, warnings = RunLog(), []

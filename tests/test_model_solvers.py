@@ -16,7 +16,7 @@ from tinker_opt.solve.cpsat import solve_cpsat
 from tinker_opt.solve.milp import solve_milp
 from tinker_opt.solve.search import _outers, search
 from tinker_opt.solve.space import SearchSpace
-from tinker_opt.strategy import form_allows
+from tinker_opt.rules import form_allows
 
 SPACE = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1, 2), ep=(1, 2))
 UNIFORM_SPACE = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1, 2), ep=(1, 2), recompute=("full",),

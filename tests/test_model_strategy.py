@@ -7,7 +7,8 @@ import pytest
 from model_support import cluster, dense_model, moe_model
 from tinker_opt.errors import StrategyError
 from tinker_opt.solve.space import SearchSpace, outer_choices
-from tinker_opt.strategy import Strategy, check_strategy
+from tinker_opt.strategy import Strategy
+from tinker_opt.rules import check_strategy
 
 DENSE = dense_model(num_layers=8, hidden=1024, heads=16, seq=2048)
 MOE = moe_model(num_layers=8, hidden=1024, heads=16, experts=8)
@@ -92,7 +93,7 @@ def test_space_restrictions_are_honoured():
 
 def test_interleaved_pp2_follows_the_framework_version():
     """vpp with pp 2 passes where p2p overlap is on (recent Megatron / MindSpeed-LLM) and fails without it."""
-    from tinker_opt.strategy import FrameworkRules
+    from tinker_opt.rules import FrameworkRules
 
     strategy = Strategy(tp=1, pp=2, dp=4, vpp=2)
     check_strategy(strategy, DENSE, EIGHT, 64)

@@ -8,7 +8,7 @@ from script_support import FIXTURES
 from tinker_opt.emit.expressible import expressible_strategy
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.errors import StrategyError
-from tinker_opt.strategy import FrameworkRules, check_strategy
+from tinker_opt.rules import FrameworkRules, check_strategy
 from tinker_opt.script import versions
 from tinker_opt.script.reader import inspect_dict, read_script, read_script_text
 from tinker_opt.specs import ClusterSpec

@@ -31,14 +31,14 @@ def test_megatron_runs_ring_attention_and_no_free_layer_list():
     """Megatron-LM: cp only as megatron_cp_algo, and only first/last-stage layer counts."""
     space = _space("train_gpt3_175b_distributed.sh")
     assert space.cp_algos == ("megatron_cp_algo",)
-    assert space.split_form == "first_last"
+    assert space.layer_form == "first_last"
 
 
 @pytest.mark.parametrize("name,form", [("pretrain_llama2_7b_ptd.sh", "free"),
                                        ("pretrain_llama_7b_zero_8p.sh", "even")])
 def test_layer_form_follows_the_framework(name, form):
     """MindSpeed-LLM with --num-layer-list: any list; pre-1.0 ModelLink: the even split only."""
-    assert _space(name).split_form == form
+    assert _space(name).layer_form == form
 
 
 @pytest.mark.parametrize("version,allowed", [("1.0", False), ("2.0.0", True)])

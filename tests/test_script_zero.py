@@ -12,7 +12,6 @@ from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.errors import StrategyError
 from tinker_opt.script import versions
 from tinker_opt.script.reader import read_script, read_script_text
-from tinker_opt.strategy import Strategy
 
 SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
 DEEPSPEED = SCRIPTS / "pretrain_llama_7b_zero_8p.sh"

@@ -1,6 +1,6 @@
 """Command line: profile | search | simulate | all, plus inspect, apply and calibrate.
 
-This module only parses and prints; the verbs' work is in verbs.py. The settings options of
+This module only parses and prints; the verbs' work is in the verbs package. The settings options of
 profile, search, simulate and all come from config.TABLE (`with_settings`): kebab-case plus
 Tinker's snake_case spellings (`--global_batch_size`, `--memory_limit`, `--simu_tp`, ...). Every
 option defaults to "not given" here so that config.resolve can apply the precedence command line >

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tinker_opt.errors import ConfigError
-
-if TYPE_CHECKING:  # strategy.py types its rules with ModelSpec: no runtime import back
-    from tinker_opt.strategy import Strategy
+from tinker_opt.strategy import Strategy
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 PRECISIONS = ("bf16", "fp16", "fp32")

@@ -111,7 +111,7 @@ class SplitCoefficients:
     stage_mask_bytes: np.ndarray | None = None
     """The attention-mask part of stage_static_bytes (Tinker folders; None: no mask)."""
     layer_form: str = "free"
-    """Which per-stage layer counts the framework can write (strategy.LAYER_FORMS): every split
+    """Which per-stage layer counts the framework can write (rules.LAYER_FORMS): every split
     solver returns only splits of this form."""
     recompute_all: bool = False
     """Full recompute covers every layer of a chunk or none (MindSpeed-LLM FSDP2's parallel.recompute

@@ -18,7 +18,8 @@ from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS, HardwareSpec
 from tinker_opt.costs.coefficients import SplitCoefficients, StageCost
 from tinker_opt.costs.comm_model import CommModel
 from tinker_opt.costs.profile_table import BlockTable
-from tinker_opt.strategy import Strategy, check_outer, check_strategy
+from tinker_opt.strategy import Strategy
+from tinker_opt.rules import check_outer, check_strategy
 from tinker_opt.costs.terms import TermBuilder
 from tinker_opt.profile.store import ProfiledData
 from tinker_opt.specs import ClusterSpec, ModelSpec
@@ -113,7 +114,7 @@ class CostModel:
 
     @property
     def layer_form(self) -> str:
-        """The per-stage layer-count form every split of this model takes (strategy.LAYER_FORMS)."""
+        """The per-stage layer-count form every split of this model takes (rules.LAYER_FORMS)."""
         return self._terms.layer_form
 
     def with_layer_form(self, form: str) -> "CostModel":

@@ -12,8 +12,8 @@ import dataclasses
 
 from tinker_opt.errors import StrategyError
 from tinker_opt.solve.space import SEARCHED_CP_ALGOS, SearchSpace
-from tinker_opt.strategy import (FrameworkRules, Strategy, interleaved_pipeline_message,
-                                 layer_form_message, overlap_message)
+from tinker_opt.strategy import Strategy
+from tinker_opt.rules import FrameworkRules, interleaved_pipeline_message, layer_form_message, overlap_message
 from tinker_opt.script import versions
 from tinker_opt.script.reader import ScriptInfo, p2p_overlap
 from tinker_opt.script.strategy_args import (DEFAULT_CP_ALGO, OVERLAP_FLAGS, SHARDING_FLAG, VPP_LAYERS_FLAG,
@@ -43,7 +43,7 @@ def framework_rules(info: ScriptInfo, vr: VersionRange) -> FrameworkRules:
 
 
 def layer_form(info: ScriptInfo, vr: VersionRange) -> str:
-    """The per-stage layer counts this script can say (strategy.LAYER_FORMS): MindSpeed-LLM's
+    """The per-stage layer counts this script can say (rules.LAYER_FORMS): MindSpeed-LLM's
     `--num-layer-list` any list, Megatron-LM's `--decoder-first/last-pipeline-num-layers` free
     first and last stages with equal middle ones, else (older versions) the even split only."""
     if vr.family == versions.MEGATRON:
@@ -237,7 +237,7 @@ def fsdp2_search_space(info: ScriptInfo, base: SearchSpace | None = None) -> Sea
     parallelism flag, no separate expert tensor parallelism, none of Megatron's overlap flags (the
     prefetch overlap is priced in costs/zero_terms.py) (docs/en/pytorch/features/fsdp2/arguments.md)."""
     return dataclasses.replace(
-        base or SearchSpace(), pp=(1,), allow_vpp=False, allow_sp=False, allow_uneven_split=False,
+        base or SearchSpace(), pp=(1,), allow_vpp=False, allow_sp=False, layer_form="even",
         etp_follows_tp=True, zero_levels=(3,), recompute=("none", "full"),
         recompute_methods=("block",), overlaps=None,
         cp_algos=("ulysses_cp_algo", "megatron_cp_algo"))

@@ -10,7 +10,7 @@ on the way; noop layers after the last computing layer go to the last stage.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from tinker_opt.strategy import Strategy
 
@@ -36,3 +36,17 @@ def strategy_for_script(strategy: Strategy, stage_layers: Sequence[int], noop_la
     full = script_stage_layers(stage_layers, noop_layers, layers_in_script)
     even = len(set(full)) == 1
     return strategy.replace(num_layer_list=None if even else full)
+
+
+def strategy_to_write(data: dict[str, Any], info) -> Strategy:
+    """The strategy of a JSON object (bare strategy, Evaluation or summary.json) in the script's terms.
+
+    An Evaluation's stage counts are computing layers; scripts with noop layers count those too.
+    A bare strategy is taken as written (its num_layer_list already counts the script's layers).
+    """
+    evaluation = data["best"] if isinstance(data.get("best"), dict) else data
+    strategy = Strategy.from_dict(evaluation)
+    if "stages" not in evaluation:
+        return strategy
+    return strategy_for_script(strategy, [stage["layers"] for stage in evaluation["stages"]],
+                               info.model.noop_layers, info.num_layers_in_script)

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from tinker_opt.solve.layer_split import Split, best_split, recompute_range
-from tinker_opt.strategy import Strategy, form_allows
+from tinker_opt.strategy import Strategy
+from tinker_opt.rules import form_allows
 
 _WORKER_MODEL = None
 """The CostModel inherited by forked workers (set before the pool starts)."""

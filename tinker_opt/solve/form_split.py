@@ -1,4 +1,4 @@
-"""Exact split when the framework restricts the per-stage layer counts (strategy.LAYER_FORMS).
+"""Exact split when the framework restricts the per-stage layer counts (rules.LAYER_FORMS).
 
 Megatron-LM writes an uneven split only as `--decoder-first-pipeline-num-layers` /
 `--decoder-last-pipeline-num-layers`, giving the middle stages the rest evenly (first_last); older

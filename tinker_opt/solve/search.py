@@ -83,7 +83,7 @@ def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float 
     start = time.perf_counter()
     note = progress or (lambda message: None)
     space = space or SearchSpace()
-    cost_model = cost_model.with_layer_form(space.split_form)  # splits the framework can write
+    cost_model = cost_model.with_layer_form(space.layer_form)  # splits the framework can write
     outers = _outers(cost_model, space)
     note(f"{len(outers)} valid outer configurations")
     if solver == "enum":

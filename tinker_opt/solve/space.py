@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from tinker_opt.errors import ConfigError
-from tinker_opt.strategy import (LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES, OVERLAP_KEYS, RECOMPUTE_KINDS,
-                                 RECOMPUTE_METHODS, ZERO_LEVELS, Strategy)
+from tinker_opt.strategy import OVERLAP_KEYS, RECOMPUTE_KINDS, RECOMPUTE_METHODS, ZERO_LEVELS, Strategy
+from tinker_opt.rules import LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES
 
 SEARCHED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo")
 """Context-parallel algorithms searched by default (kvallgather can be simulated and allowed)."""
@@ -40,11 +40,10 @@ class SearchSpace:
     allow_dist_opt: bool = True
     allow_vpp: bool = True
     allow_cp: bool = True
-    allow_uneven_split: bool = True
-    """Let the solver choose a `--num-layer-list` (never with vpp > 1); False is layer_form `even`."""
     layer_form: str = "free"
-    """The per-stage layer counts the target framework can write (strategy.LAYER_FORMS): a
-    constraint of every split solver, so the search returns only writable splits."""
+    """The per-stage layer counts the target framework can write (rules.LAYER_FORMS): a
+    constraint of every split solver, so the search returns only writable splits (`even`: no
+    `--num-layer-list` at all)."""
     require_dist_opt: bool = False
     """Only strategies with the distributed optimizer (MindSpeed's --swap-optimizer needs it)."""
     zero_levels: tuple[int, ...] = (0, 1)
@@ -63,11 +62,6 @@ class SearchSpace:
     add no modelled memory, so on is never worse (tests/test_model_overlap.py). The one exception,
     TP overlap (MC2) against the MoE all-to-all overlap, which exclude each other, is searched.
     None: the backend has none of these knobs (MindSpeed-LLM FSDP2), every key stays None."""
-
-    @property
-    def split_form(self) -> str:
-        """The layer form the solvers apply (`even` when uneven splits are switched off)."""
-        return self.layer_form if self.allow_uneven_split else "even"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.recompute) - set(RECOMPUTE_KINDS))
@@ -148,9 +142,9 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
     if space.require_dist_opt:
         zeros = [z for z in space.zero_levels if z >= 1] or [1]
     zeros = zeros or [0]  # no data-parallel group: every stage is the same strategy as 0
-    if model.num_layers % base.pp and space.split_form == "even":
+    if model.num_layers % base.pp and space.layer_form == "even":
         return
-    # Cheap pre-filters of the batch rules (strategy._rule_batch / _rule_vpp check them again).
+    # Cheap pre-filters of the batch rules (rules._rule_batch / _rule_vpp check them again).
     mbss = [b for b in range(1, max_mbs + 1) if gbs % (b * base.dp) == 0]
     # Full recompute comes with each of Megatron's methods (block, uniform): the solver picks the
     # method with the count and the split.
@@ -169,7 +163,7 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
 
 def overlap_choices(s: Strategy, is_moe: bool, allowed: tuple[str, ...] | None) -> list[dict[str, bool | None]]:
     """The overlap switches of an outer configuration: on where allowed and where the framework
-    accepts them (strategy.overlap_message), off where allowed but not applicable to this layout,
+    accepts them (rules.overlap_message), off where allowed but not applicable to this layout,
     None where the knob does not exist (schema of ARCHITECTURE.md). Two choices where TP overlap
     and the MoE all-to-all overlap both apply, since they exclude each other; else one.
 

@@ -1,0 +1,173 @@
+"""`search` and `all`: load a profile, solve, and write the results folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from tinker_opt.config import ProfileSettings, SearchSettings, require
+from tinker_opt.errors import InfeasibleError
+from tinker_opt.specs import ClusterSpec
+from tinker_opt.verbs.common import (
+    Progress,
+    cost_model_for,
+    labels_for,
+    model_of,
+    read_optional_script,
+)
+from tinker_opt.verbs.profile import run_profile
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What the CLI prints after a search."""
+
+    folder: Path
+    top: list[dict[str, Any]]
+    status: str
+    solver: str
+    solve_time_s: float
+    gap: float | None
+    warnings: list[str] = field(default_factory=list)
+    current: dict[str, Any] | None = None
+    folded: int = 0
+    picks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pick_titles: dict[str, str] = field(default_factory=dict)
+
+
+class RunLog:
+    """Lines for search.log, echoed to the terminal unless quiet."""
+
+    def __init__(self, echo: Callable[[str], None] | None = None) -> None:
+        self.lines: list[str] = []
+        self._echo = echo
+
+    def __call__(self, message: str) -> None:
+        self.lines.append(f"{datetime.now():%H:%M:%S} {message}")
+        if self._echo:
+            self._echo(message)
+
+
+SEARCH_SCRIPT = "(positionally or with --pretrain-script-path-search)"
+
+
+def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
+    """Load a profile, solve, and write the results folder."""
+    from tinker_opt.emit.results import check_writable
+    from tinker_opt.emit.search_folder import (
+        SearchRun,
+        write_infeasible_folder,
+        write_search_folder,
+    )
+    from tinker_opt.profile.store import load_profiled_data
+
+    require(settings, "profiled_data_path")
+    profiled = load_profiled_data(settings.profiled_data_path)
+    for note in profiled.meta.notes or []:
+        log(note)
+    script_path = settings.pretrain_script_path_search or profiled.meta.script_path
+    info = read_optional_script(script_path, SEARCH_SCRIPT, settings.model_config)
+    if info is not None:
+        settings = replace(settings, global_batch_size=settings.global_batch_size or info.train.global_batch_size,
+                           num_nodes=settings.num_nodes or info.train.nnodes)
+    require(settings, "global_batch_size", "num_nodes")
+    check_writable(Path(settings.output_dir))
+    cluster = ClusterSpec(num_nodes=settings.num_nodes, devices_per_node=settings.num_npus_per_node,
+                          memory_limit_mb=settings.memory_limit)
+    cost_model = cost_model_for(profiled, model_of(profiled, info, SEARCH_SCRIPT), cluster,
+                             settings.global_batch_size, settings, info)
+    warnings = list(cost_model.warnings) + _script_warnings(info)
+    for warning in warnings:
+        log(warning)
+    log(f"searching {cluster.num_devices} devices ({cluster.num_nodes} nodes x {cluster.devices_per_node}), "
+        f"global batch {settings.global_batch_size}, memory limit {cluster.memory_limit_mb:g} MB, "
+        f"solver {settings.solver}")
+    version = settings.version or profiled.meta.framework_version
+    run = SearchRun(settings=settings, labels=_run_labels(settings, profiled, script_path, cluster, cost_model),
+                    profiled_path=str(profiled.path), profile_notes=tuple(profiled.meta.notes or ()),
+                    script_path=script_path, info=info, cluster=cluster, model=cost_model.model, version=version)
+    try:
+        result, space = _solve(cost_model, settings, info, version, log)
+    except InfeasibleError as exc:
+        # Nothing fits: the results folder still records the inputs, the status and the message.
+        log(f"{settings.solver}: infeasible: {exc}")
+        folder = write_infeasible_folder(run, str(exc), warnings, log.lines)
+        raise InfeasibleError(f"{exc} (summary in {folder})") from None
+    chosen = _choices(result, space, settings, profiled, info, cluster, cost_model, log)
+    folder, warnings = write_search_folder(run, result, chosen, warnings, log, log.lines)
+    return SearchOutcome(folder=folder, top=chosen.top, status=result.status, solver=result.solver,
+                         solve_time_s=result.solve_time_s, gap=result.gap, warnings=warnings,
+                         current=chosen.current, folded=chosen.folded, picks=chosen.picks,
+                         pick_titles=chosen.pick_titles)
+
+
+def _run_labels(settings: SearchSettings, profiled, script_path: str | None, cluster: ClusterSpec, cost_model):
+    from tinker_opt.emit.results import RunLabels
+
+    meta = profiled.meta
+    labels = labels_for(meta.script_path or script_path, meta.model_name, meta.model_size)
+    return RunLabels(labels.model_name, labels.model_size, settings.global_batch_size, cluster.memory_limit_mb,
+                     cluster.num_nodes, cluster.devices_per_node, cost_model.model.seq_length)
+
+
+def _script_warnings(info) -> list[str]:
+    """The script's flags the prediction does not include (script/flags.py), for log and summary."""
+    from tinker_opt.script.flags import unpriced_warning
+
+    warning = unpriced_warning(info.launch) if info is not None else None
+    return [warning] if warning else []
+
+
+def _solve(cost_model, settings: SearchSettings, info, version: str | None, log: RunLog):
+    from tinker_opt.emit.expressible import search_space_for
+    from tinker_opt.script import versions
+    from tinker_opt.solve.search import search
+    from tinker_opt.solve.space import SearchSpace
+
+    space = SearchSpace(max_mbs=settings.max_mbs)
+    if info is not None:
+        space = search_space_for(info, versions.resolve(version, info.text, info.train.framework.flavour), space)
+    from tinker_opt.emit.picks import deep_ranking
+
+    result = deep_ranking(lambda depth: search(cost_model, solver=settings.solver, time_limit_s=settings.time_limit,
+                                               cpus=settings.cpus, top_k=depth, space=space, progress=log),
+                          settings.top_k)
+    log(f"{result.solver}: {result.status}, objective {result.objective_ms:.3f} ms, bound "
+        f"{result.bound_ms:.3f} ms, gap {result.gap:.2%}, {result.solve_time_s:.2f} s")
+    return result, space
+
+
+def _choices(result, space, settings: SearchSettings, profiled, info, cluster: ClusterSpec, cost_model, log: RunLog):
+    """Near-copies folded, the script's own strategy, the picks (restricted searches where the
+    ranking cannot answer) and the Pareto front (emit/picks.py)."""
+    from tinker_opt.emit.picks import choices
+    from tinker_opt.solve.search import search
+
+    def restricted(narrowed, memory_fraction: float) -> dict[str, Any]:
+        """The fastest strategy of a narrower space or under a lower limit, evaluated by `cost_model`."""
+        limited = cost_model if memory_fraction == 1 else cost_model_for(
+            profiled, cost_model.model, replace(cluster, memory_limit_mb=memory_fraction * cluster.memory_limit_mb),
+            settings.global_batch_size, settings, info)
+        found = search(limited, solver=settings.solver, time_limit_s=settings.time_limit, cpus=settings.cpus,
+                       top_k=1, space=narrowed)
+        return cost_model.evaluate(found.best.strategy).to_dict()
+
+    chosen = choices(result, cost_model, info, space, top_k=settings.top_k, headroom_pct=settings.headroom,
+                     restricted_search=restricted)
+    log(f"{chosen.folded} near-copies folded; picks: {', '.join(chosen.picks) or 'none'}; script's own strategy: "
+        f"{'not known' if chosen.current is None else chosen.current.get('error', 'evaluated')}")
+    return chosen
+
+
+def run_all(profile: ProfileSettings, search: SearchSettings, *, progress: Progress | None,
+            log: RunLog) -> tuple[Path, SearchOutcome]:
+    """Profile the script, then search that profile with the profiled script; (profile folder, outcome)."""
+    from tinker_opt.emit.results import check_writable
+
+    check_writable(Path(search.output_dir))
+    folder = run_profile(profile, progress=progress, log=None)
+    search = replace(search, profiled_data_path=str(folder),
+                     pretrain_script_path_search=search.pretrain_script_path_search or profile.pretrain_script_path)
+    return folder, run_search(search, log=log)
