@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tinker_opt.costs import overlap
+from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, sync_us, tail_slope_us
 from tinker_opt.costs.units import GRAD_BYTES, m_tokens, ns_array
 from tinker_opt.costs.zero_terms import gathered_bytes, unit_exposed_us
 from tinker_opt.strategy import Strategy
@@ -57,10 +58,10 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     optimizer = np.zeros(p, dtype=np.int64)
     grad = np.zeros(p, dtype=np.int64)
     for index, params in ((0, first_params), (p - 1, last_params)):
-        weights, opt = tb.param_bytes(s, params, 0)  # weights include the gradients
+        weights, opt = param_bytes(tb, s, params, 0)  # weights include the gradients
         static[index] += weights + opt
         optimizer[index] += opt
-        grad[index] += tb.grad_bytes(s, params, 0)
+        grad[index] += grad_bytes(tb, s, params, 0)
     layer_costs = [tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)) for k in set(tb.kinds)]
     layer_transient = max(cost.transient_bytes for cost in layer_costs)
     # Tinker's attention mask: one seq^2 tensor per stage (Tinker itself adds it per layer).
@@ -121,13 +122,13 @@ def _stage_tails(tb: TermBuilder, s: Strategy, first_params: int, last_params: i
     """Constant tail per stage: collective latencies, embedding / head parameters and, with tied
     embeddings and pp > 1, the all-reduce of the word-embedding gradients between first and last."""
     p = s.pp
-    latency = sum(tb.sync_us(s, size, scope, 0.0, False) for size, scope in tb.sync_groups(s))
+    latency = sum(sync_us(tb, s, size, scope, 0.0, False) for size, scope in tb.sync_groups(s))
     sync = np.full(p, latency, dtype=float)
     total = np.full(p, latency, dtype=float)
     for index, params in ((0, first_params), (p - 1, last_params)):
-        sync_us, opt_us = tb.tail_slope_us(s, params, 0)
-        sync[index] += sync_us
-        total[index] += sync_us + opt_us
+        sync_part, opt_us = tail_slope_us(tb, s, params, 0)
+        sync[index] += sync_part
+        total[index] += sync_part + opt_us
     if p > 1 and not tb.model.untie_embeddings_and_output_weights:
         words = tb.model.vocab_size_for(s.tp) // s.tp * tb.model.hidden_size
         scope = tb.scope(s.tp * s.cp * s.dp * (p - 1), 2)

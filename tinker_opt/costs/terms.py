@@ -8,30 +8,8 @@ collectives of the layers, embedding and head, and the expert all-to-all (forwar
 the recompute forward alike), and its attention mask (seq^2 bytes) is charged once per stage. Sizes: s sequence, b micro-batch, h hidden, a heads, g query groups, d head
 dim, t tp, c cp, e ep, bpe bytes per element (2 for bf16 / fp16).
 
-Memory per parameter (Megatron mixed precision with Adam, cost-facts.md): bpe weight + 4 B fp32
-gradient (Megatron accumulates and all-reduces bf16 gradients in fp32) + 12 B fp32 master weight
-and two Adam moments (8 B without a master copy in fp32 training). With the distributed optimizer
-the 12 B are sharded over the data-parallel group with context parallelism (dp*cp ranks, Megatron's
-`data_parallel_group_with_cp`); expert parameters are sharded by ep*etp instead of tp and their
-states by the expert-data-parallel group tp*cp*dp / (ep*etp).
-
-Swap optimizer (MindSpeed `--swap-optimizer`, docs/features/swap-optimizer.md of Ascend/MindSpeed,
-and mindspeed/features_manager/optimizer/swap_optimizer_feature.py): the fp32 master weights and
-Adam moments of the distributed optimizer live in host memory between steps; the step copies
-about numel // swap_optimizer_times elements (default 16 chunks) host->device, runs AdamW on them,
-copies them back and frees them. The feature requires the distributed optimizer, so it applies
-only to strategies with dist_opt. Modelled: the device holds one chunk of the states
-(ASSUMPTION: one chunk in flight; the h2d of the next chunk may overlap the d2h of the previous,
-which the model leaves out), and the step pays both copies of the rank's states at the host link
-bandwidth, exposed (ASSUMPTION: conservative, MindSpeed overlaps the copies with the AdamW math on
-separate streams).
-
-Reuse of the fp32 parameters (MindSpeed `--reuse-fp32-param`, Ascend/MindSpeed
-docs/features/reuse-fp32-param.md): the fp32 master copy is kept as the bf16 weight plus a 16-bit
-residual, which "saves sizeof(bfloat16) x parameters of static memory" without the distributed
-optimizer and "sizeof(bfloat16) x parameters / DP" with it; modelled as 2 B fewer optimizer-state
-bytes per parameter (sharded like the other states), bf16 training only. Its time cost (< 1 % in
-the same document) is left out.
+Memory per parameter, the gradient sync and the optimizer step (with ZeRO, the swap optimizer and
+reuse-fp32-param): costs/data_parallel.py.
 
 Communication overlap (tp / MoE / ring attention / gradient reduce / parameter gather / pipeline
 p2p): costs/overlap.py states each rule and its source; the terms below charge the exposed part.
@@ -45,17 +23,14 @@ from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs import overlap
 from tinker_opt.costs.comm_model import CommModel, group_scope
+from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_us
 from tinker_opt.costs.profile_table import BlockCost, BlockTable
 from tinker_opt.costs.recompute import activation_function_terms
 from tinker_opt.costs.stage_terms import stage_terms
-from tinker_opt.costs.units import GRAD_BYTES, m_tokens, to_ns
-from tinker_opt.costs.zero_terms import (layer_exposed_us, sharded_param_bytes, tail_gathers_weights,
-                                         tail_reduces_gradients)
+from tinker_opt.costs.units import data_groups, m_tokens, to_ns
+from tinker_opt.costs.zero_terms import (layer_exposed_us)
 from tinker_opt.strategy import OVERLAP_KEYS, Strategy
 
-ADAM_TOUCH_BYTES = 30
-"""Bytes one Adam step moves per parameter: reads fp32 grad, master, m, v (16), writes master,
-m, v (12) and the bf16 weight (2); the step is memory-bound."""
 DEFAULT_MEMORY_BANDWIDTH_GBS = 1600.0
 """HBM bandwidth when no hardware file is given (Ascend 910B / A100-40GB class, ~1.6 TB/s)."""
 
@@ -196,7 +171,7 @@ class TermBuilder:
 
     # -- building ------------------------------------------------------------------------------
     def build(self, s: Strategy) -> SplitCoefficients:
-        m, L, p, v = self.model, self.model.num_layers, s.pp, s.vpp
+        L, p, v = self.model.num_layers, s.pp, s.vpp
         num_micro = self.gbs // (s.mbs * s.dp)
         knobs = tuple(bool(getattr(s, key)) for key in OVERLAP_KEYS)
         layer_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.zero, s.recompute, knobs)
@@ -232,7 +207,7 @@ class TermBuilder:
         without overlap."""
         if not (s.overlap_grad_reduce or s.overlap_param_gather):
             return 0
-        grad, gather, _ = self.tail_parts_us(s, overlap.bucket_params(self._data_groups(s)[0]), 0)
+        grad, gather, _ = tail_parts_us(self, s, overlap.bucket_params(data_groups(s, self.model.is_moe)[0]), 0)
         bucket = (grad if s.overlap_grad_reduce else 0.0) + (gather if s.overlap_param_gather else 0.0)
         return int(min(to_ns(bucket), int(layer["tail_hidden"].min())))
 
@@ -250,8 +225,8 @@ class TermBuilder:
         compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
         dense_params = cost.param_count - cost.expert_param_count
         bwd_comm += layer_exposed_us(self, s, dense_params, cost.expert_param_count, cost.fwd_us, cost.bwd_us)
-        weights, optimizer = self.param_bytes(s, dense_params, cost.expert_param_count)
-        grad_us, gather_us, opt_us = self.tail_parts_us(s, dense_params, cost.expert_param_count)
+        weights, optimizer = param_bytes(self, s, dense_params, cost.expert_param_count)
+        grad_us, gather_us, opt_us = tail_parts_us(self, s, dense_params, cost.expert_param_count)
         sync_us = (overlap.exposed(grad_us, cost.bwd_us) if s.overlap_grad_reduce else grad_us) + (
             overlap.exposed(gather_us, cost.fwd_us) if s.overlap_param_gather else gather_us)
         act = cost.selective_activation_bytes if selective else cost.activation_bytes
@@ -268,79 +243,17 @@ class TermBuilder:
                 "hidden": to_ns(hidden), "tail_hidden": to_ns(grad_us + gather_us + opt_us) - to_ns(sync_us + opt_us),
                 "recompute": to_ns(recompute_us) if s.recompute == "full" else 0,
                 "static": weights + optimizer, "optimizer": optimizer,
-                "grad": self.grad_bytes(s, dense_params, cost.expert_param_count), "act": act,
+                "grad": grad_bytes(self, s, dense_params, cost.expert_param_count), "act": act,
                 "act_full": cost.activation_bytes, "input": cost.input_bytes,
                 "tail": to_ns(sync_us + opt_us), "tail_sync": to_ns(sync_us), "estimated": cost.estimated}
 
-    def param_bytes(self, s: Strategy, dense: int, expert: int) -> tuple[int, int]:
-        """(weights + gradients, optimizer states) bytes of these parameters on one rank; with
-        the swap optimizer only one of its swap_times chunks of the states is on the device."""
-        weights, grads, optimizer = sharded_param_bytes(self, s, dense, expert)  # ZeRO stage s.zero
-        chunks = self.swap_times if self._swaps(s) else 1
-        return int(np.ceil(weights) + np.ceil(grads)), int(np.ceil(optimizer / chunks))
-
-    def grad_bytes(self, s: Strategy, dense: int, expert: int) -> int:
-        """The gradient part of `param_bytes` (sharded from ZeRO stage 2 on)."""
-        return int(np.ceil(sharded_param_bytes(self, s, dense, expert)[1]))
-
-    def _swaps(self, s: Strategy) -> bool:
-        """Whether the states are swapped to the host: MindSpeed's swap optimizer needs dist_opt."""
-        return bool(self.swap_times) and s.dist_opt
-
-    def _data_groups(self, s: Strategy) -> tuple[int, int]:
-        """(dense data-parallel group dp*cp, expert data-parallel group tp*cp*dp/(ep*etp))."""
-        edp = s.tp * s.cp * s.dp // (s.ep * s.expert_tp) if self.model.is_moe else 1
-        return s.dp * s.cp, max(edp, 1)
-
     def sync_groups(self, s: Strategy) -> list[tuple[int, str]]:
         """(size, scope) of the dense and expert gradient groups."""
-        dp_cp, edp = self._data_groups(s)
+        dp_cp, edp = data_groups(s, self.model.is_moe)
         groups = [(dp_cp, self.scope(s.tp, dp_cp))]
         if self.model.is_moe:
             groups.append((edp, self.scope(s.ep * s.expert_tp, edp)))
         return groups
-
-    def sync_us(self, s: Strategy, size: int, scope: str, params: float, slope_only: bool) -> float:
-        """Gradient synchronisation of `params` (exposed, after the pipeline flush): fp32
-        all-reduce, or reduce-scatter of gradients + all-gather of bf16 weights (dist. optimizer)."""
-        def t(op: str, nbytes: float) -> float:
-            full = self.comm.time_us(op, size, scope, nbytes)
-            return full - self.comm.time_us(op, size, scope, 0.0) if slope_only else full
-        if not tail_reduces_gradients(s):  # ZeRO 2/3 reduce-scatter in backward (zero_terms.py)
-            return t("all_gather", self.bpe * params) if tail_gathers_weights(s) else 0.0
-        if s.dist_opt:
-            return t("reduce_scatter", GRAD_BYTES * params) + t("all_gather", self.bpe * params)
-        return t("all_reduce", GRAD_BYTES * params)
-
-    def tail_slope_us(self, s: Strategy, dense: int, expert: int) -> tuple[float, float]:
-        """Per-parameter-set (sync, optimizer step) times without the collective latencies."""
-        grad, gather, step = self.tail_parts_us(s, dense, expert)
-        return grad + gather, step
-
-    def tail_parts_us(self, s: Strategy, dense: int, expert: int) -> tuple[float, float, float]:
-        """(gradient reduce, parameter all-gather, optimizer step) of a parameter set without the
-        collective latencies; the all-gather is 0 without the distributed optimizer and with ZeRO-3,
-        the reduce 0 from ZeRO-2 on (zero_terms.py)."""
-        (dense_size, dense_scope), *expert_group = self.sync_groups(s)
-        groups = [(dense_size, dense_scope, dense)]
-        if expert_group:
-            groups.append((*expert_group[0], expert))
-        grad = gather = 0.0
-        for size, scope, params in groups:
-            both = self.sync_us(s, size, scope, params, True)
-            part = self.gather_us(s, size, scope, params) if tail_gathers_weights(s) else 0.0
-            grad, gather = grad + both - part, gather + part
-        dp_cp, edp = self._data_groups(s)
-        local = dense / (dp_cp if s.dist_opt else 1) + expert / (edp if s.dist_opt else 1)
-        step_us = local * ADAM_TOUCH_BYTES / (self.mem_bw_gbs * 1e3)
-        if self._swaps(s):  # host->device and device->host copy of the rank's states (1 GB/s = 1e3 B/us)
-            step_us += 2 * local * self.opt_state_bytes / (self.host_link_gbs * 1e3)
-        return grad, gather, step_us
-
-    def gather_us(self, s: Strategy, size: int, scope: str, params: float) -> float:
-        """The bf16 parameter all-gather of the distributed optimizer, without its latency."""
-        return (self.comm.time_us("all_gather", size, scope, self.bpe * params)
-                - self.comm.time_us("all_gather", size, scope, 0.0))
 
     def left_out(self) -> tuple[str, ...]:
         """The terms not added because the profile's block times include them (for the breakdown)."""

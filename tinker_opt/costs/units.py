@@ -1,5 +1,6 @@
-"""Units shared by the per-layer (terms.py) and per-stage (stage_terms.py) terms: fp32 gradient
-bytes, tokens of one micro-batch on one rank, and the one rounding of times to integer ns."""
+"""Units shared by the term modules (terms.py, stage_terms.py, data_parallel.py, zero_terms.py): fp32
+gradient bytes, tokens of one micro-batch on one rank, the data-parallel group sizes, and the one
+rounding of times to integer ns."""
 
 from __future__ import annotations
 
@@ -24,3 +25,9 @@ def ns_array(us: np.ndarray) -> np.ndarray:
 def m_tokens(model, s: Strategy) -> int:
     """Tokens of one micro-batch on one context-parallel rank: s*b/cp."""
     return model.seq_length // s.cp * s.mbs
+
+
+def data_groups(s: Strategy, is_moe: bool) -> tuple[int, int]:
+    """(dense data-parallel group dp*cp, expert data-parallel group tp*cp*dp/(ep*etp))."""
+    edp = s.tp * s.cp * s.dp // (s.ep * s.expert_tp) if is_moe else 1
+    return s.dp * s.cp, max(edp, 1)

@@ -30,6 +30,7 @@ group dp*cp and the expert data-parallel group edp, as Megatron's distributed op
 
 from __future__ import annotations
 
+from tinker_opt.costs.units import data_groups
 from tinker_opt.strategy import Strategy
 
 FSDP_GRAD_BYTES = 4
@@ -42,7 +43,7 @@ num_to_forward_prefetch / num_to_backward_prefetch = 1)."""
 
 def sharded_param_bytes(tb, s: Strategy, dense: int, expert: int) -> tuple[float, float, float]:
     """(weights, gradients, optimizer states) bytes a rank keeps of these parameters (unrounded)."""
-    dp_cp, edp = tb._data_groups(s)
+    dp_cp, edp = data_groups(s, tb.model.is_moe)
     local = dense / dp_cp + expert / edp  # one rank's shard of the parameter elements
     full = dense + expert
     weights = tb.bpe * (local if s.zero >= 3 else full)
