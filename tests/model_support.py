@@ -124,3 +124,34 @@ def synthetic_profile(m: ModelSpec, *, inter_node: bool = True, **shapes) -> Pro
 
 def cluster(num_nodes: int = 1, devices_per_node: int = 8, memory_mb: float = 60000) -> ClusterSpec:
     return ClusterSpec(num_nodes=num_nodes, devices_per_node=devices_per_node, memory_limit_mb=memory_mb)
+
+
+def solvers_agree(cost_model, space, *, reference=None, top_k: int = 3) -> dict:
+    """Search with cpsat, milp and enum and assert that each finds brute force's optimum over the
+    outer configurations of `reference` (default: `cost_model`), and nothing exactly when brute
+    force finds nothing; every returned strategy re-evaluates to its own objective. Returns
+    {solver: SearchResult} of the solvers that found a strategy, for the caller's own checks."""
+    import pytest
+
+    from tinker_opt.errors import InfeasibleError
+    from tinker_opt.solve.enumerate import brute_force
+    from tinker_opt.solve.search import _outers, search
+
+    reference = reference or cost_model
+    brute = brute_force(reference, _outers(reference, space))
+    expected = brute[0].time_ns / 1e6 if brute else None
+    results = {}
+    for solver in ("cpsat", "milp", "enum"):
+        try:
+            result = search(cost_model, solver=solver, cpus=1, top_k=top_k, space=space, time_limit_s=30)
+        except InfeasibleError:
+            assert expected is None, solver
+            continue
+        assert expected is not None and result.objective_ms == pytest.approx(expected, rel=1e-12), solver
+        assert result.status == "optimal", (solver, result.status)
+        for evaluation in result.top:
+            again = cost_model.evaluate(evaluation.strategy)
+            assert again.time_ns_x_vpp == evaluation.time_ns_x_vpp and again.fits, solver
+        results[solver] = result
+    return results
+

@@ -10,12 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from model_support import cluster, dense_model, moe_model, synthetic_profile
+from model_support import cluster, dense_model, moe_model, solvers_agree, synthetic_profile
 from tinker_opt.costs import overlap
 from tinker_opt.costs.evaluate import CostModel
-from tinker_opt.errors import InfeasibleError
-from tinker_opt.solve.enumerate import brute_force
-from tinker_opt.solve.search import _outers, search
+from tinker_opt.solve.search import _outers
 from tinker_opt.solve.space import SearchSpace, overlap_choices
 from tinker_opt.strategy import OVERLAP_KEYS, Strategy
 
@@ -91,18 +89,8 @@ def test_solvers_agree_with_overlap_choices(cost_model, keys):
     """cpsat, milp, enum and brute force find the same optimum with any set of overlap knobs,
     and evaluate() of each returned strategy equals its objective exactly."""
     space = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1, 2), ep=(1, 2), overlaps=tuple(sorted(keys)))
-    brute = brute_force(cost_model, _outers(cost_model, space))
-    expected = brute[0].time_ns / 1e6 if brute else None
-    for solver in ("cpsat", "milp", "enum"):
-        try:
-            result = search(cost_model, solver=solver, cpus=1, top_k=3, space=space, time_limit_s=30)
-        except InfeasibleError:
-            assert expected is None, solver
-            continue
-        assert result.objective_ms == pytest.approx(expected, rel=1e-12), solver
+    for result in solvers_agree(cost_model, space).values():
         for evaluation in result.top:
-            again = cost_model.evaluate(evaluation.strategy)
-            assert again.time_ns_x_vpp == evaluation.time_ns_x_vpp
             assert evaluation.strategy.overlap_grad_reduce is ("overlap_grad_reduce" in keys)
 
 

@@ -7,14 +7,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from model_support import cluster, dense_model, moe_model, synthetic_profile
-from tinker_opt.errors import InfeasibleError
+from model_support import cluster, dense_model, moe_model, solvers_agree, synthetic_profile
 from tinker_opt.solve.bounds import is_feasible
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.solve.enumerate import brute_force
 from tinker_opt.solve.cpsat import solve_cpsat
 from tinker_opt.solve.milp import solve_milp
-from tinker_opt.solve.search import _outers, search
+from tinker_opt.solve.search import _outers
 from tinker_opt.solve.space import SearchSpace
 from tinker_opt.rules import form_allows
 
@@ -47,32 +46,13 @@ def instances(draw):
     return cost_model
 
 
-def _optimum_ms(cost_model, solver, space=SPACE):
-    try:
-        result = search(cost_model, solver=solver, cpus=1, top_k=3, space=space, time_limit_s=30)
-    except InfeasibleError:
-        return None, None
-    return result.objective_ms, result
-
-
 @pytest.mark.filterwarnings("error")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances(), st.sampled_from([SPACE, SPACE, UNIFORM_SPACE]))
 def test_all_solvers_find_the_same_optimum(cost_model, space):
     """cpsat, milp, enum and brute force agree on the optimum (or all find nothing fits), on
     uniform and mixed dense / MoE stacks, with both recompute methods and with uniform alone."""
-    brute = brute_force(cost_model, _outers(cost_model, space))
-    expected = brute[0].time_ns / 1e6 if brute else None
-    for solver in ("cpsat", "milp", "enum"):
-        objective_ms, result = _optimum_ms(cost_model, solver, space)
-        if expected is None:
-            assert objective_ms is None, solver
-            continue
-        assert objective_ms == pytest.approx(expected, rel=1e-12), solver
-        assert result.status == "optimal", (solver, result)
-        for evaluation in result.top:
-            again = cost_model.evaluate(evaluation.strategy)
-            assert again.time_ns_x_vpp == evaluation.time_ns_x_vpp and again.fits
+    solvers_agree(cost_model, space)
 
 
 UNPRUNED_SPACE = SearchSpace(max_mbs=1, tp=(1, 2), cp=(1,), ep=(1, 2))
@@ -128,18 +108,11 @@ def test_solvers_agree_within_a_layer_form(instance):
     cost_model, form = instance
     space = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1,), ep=(1, 2), allow_vpp=False, layer_form=form)
     restricted = cost_model.with_layer_form(form)
-    brute = brute_force(restricted, _outers(restricted, space))
-    expected = brute[0].time_ns / 1e6 if brute else None
-    for solver in ("cpsat", "milp", "enum"):
-        try:
-            result = search(cost_model, solver=solver, cpus=1, top_k=3, space=space, time_limit_s=30)
-        except InfeasibleError:
-            assert expected is None, solver
-            continue
-        assert expected is not None and result.objective_ms == pytest.approx(expected, rel=1e-12), solver
+    for solver, result in solvers_agree(cost_model, space, reference=restricted).items():
         for evaluation in result.top:
             layers = evaluation.strategy.stage_layers(cost_model.model.num_layers)
             assert form_allows(layers, form), (solver, layers)
+    brute = brute_force(restricted, _outers(restricted, space))
     outers = [o for o in _outers(restricted, space) if is_feasible(restricted.coefficients(o))]
     assert {cand.outer for cand in brute} == set(outers)  # is_feasible is exact within the form
     coeffs = [restricted.coefficients(o) for o in outers]

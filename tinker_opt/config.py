@@ -133,6 +133,8 @@ def _s(key: str, kind: str, default: Any, help_text: str, sections: str, *, unit
 
 
 P, S, M = "profile", "search", "simulate"
+# A table: one row per line reads better than the formatter's layout.
+# fmt: off
 TABLE = (
     # profile
     _s("pretrain_script_path", "str", None, "The training launch script (.sh) to profile.", P),
@@ -191,6 +193,7 @@ TABLE = (
        positive=True),
     _s("recompute_method", "str", None, "Full recompute method: block | uniform (Megatron's; default block).", M),
 )
+# fmt: on
 """Every setting. A key may have one row per meaning (max_mbs: what to profile / what to search)."""
 
 SETTINGS: dict[str, tuple[Setting, ...]] = {section: tuple(s for s in TABLE if section in s.sections)

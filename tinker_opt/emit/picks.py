@@ -29,7 +29,6 @@ Evaluation = dict[str, Any]
 """An Evaluation as its JSON dict (ARCHITECTURE.md)."""
 
 LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "vpp")
-PICK_NAMES = ("fastest", "keeps_checkpoint", "headroom", "no_pipeline")
 DEFAULT_HEADROOM_PCT = 10.0
 FOLD_MEMORY_SHARE = 0.01
 """A slower strategy of the same layout must save more than this share of memory to stay listed."""
@@ -137,7 +136,8 @@ class PickRule:
 
 def pick_rules(memory_limit_mb: float, *, headroom_pct: float = DEFAULT_HEADROOM_PCT,
                checkpoint: Strategy | None = None) -> list[PickRule]:
-    """The rules of PICK_NAMES; `checkpoint` is the script's strategy when it loads a checkpoint;
+    """The picks (fastest, keeps_checkpoint, headroom, no_pipeline); `checkpoint` is the script's
+    strategy when it loads a checkpoint;
     `headroom_pct` is the share of the memory limit the headroom pick leaves free, in percent."""
     if not 0 <= headroom_pct < 100:
         raise ConfigError(f"headroom must be a percentage in [0, 100), got {headroom_pct:g}; e.g. 10 for 10 %")

@@ -144,11 +144,6 @@ def read_tinker_rows(path: Path, weight_size: int = 2) -> tuple[pd.DataFrame, st
     return table, parse_config(str(frame["config"].iloc[0]))["prefix"]
 
 
-def read_tinker_blocks(path: Path, weight_size: int = 2) -> pd.DataFrame:
-    """profiled_data.csv as blocks.csv rows (MiB -> bytes; the one layer per config is `layer`)."""
-    return _measured(read_tinker_rows(path, weight_size)[0], path)
-
-
 def _measured(rows: pd.DataFrame, path: Path) -> pd.DataFrame:
     """Only the measured (`ok`) rows, as store.read_blocks_csv keeps them."""
     ok = rows[rows["status"] == "ok"].reset_index(drop=True)

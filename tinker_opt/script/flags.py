@@ -49,6 +49,8 @@ def _rows(treatment: str, effect: str, *names: str) -> tuple[Flag, ...]:
     return tuple(Flag(name, treatment, effect) for name in names)
 
 
+# A table: one row per line reads better than the formatter's layout.
+# fmt: off
 FLAGS: tuple[Flag, ...] = (
     # Parallel layout, batch and optimizer: the strategy.
     *_rows("strategy", "parallel sizes", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
@@ -124,6 +126,7 @@ FLAGS: tuple[Flag, ...] = (
            "--overlap-param-gather-with-optimizer-step", "--moe-shared-expert-overlap", "--delay-wgrad-compute",
            "--moe-allgather-overlap-comm"),
 )
+# fmt: on
 """The registry, grouped by treatment."""
 
 BY_NAME = {flag.name: flag for flag in FLAGS}
