@@ -15,9 +15,10 @@ import inspect
 import json
 import sys
 import typing
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -26,9 +27,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tinker_opt import config, verbs
 from tinker_opt.errors import ConfigError, TinkerError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  context_settings={"help_option_names": ["-h", "--help"]},
-                  help="Find the fastest parallel strategy for a Megatron-LM / MindSpeed-LLM launch script.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Find the fastest parallel strategy for a Megatron-LM / MindSpeed-LLM launch script.",
+)
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
 
@@ -38,10 +43,17 @@ def _option(item: config.Setting) -> inspect.Parameter:
     None (a switch: False), so that config.resolve can apply command line > config file > default."""
     if item.switch:
         option = typer.Option(False, *item.flags, help=item.help_text)
-        return inspect.Parameter(item.key, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=bool)
+        return inspect.Parameter(
+            item.key, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=bool
+        )
     kind = {"int": int, "float": float}.get(item.kind, str)
     option = typer.Option(None, *item.flags, help=item.help_text, show_default=False)
-    return inspect.Parameter(item.key, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=Optional[kind])
+    return inspect.Parameter(
+        item.key,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=option,
+        annotation=Optional[kind],  # noqa: UP045 (built at run time from a type)
+    )
 
 
 def with_settings(verb: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
@@ -52,20 +64,29 @@ def with_settings(verb: str) -> Callable[[Callable[..., None]], Callable[..., No
 
     def wrap(command: Callable[..., None]) -> Callable[..., None]:
         hints = typing.get_type_hints(command)
-        own = [p.replace(annotation=hints[p.name]) for p in inspect.signature(command).parameters.values()
-               if p.name != "given"]
+        own = [
+            p.replace(annotation=hints[p.name])
+            for p in inspect.signature(command).parameters.values()
+            if p.name != "given"
+        ]
         options = [_option(item) for item in items]
 
         @functools.wraps(command)
         def run(**kwargs: Any) -> None:
             given = {item.key: kwargs.pop(item.key) for item in items}
-            given.update({item.key: True if given[item.key] else None for item in items if item.switch})
+            given.update(
+                {item.key: True if given[item.key] else None for item in items if item.switch}
+            )
             command(given=given, **kwargs)
 
         # own positionals first, then the table's options, then the command's own options
         positional = [p for p in own if isinstance(p.default, typer.models.ArgumentInfo)]
         rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p not in positional]
-        params = [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in positional] + options + rest
+        params = (
+            [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in positional]
+            + options
+            + rest
+        )
         run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in params}
         del run.__wrapped__  # typer must see the new signature, not the command's
@@ -74,15 +95,27 @@ def with_settings(verb: str) -> Callable[[Callable[..., None]], Callable[..., No
     return wrap
 
 
-CONFIG_OPT = typer.Option(None, "--config-path", "--config_path", "--config",
-                          help="JSON config with Tinker's profile / search / simulate sections.")
+CONFIG_OPT = typer.Option(
+    None,
+    "--config-path",
+    "--config_path",
+    "--config",
+    help="JSON config with Tinker's profile / search / simulate sections.",
+)
 QUIET_OPT = typer.Option(False, "--quiet", "-q", help="Print only the result paths (for scripts).")
 SCRIPT_ARG = typer.Argument(None, help="The training launch script (.sh).", show_default=False)
 
 
 def _progress(quiet: bool) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err_console, disable=quiet, transient=False)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        disable=quiet,
+        transient=False,
+    )
 
 
 def _bar_callback(bar: Progress) -> verbs.Progress:
@@ -103,7 +136,9 @@ def _print_profile_warnings(folder: Path) -> None:
 
 
 def _run_log(quiet: bool) -> verbs.RunLog:
-    return verbs.RunLog(echo=None if quiet else lambda line: err_console.print(line, markup=False, highlight=False))
+    return verbs.RunLog(
+        echo=None if quiet else lambda line: err_console.print(line, markup=False, highlight=False)
+    )
 
 
 def _print_search(outcome: verbs.SearchOutcome, quiet: bool) -> None:
@@ -115,89 +150,135 @@ def _print_search(outcome: verbs.SearchOutcome, quiet: bool) -> None:
         console.print(str(outcome.folder))
         return
     gap = "" if outcome.gap is None else f", gap {outcome.gap:.2%}"
-    console.print(search_summary(outcome, f"top strategies ({outcome.solver}: {outcome.status}{gap}, "
-                                          f"{outcome.solve_time_s:.2f} s)"))
+    console.print(
+        search_summary(
+            outcome,
+            f"top strategies ({outcome.solver}: {outcome.status}{gap}, "
+            f"{outcome.solve_time_s:.2f} s)",
+        )
+    )
     console.print(f"results: [bold]{outcome.folder}[/bold]")
 
 
-MODEL_CONFIG_HELP = ("FSDP2 launches: the model's Hugging Face config.json, when model.model_name_or_path "
-                     "is not on this machine.")
+MODEL_CONFIG_HELP = (
+    "FSDP2 launches: the model's Hugging Face config.json, when model.model_name_or_path "
+    "is not on this machine."
+)
 
 
-def _script(given: dict[str, Any], key: str, positional: Optional[Path]) -> dict[str, Any]:
+def _script(given: dict[str, Any], key: str, positional: Path | None) -> dict[str, Any]:
     """`given` with the positional script under `key` (the verb's script setting)."""
     flag = given.get(key)
     if positional is not None and flag is not None and str(positional) != flag:
-        raise ConfigError(f"two scripts given ('{positional}' and --{key.replace('_', '-')} '{flag}'); pass one")
+        raise ConfigError(
+            f"two scripts given ('{positional}' and --{key.replace('_', '-')} '{flag}'); pass one"
+        )
     return {**given, key: str(positional) if positional is not None else flag}
 
 
 @app.command()
 @with_settings("profile")
-def profile(given: dict[str, Any], script: Optional[Path] = SCRIPT_ARG, config_path: Optional[Path] = CONFIG_OPT,
-            quiet: bool = QUIET_OPT) -> None:
+def profile(
+    given: dict[str, Any],
+    script: Path | None = SCRIPT_ARG,
+    config_path: Path | None = CONFIG_OPT,
+    quiet: bool = QUIET_OPT,
+) -> None:
     """Measure time and memory of every block and shard shape, and the collectives (profiled-data folder)."""
-    settings = config.resolve("profile", _script(given, "pretrain_script_path", script),
-                              config.load_config_file(config_path))
+    settings = config.resolve(
+        "profile",
+        _script(given, "pretrain_script_path", script),
+        config.load_config_file(config_path),
+    )
     with _progress(quiet) as bar:
         folder = verbs.run_profile(settings, progress=_bar_callback(bar))
     _print_profile_warnings(folder)
     console.print(str(folder) if quiet else f"profiled data: [bold]{folder}[/bold]")
 
 
-SEARCH_SCRIPT_ARG = typer.Argument(None, help="Launch script to rewrite into tuned configs (default: the profiled one).",
-                                   show_default=False)
+SEARCH_SCRIPT_ARG = typer.Argument(
+    None,
+    help="Launch script to rewrite into tuned configs (default: the profiled one).",
+    show_default=False,
+)
 
 
 @app.command()
 @with_settings("search")
-def search(given: dict[str, Any], script: Optional[Path] = SEARCH_SCRIPT_ARG,
-           config_path: Optional[Path] = CONFIG_OPT, quiet: bool = QUIET_OPT) -> None:
+def search(
+    given: dict[str, Any],
+    script: Path | None = SEARCH_SCRIPT_ARG,
+    config_path: Path | None = CONFIG_OPT,
+    quiet: bool = QUIET_OPT,
+) -> None:
     """Solve for the fastest strategy that fits in memory; write the results folder and tuned scripts."""
-    settings = config.resolve("search", _script(given, "pretrain_script_path_search", script),
-                              config.load_config_file(config_path))
-    with console.status(f"solving with {settings.solver}", spinner="dots") if not quiet else nullcontext():
+    settings = config.resolve(
+        "search",
+        _script(given, "pretrain_script_path_search", script),
+        config.load_config_file(config_path),
+    )
+    with (
+        console.status(f"solving with {settings.solver}", spinner="dots")
+        if not quiet
+        else nullcontext()
+    ):
         outcome = verbs.run_search(settings, log=_run_log(quiet))
     _print_search(outcome, quiet)
 
 
 @app.command(name="all")
 @with_settings("all")
-def all_(given: dict[str, Any], script: Optional[Path] = SCRIPT_ARG, config_path: Optional[Path] = CONFIG_OPT,
-         quiet: bool = QUIET_OPT) -> None:
+def all_(
+    given: dict[str, Any],
+    script: Path | None = SCRIPT_ARG,
+    config_path: Path | None = CONFIG_OPT,
+    quiet: bool = QUIET_OPT,
+) -> None:
     """Profile the script, then search (profile + search in one go; the options of both)."""
     given = _script(given, "pretrain_script_path", script)
     file_config = config.load_config_file(config_path)
     profile_settings = config.resolve("profile", given, file_config)
     search_settings = config.resolve("search", given, file_config)
     with _progress(quiet) as bar:
-        folder, outcome = verbs.run_all(profile_settings, search_settings, progress=_bar_callback(bar),
-                                        log=_run_log(quiet))
+        folder, outcome = verbs.run_all(
+            profile_settings, search_settings, progress=_bar_callback(bar), log=_run_log(quiet)
+        )
     _print_profile_warnings(folder)
     if not quiet:
         console.print(f"profiled data: [bold]{folder}[/bold]")
     _print_search(outcome, quiet)
 
 
-SIMULATE_SCRIPT_ARG = typer.Argument(None, help="Launch script: the model (Tinker folders), global batch size and "
-                                     "nodes (default: the profiled one).", show_default=False)
+SIMULATE_SCRIPT_ARG = typer.Argument(
+    None,
+    help="Launch script: the model (Tinker folders), global batch size and "
+    "nodes (default: the profiled one).",
+    show_default=False,
+)
 
 
 @app.command()
 @with_settings("simulate")
 def simulate(
     given: dict[str, Any],
-    script: Optional[Path] = SIMULATE_SCRIPT_ARG,
-    strategy: Optional[Path] = typer.Option(None, "--strategy", help="Strategy JSON (a bare strategy or a summary.json, whose best is taken)."),
+    script: Path | None = SIMULATE_SCRIPT_ARG,
+    strategy: Path | None = typer.Option(
+        None,
+        "--strategy",
+        help="Strategy JSON (a bare strategy or a summary.json, whose best is taken).",
+    ),
     detail: bool = typer.Option(False, "--detail", help="Print the per-stage table."),
     as_json: bool = typer.Option(False, "--json", help="Print the Evaluation as JSON."),
-    config_path: Optional[Path] = CONFIG_OPT,
+    config_path: Path | None = CONFIG_OPT,
 ) -> None:
     """Model the time and memory of one strategy, stage by stage."""
     from tinker_opt.emit.tables import breakdown_line, stages_table, strategies_table
 
-    settings = config.resolve("simulate", _script(given, "pretrain_script_path", script),
-                              config.load_config_file(config_path))
+    settings = config.resolve(
+        "simulate",
+        _script(given, "pretrain_script_path", script),
+        config.load_config_file(config_path),
+    )
     evaluation, warnings = verbs.run_simulate(settings, strategy)
     result = evaluation.to_dict()
     for warning in warnings:
@@ -207,7 +288,9 @@ def simulate(
         return
     console.print(strategies_table([result], "simulated strategy"))
     fits = "fits" if result.get("fits", True) else f"does NOT fit in {settings.memory_limit:g} MB"
-    console.print(f"iteration {result['iteration_time_ms']:.1f} ms, peak {result['peak_memory_mb']:.0f} MB ({fits})")
+    console.print(
+        f"iteration {result['iteration_time_ms']:.1f} ms, peak {result['peak_memory_mb']:.0f} MB ({fits})"
+    )
     if detail:
         console.print(stages_table(result))
         console.print(breakdown_line(result))
@@ -216,8 +299,10 @@ def simulate(
 @app.command(name="inspect")
 def inspect_(
     script: Path = typer.Argument(..., help="The training launch script (.sh)."),
-    as_json: bool = typer.Option(False, "--json", help="Print model, cluster, strategy and framework as JSON."),
-    model_config: Optional[Path] = typer.Option(None, "--model-config", help=MODEL_CONFIG_HELP),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print model, cluster, strategy and framework as JSON."
+    ),
+    model_config: Path | None = typer.Option(None, "--model-config", help=MODEL_CONFIG_HELP),
 ) -> None:
     """Show what tinker-opt reads from a launch script."""
     from rich.table import Table
@@ -238,18 +323,41 @@ def inspect_(
 @app.command()
 def apply(
     script: Path = typer.Argument(..., help="The launch script to rewrite (never modified)."),
-    strategy_file: Path = typer.Argument(..., help="Strategy JSON: a bare strategy or a summary.json (its best)."),
+    strategy_file: Path = typer.Argument(
+        ..., help="Strategy JSON: a bare strategy or a summary.json (its best)."
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="Where to write the tuned script."),
-    num_nodes: Optional[int] = typer.Option(None, "--num-nodes", "--num_nodes", help="Target nodes (default: the strategy's world size / devices per node)."),
-    num_npus_per_node: Optional[int] = typer.Option(None, "--num-npus-per-node", "--num_npus_per_node", help="Target devices per node (default: the script's)."),
-    version: Optional[str] = typer.Option(None, "--version", help="Framework version (default: detected from the script)."),
-    force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists (never the input script)."),
-    model_config: Optional[Path] = typer.Option(None, "--model-config", help=MODEL_CONFIG_HELP),
+    num_nodes: int | None = typer.Option(
+        None,
+        "--num-nodes",
+        "--num_nodes",
+        help="Target nodes (default: the strategy's world size / devices per node).",
+    ),
+    num_npus_per_node: int | None = typer.Option(
+        None,
+        "--num-npus-per-node",
+        "--num_npus_per_node",
+        help="Target devices per node (default: the script's).",
+    ),
+    version: str | None = typer.Option(
+        None, "--version", help="Framework version (default: detected from the script)."
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Replace OUTPUT if it exists (never the input script)."
+    ),
+    model_config: Path | None = typer.Option(None, "--model-config", help=MODEL_CONFIG_HELP),
 ) -> None:
     """Write SCRIPT with the strategy of STRATEGY_FILE to OUTPUT (an FSDP2 launch: and OUTPUT.yaml)."""
-    warnings, written = verbs.run_apply(script, strategy_file, output, num_nodes=num_nodes,
-                                        num_npus_per_node=num_npus_per_node, version=version, force=force,
-                                        model_config=model_config)
+    warnings, written = verbs.run_apply(
+        script,
+        strategy_file,
+        output,
+        num_nodes=num_nodes,
+        num_npus_per_node=num_npus_per_node,
+        version=version,
+        force=force,
+        model_config=model_config,
+    )
     for warning in warnings:
         err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}")
     console.print("wrote " + " and ".join(str(path) for path in written))
@@ -257,9 +365,15 @@ def apply(
 
 @app.command()
 def calibrate(
-    profile_dir: Path = typer.Argument(..., help="A measured profiled-data folder of a real device."),
-    hardware: str = typer.Option(..., "--hardware", help="The description to start from (name or JSON file)."),
-    output: Path = typer.Option(..., "--output", "-o", help="Where to write the fitted hardware JSON."),
+    profile_dir: Path = typer.Argument(
+        ..., help="A measured profiled-data folder of a real device."
+    ),
+    hardware: str = typer.Option(
+        ..., "--hardware", help="The description to start from (name or JSON file)."
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Where to write the fitted hardware JSON."
+    ),
 ) -> None:
     """Fit a hardware description's efficiency curves and links to a measured profile."""
     console.print(f"wrote {verbs.run_calibrate(profile_dir, hardware, output)}")

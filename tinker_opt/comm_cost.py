@@ -38,8 +38,9 @@ def latency_steps(op: str, group_size: int) -> int:
     return 2 * (n - 1) if op == "all_reduce" else n - 1
 
 
-def collective_time_us(op: str, group_size: int, nbytes: float, bandwidth_gbs: float,
-                       latency_us: float) -> float:
+def collective_time_us(
+    op: str, group_size: int, nbytes: float, bandwidth_gbs: float, latency_us: float
+) -> float:
     """Time of one collective: latency steps x latency + traffic / link bandwidth (GB/s = 1e9 B/s)."""
     if group_size <= 1 and op != "send_recv":
         return 0.0

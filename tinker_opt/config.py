@@ -14,11 +14,12 @@ Adding a setting is one `_s(...)` line in `TABLE`.
 
 from __future__ import annotations
 
-import json
 import dataclasses
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tinker_opt.errors import ConfigError
 
@@ -79,8 +80,12 @@ def _to_recompute(value: Any) -> str:
 
 
 CONVERTERS: dict[str, Callable[[Any], Any]] = {
-    "int": _to_int, "float": _to_float, "str": _to_str, "bool": _to_bool,
-    "int_list": _to_int_list, "recompute": _to_recompute,
+    "int": _to_int,
+    "float": _to_float,
+    "str": _to_str,
+    "bool": _to_bool,
+    "int_list": _to_int_list,
+    "recompute": _to_recompute,
 }
 
 
@@ -126,10 +131,22 @@ class Setting:
         return self.help if self.default is None else f"{self.help} (default: {self.default}{unit})"
 
 
-def _s(key: str, kind: str, default: Any, help_text: str, sections: str, *, unit: str = "",
-       positive: bool = False, aliases: tuple[str, ...] = (), switch: bool = False) -> Setting:
+def _s(
+    key: str,
+    kind: str,
+    default: Any,
+    help_text: str,
+    sections: str,
+    *,
+    unit: str = "",
+    positive: bool = False,
+    aliases: tuple[str, ...] = (),
+    switch: bool = False,
+) -> Setting:
     """A TABLE row; `sections` is a space-separated list (profile search simulate)."""
-    return Setting(key, kind, default, help_text, tuple(sections.split()), unit, positive, aliases, switch)
+    return Setting(
+        key, kind, default, help_text, tuple(sections.split()), unit, positive, aliases, switch
+    )
 
 
 P, S, M = "profile", "search", "simulate"
@@ -196,9 +213,17 @@ TABLE = (
 # fmt: on
 """Every setting. A key may have one row per meaning (max_mbs: what to profile / what to search)."""
 
-SETTINGS: dict[str, tuple[Setting, ...]] = {section: tuple(s for s in TABLE if section in s.sections)
-                                            for section in SECTIONS}
-_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "int_list": tuple[int, ...], "recompute": str}
+SETTINGS: dict[str, tuple[Setting, ...]] = {
+    section: tuple(s for s in TABLE if section in s.sections) for section in SECTIONS
+}
+_TYPES = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "bool": bool,
+    "int_list": tuple[int, ...],
+    "recompute": str,
+}
 
 
 def setting(section: str, key: str) -> Setting:
@@ -211,10 +236,21 @@ def setting(section: str, key: str) -> Setting:
 
 def _settings_class(section: str) -> type:
     """A frozen dataclass with one field per setting of `section`, the table's default as default."""
-    fields = [(s.key, _TYPES[s.kind] | None, dataclasses.field(default=s.default, metadata={"setting": s}))
-              for s in SETTINGS[section]]
-    cls = dataclasses.make_dataclass(f"{section.capitalize()}Settings", fields, frozen=True, kw_only=True,
-                                     namespace={"section": section, "replace": dataclasses.replace})
+    fields = [
+        (
+            s.key,
+            _TYPES[s.kind] | None,
+            dataclasses.field(default=s.default, metadata={"setting": s}),
+        )
+        for s in SETTINGS[section]
+    ]
+    cls = dataclasses.make_dataclass(
+        f"{section.capitalize()}Settings",
+        fields,
+        frozen=True,
+        kw_only=True,
+        namespace={"section": section, "replace": dataclasses.replace},
+    )
     cls.__doc__ = f"The resolved `{section}` settings (config.TABLE); one attribute per setting."
     cls.__module__ = __name__
     return cls
@@ -223,11 +259,21 @@ def _settings_class(section: str) -> type:
 ProfileSettings = _settings_class("profile")
 SearchSettings = _settings_class("search")
 SimulateSettings = _settings_class("simulate")
-SETTINGS_CLASSES: dict[str, type] = {"profile": ProfileSettings, "search": SearchSettings,
-                                     "simulate": SimulateSettings}
-VERB_SECTIONS: dict[str, tuple[str, ...]] = {"profile": (P,), "search": (S,), "simulate": (M,), "all": (P, S)}
+SETTINGS_CLASSES: dict[str, type] = {
+    "profile": ProfileSettings,
+    "search": SearchSettings,
+    "simulate": SimulateSettings,
+}
+VERB_SECTIONS: dict[str, tuple[str, ...]] = {
+    "profile": (P,),
+    "search": (S,),
+    "simulate": (M,),
+    "all": (P, S),
+}
 """The sections whose options each verb takes; `all` composes profile's and search's."""
-VERB_OWN_KEYS: dict[str, frozenset[str]] = {"all": frozenset({"profiled_data_path", "pretrain_script_path_search"})}
+VERB_OWN_KEYS: dict[str, frozenset[str]] = {
+    "all": frozenset({"profiled_data_path", "pretrain_script_path_search"})
+}
 """Keys a verb fills in itself (`all` searches the profile it just wrote, with the profiled script)."""
 
 
@@ -247,17 +293,27 @@ def load_config_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
         return {}
     file = Path(path)
     if not file.is_file():
-        raise ConfigError(f"config file '{file}' does not exist; pass an existing JSON file to --config-path")
+        raise ConfigError(
+            f"config file '{file}' does not exist; pass an existing JSON file to --config-path"
+        )
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = f" ({exc.msg} at line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
-        raise ConfigError(f"config file '{file}' is not valid JSON{where}; fix the file or drop --config-path") from None
+        where = (
+            f" ({exc.msg} at line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
+        )
+        raise ConfigError(
+            f"config file '{file}' is not valid JSON{where}; fix the file or drop --config-path"
+        ) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"config file '{file}' must hold a JSON object with sections {list(SECTIONS)}")
+        raise ConfigError(
+            f"config file '{file}' must hold a JSON object with sections {list(SECTIONS)}"
+        )
     unknown_sections = sorted(set(data) - set(SECTIONS))
     if unknown_sections:
-        raise ConfigError(f"config file '{file}': unknown section(s) {unknown_sections}; expected {list(SECTIONS)}")
+        raise ConfigError(
+            f"config file '{file}': unknown section(s) {unknown_sections}; expected {list(SECTIONS)}"
+        )
     out: dict[str, dict[str, Any]] = {}
     for section, values in data.items():
         if not isinstance(values, dict):
@@ -265,9 +321,14 @@ def load_config_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
         known = {s.key for s in SETTINGS[section]}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"config file '{file}': unknown key '{section}.{unknown[0]}'; known keys: {sorted(known)}")
-        out[section] = {k: setting(section, k).convert(v, f"config file '{file}'")
-                        for k, v in values.items() if v is not None}
+            raise ConfigError(
+                f"config file '{file}': unknown key '{section}.{unknown[0]}'; known keys: {sorted(known)}"
+            )
+        out[section] = {
+            k: setting(section, k).convert(v, f"config file '{file}'")
+            for k, v in values.items()
+            if v is not None
+        }
     return out
 
 
@@ -288,5 +349,7 @@ def require(settings: Any, *keys: str) -> None:
     for key in keys:
         if getattr(settings, key) is None:
             flag = key.replace("_", "-")
-            raise ConfigError(f"missing required value '{key}': pass --{flag} or set \"{key}\" in the "
-                              f"\"{settings.section}\" section of the config file")
+            raise ConfigError(
+                f"missing required value '{key}': pass --{flag} or set \"{key}\" in the "
+                f'"{settings.section}" section of the config file'
+            )

@@ -22,4 +22,3 @@ def write_text_atomic(path: str | os.PathLike, text: str, *, mode: int | None = 
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
-

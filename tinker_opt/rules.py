@@ -22,6 +22,7 @@ from tinker_opt.strategy import Strategy
 # Megatron-LM's own argument checks (arguments.py, parallel_state.py).
 # ----------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class FrameworkRules:
     """Facts of the target framework version that validity rules depend on (script/versions.py)."""
@@ -35,7 +36,9 @@ class FrameworkRules:
 
     def __post_init__(self) -> None:
         if self.layer_form not in LAYER_FORMS:
-            raise ValueError(f"layer_form must be one of {list(LAYER_FORMS)}, got {self.layer_form!r}")
+            raise ValueError(
+                f"layer_form must be one of {list(LAYER_FORMS)}, got {self.layer_form!r}"
+            )
 
 
 LAYER_FORMS = ("free", "first_last", "even")
@@ -51,11 +54,15 @@ def layer_form_message(layers: tuple[int, ...], form: str) -> str | None:
     if form == "free" or len(set(layers)) <= 1:
         return None
     if form == "even":
-        return (f"this framework version can only split the layers evenly over the stages; "
-                f"num_layer_list {list(layers)} is uneven")
+        return (
+            f"this framework version can only split the layers evenly over the stages; "
+            f"num_layer_list {list(layers)} is uneven"
+        )
     if len(set(layers[1:-1])) > 1:
-        return (f"Megatron-LM can only give the first and last stages their own layer counts; "
-                f"num_layer_list {list(layers)} has unequal middle stages")
+        return (
+            f"Megatron-LM can only give the first and last stages their own layer counts; "
+            f"num_layer_list {list(layers)} has unequal middle stages"
+        )
     return None
 
 
@@ -71,66 +78,87 @@ MODELLED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo", "kvallgather_cp_algo
 """Context-parallel algorithms the cost model times (ring, all-to-all, all-gather of K/V)."""
 
 
-def _rule_world(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
-             fw: FrameworkRules = LATEST_RULES) -> str | None:
+def _rule_world(
+    s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
+) -> str | None:
     if s.world_size != num_devices:
-        return (f"tp*pp*dp*cp = {s.tp}*{s.pp}*{s.dp}*{s.cp} = {s.world_size} must equal the "
-                f"cluster's {num_devices} devices")
+        return (
+            f"tp*pp*dp*cp = {s.tp}*{s.pp}*{s.dp}*{s.cp} = {s.world_size} must equal the "
+            f"cluster's {num_devices} devices"
+        )
     return None
 
 
-def _rule_tp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
-             fw: FrameworkRules = LATEST_RULES) -> str | None:
-    for name, value in (("num_attention_heads", model.num_attention_heads),
-                        ("num_query_groups", model.num_query_groups),
-                        ("ffn_hidden_size", model.ffn_hidden_size)):
+def _rule_tp(
+    s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
+) -> str | None:
+    for name, value in (
+        ("num_attention_heads", model.num_attention_heads),
+        ("num_query_groups", model.num_query_groups),
+        ("ffn_hidden_size", model.ffn_hidden_size),
+    ):
         if value % s.tp:
             return f"{name} ({value}) must be a multiple of tensor_model_parallel_size ({s.tp})"
     if s.sp and s.tp == 1:
         return "sequence parallelism needs tensor_model_parallel_size > 1 (tp is 1); turn sp off"
     if s.sp and (model.seq_length // s.cp) % s.tp:
-        return (f"with sequence parallelism seq_length / cp ({model.seq_length // s.cp}) must be a "
-                f"multiple of tp ({s.tp})")
+        return (
+            f"with sequence parallelism seq_length / cp ({model.seq_length // s.cp}) must be a "
+            f"multiple of tp ({s.tp})"
+        )
     return None
 
 
-def _rule_batch(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
-             fw: FrameworkRules = LATEST_RULES) -> str | None:
+def _rule_batch(
+    s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
+) -> str | None:
     if gbs % (s.mbs * s.dp):
-        return (f"global_batch_size ({gbs}) must be a multiple of micro_batch_size * dp "
-                f"({s.mbs} * {s.dp} = {s.mbs * s.dp})")
+        return (
+            f"global_batch_size ({gbs}) must be a multiple of micro_batch_size * dp "
+            f"({s.mbs} * {s.dp} = {s.mbs * s.dp})"
+        )
     return None
 
 
-def _rule_cp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
-             fw: FrameworkRules = LATEST_RULES) -> str | None:
+def _rule_cp(
+    s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
+) -> str | None:
     if s.cp == 1:
         return None
     if s.cp_algo not in MODELLED_CP_ALGOS:
-        return (f"context parallelism needs cp_algo, one of {MODELLED_CP_ALGOS} "
-                f"(got {s.cp_algo!r}; the others are not modelled)")
+        return (
+            f"context parallelism needs cp_algo, one of {MODELLED_CP_ALGOS} "
+            f"(got {s.cp_algo!r}; the others are not modelled)"
+        )
     # Ring attention splits each sequence into 2*cp load-balanced chunks (Megatron's CP).
     chunks = 2 * s.cp if s.cp_algo == "megatron_cp_algo" else s.cp
     if model.seq_length % chunks:
         return f"seq_length ({model.seq_length}) must be a multiple of {chunks} for cp={s.cp} with {s.cp_algo}"
     if s.cp_algo == "ulysses_cp_algo" and model.num_attention_heads % (s.tp * s.cp):
-        return (f"Ulysses context parallelism needs num_attention_heads ({model.num_attention_heads}) "
-                f"to be a multiple of tp*cp ({s.tp * s.cp})")
+        return (
+            f"Ulysses context parallelism needs num_attention_heads ({model.num_attention_heads}) "
+            f"to be a multiple of tp*cp ({s.tp * s.cp})"
+        )
     return None
 
 
-def _rule_moe(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
-             fw: FrameworkRules = LATEST_RULES) -> str | None:
+def _rule_moe(
+    s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
+) -> str | None:
     if not model.is_moe:
         if s.ep > 1 or (s.etp is not None and s.etp != s.tp):
-            return f"ep ({s.ep}) / etp ({s.etp}) apply to MoE models only; this model has no experts"
+            return (
+                f"ep ({s.ep}) / etp ({s.etp}) apply to MoE models only; this model has no experts"
+            )
         return None
     if model.num_experts % s.ep:
         return f"num_experts ({model.num_experts}) must be a multiple of expert_model_parallel_size ({s.ep})"
     etp = s.expert_tp
     if (s.tp * s.dp * s.cp) % (s.ep * etp):
-        return (f"tp*dp*cp ({s.tp * s.dp * s.cp}) must be a multiple of ep*etp "
-                f"({s.ep}*{etp} = {s.ep * etp})")
+        return (
+            f"tp*dp*cp ({s.tp * s.dp * s.cp}) must be a multiple of ep*etp "
+            f"({s.ep}*{etp} = {s.ep * etp})"
+        )
     moe_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
     if moe_ffn % etp:
         return f"moe_ffn_hidden_size ({moe_ffn}) must be a multiple of expert tensor-parallel size ({etp})"
@@ -140,22 +168,29 @@ def _rule_moe(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
     return None
 
 
-def _rule_vpp(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
-             fw: FrameworkRules = LATEST_RULES) -> str | None:
+def _rule_vpp(
+    s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
+) -> str | None:
     if s.vpp == 1:
         return None
     message = interleaved_pipeline_message(s.pp, s.vpp, fw)
     if message:
         return message
     if s.num_layer_list is not None:
-        return "num_layer_list cannot be combined with a virtual pipeline (vpp > 1); use an even split"
+        return (
+            "num_layer_list cannot be combined with a virtual pipeline (vpp > 1); use an even split"
+        )
     if model.num_layers % (s.pp * s.vpp):
-        return (f"num_layers ({model.num_layers}) must be a multiple of pp*vpp "
-                f"({s.pp}*{s.vpp} = {s.pp * s.vpp}) with a virtual pipeline")
+        return (
+            f"num_layers ({model.num_layers}) must be a multiple of pp*vpp "
+            f"({s.pp}*{s.vpp} = {s.pp * s.vpp}) with a virtual pipeline"
+        )
     num_micro = gbs // (s.mbs * s.dp)
     if num_micro % s.pp:
-        return (f"the interleaved schedule needs the number of micro-batches ({num_micro}) to be a "
-                f"multiple of pp ({s.pp})")
+        return (
+            f"the interleaved schedule needs the number of micro-batches ({num_micro}) to be a "
+            f"multiple of pp ({s.pp})"
+        )
     return None
 
 
@@ -169,12 +204,15 @@ def interleaved_pipeline_message(pp: int, vpp: int, fw: FrameworkRules) -> str |
     least = 2 if fw.overlap_p2p_comm else 3
     if pp < least:
         why = "" if fw.overlap_p2p_comm else " without p2p communication overlap"
-        return f"the interleaved schedule (vpp {vpp}) needs pipeline size >= {least}{why} (pp is {pp})"
+        return (
+            f"the interleaved schedule (vpp {vpp}) needs pipeline size >= {least}{why} (pp is {pp})"
+        )
     return None
 
 
-def _rule_overlap(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
-                  fw: FrameworkRules = LATEST_RULES) -> str | None:
+def _rule_overlap(
+    s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
+) -> str | None:
     return overlap_message(s, model.is_moe)
 
 
@@ -183,7 +221,10 @@ def overlap_message(s: Strategy, is_moe: bool) -> str | None:
     if s.overlap_param_gather and not s.dist_opt:
         return "overlap_param_gather needs the distributed optimizer (dist_opt); turn one on or the other off"
     if s.overlap_param_gather and s.overlap_grad_reduce is False:
-        return "overlap_param_gather needs overlap_grad_reduce (Megatron: 'Must use --overlap-param-gather with --overlap-grad-reduce')"
+        return (
+            "overlap_param_gather needs overlap_grad_reduce "
+            "(Megatron: 'Must use --overlap-param-gather with --overlap-grad-reduce')"
+        )
     if s.overlap_moe_comm and not is_moe:
         return "overlap_moe_comm applies to MoE models only; this model has no experts"
     if s.tp_comm_overlap and not (s.tp > 1 and s.sp):
@@ -191,20 +232,34 @@ def overlap_message(s: Strategy, is_moe: bool) -> str | None:
     return None
 
 
-def _rule_recompute_kind(s: Strategy, model: ModelSpec, num_devices: int, gbs: int,
-             fw: FrameworkRules = LATEST_RULES) -> str | None:
+def _rule_recompute_kind(
+    s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
+) -> str | None:
     if s.recompute != "full" and s.recompute_num_layers is not None:
         return f"recompute_num_layers ({s.recompute_num_layers}) applies to full recompute only"
     return None
 
 
-OUTER_RULES = (_rule_world, _rule_tp, _rule_batch, _rule_cp, _rule_moe, _rule_vpp,
-               _rule_overlap, _rule_recompute_kind)
+OUTER_RULES = (
+    _rule_world,
+    _rule_tp,
+    _rule_batch,
+    _rule_cp,
+    _rule_moe,
+    _rule_vpp,
+    _rule_overlap,
+    _rule_recompute_kind,
+)
 """Rules on the outer configuration (everything but the layer split and recompute count)."""
 
 
-def check_outer(strategy: Strategy, model: ModelSpec, num_devices: int, global_batch_size: int,
-                framework: FrameworkRules = LATEST_RULES) -> None:
+def check_outer(
+    strategy: Strategy,
+    model: ModelSpec,
+    num_devices: int,
+    global_batch_size: int,
+    framework: FrameworkRules = LATEST_RULES,
+) -> None:
     """Raise StrategyError naming the first outer rule the strategy breaks (for `framework`'s version)."""
     for rule in OUTER_RULES:
         message = rule(strategy, model, num_devices, global_batch_size, framework)
@@ -215,11 +270,15 @@ def check_outer(strategy: Strategy, model: ModelSpec, num_devices: int, global_b
 def _layer_split_message(s: Strategy, num_layers: int, form: str = "free") -> str | None:
     if s.num_layer_list is None:
         if num_layers % s.pp:
-            return (f"num_layers ({num_layers}) is not divisible by pp ({s.pp}); "
-                    "give a num_layer_list or choose a pp that divides it")
+            return (
+                f"num_layers ({num_layers}) is not divisible by pp ({s.pp}); "
+                "give a num_layer_list or choose a pp that divides it"
+            )
         return None
     if sum(s.num_layer_list) != num_layers:
-        return f"num_layer_list sums to {sum(s.num_layer_list)} but the model has {num_layers} layers"
+        return (
+            f"num_layer_list sums to {sum(s.num_layer_list)} but the model has {num_layers} layers"
+        )
     if min(s.num_layer_list) < 1:
         return f"every pipeline stage needs at least one layer; num_layer_list is {list(s.num_layer_list)}"
     return layer_form_message(tuple(s.num_layer_list), form)
@@ -231,20 +290,29 @@ def _recompute_count_message(s: Strategy, num_layers: int) -> str | None:
     r = s.recompute_num_layers
     chunk_max = max(s.stage_layers(num_layers)) // s.vpp
     if r is None or not 1 <= r <= chunk_max:
-        return (f"full recompute needs recompute_num_layers between 1 and the layers of the largest "
-                f"stage chunk ({chunk_max}), got {r}")
+        return (
+            f"full recompute needs recompute_num_layers between 1 and the layers of the largest "
+            f"stage chunk ({chunk_max}), got {r}"
+        )
     return None
 
 
-def check_strategy(strategy: Strategy, model: ModelSpec, cluster: ClusterSpec, global_batch_size: int,
-                   framework: FrameworkRules = LATEST_RULES) -> None:
+def check_strategy(
+    strategy: Strategy,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    global_batch_size: int,
+    framework: FrameworkRules = LATEST_RULES,
+) -> None:
     """Raise StrategyError naming the rule `strategy` breaks, with both numbers; None when valid.
 
     `model` is a ModelSpec, `cluster` a ClusterSpec (only its device count matters here);
     `framework` the version-dependent facts (the script's, else recent versions').
     """
     check_outer(strategy, model, cluster.num_devices, global_batch_size, framework)
-    for message in (_layer_split_message(strategy, model.num_layers, framework.layer_form),
-                    _recompute_count_message(strategy, model.num_layers)):
+    for message in (
+        _layer_split_message(strategy, model.num_layers, framework.layer_form),
+        _recompute_count_message(strategy, model.num_layers),
+    ):
         if message:
             raise StrategyError(message)

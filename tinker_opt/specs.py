@@ -68,17 +68,28 @@ class ModelSpec:
     """Indices of `--noop-layers` (they count in `--num-layers` of the script but do not compute)."""
 
     def __post_init__(self) -> None:
-        for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
-                     "num_query_groups", "kv_channels", "seq_length", "vocab_size"):
+        for name in (
+            "num_layers",
+            "hidden_size",
+            "ffn_hidden_size",
+            "num_attention_heads",
+            "num_query_groups",
+            "kv_channels",
+            "seq_length",
+            "vocab_size",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"model {name} must be a positive integer, got {value!r}")
         if self.num_attention_heads % self.num_query_groups:
             raise ConfigError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                f"num_query_groups ({self.num_query_groups})")
+                f"num_query_groups ({self.num_query_groups})"
+            )
         if self.normalization not in NORMALIZATIONS:
-            raise ConfigError(f"normalization must be one of {NORMALIZATIONS}, got {self.normalization!r}")
+            raise ConfigError(
+                f"normalization must be one of {NORMALIZATIONS}, got {self.normalization!r}"
+            )
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
 
@@ -105,7 +116,8 @@ class ModelSpec:
         freq = self.moe_layer_freq if self.moe_layer_freq and self.moe_layer_freq > 0 else 1
         first_dense = max(self.first_k_dense_replace, 0)
         return tuple(
-            "dense" if (i < first_dense or i % freq != 0) else "moe" for i in range(self.num_layers))
+            "dense" if (i < first_dense or i % freq != 0) else "moe" for i in range(self.num_layers)
+        )
 
     def layer_block_names(self) -> tuple[str, ...]:
         """Block names of blocks.csv for the decoder layers: `layer`, or `layer.dense` / `layer.moe`."""
@@ -120,7 +132,7 @@ class ModelSpec:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModelSpec":
+    def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -190,7 +202,9 @@ class ClusterSpec:
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         if not self.memory_limit_mb or self.memory_limit_mb <= 0:
-            raise ConfigError(f"memory_limit must be a positive number of MB, got {self.memory_limit_mb!r}")
+            raise ConfigError(
+                f"memory_limit must be a positive number of MB, got {self.memory_limit_mb!r}"
+            )
 
     @property
     def num_devices(self) -> int:

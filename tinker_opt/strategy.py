@@ -18,9 +18,28 @@ from tinker_opt.errors import StrategyError
 
 RECOMPUTE_KINDS = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("block", "uniform")
-STRATEGY_KEYS = ("tp", "pp", "dp", "cp", "cp_algo", "ep", "etp", "sp", "vpp", "dist_opt", "mbs",
-                 "recompute", "recompute_method", "recompute_num_layers", "num_layer_list", "zero",
-                 "overlap_grad_reduce", "overlap_param_gather", "overlap_moe_comm", "tp_comm_overlap")
+STRATEGY_KEYS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "cp_algo",
+    "ep",
+    "etp",
+    "sp",
+    "vpp",
+    "dist_opt",
+    "mbs",
+    "recompute",
+    "recompute_method",
+    "recompute_num_layers",
+    "num_layer_list",
+    "zero",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "overlap_moe_comm",
+    "tp_comm_overlap",
+)
 OVERLAP_KEYS = STRATEGY_KEYS[-4:]
 """Communication-overlap switches (script/flags.py names their flags per framework)."""
 ZERO_LEVELS = (0, 1, 2, 3)
@@ -76,17 +95,23 @@ class Strategy:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise StrategyError(f"strategy {name} must be a positive integer, got {value!r}")
         if self.recompute not in RECOMPUTE_KINDS:
-            raise StrategyError(f"recompute must be one of {RECOMPUTE_KINDS}, got {self.recompute!r}")
+            raise StrategyError(
+                f"recompute must be one of {RECOMPUTE_KINDS}, got {self.recompute!r}"
+            )
         if self.recompute_method is not None and self.recompute_method not in RECOMPUTE_METHODS:
             raise StrategyError(
-                f"recompute_method must be one of {RECOMPUTE_METHODS}, got {self.recompute_method!r}")
+                f"recompute_method must be one of {RECOMPUTE_METHODS}, got {self.recompute_method!r}"
+            )
         for name in OVERLAP_KEYS:
             if getattr(self, name) not in (None, True, False):
-                raise StrategyError(f"strategy {name} must be true, false or null, got {getattr(self, name)!r}")
+                raise StrategyError(
+                    f"strategy {name} must be true, false or null, got {getattr(self, name)!r}"
+                )
         if self.num_layer_list is not None and len(self.num_layer_list) != self.pp:
             raise StrategyError(
                 f"num_layer_list has {len(self.num_layer_list)} entries but pp is {self.pp}; "
-                "give one layer count per pipeline stage")
+                "give one layer count per pipeline stage"
+            )
 
     @property
     def world_size(self) -> int:
@@ -104,7 +129,8 @@ class Strategy:
         if num_layers % self.pp:
             raise StrategyError(
                 f"num_layers ({num_layers}) is not divisible by pp ({self.pp}); "
-                "give a num_layer_list or choose a pp that divides it")
+                "give a num_layer_list or choose a pp that divides it"
+            )
         return (num_layers // self.pp,) * self.pp
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,7 +141,7 @@ class Strategy:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Strategy":
+    def from_dict(cls, data: dict[str, Any]) -> Strategy:
         """Build from the JSON object; also accepts an Evaluation or a summary.json (uses `best`)."""
         if "best" in data and isinstance(data["best"], dict):
             data = data["best"]
@@ -123,7 +149,9 @@ class Strategy:
             data = data["strategy"]
         unknown = sorted(set(data) - set(STRATEGY_KEYS))
         if unknown:
-            raise StrategyError(f"unknown strategy key(s) {unknown}; expected some of {list(STRATEGY_KEYS)}")
+            raise StrategyError(
+                f"unknown strategy key(s) {unknown}; expected some of {list(STRATEGY_KEYS)}"
+            )
         values = {key: data[key] for key in STRATEGY_KEYS if key in data and data[key] is not None}
         for flag in ("sp", "dist_opt", *OVERLAP_KEYS):
             if flag in values:
@@ -132,7 +160,7 @@ class Strategy:
             values["num_layer_list"] = tuple(int(n) for n in values["num_layer_list"])
         return cls(**values)
 
-    def replace(self, **changes: Any) -> "Strategy":
+    def replace(self, **changes: Any) -> Strategy:
         return dataclasses.replace(self, **changes)
 
     def label(self) -> str:

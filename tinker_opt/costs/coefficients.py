@@ -124,8 +124,14 @@ class SplitCoefficients:
         """All layers cost the same (one layer kind): the solvers use scalar coefficients."""
         if self.uniform:
             return True
-        arrays = (self.layer_time_ns, self.layer_recompute_ns, self.layer_static_bytes,
-                  self.layer_act_bytes, self.layer_input_bytes, self.layer_tail_ns)
+        arrays = (
+            self.layer_time_ns,
+            self.layer_recompute_ns,
+            self.layer_static_bytes,
+            self.layer_act_bytes,
+            self.layer_input_bytes,
+            self.layer_tail_ns,
+        )
         return all(bool((a == a[0]).all()) for a in arrays)
 
     @property
@@ -167,15 +173,22 @@ class SplitCoefficients:
                 rc_act += pre["layer_act_bytes"][cut] - pre["layer_act_bytes"][start]
                 num, num_rc = num + end - start, num_rc + cut - start
                 work_layers = max(work_layers, plan.work_layers)
-            out.append(_stage_cost(self, s, total, num, num_rc, recompute_ns, rc_input, rc_act, work_layers))
+            out.append(
+                _stage_cost(
+                    self, s, total, num, num_rc, recompute_ns, rc_input, rc_act, work_layers
+                )
+            )
         return out
 
     def iteration_time_ns_x_v(self, stages: list[StageCost]) -> int:
         """The objective, v * T in ns: sum_s t_s + (m*v - 1) * max_s t_s + v * max_s tail_s
         (module docstring)."""
         times = [st.time_ns for st in stages]
-        return (sum(times) + (self.num_microbatches * self.vpp - 1) * max(times)
-                + self.vpp * max(st.tail_ns for st in stages))
+        return (
+            sum(times)
+            + (self.num_microbatches * self.vpp - 1) * max(times)
+            + self.vpp * max(st.tail_ns for st in stages)
+        )
 
     def time_ns_x_v(self, layers: tuple[int, ...], r: int) -> int:
         """v * T in ns of a split (layers per stage, recompute count r)."""
@@ -208,9 +221,20 @@ class StageCost:
     """Gradient reduce / parameter gather hidden behind the last backward / first forward."""
 
 
-_PREFIXED = ("layer_time_ns", "layer_comm_ns", "layer_hidden_ns", "layer_tail_hidden_ns",
-             "layer_recompute_ns", "layer_tail_ns", "layer_tail_sync_ns",
-             "layer_static_bytes", "layer_optimizer_bytes", "layer_grad_bytes", "layer_act_bytes", "layer_input_bytes")
+_PREFIXED = (
+    "layer_time_ns",
+    "layer_comm_ns",
+    "layer_hidden_ns",
+    "layer_tail_hidden_ns",
+    "layer_recompute_ns",
+    "layer_tail_ns",
+    "layer_tail_sync_ns",
+    "layer_static_bytes",
+    "layer_optimizer_bytes",
+    "layer_grad_bytes",
+    "layer_act_bytes",
+    "layer_input_bytes",
+)
 
 
 def _prefix_sums(c: SplitCoefficients) -> dict[str, list[int]]:
@@ -226,7 +250,9 @@ def _chunk_bounds(c: SplitCoefficients, layers: tuple[int, ...], s: int) -> list
         start = sum(layers[:s])
         return [(start, start + layers[s])]
     size = c.num_layers // (c.num_stages * c.vpp)
-    return [((j * c.num_stages + s) * size, (j * c.num_stages + s + 1) * size) for j in range(c.vpp)]
+    return [
+        ((j * c.num_stages + s) * size, (j * c.num_stages + s + 1) * size) for j in range(c.vpp)
+    ]
 
 
 def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act, work_layers) -> StageCost:
@@ -246,5 +272,22 @@ def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act, work_l
     other = v * work_layers * c.work_bytes  # the group being recomputed (recompute.py)
     hidden = total["layer_hidden_ns"] + int(c.stage_hidden_ns[s])
     hidden_sync = total["layer_tail_hidden_ns"] + int(c.stage_tail_hidden_ns[s])
-    return StageCost(num, num_rc, time_ns, comm_ns, recompute_ns, tail_ns, tail_sync_ns, static,
-                     optimizer, grad, transient, act, other, static + act + other, mask, hidden, hidden_sync)
+    return StageCost(
+        num,
+        num_rc,
+        time_ns,
+        comm_ns,
+        recompute_ns,
+        tail_ns,
+        tail_sync_ns,
+        static,
+        optimizer,
+        grad,
+        transient,
+        act,
+        other,
+        static + act + other,
+        mask,
+        hidden,
+        hidden_sync,
+    )

@@ -51,9 +51,15 @@ class _Fit:
 class CommModel:
     """Collective time lookup: fitted measured curves, then hardware links, then defaults."""
 
-    def __init__(self, comm: pd.DataFrame, *, hardware: HardwareSpec | None = None,
-                 inter_node_bandwidth_gbs: float | None = None, multi_node: bool = False,
-                 multi_device: bool = True) -> None:
+    def __init__(
+        self,
+        comm: pd.DataFrame,
+        *,
+        hardware: HardwareSpec | None = None,
+        inter_node_bandwidth_gbs: float | None = None,
+        multi_node: bool = False,
+        multi_device: bool = True,
+    ) -> None:
         self._fits = _fit_rows(comm)
         self._links: dict[tuple[str, int, str], _Fit] = {}
         self._times: dict[tuple, float] = {}
@@ -71,8 +77,10 @@ class CommModel:
         measured = [fit for (op, sc, _), fit in self._fits.items() if sc == scope]
         if measured:
             # Median of the fitted links: what an op with no curve of its own borrows.
-            return LinkSpec(float(np.median([f.bandwidth_gbs for f in measured])),
-                            float(np.median([f.latency_us for f in measured])))
+            return LinkSpec(
+                float(np.median([f.bandwidth_gbs for f in measured])),
+                float(np.median([f.latency_us for f in measured])),
+            )
         if hardware is not None:
             return hardware.link(scope)
         default = DEFAULT_LINKS[scope]
@@ -80,7 +88,8 @@ class CommModel:
             self.warnings.append(
                 f"WARNING: no {scope.replace('_', '-')} communication figures in the profile; using the "
                 f"default {default.bandwidth_gbs:g} GB/s, {default.latency_us:g} us per message "
-                "(pass --hardware FILE or --inter-node-bandwidth GBS to set it)")
+                "(pass --hardware FILE or --inter-node-bandwidth GBS to set it)"
+            )
         return default
 
     def link(self, op: str, group_size: int, scope: str) -> _Fit:
@@ -111,7 +120,9 @@ class CommModel:
                 found = 0.0
             else:
                 fit = self.link(op, group_size, scope)
-                found = collective_time_us(op, group_size, nbytes, fit.bandwidth_gbs, fit.latency_us)
+                found = collective_time_us(
+                    op, group_size, nbytes, fit.bandwidth_gbs, fit.latency_us
+                )
             self._times[key] = found
         return found
 

@@ -35,7 +35,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tinker_opt.costs.units import GRAD_BYTES, data_groups
-from tinker_opt.costs.zero_terms import sharded_param_bytes, tail_gathers_weights, tail_reduces_gradients
+from tinker_opt.costs.zero_terms import (
+    sharded_param_bytes,
+    tail_gathers_weights,
+    tail_reduces_gradients,
+)
 from tinker_opt.strategy import Strategy
 
 if TYPE_CHECKING:  # terms.py calls these; only the annotations name its TermBuilder
@@ -64,12 +68,16 @@ def swaps(tb: TermBuilder, s: Strategy) -> bool:
     return bool(tb.swap_times) and s.dist_opt
 
 
-def sync_us(tb: TermBuilder, s: Strategy, size: int, scope: str, params: float, slope_only: bool) -> float:
+def sync_us(
+    tb: TermBuilder, s: Strategy, size: int, scope: str, params: float, slope_only: bool
+) -> float:
     """Gradient synchronisation of `params` (exposed, after the pipeline flush): fp32
     all-reduce, or reduce-scatter of gradients + all-gather of bf16 weights (dist. optimizer)."""
+
     def t(op: str, nbytes: float) -> float:
         full = tb.comm.time_us(op, size, scope, nbytes)
         return full - tb.comm.time_us(op, size, scope, 0.0) if slope_only else full
+
     if not tail_reduces_gradients(s):  # ZeRO 2/3 reduce-scatter in backward (zero_terms.py)
         return t("all_gather", tb.bpe * params) if tail_gathers_weights(s) else 0.0
     if s.dist_opt:
@@ -83,7 +91,9 @@ def tail_slope_us(tb: TermBuilder, s: Strategy, dense: int, expert: int) -> tupl
     return grad + gather, step
 
 
-def tail_parts_us(tb: TermBuilder, s: Strategy, dense: int, expert: int) -> tuple[float, float, float]:
+def tail_parts_us(
+    tb: TermBuilder, s: Strategy, dense: int, expert: int
+) -> tuple[float, float, float]:
     """(gradient reduce, parameter all-gather, optimizer step) of a parameter set without the
     collective latencies; the all-gather is 0 without the distributed optimizer and with ZeRO-3,
     the reduce 0 from ZeRO-2 on (zero_terms.py)."""
@@ -106,5 +116,6 @@ def tail_parts_us(tb: TermBuilder, s: Strategy, dense: int, expert: int) -> tupl
 
 def gather_us(tb: TermBuilder, s: Strategy, size: int, scope: str, params: float) -> float:
     """The bf16 parameter all-gather of the distributed optimizer, without its latency."""
-    return (tb.comm.time_us("all_gather", size, scope, tb.bpe * params)
-            - tb.comm.time_us("all_gather", size, scope, 0.0))
+    return tb.comm.time_us("all_gather", size, scope, tb.bpe * params) - tb.comm.time_us(
+        "all_gather", size, scope, 0.0
+    )

@@ -13,16 +13,16 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from tinker_opt.errors import StrategyError
-from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS, HardwareSpec
 from tinker_opt.costs.coefficients import SplitCoefficients, StageCost
 from tinker_opt.costs.comm_model import CommModel
 from tinker_opt.costs.profile_table import BlockTable
-from tinker_opt.strategy import Strategy
-from tinker_opt.rules import check_outer, check_strategy
 from tinker_opt.costs.terms import TermBuilder
+from tinker_opt.errors import StrategyError
+from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS, HardwareSpec
 from tinker_opt.profile.store import ProfiledData
+from tinker_opt.rules import check_outer, check_strategy
 from tinker_opt.specs import ClusterSpec, ModelSpec
+from tinker_opt.strategy import Strategy
 
 BYTES_PER_MB = 2**20
 NS_PER_MS = 1_000_000
@@ -47,24 +47,42 @@ class Evaluation:
     `tp_comm`, `ep_comm`); the breakdown's comm_ms then holds only the other collectives."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"strategy": self.strategy.to_dict(), "iteration_time_ms": self.iteration_time_ms,
-                "peak_memory_mb": self.peak_memory_mb,
-                "tokens_per_s_per_device": self.tokens_per_s_per_device,
-                "stages": [dict(stage) for stage in self.stages],
-                "time_breakdown_ms": dict(self.time_breakdown_ms), "fits": self.fits,
-                "estimated": self.estimated, "in_block_times": list(self.in_block_times)}
+        return {
+            "strategy": self.strategy.to_dict(),
+            "iteration_time_ms": self.iteration_time_ms,
+            "peak_memory_mb": self.peak_memory_mb,
+            "tokens_per_s_per_device": self.tokens_per_s_per_device,
+            "stages": [dict(stage) for stage in self.stages],
+            "time_breakdown_ms": dict(self.time_breakdown_ms),
+            "fits": self.fits,
+            "estimated": self.estimated,
+            "in_block_times": list(self.in_block_times),
+        }
 
 
 class CostModel:
     """Cost coefficients of every strategy of one model on one cluster, from one profile."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, global_batch_size: int,
-                 blocks: BlockTable, comm: CommModel, *, memory_bandwidth_gbs: float | None = None,
-                 swap_optimizer_times: int | None = None, host_link_gbs: float | None = None,
-                 times_include_tp_comm: bool = False, times_include_ep_comm: bool = False,
-                 attention_mask_bytes: int = 0, layer_form: str = "free",
-                 recompute_activation: bool = False, overlap_p2p_comm: bool = True,
-                 reuse_fp32_param: bool = False, recompute_all: bool = False) -> None:
+    def __init__(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        global_batch_size: int,
+        blocks: BlockTable,
+        comm: CommModel,
+        *,
+        memory_bandwidth_gbs: float | None = None,
+        swap_optimizer_times: int | None = None,
+        host_link_gbs: float | None = None,
+        times_include_tp_comm: bool = False,
+        times_include_ep_comm: bool = False,
+        attention_mask_bytes: int = 0,
+        layer_form: str = "free",
+        recompute_activation: bool = False,
+        overlap_p2p_comm: bool = True,
+        reuse_fp32_param: bool = False,
+        recompute_all: bool = False,
+    ) -> None:
         self.model = model
         self.cluster = cluster
         self.global_batch_size = global_batch_size
@@ -72,52 +90,81 @@ class CostModel:
         self.comm = comm
         self.warnings: list[str] = list(comm.warnings)
         self.swap_optimizer_times = swap_optimizer_times
-        self._terms = TermBuilder(model, cluster, global_batch_size, blocks, comm,
-                                  memory_bandwidth_gbs=memory_bandwidth_gbs,
-                                  swap_optimizer_times=swap_optimizer_times,
-                                  host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS,
-                                  times_include_tp_comm=times_include_tp_comm,
-                                  times_include_ep_comm=times_include_ep_comm,
-                                  attention_mask_bytes=attention_mask_bytes, layer_form=layer_form,
-                                  recompute_activation=recompute_activation,
-                                  overlap_p2p_comm=overlap_p2p_comm, reuse_fp32_param=reuse_fp32_param,
-                                  recompute_all=recompute_all)
+        self._terms = TermBuilder(
+            model,
+            cluster,
+            global_batch_size,
+            blocks,
+            comm,
+            memory_bandwidth_gbs=memory_bandwidth_gbs,
+            swap_optimizer_times=swap_optimizer_times,
+            host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS,
+            times_include_tp_comm=times_include_tp_comm,
+            times_include_ep_comm=times_include_ep_comm,
+            attention_mask_bytes=attention_mask_bytes,
+            layer_form=layer_form,
+            recompute_activation=recompute_activation,
+            overlap_p2p_comm=overlap_p2p_comm,
+            reuse_fp32_param=reuse_fp32_param,
+            recompute_all=recompute_all,
+        )
         self._cache: dict[Strategy, SplitCoefficients] = {}
 
     @classmethod
-    def from_profile(cls, profiled: ProfiledData, model: ModelSpec, cluster: ClusterSpec,
-                     global_batch_size: int, *, hardware: HardwareSpec | None = None,
-                     inter_node_bandwidth_gbs: float | None = None,
-                     swap_optimizer_times: int | None = None, recompute_activation: bool = False,
-                     overlap_p2p_comm: bool = True, reuse_fp32_param: bool = False,
-                     recompute_all: bool = False) -> "CostModel":
+    def from_profile(
+        cls,
+        profiled: ProfiledData,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        global_batch_size: int,
+        *,
+        hardware: HardwareSpec | None = None,
+        inter_node_bandwidth_gbs: float | None = None,
+        swap_optimizer_times: int | None = None,
+        recompute_activation: bool = False,
+        overlap_p2p_comm: bool = True,
+        reuse_fp32_param: bool = False,
+        recompute_all: bool = False,
+    ) -> CostModel:
         """Build from a loaded profiled-data folder; see CommModel for the inter-node defaults.
         `swap_optimizer_times`: the script's `--swap-optimizer` chunk count (None: not swapping);
         `recompute_activation`: MindSpeed's `--recompute-activation-function` (costs/recompute.py);
         `overlap_p2p_comm`: the script's p2p overlap of the interleaved schedule and
         `reuse_fp32_param` its MindSpeed `--reuse-fp32-param` (TrainSpec);
         `recompute_all`: full recompute is all layers or none (an FSDP2 launch)."""
-        comm = CommModel(profiled.comm, hardware=hardware,
-                         inter_node_bandwidth_gbs=inter_node_bandwidth_gbs,
-                         multi_node=cluster.num_nodes > 1, multi_device=cluster.devices_per_node > 1)
+        comm = CommModel(
+            profiled.comm,
+            hardware=hardware,
+            inter_node_bandwidth_gbs=inter_node_bandwidth_gbs,
+            multi_node=cluster.num_nodes > 1,
+            multi_device=cluster.devices_per_node > 1,
+        )
         bandwidth = hardware.memory_bandwidth_gbs if hardware is not None else None
         meta = profiled.meta
-        return cls(model, cluster, global_batch_size, BlockTable(profiled.blocks), comm,
-                   memory_bandwidth_gbs=bandwidth, swap_optimizer_times=swap_optimizer_times,
-                   host_link_gbs=hardware.host_link_gbs if hardware is not None else None,
-                   times_include_tp_comm=bool(meta.times_include_tp_comm),
-                   times_include_ep_comm=bool(meta.times_include_ep_comm),
-                   attention_mask_bytes=meta.attention_mask_bytes or 0,
-                   recompute_activation=recompute_activation,
-                   overlap_p2p_comm=overlap_p2p_comm, reuse_fp32_param=reuse_fp32_param,
-                   recompute_all=recompute_all)
+        return cls(
+            model,
+            cluster,
+            global_batch_size,
+            BlockTable(profiled.blocks),
+            comm,
+            memory_bandwidth_gbs=bandwidth,
+            swap_optimizer_times=swap_optimizer_times,
+            host_link_gbs=hardware.host_link_gbs if hardware is not None else None,
+            times_include_tp_comm=bool(meta.times_include_tp_comm),
+            times_include_ep_comm=bool(meta.times_include_ep_comm),
+            attention_mask_bytes=meta.attention_mask_bytes or 0,
+            recompute_activation=recompute_activation,
+            overlap_p2p_comm=overlap_p2p_comm,
+            reuse_fp32_param=reuse_fp32_param,
+            recompute_all=recompute_all,
+        )
 
     @property
     def layer_form(self) -> str:
         """The per-stage layer-count form every split of this model takes (rules.LAYER_FORMS)."""
         return self._terms.layer_form
 
-    def with_layer_form(self, form: str) -> "CostModel":
+    def with_layer_form(self, form: str) -> CostModel:
         """This cost model restricted to splits of `form` (its own coefficient cache)."""
         if form == self.layer_form:
             return self
@@ -139,10 +186,18 @@ class CostModel:
         method = (outer.recompute_method or "block") if outer.recompute == "full" else None
         algo = outer.cp_algo if outer.cp > 1 else None
         key = outer
-        if (outer.num_layer_list, outer.recompute_num_layers, outer.recompute_method, outer.cp_algo) != (
-                None, None, method, algo):
-            key = outer.replace(num_layer_list=None, recompute_num_layers=None, recompute_method=method,
-                                cp_algo=algo)
+        if (
+            outer.num_layer_list,
+            outer.recompute_num_layers,
+            outer.recompute_method,
+            outer.cp_algo,
+        ) != (None, None, method, algo):
+            key = outer.replace(
+                num_layer_list=None,
+                recompute_num_layers=None,
+                recompute_method=method,
+                cp_algo=algo,
+            )
         cached = self._cache.get(key)
         if cached is None:
             check_outer(key, self.model, self.cluster.num_devices, self.global_batch_size)
@@ -157,21 +212,38 @@ class CostModel:
         coeffs = self.coefficients(strategy)
         layers = strategy.stage_layers(self.model.num_layers)
         r = strategy.recompute_num_layers if strategy.recompute == "full" else 0
-        evaluation = evaluation_of(coeffs, strategy, layers, r or 0, self.global_batch_size,
-                                   self.model.seq_length, self.cluster.num_devices)
+        evaluation = evaluation_of(
+            coeffs,
+            strategy,
+            layers,
+            r or 0,
+            self.global_batch_size,
+            self.model.seq_length,
+            self.cluster.num_devices,
+        )
         return dataclasses.replace(evaluation, in_block_times=self._terms.left_out())
 
     def split_strategy(self, outer: Strategy, layers: tuple[int, ...], r: int) -> Strategy:
         """The full Strategy of an outer configuration with a split and recompute count."""
         even = len(set(layers)) == 1
-        return outer.replace(num_layer_list=None if even else tuple(int(n) for n in layers),
-                             recompute_num_layers=int(r) if outer.recompute == "full" else None,
-                             recompute_method=(outer.recompute_method or "block") if outer.recompute == "full"
-                             else None)
+        return outer.replace(
+            num_layer_list=None if even else tuple(int(n) for n in layers),
+            recompute_num_layers=int(r) if outer.recompute == "full" else None,
+            recompute_method=(outer.recompute_method or "block")
+            if outer.recompute == "full"
+            else None,
+        )
 
 
-def evaluation_of(c: SplitCoefficients, strategy: Strategy, layers: tuple[int, ...], r: int,
-                  global_batch_size: int, seq_length: int, num_devices: int) -> Evaluation:
+def evaluation_of(
+    c: SplitCoefficients,
+    strategy: Strategy,
+    layers: tuple[int, ...],
+    r: int,
+    global_batch_size: int,
+    seq_length: int,
+    num_devices: int,
+) -> Evaluation:
     """Evaluation of a split of an outer configuration (the integers of `stage_costs`)."""
     if strategy.recompute == "full" and r < 1:
         raise StrategyError("full recompute needs recompute_num_layers >= 1")
@@ -183,29 +255,50 @@ def evaluation_of(c: SplitCoefficients, strategy: Strategy, layers: tuple[int, .
     fits = max(st.memory_bytes_x_v for st in stages) <= v * c.memory_limit_bytes
     tokens = global_batch_size * seq_length / (iteration_ms / 1e3) / num_devices
     return Evaluation(
-        strategy=strategy, iteration_time_ms=iteration_ms, peak_memory_mb=peak_bytes / BYTES_PER_MB,
-        tokens_per_s_per_device=tokens, stages=tuple(_stage_dict(s, st, v) for s, st in enumerate(stages)),
-        time_breakdown_ms=_breakdown(c, stages), fits=bool(fits), estimated=c.estimated,
-        time_ns_x_vpp=int(total_x_v))
+        strategy=strategy,
+        iteration_time_ms=iteration_ms,
+        peak_memory_mb=peak_bytes / BYTES_PER_MB,
+        tokens_per_s_per_device=tokens,
+        stages=tuple(_stage_dict(s, st, v) for s, st in enumerate(stages)),
+        time_breakdown_ms=_breakdown(c, stages),
+        fits=bool(fits),
+        estimated=c.estimated,
+        time_ns_x_vpp=int(total_x_v),
+    )
 
 
 def _stage_dict(s: int, st: StageCost, v: int) -> dict[str, Any]:
     mb = BYTES_PER_MB * v
-    return {"stage": s, "layers": st.layers, "recompute_layers": st.recompute_layers,
-            "time_ms": st.time_ns / NS_PER_MS, "memory_mb": st.memory_bytes_x_v / mb,
-            "compute_ms": (st.time_ns - st.comm_ns) / NS_PER_MS, "comm_ms": st.comm_ns / NS_PER_MS,
-            "recompute_ms": st.recompute_ns / NS_PER_MS,
-            # The memory parts add up to memory_mb: static = weights + gradients + optimizer + transient + mask.
-            "weights_mb": (st.static_bytes_x_v - st.grad_bytes_x_v - st.optimizer_bytes_x_v
-                           - st.transient_bytes_x_v - st.mask_bytes_x_v) / mb,
-            "attention_mask_mb": st.mask_bytes_x_v / mb,
-            "gradients_mb": st.grad_bytes_x_v / mb,
-            "optimizer_mb": st.optimizer_bytes_x_v / mb, "activations_mb": st.act_bytes_x_v / mb,
-            "transient_mb": st.transient_bytes_x_v / mb, "recompute_work_mb": st.other_bytes_x_v / mb,
-            "tail_ms": st.tail_ns / NS_PER_MS,
-            # Communication hidden behind compute (not in time_ms / tail_ms; costs/overlap.py).
-            "comm_hidden_ms": st.hidden_comm_ns / NS_PER_MS, "sync_ms": st.tail_sync_ns / NS_PER_MS,
-            "sync_hidden_ms": st.hidden_sync_ns / NS_PER_MS}
+    return {
+        "stage": s,
+        "layers": st.layers,
+        "recompute_layers": st.recompute_layers,
+        "time_ms": st.time_ns / NS_PER_MS,
+        "memory_mb": st.memory_bytes_x_v / mb,
+        "compute_ms": (st.time_ns - st.comm_ns) / NS_PER_MS,
+        "comm_ms": st.comm_ns / NS_PER_MS,
+        "recompute_ms": st.recompute_ns / NS_PER_MS,
+        # The memory parts add up to memory_mb: static = weights + gradients + optimizer + transient + mask.
+        "weights_mb": (
+            st.static_bytes_x_v
+            - st.grad_bytes_x_v
+            - st.optimizer_bytes_x_v
+            - st.transient_bytes_x_v
+            - st.mask_bytes_x_v
+        )
+        / mb,
+        "attention_mask_mb": st.mask_bytes_x_v / mb,
+        "gradients_mb": st.grad_bytes_x_v / mb,
+        "optimizer_mb": st.optimizer_bytes_x_v / mb,
+        "activations_mb": st.act_bytes_x_v / mb,
+        "transient_mb": st.transient_bytes_x_v / mb,
+        "recompute_work_mb": st.other_bytes_x_v / mb,
+        "tail_ms": st.tail_ns / NS_PER_MS,
+        # Communication hidden behind compute (not in time_ms / tail_ms; costs/overlap.py).
+        "comm_hidden_ms": st.hidden_comm_ns / NS_PER_MS,
+        "sync_ms": st.tail_sync_ns / NS_PER_MS,
+        "sync_hidden_ms": st.hidden_sync_ns / NS_PER_MS,
+    }
 
 
 def _breakdown(c: SplitCoefficients, stages: list[StageCost]) -> dict[str, float]:
@@ -214,9 +307,11 @@ def _breakdown(c: SplitCoefficients, stages: list[StageCost]) -> dict[str, float
     slow = max(stages, key=lambda st: st.time_ns)
     tail = max(stages, key=lambda st: st.tail_ns)
     bubble_x_v = sum(st.time_ns for st in stages) - slow.time_ns  # (sum - max) / v
-    return {"compute_ms": m * (slow.time_ns - slow.comm_ns - slow.recompute_ns) / NS_PER_MS,
-            "recompute_ms": m * slow.recompute_ns / NS_PER_MS,
-            "comm_ms": m * slow.comm_ns / NS_PER_MS,
-            "bubble_ms": bubble_x_v / v / NS_PER_MS,
-            "dp_sync_ms": tail.tail_sync_ns / NS_PER_MS,
-            "optimizer_ms": (tail.tail_ns - tail.tail_sync_ns) / NS_PER_MS}
+    return {
+        "compute_ms": m * (slow.time_ns - slow.comm_ns - slow.recompute_ns) / NS_PER_MS,
+        "recompute_ms": m * slow.recompute_ns / NS_PER_MS,
+        "comm_ms": m * slow.comm_ns / NS_PER_MS,
+        "bubble_ms": bubble_x_v / v / NS_PER_MS,
+        "dp_sync_ms": tail.tail_sync_ns / NS_PER_MS,
+        "optimizer_ms": (tail.tail_ns - tail.tail_sync_ns) / NS_PER_MS,
+    }

@@ -17,8 +17,16 @@ import pandas as pd
 
 from tinker_opt.errors import ProfileDataError
 
-PER_MBS_MEASURES = ("fwd_us", "bwd_us", "input_bytes", "output_bytes", "activation_bytes",
-                    "transient_bytes", "selective_activation_bytes", "selective_recompute_us")
+PER_MBS_MEASURES = (
+    "fwd_us",
+    "bwd_us",
+    "input_bytes",
+    "output_bytes",
+    "activation_bytes",
+    "transient_bytes",
+    "selective_activation_bytes",
+    "selective_recompute_us",
+)
 """Measures that scale with the micro-batch size (per micro-batch on one rank)."""
 STATIC_MEASURES = ("param_count", "expert_param_count", "weight_bytes")
 """Measures that do not depend on the micro-batch size."""
@@ -63,16 +71,19 @@ class BlockTable:
     def has(self, block: str, tp: int, sp: bool, cp: int, ep: int = 1, etp: int = 1) -> bool:
         return self._find(block, tp, sp, cp, ep, etp) is not None
 
-    def _find(self, block: str, tp: int, sp: bool, cp: int, ep: int, etp: int) -> pd.DataFrame | None:
+    def _find(
+        self, block: str, tp: int, sp: bool, cp: int, ep: int, etp: int
+    ) -> pd.DataFrame | None:
         # With tp = 1 sequence parallelism changes nothing, so either sp row serves.
-        for sp_value in ((int(sp),) if tp > 1 else (0, 1)):
+        for sp_value in (int(sp),) if tp > 1 else (0, 1):
             rows = self._rows.get((block, tp, sp_value, cp, ep, etp))
             if rows is not None:
                 return rows
         return None
 
-    def cost(self, block: str, *, tp: int, sp: bool, cp: int, ep: int = 1, etp: int = 1,
-             mbs: int) -> BlockCost:
+    def cost(
+        self, block: str, *, tp: int, sp: bool, cp: int, ep: int = 1, etp: int = 1, mbs: int
+    ) -> BlockCost:
         """The block's cost at this shape; raises ProfileDataError naming what to profile."""
         return _cached_cost(self, block, tp, bool(sp), cp, ep, etp, mbs)
 
@@ -84,16 +95,22 @@ class BlockTable:
         for name, value, index in (("tp", tp, 0), ("cp", cp, 2), ("ep", ep, 3), ("etp", etp, 4)):
             known = sorted({s[index] for s in shapes})
             if value not in known:
-                hint = (f"re-run profile with --max-npu {value}" if name == "tp"
-                        else f"re-run `tinker-opt profile` with {name}={value} in its profile space")
+                hint = (
+                    f"re-run profile with --max-npu {value}"
+                    if name == "tp"
+                    else f"re-run `tinker-opt profile` with {name}={value} in its profile space"
+                )
                 return f"{name}={value} was not profiled for block '{block}' (profiled: {known}); {hint}"
-        return (f"block '{block}' was not profiled at tp={tp}, sp={int(sp)}, cp={cp}, ep={ep}, etp={etp}; "
-                "re-run `tinker-opt profile` with that combination in its profile space")
+        return (
+            f"block '{block}' was not profiled at tp={tp}, sp={int(sp)}, cp={cp}, ep={ep}, etp={etp}; "
+            "re-run `tinker-opt profile` with that combination in its profile space"
+        )
 
 
 @lru_cache(maxsize=65536)
-def _cached_cost(table: BlockTable, block: str, tp: int, sp: bool, cp: int, ep: int, etp: int,
-                 mbs: int) -> BlockCost:
+def _cached_cost(
+    table: BlockTable, block: str, tp: int, sp: bool, cp: int, ep: int, etp: int, mbs: int
+) -> BlockCost:
     rows = table._find(block, tp, sp, cp, ep, etp)
     if rows is None:
         raise ProfileDataError(table.missing_message(block, tp, sp, cp, ep, etp))
@@ -103,17 +120,24 @@ def _cached_cost(table: BlockTable, block: str, tp: int, sp: bool, cp: int, ep: 
         per_mbs = {name: float(exact[name].iloc[0]) for name in PER_MBS_MEASURES}
         estimated = False
     else:
-        per_mbs = {name: _fit_at(rows["mbs"].to_numpy(float), rows[name].to_numpy(float), mbs)
-                   for name in PER_MBS_MEASURES}
+        per_mbs = {
+            name: _fit_at(rows["mbs"].to_numpy(float), rows[name].to_numpy(float), mbs)
+            for name in PER_MBS_MEASURES
+        }
         estimated = True
     return BlockCost(
-        fwd_us=per_mbs["fwd_us"], bwd_us=per_mbs["bwd_us"], param_count=static["param_count"],
+        fwd_us=per_mbs["fwd_us"],
+        bwd_us=per_mbs["bwd_us"],
+        param_count=static["param_count"],
         expert_param_count=static["expert_param_count"],
-        input_bytes=round(per_mbs["input_bytes"]), output_bytes=round(per_mbs["output_bytes"]),
+        input_bytes=round(per_mbs["input_bytes"]),
+        output_bytes=round(per_mbs["output_bytes"]),
         activation_bytes=round(per_mbs["activation_bytes"]),
         transient_bytes=round(per_mbs["transient_bytes"]),
         selective_activation_bytes=round(per_mbs["selective_activation_bytes"]),
-        selective_recompute_us=per_mbs["selective_recompute_us"], estimated=estimated)
+        selective_recompute_us=per_mbs["selective_recompute_us"],
+        estimated=estimated,
+    )
 
 
 def _fit_at(mbs_values: np.ndarray, measures: np.ndarray, mbs: int) -> float:

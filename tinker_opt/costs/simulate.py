@@ -13,7 +13,13 @@ from typing import Any
 from tinker_opt.errors import StrategyError
 from tinker_opt.strategy import Strategy
 
-RECOMPUTE_ALIASES = {"0": "none", "1": "full", "none": "none", "selective": "selective", "full": "full"}
+RECOMPUTE_ALIASES = {
+    "0": "none",
+    "1": "full",
+    "none": "none",
+    "selective": "selective",
+    "full": "full",
+}
 """Tinker's `--recompute 0|1` (1 = full recompute of every layer) and our kind names."""
 
 
@@ -24,27 +30,51 @@ def parse_layer_list(text: str | None) -> tuple[int, ...] | None:
     try:
         values = tuple(int(part) for part in str(text).replace(" ", "").split(","))
     except ValueError:
-        raise StrategyError(f"num_layer_list must be comma-separated integers like 4,4,8; got {text!r}") from None
+        raise StrategyError(
+            f"num_layer_list must be comma-separated integers like 4,4,8; got {text!r}"
+        ) from None
     return values
 
 
-def strategy_from_flags(*, num_devices: int, num_layers: int, tp: int = 1, pp: int = 1, ep: int = 1,
-                        etp: int | None = None, sp: bool = False, dist_opt: bool = False, mbs: int = 1,
-                        num_layer_list: str | tuple[int, ...] | None = None, recompute: Any = "none",
-                        recompute_num_layers: int | None = None, cp: int = 1, cp_algo: str | None = None,
-                        vpp: int = 1, recompute_method: str | None = None) -> Strategy:
+def strategy_from_flags(
+    *,
+    num_devices: int,
+    num_layers: int,
+    tp: int = 1,
+    pp: int = 1,
+    ep: int = 1,
+    etp: int | None = None,
+    sp: bool = False,
+    dist_opt: bool = False,
+    mbs: int = 1,
+    num_layer_list: str | tuple[int, ...] | None = None,
+    recompute: Any = "none",
+    recompute_num_layers: int | None = None,
+    cp: int = 1,
+    cp_algo: str | None = None,
+    vpp: int = 1,
+    recompute_method: str | None = None,
+) -> Strategy:
     """The Strategy the simulate flags describe; dp = devices / (tp * pp * cp)."""
     if num_devices % (tp * pp * cp):
-        raise StrategyError(f"the {num_devices} devices are not divisible by tp*pp*cp = {tp}*{pp}*{cp} = "
-                            f"{tp * pp * cp}; choose sizes whose product divides the device count")
+        raise StrategyError(
+            f"the {num_devices} devices are not divisible by tp*pp*cp = {tp}*{pp}*{cp} = "
+            f"{tp * pp * cp}; choose sizes whose product divides the device count"
+        )
     kind = RECOMPUTE_ALIASES.get(str(recompute).strip().lower())
     if kind is None:
         raise StrategyError(f"recompute must be 0, 1, none, selective or full; got {recompute!r}")
-    layers = parse_layer_list(num_layer_list) if not isinstance(num_layer_list, tuple) else num_layer_list
+    layers = (
+        parse_layer_list(num_layer_list)
+        if not isinstance(num_layer_list, tuple)
+        else num_layer_list
+    )
     r = None
     method = recompute_method or "block"
     if method not in ("block", "uniform"):
-        raise StrategyError(f"--recompute-method must be block or uniform; got {recompute_method!r}")
+        raise StrategyError(
+            f"--recompute-method must be block or uniform; got {recompute_method!r}"
+        )
     if kind == "full":
         # Tinker's `--recompute 1` recomputes every layer: block over the largest stage chunk, or
         # uniform with one layer per group (Megatron's usual full recompute).
@@ -52,9 +82,23 @@ def strategy_from_flags(*, num_devices: int, num_layers: int, tp: int = 1, pp: i
         default = 1 if method == "uniform" else max(chunk_max, 1)
         r = recompute_num_layers if recompute_num_layers is not None else default
     elif recompute_num_layers is not None or recompute_method is not None:
-        raise StrategyError("--recompute-num-layers / --recompute-method need --recompute full (or 1)")
-    return Strategy(tp=tp, pp=pp, dp=num_devices // (tp * pp * cp), cp=cp,
-                    cp_algo=(cp_algo or "megatron_cp_algo") if cp > 1 else None, ep=ep, etp=etp,
-                    sp=bool(sp), vpp=vpp, dist_opt=bool(dist_opt), mbs=mbs, recompute=kind,
-                    recompute_method=method if kind == "full" else None, recompute_num_layers=r,
-                    num_layer_list=layers)
+        raise StrategyError(
+            "--recompute-num-layers / --recompute-method need --recompute full (or 1)"
+        )
+    return Strategy(
+        tp=tp,
+        pp=pp,
+        dp=num_devices // (tp * pp * cp),
+        cp=cp,
+        cp_algo=(cp_algo or "megatron_cp_algo") if cp > 1 else None,
+        ep=ep,
+        etp=etp,
+        sp=bool(sp),
+        vpp=vpp,
+        dist_opt=bool(dist_opt),
+        mbs=mbs,
+        recompute=kind,
+        recompute_method=method if kind == "full" else None,
+        recompute_num_layers=r,
+        num_layer_list=layers,
+    )

@@ -27,8 +27,9 @@ def inflight_x_v(p: int, v: int, num_micro: int) -> np.ndarray:
     """
     if v == 1:
         return np.array([min(p - s, num_micro) for s in range(p)], dtype=np.int64)
-    return np.array([min(2 * (p - s - 1) + (v - 1) * p + 1, num_micro * v) for s in range(p)],
-                    dtype=np.int64)
+    return np.array(
+        [min(2 * (p - s - 1) + (v - 1) * p + 1, num_micro * v) for s in range(p)], dtype=np.int64
+    )
 
 
 def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
@@ -75,14 +76,21 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     act_bytes[0] += emb.activation_bytes
     act_bytes[-1] += norm.activation_bytes + head.activation_bytes
     tail, tail_sync = _stage_tails(tb, s, first_params, last_params)
-    return {"stage_time_ns": ns_array(time), "stage_comm_ns": ns_array(comm),
-            "stage_hidden_ns": ns_array(np.full(p, p2p_hidden_us, dtype=float)),
-            "stage_static_bytes": static + transient, "stage_optimizer_bytes": optimizer, "stage_grad_bytes": grad,
-            "stage_transient_bytes": transient, "stage_act_bytes": act_bytes,
-            "stage_mask_bytes": np.full(p, tb.attention_mask_bytes, dtype=np.int64),
-            "stage_inflight_x_v": inflight_x_v(p, v, num_micro),
-            "stage_tail_ns": tail, "stage_tail_sync_ns": tail_sync,
-            "estimated": emb.estimated or norm.estimated or head.estimated}
+    return {
+        "stage_time_ns": ns_array(time),
+        "stage_comm_ns": ns_array(comm),
+        "stage_hidden_ns": ns_array(np.full(p, p2p_hidden_us, dtype=float)),
+        "stage_static_bytes": static + transient,
+        "stage_optimizer_bytes": optimizer,
+        "stage_grad_bytes": grad,
+        "stage_transient_bytes": transient,
+        "stage_act_bytes": act_bytes,
+        "stage_mask_bytes": np.full(p, tb.attention_mask_bytes, dtype=np.int64),
+        "stage_inflight_x_v": inflight_x_v(p, v, num_micro),
+        "stage_tail_ns": tail,
+        "stage_tail_sync_ns": tail_sync,
+        "estimated": emb.estimated or norm.estimated or head.estimated,
+    }
 
 
 def _head_params(tb: TermBuilder, s: Strategy, head) -> int:

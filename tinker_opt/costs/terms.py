@@ -5,7 +5,8 @@ measured alone on one device (no collective inside); every collective is added h
 communication model. A Tinker folder is the exception (profile/tinker_compat.py): its blocks ran on
 real tp x ep ranks, so `times_include_tp_comm` / `times_include_ep_comm` leave out the TP / SP
 collectives of the layers, embedding and head, and the expert all-to-all (forward, backward and
-the recompute forward alike), and its attention mask (seq^2 bytes) is charged once per stage. Sizes: s sequence, b micro-batch, h hidden, a heads, g query groups, d head
+the recompute forward alike), and its attention mask (seq^2 bytes) is charged once per stage.
+Sizes: s sequence, b micro-batch, h hidden, a heads, g query groups, d head
 dim, t tp, c cp, e ep, bpe bytes per element (2 for bf16 / fp16).
 
 Memory per parameter, the gradient sync and the optimizer step (with ZeRO, the swap optimizer and
@@ -19,16 +20,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS
-from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs import overlap
+from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.comm_model import CommModel, group_scope
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_us
 from tinker_opt.costs.profile_table import BlockCost, BlockTable
 from tinker_opt.costs.recompute import activation_function_terms
 from tinker_opt.costs.stage_terms import stage_terms
 from tinker_opt.costs.units import data_groups, m_tokens, to_ns
-from tinker_opt.costs.zero_terms import (layer_exposed_us)
+from tinker_opt.costs.zero_terms import layer_exposed_us
+from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS
 from tinker_opt.strategy import OVERLAP_KEYS, Strategy
 
 DEFAULT_MEMORY_BANDWIDTH_GBS = 1600.0
@@ -38,13 +39,26 @@ DEFAULT_MEMORY_BANDWIDTH_GBS = 1600.0
 class TermBuilder:
     """Builds the integer coefficients of outer configurations."""
 
-    def __init__(self, model, cluster, global_batch_size: int, blocks: BlockTable, comm: CommModel,
-                 *, memory_bandwidth_gbs: float | None = None, swap_optimizer_times: int | None = None,
-                 host_link_gbs: float = DEFAULT_HOST_LINK_GBS, times_include_tp_comm: bool = False,
-                 times_include_ep_comm: bool = False, attention_mask_bytes: int = 0,
-                 layer_form: str = "free", recompute_activation: bool = False,
-                 overlap_p2p_comm: bool = True, reuse_fp32_param: bool = False,
-                 recompute_all: bool = False) -> None:
+    def __init__(
+        self,
+        model,
+        cluster,
+        global_batch_size: int,
+        blocks: BlockTable,
+        comm: CommModel,
+        *,
+        memory_bandwidth_gbs: float | None = None,
+        swap_optimizer_times: int | None = None,
+        host_link_gbs: float = DEFAULT_HOST_LINK_GBS,
+        times_include_tp_comm: bool = False,
+        times_include_ep_comm: bool = False,
+        attention_mask_bytes: int = 0,
+        layer_form: str = "free",
+        recompute_activation: bool = False,
+        overlap_p2p_comm: bool = True,
+        reuse_fp32_param: bool = False,
+        recompute_all: bool = False,
+    ) -> None:
         self.model = model
         self.recompute_all = recompute_all
         self.tp_comm_in_times = times_include_tp_comm
@@ -69,7 +83,9 @@ class TermBuilder:
         self.overlap_p2p_comm = overlap_p2p_comm
         """The interleaved schedule overlaps p2p (TrainSpec.overlap_p2p_comm, default by version)."""
         self.kinds = model.layer_kinds()
-        self.layer_block = {k: ("layer" if len(set(self.kinds)) == 1 else f"layer.{k}") for k in set(self.kinds)}
+        self.layer_block = {
+            k: ("layer" if len(set(self.kinds)) == 1 else f"layer.{k}") for k in set(self.kinds)
+        }
         self.kind_names = sorted(set(self.kinds))
         self.kind_index = np.array([self.kind_names.index(k) for k in self.kinds])
         self._layer_cache: dict[tuple, dict[str, np.ndarray]] = {}
@@ -84,7 +100,9 @@ class TermBuilder:
 
     def available(self, tp: int, sp: bool, cp: int, ep: int, etp: int) -> bool:
         for kind, block in self.layer_block.items():
-            kep, ketp = (ep, etp) if self.model.is_moe and (kind == "moe" or block == "layer") else (1, 1)
+            kep, ketp = (
+                (ep, etp) if self.model.is_moe and (kind == "moe" or block == "layer") else (1, 1)
+            )
             if not self.blocks.has(block, tp, sp, cp, kep, ketp):
                 return False
         return all(self.blocks.has(b, tp, sp, cp) for b in ("embedding", "final_norm", "head"))
@@ -101,8 +119,9 @@ class TermBuilder:
         (Korthikanti et al. 2022, Megatron's g / g-bar operators)."""
         scope = self.scope(1, s.tp)
         if s.sp:
-            return (self.comm.time_us("all_gather", s.tp, scope, nbytes)
-                    + self.comm.time_us("reduce_scatter", s.tp, scope, nbytes))
+            return self.comm.time_us("all_gather", s.tp, scope, nbytes) + self.comm.time_us(
+                "reduce_scatter", s.tp, scope, nbytes
+            )
         return self.comm.time_us("all_reduce", s.tp, scope, nbytes)
 
     def _cp_fwd_bwd_us(self, s: Strategy) -> tuple[float, float]:
@@ -121,12 +140,15 @@ class TermBuilder:
             # DeepSpeed-Ulysses: all-to-all of q, k, v before attention and of the output after.
             qkv = tokens * (m.num_attention_heads + 2 * m.num_query_groups) * d // s.tp * self.bpe
             out = tokens * m.num_attention_heads * d // s.tp * self.bpe
-            both = (self.comm.time_us("all_to_all", s.cp, scope, qkv)
-                    + self.comm.time_us("all_to_all", s.cp, scope, out))
+            both = self.comm.time_us("all_to_all", s.cp, scope, qkv) + self.comm.time_us(
+                "all_to_all", s.cp, scope, out
+            )
             return both, both
         # kvallgather: all-gather K/V forward, reduce-scatter dK/dV backward.
-        return (self.comm.time_us("all_gather", s.cp, scope, kv_bytes * s.cp),
-                self.comm.time_us("reduce_scatter", s.cp, scope, kv_bytes * s.cp))
+        return (
+            self.comm.time_us("all_gather", s.cp, scope, kv_bytes * s.cp),
+            self.comm.time_us("reduce_scatter", s.cp, scope, kv_bytes * s.cp),
+        )
 
     def _moe_us(self, s: Strategy) -> float:
         """Expert traffic of one MoE layer, one direction: token dispatch + combine all-to-all
@@ -138,8 +160,10 @@ class TermBuilder:
         a2a = 2 * self.comm.time_us("all_to_all", s.ep, self.scope(etp, s.ep), routed)
         scope = self.scope(1, etp)
         gathered = routed * etp
-        return a2a + (self.comm.time_us("all_gather", etp, scope, gathered)
-                      + self.comm.time_us("reduce_scatter", etp, scope, gathered))
+        return a2a + (
+            self.comm.time_us("all_gather", etp, scope, gathered)
+            + self.comm.time_us("reduce_scatter", etp, scope, gathered)
+        )
 
     def _layer_comm_us(self, kind: str, s: Strategy, cost: BlockCost) -> tuple[float, float, float]:
         """(forward, backward) exposed collectives of one layer and the hidden rest (costs/overlap.py);
@@ -155,8 +179,12 @@ class TermBuilder:
         if s.tp_comm_overlap and pair:
             # MoE layers: only the attention pair is fused (MindSpeed mc2.md: no MC2 in the MoE MLP).
             fused = parts if kind == "dense" else 1
-            fwd_tp = (parts - fused) * pair + overlap.chunked_exposed(fused * pair, cost.fwd_us * share, s.tp)
-            bwd_tp = (parts - fused) * pair + overlap.chunked_exposed(fused * pair, cost.bwd_us * share, s.tp)
+            fwd_tp = (parts - fused) * pair + overlap.chunked_exposed(
+                fused * pair, cost.fwd_us * share, s.tp
+            )
+            bwd_tp = (parts - fused) * pair + overlap.chunked_exposed(
+                fused * pair, cost.bwd_us * share, s.tp
+            )
         moe = self._moe_us(s) if kind == "moe" and not self.ep_comm_in_times else 0.0
         moe_bwd = overlap.exposed(moe, cost.bwd_us / 2) if moe and s.overlap_moe_comm else moe
         cp_fwd, cp_bwd = self._cp_fwd_bwd_us(s)
@@ -164,7 +192,9 @@ class TermBuilder:
             block_fwd = cost.fwd_us * (1 - share) / s.cp  # one block's attention
             hops = s.cp - 1
             cp_fwd = hops * overlap.exposed(cp_fwd / hops, block_fwd)
-            cp_bwd = 2 * hops * overlap.exposed(cp_bwd / (2 * hops), cost.bwd_us * (1 - share) / s.cp)
+            cp_bwd = (
+                2 * hops * overlap.exposed(cp_bwd / (2 * hops), cost.bwd_us * (1 - share) / s.cp)
+            )
         full = 2 * parts * pair + 2 * moe + sum(self._cp_fwd_bwd_us(s))
         fwd, bwd = fwd_tp + moe + cp_fwd, bwd_tp + moe_bwd + cp_bwd
         return fwd, bwd, max(full - fwd - bwd, 0.0)
@@ -174,11 +204,38 @@ class TermBuilder:
         L, p, v = self.model.num_layers, s.pp, s.vpp
         num_micro = self.gbs // (s.mbs * s.dp)
         knobs = tuple(bool(getattr(s, key)) for key in OVERLAP_KEYS)
-        layer_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.zero, s.recompute, knobs)
+        layer_key = (
+            s.tp,
+            s.sp,
+            s.cp,
+            s.cp_algo,
+            s.ep,
+            s.etp,
+            s.mbs,
+            s.dp,
+            s.dist_opt,
+            s.zero,
+            s.recompute,
+            knobs,
+        )
         layer = self._layer_cache.get(layer_key)
         if layer is None:
             layer = self._layer_cache[layer_key] = self._layer_arrays(s)
-        stage_key = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.zero, s.pp, s.vpp, knobs)
+        stage_key = (
+            s.tp,
+            s.sp,
+            s.cp,
+            s.cp_algo,
+            s.ep,
+            s.etp,
+            s.mbs,
+            s.dp,
+            s.dist_opt,
+            s.zero,
+            s.pp,
+            s.vpp,
+            knobs,
+        )
         stage = self._stage_cache.get(stage_key)
         if stage is None:
             stage = self._stage_cache[stage_key] = self._stage_terms(s, num_micro)
@@ -189,16 +246,31 @@ class TermBuilder:
         stage["stage_tail_sync_ns"] = stage["stage_tail_sync_ns"] + last_bucket
         stage["stage_tail_hidden_ns"] = np.full(p, -last_bucket, dtype=np.int64)
         return SplitCoefficients(
-            outer=s, num_layers=L, num_stages=p, vpp=v, num_microbatches=num_micro,
-            layer_time_ns=layer["time"], layer_comm_ns=layer["comm"],
-            layer_recompute_ns=layer["recompute"], layer_static_bytes=layer["static"],
-            layer_optimizer_bytes=layer["optimizer"], layer_grad_bytes=layer["grad"], layer_act_bytes=layer["act"],
-            layer_input_bytes=layer["input"], layer_tail_ns=layer["tail"],
-            layer_tail_sync_ns=layer["tail_sync"], layer_hidden_ns=layer["hidden"],
-            layer_tail_hidden_ns=layer["tail_hidden"], work_bytes=int(layer["act_full"].max()),
-            memory_limit_bytes=int(self.cluster.memory_limit_mb * 2**20), estimated=bool(estimated),
-            uniform=len(self.kind_names) == 1, layer_form=self.layer_form, recompute_all=self.recompute_all,
-            **stage)
+            outer=s,
+            num_layers=L,
+            num_stages=p,
+            vpp=v,
+            num_microbatches=num_micro,
+            layer_time_ns=layer["time"],
+            layer_comm_ns=layer["comm"],
+            layer_recompute_ns=layer["recompute"],
+            layer_static_bytes=layer["static"],
+            layer_optimizer_bytes=layer["optimizer"],
+            layer_grad_bytes=layer["grad"],
+            layer_act_bytes=layer["act"],
+            layer_input_bytes=layer["input"],
+            layer_tail_ns=layer["tail"],
+            layer_tail_sync_ns=layer["tail_sync"],
+            layer_hidden_ns=layer["hidden"],
+            layer_tail_hidden_ns=layer["tail_hidden"],
+            work_bytes=int(layer["act_full"].max()),
+            memory_limit_bytes=int(self.cluster.memory_limit_mb * 2**20),
+            estimated=bool(estimated),
+            uniform=len(self.kind_names) == 1,
+            layer_form=self.layer_form,
+            recompute_all=self.recompute_all,
+            **stage,
+        )
 
     def _last_bucket_ns(self, s: Strategy, layer: dict[str, np.ndarray]) -> int:
         """The gradient bucket reduced after the last backward (and the parameter bucket gathered
@@ -207,15 +279,21 @@ class TermBuilder:
         without overlap."""
         if not (s.overlap_grad_reduce or s.overlap_param_gather):
             return 0
-        grad, gather, _ = tail_parts_us(self, s, overlap.bucket_params(data_groups(s, self.model.is_moe)[0]), 0)
-        bucket = (grad if s.overlap_grad_reduce else 0.0) + (gather if s.overlap_param_gather else 0.0)
+        grad, gather, _ = tail_parts_us(
+            self, s, overlap.bucket_params(data_groups(s, self.model.is_moe)[0]), 0
+        )
+        bucket = (grad if s.overlap_grad_reduce else 0.0) + (
+            gather if s.overlap_param_gather else 0.0
+        )
         return int(min(to_ns(bucket), int(layer["tail_hidden"].min())))
 
     def _layer_arrays(self, s: Strategy) -> dict[str, np.ndarray]:
         """Per-position arrays of the layer terms (one row per layer kind, indexed by position)."""
         per_kind = [self._layer_terms(kind, s) for kind in self.kind_names]
-        return {name: np.array([terms[name] for terms in per_kind], dtype=np.int64)[self.kind_index]
-                for name in per_kind[0]}
+        return {
+            name: np.array([terms[name] for terms in per_kind], dtype=np.int64)[self.kind_index]
+            for name in per_kind[0]
+        }
 
     def _layer_terms(self, kind: str, s: Strategy) -> dict[str, int]:
         ep, etp = self.layer_shape(kind, s)
@@ -224,28 +302,41 @@ class TermBuilder:
         selective = s.recompute == "selective"
         compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
         dense_params = cost.param_count - cost.expert_param_count
-        bwd_comm += layer_exposed_us(self, s, dense_params, cost.expert_param_count, cost.fwd_us, cost.bwd_us)
+        bwd_comm += layer_exposed_us(
+            self, s, dense_params, cost.expert_param_count, cost.fwd_us, cost.bwd_us
+        )
         weights, optimizer = param_bytes(self, s, dense_params, cost.expert_param_count)
         grad_us, gather_us, opt_us = tail_parts_us(self, s, dense_params, cost.expert_param_count)
         sync_us = (overlap.exposed(grad_us, cost.bwd_us) if s.overlap_grad_reduce else grad_us) + (
-            overlap.exposed(gather_us, cost.fwd_us) if s.overlap_param_gather else gather_us)
+            overlap.exposed(gather_us, cost.fwd_us) if s.overlap_param_gather else gather_us
+        )
         act = cost.selective_activation_bytes if selective else cost.activation_bytes
         recompute_us = cost.fwd_us + fwd_comm if s.recompute == "full" else 0.0
         if self.recompute_activation:
             # MindSpeed's activation-function recompute (costs/recompute.py): layers that keep
             # their activations drop the activation output and re-run it; a fully recomputed
             # layer does not (should_recompute), so its recompute term gives that time back.
-            saved, extra_us = activation_function_terms(self.model, kind, m_tokens(self.model, s), s.tp,
-                                                        self.bpe, self.mem_bw_gbs)
+            saved, extra_us = activation_function_terms(
+                self.model, kind, m_tokens(self.model, s), s.tp, self.bpe, self.mem_bw_gbs
+            )
             act, compute = act - saved, compute + extra_us
             recompute_us = recompute_us - extra_us if s.recompute == "full" else 0.0
-        return {"time": to_ns(compute + fwd_comm + bwd_comm), "comm": to_ns(fwd_comm + bwd_comm),
-                "hidden": to_ns(hidden), "tail_hidden": to_ns(grad_us + gather_us + opt_us) - to_ns(sync_us + opt_us),
-                "recompute": to_ns(recompute_us) if s.recompute == "full" else 0,
-                "static": weights + optimizer, "optimizer": optimizer,
-                "grad": grad_bytes(self, s, dense_params, cost.expert_param_count), "act": act,
-                "act_full": cost.activation_bytes, "input": cost.input_bytes,
-                "tail": to_ns(sync_us + opt_us), "tail_sync": to_ns(sync_us), "estimated": cost.estimated}
+        return {
+            "time": to_ns(compute + fwd_comm + bwd_comm),
+            "comm": to_ns(fwd_comm + bwd_comm),
+            "hidden": to_ns(hidden),
+            "tail_hidden": to_ns(grad_us + gather_us + opt_us) - to_ns(sync_us + opt_us),
+            "recompute": to_ns(recompute_us) if s.recompute == "full" else 0,
+            "static": weights + optimizer,
+            "optimizer": optimizer,
+            "grad": grad_bytes(self, s, dense_params, cost.expert_param_count),
+            "act": act,
+            "act_full": cost.activation_bytes,
+            "input": cost.input_bytes,
+            "tail": to_ns(sync_us + opt_us),
+            "tail_sync": to_ns(sync_us),
+            "estimated": cost.estimated,
+        }
 
     def sync_groups(self, s: Strategy) -> list[tuple[int, str]]:
         """(size, scope) of the dense and expert gradient groups."""
@@ -257,7 +348,9 @@ class TermBuilder:
 
     def left_out(self) -> tuple[str, ...]:
         """The terms not added because the profile's block times include them (for the breakdown)."""
-        return (("tp_comm",) if self.tp_comm_in_times else ()) + (("ep_comm",) if self.ep_comm_in_times else ())
+        return (("tp_comm",) if self.tp_comm_in_times else ()) + (
+            ("ep_comm",) if self.ep_comm_in_times else ()
+        )
 
     def _stage_terms(self, s: Strategy, num_micro: int) -> dict:
         return stage_terms(self, s, num_micro)

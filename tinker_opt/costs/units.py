@@ -14,7 +14,7 @@ GRAD_BYTES = 4
 
 def to_ns(us: float) -> int:
     """Microseconds to integer nanoseconds: the one rounding of every time coefficient."""
-    return int(round(us * 1000.0))
+    return round(us * 1000.0)
 
 
 def ns_array(us: np.ndarray) -> np.ndarray:

@@ -65,7 +65,8 @@ def gathered_bytes(s: Strategy, unit_params: int, bpe: int) -> int:
 def _unit_traffic_us(tb, s: Strategy, dense: int, expert: int) -> tuple[float, float]:
     """(all-gather of the unit's weights, reduce-scatter of its gradients) in us, per micro-batch."""
     gather, scatter = 0.0, 0.0
-    for (size, scope), params in zip(tb.sync_groups(s), (dense, expert)):
+    # Without an expert group (a dense model) only the dense parameters pair with a group.
+    for (size, scope), params in zip(tb.sync_groups(s), (dense, expert), strict=False):
         if size <= 1 or not params:
             continue
         if s.zero >= 3:
@@ -74,7 +75,9 @@ def _unit_traffic_us(tb, s: Strategy, dense: int, expert: int) -> tuple[float, f
     return gather, scatter
 
 
-def layer_exposed_us(tb, s: Strategy, dense: int, expert: int, fwd_us: float, bwd_us: float) -> float:
+def layer_exposed_us(
+    tb, s: Strategy, dense: int, expert: int, fwd_us: float, bwd_us: float
+) -> float:
     """Exposed ZeRO-2/3 traffic of one decoder layer per micro-batch, prefetch overlapping compute."""
     if s.zero < 2:
         return 0.0

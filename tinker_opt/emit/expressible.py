@@ -11,14 +11,26 @@ from __future__ import annotations
 import dataclasses
 
 from tinker_opt.errors import StrategyError
-from tinker_opt.solve.space import SEARCHED_CP_ALGOS, SearchSpace
-from tinker_opt.strategy import Strategy
-from tinker_opt.rules import FrameworkRules, interleaved_pipeline_message, layer_form_message, overlap_message
+from tinker_opt.rules import (
+    FrameworkRules,
+    interleaved_pipeline_message,
+    layer_form_message,
+    overlap_message,
+)
 from tinker_opt.script import versions
 from tinker_opt.script.reader import ScriptInfo, p2p_overlap
-from tinker_opt.script.strategy_args import (DEFAULT_CP_ALGO, OVERLAP_FLAGS, SHARDING_FLAG, VPP_LAYERS_FLAG,
-                                             VPP_SIZE_FLAGS, overlap_applies, zero_backend)
+from tinker_opt.script.strategy_args import (
+    DEFAULT_CP_ALGO,
+    OVERLAP_FLAGS,
+    SHARDING_FLAG,
+    VPP_LAYERS_FLAG,
+    VPP_SIZE_FLAGS,
+    overlap_applies,
+    zero_backend,
+)
 from tinker_opt.script.versions import CP_ALGO_SINCE, VersionRange, flag_allowed
+from tinker_opt.solve.space import SEARCHED_CP_ALGOS, SearchSpace
+from tinker_opt.strategy import Strategy
 
 
 def _can(flag: str, info: ScriptInfo, vr: VersionRange) -> bool:
@@ -33,13 +45,17 @@ def _needs(flag: str, purpose: str, info: ScriptInfo, vr: VersionRange) -> None:
     since = versions.FLAG_SINCE[flag].get(vr.family)
     where = f"added in {versions.format_version(vr.family, since)}" if since else "never available"
     framework = "Megatron-LM" if vr.family == versions.MEGATRON else "MindSpeed-LLM"
-    raise StrategyError(f"{purpose} needs {flag}, which {framework} {vr.label} lacks ({where}); "
-                        "choose a strategy without it or pass a newer --version")
+    raise StrategyError(
+        f"{purpose} needs {flag}, which {framework} {vr.label} lacks ({where}); "
+        "choose a strategy without it or pass a newer --version"
+    )
 
 
 def framework_rules(info: ScriptInfo, vr: VersionRange) -> FrameworkRules:
     """The version-dependent rule facts for this script at version `vr`."""
-    return FrameworkRules(overlap_p2p_comm=p2p_overlap(info.launch, vr), layer_form=layer_form(info, vr))
+    return FrameworkRules(
+        overlap_p2p_comm=p2p_overlap(info.launch, vr), layer_form=layer_form(info, vr)
+    )
 
 
 def layer_form(info: ScriptInfo, vr: VersionRange) -> str:
@@ -83,11 +99,15 @@ def _overlaps(s: Strategy, info: ScriptInfo, vr: VersionRange) -> dict:
 def _check_model(s: Strategy, info: ScriptInfo, world: int) -> None:
     model = info.model
     if s.world_size != world:
-        raise StrategyError(f"tp x pp x cp x dp = {s.tp}x{s.pp}x{s.cp}x{s.dp} = {s.world_size} but the "
-                            f"cluster has {world} devices; make dp = {world} / (tp x pp x cp)")
+        raise StrategyError(
+            f"tp x pp x cp x dp = {s.tp}x{s.pp}x{s.cp}x{s.dp} = {s.world_size} but the "
+            f"cluster has {world} devices; make dp = {world} / (tp x pp x cp)"
+        )
     if model.num_attention_heads % s.tp or model.num_query_groups % s.tp:
-        raise StrategyError(f"num_attention_heads ({model.num_attention_heads}) and num_query_groups "
-                            f"({model.num_query_groups}) must be multiples of tp ({s.tp})")
+        raise StrategyError(
+            f"num_attention_heads ({model.num_attention_heads}) and num_query_groups "
+            f"({model.num_query_groups}) must be multiples of tp ({s.tp})"
+        )
     if not model.is_moe and s.ep > 1:
         raise StrategyError(f"ep = {s.ep} but the model has no experts (--num-experts); use ep = 1")
     if model.is_moe and model.num_experts % s.ep:
@@ -97,21 +117,28 @@ def _check_model(s: Strategy, info: ScriptInfo, world: int) -> None:
 def _layers(s: Strategy, total: int, info: ScriptInfo, vr: VersionRange) -> None:
     if s.num_layer_list is not None:
         if sum(s.num_layer_list) != total:
-            raise StrategyError(f"num_layer_list sums to {sum(s.num_layer_list)} but --num-layers is "
-                                f"{total} (noop layers included); make them equal")
+            raise StrategyError(
+                f"num_layer_list sums to {sum(s.num_layer_list)} but --num-layers is "
+                f"{total} (noop layers included); make them equal"
+            )
         if s.vpp > 1:
-            raise StrategyError("num_layer_list cannot be combined with a virtual pipeline (vpp > 1); "
-                                "use one of them")
+            raise StrategyError(
+                "num_layer_list cannot be combined with a virtual pipeline (vpp > 1); "
+                "use one of them"
+            )
     elif total % s.pp:
-        raise StrategyError(f"--num-layers {total} is not divisible by pp ({s.pp}); give a "
-                            "num_layer_list or choose a pp that divides it")
+        raise StrategyError(
+            f"--num-layers {total} is not divisible by pp ({s.pp}); give a "
+            "num_layer_list or choose a pp that divides it"
+        )
     if s.vpp > 1:
         message = interleaved_pipeline_message(s.pp, s.vpp, framework_rules(info, vr))
         if message:
             raise StrategyError(f"{message} in {vr.label}")
         if total % (s.pp * s.vpp):
-            raise StrategyError(f"vpp = {s.vpp} needs --num-layers {total} divisible by "
-                                f"pp x vpp = {s.pp * s.vpp}")
+            raise StrategyError(
+                f"vpp = {s.vpp} needs --num-layers {total} divisible by pp x vpp = {s.pp * s.vpp}"
+            )
         if not any(info.launch.has(flag) for flag in VPP_SIZE_FLAGS):
             _needs(VPP_LAYERS_FLAG, f"vpp = {s.vpp}", info, vr)
 
@@ -138,13 +165,17 @@ def _cp_algo(s: Strategy, info: ScriptInfo, vr: VersionRange) -> str | None:
     algo = s.cp_algo or DEFAULT_CP_ALGO
     if vr.family == versions.MEGATRON:
         if algo != DEFAULT_CP_ALGO:
-            raise StrategyError(f"cp_algo {algo} is MindSpeed-LLM only; Megatron-LM runs ring "
-                                f"attention: use cp_algo {DEFAULT_CP_ALGO}")
+            raise StrategyError(
+                f"cp_algo {algo} is MindSpeed-LLM only; Megatron-LM runs ring "
+                f"attention: use cp_algo {DEFAULT_CP_ALGO}"
+            )
         return algo
     since = CP_ALGO_SINCE.get(algo)
     if since is None or not vr.allows(since):
-        raise StrategyError(f"cp_algo {algo} is not available in MindSpeed-LLM {vr.label}; use "
-                            f"ulysses_cp_algo, megatron_cp_algo or hybrid_cp_algo")
+        raise StrategyError(
+            f"cp_algo {algo} is not available in MindSpeed-LLM {vr.label}; use "
+            f"ulysses_cp_algo, megatron_cp_algo or hybrid_cp_algo"
+        )
     return algo
 
 
@@ -166,11 +197,15 @@ def _recompute(s: Strategy, stage_layers: int) -> dict:
         return {"recompute_method": None, "recompute_num_layers": None}
     method = s.recompute_method or "uniform"
     default_layers = 1 if method == "uniform" else stage_layers
-    return {"recompute_method": method, "recompute_num_layers": s.recompute_num_layers or default_layers}
+    return {
+        "recompute_method": method,
+        "recompute_num_layers": s.recompute_num_layers or default_layers,
+    }
 
 
-def expressible_strategy(strategy: Strategy, info: ScriptInfo, vr: VersionRange, *,
-                         world: int) -> Strategy:
+def expressible_strategy(
+    strategy: Strategy, info: ScriptInfo, vr: VersionRange, *, world: int
+) -> Strategy:
     """The strategy as the tuned script will express it; StrategyError when it cannot."""
     total = info.num_layers_in_script
     _check_model(strategy, info, world)
@@ -179,16 +214,24 @@ def expressible_strategy(strategy: Strategy, info: ScriptInfo, vr: VersionRange,
     if strategy.ep > 1:
         _needs("--expert-model-parallel-size", f"ep = {strategy.ep}", info, vr)
     if strategy.zero >= 2 and zero_backend(info.launch) is None:
-        raise StrategyError(f"ZeRO stage {strategy.zero} needs DeepSpeed (--zero-stage) or Megatron-FSDP "
-                            f"({SHARDING_FLAG}); this script has neither: use zero <= 1")
+        raise StrategyError(
+            f"ZeRO stage {strategy.zero} needs DeepSpeed (--zero-stage) or Megatron-FSDP "
+            f"({SHARDING_FLAG}); this script has neither: use zero <= 1"
+        )
     stage_layers = max(layer_list) if layer_list else total // strategy.pp
     return strategy.replace(
-        sp=strategy.sp and strategy.tp > 1, cp_algo=_cp_algo(strategy, info, vr),
-        etp=_etp(strategy, info, vr), num_layer_list=layer_list,
-        **_recompute(strategy, stage_layers // strategy.vpp), **_overlaps(strategy, info, vr))
+        sp=strategy.sp and strategy.tp > 1,
+        cp_algo=_cp_algo(strategy, info, vr),
+        etp=_etp(strategy, info, vr),
+        num_layer_list=layer_list,
+        **_recompute(strategy, stage_layers // strategy.vpp),
+        **_overlaps(strategy, info, vr),
+    )
 
 
-def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | None = None) -> SearchSpace:
+def search_space_for(
+    info: ScriptInfo, vr: VersionRange, base: SearchSpace | None = None
+) -> SearchSpace:
     """The search space restricted to what this script and framework version can say.
 
     A strategy the solver returns must be writable as flags (README, "Reading and writing launch
@@ -202,8 +245,15 @@ def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | Non
         return _can(flag, info, vr)
 
     megatron = vr.family == versions.MEGATRON
-    algos = (DEFAULT_CP_ALGO,) if megatron else tuple(
-        a for a in SEARCHED_CP_ALGOS if CP_ALGO_SINCE.get(a) is not None and vr.allows(CP_ALGO_SINCE[a]))
+    algos = (
+        (DEFAULT_CP_ALGO,)
+        if megatron
+        else tuple(
+            a
+            for a in SEARCHED_CP_ALGOS
+            if CP_ALGO_SINCE.get(a) is not None and vr.allows(CP_ALGO_SINCE[a])
+        )
+    )
     return dataclasses.replace(
         base or SearchSpace(),
         allow_vpp=any(info.launch.has(f) for f in VPP_SIZE_FLAGS) or can(VPP_LAYERS_FLAG),
@@ -211,12 +261,15 @@ def search_space_for(info: ScriptInfo, vr: VersionRange, base: SearchSpace | Non
         cp_algos=algos or SEARCHED_CP_ALGOS,
         # The split solvers return only layer lists of this form (the writer's own rule).
         layer_form=layer_form(info, vr),
-        etp_follows_tp=not (can("--expert-tensor-parallel-size") or info.launch.has("--moe-tp-extend-ep")),
+        etp_follows_tp=not (
+            can("--expert-tensor-parallel-size") or info.launch.has("--moe-tp-extend-ep")
+        ),
         # MindSpeed raises on --swap-optimizer without the distributed optimizer.
         require_dist_opt=info.train.swap_optimizer_times is not None,
         overlaps=searched_overlaps(info, vr),
         # ZeRO 2/3 only where the script already picks its stage by flag (DeepSpeed, Megatron-FSDP).
-        zero_levels=(0, 1, 2, 3) if zero_backend(info.launch) else (0, 1))
+        zero_levels=(0, 1, 2, 3) if zero_backend(info.launch) else (0, 1),
+    )
 
 
 def searched_overlaps(info: ScriptInfo, vr: VersionRange) -> tuple[str, ...]:
@@ -225,7 +278,9 @@ def searched_overlaps(info: ScriptInfo, vr: VersionRange) -> tuple[str, ...]:
     argument validation unless the code is edited (Ascend/MindSpeed-LLM
     docs/zh/pytorch/features/mcore/mc2.md) and Megatron's --tp-comm-overlap needs Transformer
     Engine userbuffers set up for the job, so a script cannot simply gain it."""
-    keys = [key for key in OVERLAP_FLAGS if key != "tp_comm_overlap" and overlap_flag(key, info, vr)]
+    keys = [
+        key for key in OVERLAP_FLAGS if key != "tp_comm_overlap" and overlap_flag(key, info, vr)
+    ]
     if any(info.launch.has(flag) for flag in OVERLAP_FLAGS["tp_comm_overlap"]):
         keys.append("tp_comm_overlap")
     return tuple(keys)
@@ -237,7 +292,15 @@ def fsdp2_search_space(info: ScriptInfo, base: SearchSpace | None = None) -> Sea
     parallelism flag, no separate expert tensor parallelism, none of Megatron's overlap flags (the
     prefetch overlap is priced in costs/zero_terms.py) (docs/en/pytorch/features/fsdp2/arguments.md)."""
     return dataclasses.replace(
-        base or SearchSpace(), pp=(1,), allow_vpp=False, allow_sp=False, layer_form="even",
-        etp_follows_tp=True, zero_levels=(3,), recompute=("none", "full"),
-        recompute_methods=("block",), overlaps=None,
-        cp_algos=("ulysses_cp_algo", "megatron_cp_algo"))
+        base or SearchSpace(),
+        pp=(1,),
+        allow_vpp=False,
+        allow_sp=False,
+        layer_form="even",
+        etp_follows_tp=True,
+        zero_levels=(3,),
+        recompute=("none", "full"),
+        recompute_methods=("block",),
+        overlaps=None,
+        cp_algos=("ulysses_cp_algo", "megatron_cp_algo"),
+    )

@@ -10,12 +10,15 @@ on the way; noop layers after the last computing layer go to the last stage.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tinker_opt.strategy import Strategy
 
 
-def script_stage_layers(stage_layers: Sequence[int], noop_layers: Sequence[int], layers_in_script: int) -> tuple[int, ...]:
+def script_stage_layers(
+    stage_layers: Sequence[int], noop_layers: Sequence[int], layers_in_script: int
+) -> tuple[int, ...]:
     """Per-stage counts of the script's layers (noop included) for per-stage computing-layer counts."""
     noop = set(noop_layers)
     counts = [0] * len(stage_layers)
@@ -28,8 +31,12 @@ def script_stage_layers(stage_layers: Sequence[int], noop_layers: Sequence[int],
     return tuple(counts)
 
 
-def strategy_for_script(strategy: Strategy, stage_layers: Sequence[int], noop_layers: Sequence[int],
-                        layers_in_script: int) -> Strategy:
+def strategy_for_script(
+    strategy: Strategy,
+    stage_layers: Sequence[int],
+    noop_layers: Sequence[int],
+    layers_in_script: int,
+) -> Strategy:
     """The strategy as the script must say it: with noop layers, an explicit layer list that counts them."""
     if not noop_layers or strategy.pp == 1 or strategy.vpp > 1:
         return strategy
@@ -48,5 +55,9 @@ def strategy_to_write(data: dict[str, Any], info) -> Strategy:
     strategy = Strategy.from_dict(evaluation)
     if "stages" not in evaluation:
         return strategy
-    return strategy_for_script(strategy, [stage["layers"] for stage in evaluation["stages"]],
-                               info.model.noop_layers, info.num_layers_in_script)
+    return strategy_for_script(
+        strategy,
+        [stage["layers"] for stage in evaluation["stages"]],
+        info.model.noop_layers,
+        info.num_layers_in_script,
+    )

@@ -43,8 +43,12 @@ def fold_near_copies(ranked: Sequence[Evaluation]) -> tuple[list[Evaluation], in
     """(the ranked list without near-copies, how many were folded); `ranked` is fastest first."""
     kept: list[Evaluation] = []
     for evaluation in ranked:
-        if any(layout(k) == layout(evaluation) and evaluation["iteration_time_ms"] >= k["iteration_time_ms"]
-               and evaluation["peak_memory_mb"] >= (1 - FOLD_MEMORY_SHARE) * k["peak_memory_mb"] for k in kept):
+        if any(
+            layout(k) == layout(evaluation)
+            and evaluation["iteration_time_ms"] >= k["iteration_time_ms"]
+            and evaluation["peak_memory_mb"] >= (1 - FOLD_MEMORY_SHARE) * k["peak_memory_mb"]
+            for k in kept
+        ):
             continue
         kept.append(evaluation)
     return kept, len(ranked) - len(kept)
@@ -53,7 +57,9 @@ def fold_near_copies(ranked: Sequence[Evaluation]) -> tuple[list[Evaluation], in
 def pareto_front(evaluations: Sequence[Evaluation]) -> list[Evaluation]:
     """The time-memory Pareto front, fastest first: each uses strictly less memory than every faster one."""
     front: list[Evaluation] = []
-    for evaluation in sorted(evaluations, key=lambda e: (e["iteration_time_ms"], e["peak_memory_mb"])):
+    for evaluation in sorted(
+        evaluations, key=lambda e: (e["iteration_time_ms"], e["peak_memory_mb"])
+    ):
         if not front or evaluation["peak_memory_mb"] < front[-1]["peak_memory_mb"]:
             front.append(evaluation)
     return front
@@ -69,18 +75,25 @@ def speedup(best: Evaluation | None, current: dict[str, Any] | None) -> float | 
 def comparison_sentence(best: Evaluation, current: Evaluation) -> str:
     """The best strategy against the script's own (both evaluated), in one sentence."""
     ratio = current["iteration_time_ms"] / best["iteration_time_ms"]
-    times = f"{current['iteration_time_ms']:.1f} ms -> {best['iteration_time_ms']:.1f} ms per iteration"
+    times = (
+        f"{current['iteration_time_ms']:.1f} ms -> {best['iteration_time_ms']:.1f} ms per iteration"
+    )
     if ratio >= 1:
         return f"the best strategy is {ratio:.2f}x as fast as the script's own ({times})"
-    return (f"the script's own strategy is modelled {1 / ratio:.2f}x faster than the best found ({times}): "
-            "it uses something the search space leaves out")
+    return (
+        f"the script's own strategy is modelled {1 / ratio:.2f}x faster than the best found ({times}): "
+        "it uses something the search space leaves out"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # The script's own strategy
 # ---------------------------------------------------------------------------------------------
 
-def computing_layer_strategy(strategy: Strategy, noop_layers: Sequence[int], layers_in_script: int) -> Strategy:
+
+def computing_layer_strategy(
+    strategy: Strategy, noop_layers: Sequence[int], layers_in_script: int
+) -> Strategy:
     """The script's strategy in the cost model's terms: its layer list counts computing layers only
     (the inverse of emit.noop_layers.strategy_for_script)."""
     if not noop_layers or strategy.num_layer_list is None:
@@ -95,12 +108,17 @@ def computing_layer_strategy(strategy: Strategy, noop_layers: Sequence[int], lay
 def current_evaluation(cost_model, info) -> dict[str, Any]:
     """The script's own strategy under `cost_model`: an Evaluation dict, or {"error": ...} (with the
     Evaluation beside it when the strategy is valid but does not fit in memory)."""
-    strategy = computing_layer_strategy(info.train.strategy, info.model.noop_layers, info.num_layers_in_script)
+    strategy = computing_layer_strategy(
+        info.train.strategy, info.model.noop_layers, info.num_layers_in_script
+    )
     script_devices = info.train.nnodes * info.train.nproc_per_node
     if script_devices != cost_model.cluster.num_devices:
-        return {"error": f"the script runs on {script_devices} devices ({info.train.nnodes} x "
-                         f"{info.train.nproc_per_node}) but the search plans for {cost_model.cluster.num_devices}; "
-                         "its own strategy cannot be compared", "strategy": strategy.to_dict()}
+        return {
+            "error": f"the script runs on {script_devices} devices ({info.train.nnodes} x "
+            f"{info.train.nproc_per_node}) but the search plans for {cost_model.cluster.num_devices}; "
+            "its own strategy cannot be compared",
+            "strategy": strategy.to_dict(),
+        }
     try:
         evaluation = cost_model.evaluate(strategy).to_dict()
     except TinkerError as exc:
@@ -108,15 +126,19 @@ def current_evaluation(cost_model, info) -> dict[str, Any]:
     if not evaluation["fits"]:
         limit = cost_model.cluster.memory_limit_mb
         worst = max(evaluation["stages"], key=lambda st: st["memory_mb"])
-        return {"error": f"the script's strategy needs {worst['memory_mb']:.0f} MB on stage {worst['stage']}, "
-                         f"{worst['memory_mb'] - limit:.0f} MB more than the {limit:g} MB limit",
-                "strategy": strategy.to_dict(), "evaluation": evaluation}
+        return {
+            "error": f"the script's strategy needs {worst['memory_mb']:.0f} MB on stage {worst['stage']}, "
+            f"{worst['memory_mb'] - limit:.0f} MB more than the {limit:g} MB limit",
+            "strategy": strategy.to_dict(),
+            "evaluation": evaluation,
+        }
     return evaluation
 
 
 # ---------------------------------------------------------------------------------------------
 # Named picks
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class PickRule:
@@ -134,27 +156,52 @@ class PickRule:
     """The share of the memory limit the restricted search may use."""
 
 
-def pick_rules(memory_limit_mb: float, *, headroom_pct: float = DEFAULT_HEADROOM_PCT,
-               checkpoint: Strategy | None = None) -> list[PickRule]:
+def pick_rules(
+    memory_limit_mb: float,
+    *,
+    headroom_pct: float = DEFAULT_HEADROOM_PCT,
+    checkpoint: Strategy | None = None,
+) -> list[PickRule]:
     """The picks (fastest, keeps_checkpoint, headroom, no_pipeline); `checkpoint` is the script's
     strategy when it loads a checkpoint;
     `headroom_pct` is the share of the memory limit the headroom pick leaves free, in percent."""
     if not 0 <= headroom_pct < 100:
-        raise ConfigError(f"headroom must be a percentage in [0, 100), got {headroom_pct:g}; e.g. 10 for 10 %")
+        raise ConfigError(
+            f"headroom must be a percentage in [0, 100), got {headroom_pct:g}; e.g. 10 for 10 %"
+        )
     headroom = headroom_pct / 100
     rules = [PickRule("fastest", "fastest", lambda e: True, True)]
     if checkpoint is not None:
         keep = (checkpoint.tp, checkpoint.pp, checkpoint.ep)
-        rules.append(PickRule(
-            "keeps_checkpoint", f"fastest keeping the checkpoint's tp{keep[0]} pp{keep[1]} ep{keep[2]} (no conversion)",
-            lambda e: (e["strategy"]["tp"], e["strategy"]["pp"], e["strategy"]["ep"]) == keep, True,
-            lambda s: dataclasses.replace(s, tp=(keep[0],), pp=(keep[1],), ep=(keep[2],))))
+        rules.append(
+            PickRule(
+                "keeps_checkpoint",
+                f"fastest keeping the checkpoint's tp{keep[0]} pp{keep[1]} ep{keep[2]} (no conversion)",
+                lambda e: (e["strategy"]["tp"], e["strategy"]["pp"], e["strategy"]["ep"]) == keep,
+                True,
+                lambda s: dataclasses.replace(s, tp=(keep[0],), pp=(keep[1],), ep=(keep[2],)),
+            )
+        )
     cap = (1 - headroom) * memory_limit_mb
-    rules.append(PickRule(
-        "headroom", f"fastest with at least {headroom:.0%} of the memory limit free (peak <= {cap:.0f} MB)",
-        lambda e: e["peak_memory_mb"] <= cap, False, None, 1 - headroom))
-    rules.append(PickRule("no_pipeline", "fastest without pipeline parallelism (pp 1)",
-                          lambda e: e["strategy"]["pp"] == 1, True, lambda s: dataclasses.replace(s, pp=(1,))))
+    rules.append(
+        PickRule(
+            "headroom",
+            f"fastest with at least {headroom:.0%} of the memory limit free (peak <= {cap:.0f} MB)",
+            lambda e: e["peak_memory_mb"] <= cap,
+            False,
+            None,
+            1 - headroom,
+        )
+    )
+    rules.append(
+        PickRule(
+            "no_pipeline",
+            "fastest without pipeline parallelism (pp 1)",
+            lambda e: e["strategy"]["pp"] == 1,
+            True,
+            lambda s: dataclasses.replace(s, pp=(1,)),
+        )
+    )
     return rules
 
 
@@ -162,8 +209,12 @@ RestrictedSearch = Callable[[SearchSpace, float], Evaluation]
 """(narrowed space, memory fraction) -> the fastest Evaluation there; raises InfeasibleError."""
 
 
-def find_picks(ranked: Sequence[Evaluation], rules: Sequence[PickRule], space: SearchSpace,
-               restricted_search: RestrictedSearch) -> tuple[dict[str, Evaluation], dict[str, str]]:
+def find_picks(
+    ranked: Sequence[Evaluation],
+    rules: Sequence[PickRule],
+    space: SearchSpace,
+    restricted_search: RestrictedSearch,
+) -> tuple[dict[str, Evaluation], dict[str, str]]:
     """({name: Evaluation}, {name: why there is none}) for each rule, fastest first in `ranked`
     (the exact top-k of the search, before folding)."""
     picks: dict[str, Evaluation] = {}
@@ -173,9 +224,15 @@ def find_picks(ranked: Sequence[Evaluation], rules: Sequence[PickRule], space: S
         found = next((e for e in candidates if rule.accepts(e)), None)
         if found is None:
             try:
-                found = restricted_search(rule.space(space) if rule.space else space, rule.memory_fraction)
+                found = restricted_search(
+                    rule.space(space) if rule.space else space, rule.memory_fraction
+                )
             except TinkerError as exc:  # nothing fits, or the narrowed space is empty
-                reason = "nothing fits" if isinstance(exc, InfeasibleError) else " ".join(str(exc).split())
+                reason = (
+                    "nothing fits"
+                    if isinstance(exc, InfeasibleError)
+                    else " ".join(str(exc).split())
+                )
                 missing[rule.name] = f"none: {rule.title} ({reason})"
                 continue
         picks[rule.name] = found
@@ -219,21 +276,43 @@ class Choices:
     evaluated: list[Evaluation]
 
 
-def choices(result, cost_model, info, space: SearchSpace, *, top_k: int, headroom_pct: float,
-            restricted_search: RestrictedSearch) -> Choices:
+def choices(
+    result,
+    cost_model,
+    info,
+    space: SearchSpace,
+    *,
+    top_k: int,
+    headroom_pct: float,
+    restricted_search: RestrictedSearch,
+) -> Choices:
     """Fold, pick and compare, from a SearchResult ranked POOL_FACTOR x top_k deep; `info` is the
     launch script's ScriptInfo (None when no script is known)."""
     ranked = [e.to_dict() for e in result.top]
     evaluated = [e.to_dict() for e in result.pool] or ranked
     top, _ = fold_near_copies(ranked)
     top = top[:top_k]
-    folded = sum(1 for e in ranked if e["iteration_time_ms"] <= top[-1]["iteration_time_ms"]) - len(top)
+    folded = sum(1 for e in ranked if e["iteration_time_ms"] <= top[-1]["iteration_time_ms"]) - len(
+        top
+    )
     current = current_evaluation(cost_model, info) if info is not None else None
     checkpoint = info.train.strategy if info is not None and info.train.loads_checkpoint else None
-    rules = pick_rules(cost_model.cluster.memory_limit_mb, headroom_pct=headroom_pct, checkpoint=checkpoint)
+    rules = pick_rules(
+        cost_model.cluster.memory_limit_mb, headroom_pct=headroom_pct, checkpoint=checkpoint
+    )
     picks, missing = find_picks(ranked, rules, space, restricted_search)
-    extra = [e for e in list(picks.values()) + ([current] if current and "error" not in current else [])
-             if e not in evaluated]
-    return Choices(top=top, folded=folded, current=current, picks=picks,
-                   pick_titles={rule.name: rule.title for rule in rules}, picks_missing=missing,
-                   pareto=pareto_front(evaluated + extra), evaluated=evaluated + extra)
+    extra = [
+        e
+        for e in list(picks.values()) + ([current] if current and "error" not in current else [])
+        if e not in evaluated
+    ]
+    return Choices(
+        top=top,
+        folded=folded,
+        current=current,
+        picks=picks,
+        pick_titles={rule.name: rule.title for rule in rules},
+        picks_missing=missing,
+        pareto=pareto_front(evaluated + extra),
+        evaluated=evaluated + extra,
+    )

@@ -11,11 +11,12 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from io import StringIO
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -31,9 +32,11 @@ STAGES_PNG = "best_stages.png"
 CANDIDATES_PNG = "candidates_time_vs_memory.png"
 SCHEDULE_PNG = "best_schedule.png"
 REPORT_HTML = "report.html"
-PICTURES = ((STAGES_PNG, "per stage: where the time goes and what the memory holds (best vs current)"),
-            (SCHEDULE_PNG, "pipeline schedule of the best strategy"),
-            (CANDIDATES_PNG, "every evaluated strategy: time vs memory"))
+PICTURES = (
+    (STAGES_PNG, "per stage: where the time goes and what the memory holds (best vs current)"),
+    (SCHEDULE_PNG, "pipeline schedule of the best strategy"),
+    (CANDIDATES_PNG, "every evaluated strategy: time vs memory"),
+)
 
 
 @dataclass(frozen=True)
@@ -82,27 +85,36 @@ class SearchReport:
 
 def results_folder_name(labels: RunLabels, when: datetime) -> str:
     mem = f"{labels.memory_limit_mb:g}"
-    return (f"{labels.model_name}-{labels.model_size}-gbs{labels.global_batch_size}-{mem}-"
-            f"{labels.num_nodes}nodes{labels.devices_per_node}npus-{when:%Y-%m-%d-%H-%M-%S}")
+    return (
+        f"{labels.model_name}-{labels.model_size}-gbs{labels.global_batch_size}-{mem}-"
+        f"{labels.num_nodes}nodes{labels.devices_per_node}npus-{when:%Y-%m-%d-%H-%M-%S}"
+    )
 
 
 def config_script_name(labels: RunLabels, rank: int | str, evaluation: dict[str, Any]) -> str:
     """Tinker's tuned-script name, extended with dp, cp, ep and vpp; a string `rank` names a pick."""
     s = Strategy.from_dict(evaluation["strategy"])
     layers = "_".join(str(stage["layers"]) for stage in evaluation["stages"])
-    rc = {"none": "none", "selective": "sel"}.get(s.recompute, f"full{s.recompute_num_layers or ''}")
+    rc = {"none": "none", "selective": "sel"}.get(
+        s.recompute, f"full{s.recompute_num_layers or ''}"
+    )
     tag = f"rank{rank}" if isinstance(rank, int) else f"pick_{rank}"
-    return (f"{labels.model_name}-{labels.model_size}-{tag}_seq{labels.seq_length}_tp{s.tp}_pp{s.pp}"
-            f"_dp{s.dp}_cp{s.cp}_ep{s.ep}_vpp{s.vpp}_sp{int(s.sp)}_distopt{int(s.dist_opt)}_mbs{s.mbs}"
-            f"_gbs{labels.global_batch_size}_L{layers}_rc{rc}"
-            f"_time{evaluation['iteration_time_ms']:.0f}_mem{evaluation['peak_memory_mb']:.0f}.sh")
+    return (
+        f"{labels.model_name}-{labels.model_size}-{tag}_seq{labels.seq_length}_tp{s.tp}_pp{s.pp}"
+        f"_dp{s.dp}_cp{s.cp}_ep{s.ep}_vpp{s.vpp}_sp{int(s.sp)}_distopt{int(s.dist_opt)}_mbs{s.mbs}"
+        f"_gbs{labels.global_batch_size}_L{layers}_rc{rc}"
+        f"_time{evaluation['iteration_time_ms']:.0f}_mem{evaluation['peak_memory_mb']:.0f}.sh"
+    )
 
 
 def script_header(rank: int | str, evaluation: dict[str, Any], report: SearchReport) -> list[str]:
     """The comment block recorded at the top of a tuned script (a string `rank` names a pick)."""
     strategy = json.dumps(evaluation["strategy"], separators=(", ", ": "))
-    what = (f"rank {rank} of {len(report.top)}" if isinstance(rank, int)
-            else f"pick '{rank}': {report.pick_titles.get(rank, rank)}")
+    what = (
+        f"rank {rank} of {len(report.top)}"
+        if isinstance(rank, int)
+        else f"pick '{rank}': {report.pick_titles.get(rank, rank)}"
+    )
     return [
         f"tuned strategy {what} "
         f"({report.solver}, {report.status}, solved in {report.solve_time_s:.2f} s)",
@@ -118,7 +130,7 @@ def script_header(rank: int | str, evaluation: dict[str, Any], report: SearchRep
 def results_frame(report: SearchReport, script_names: Sequence[str | None]) -> pd.DataFrame:
     """One row per ranked strategy; units in the headers."""
     rows = []
-    for rank, (evaluation, name) in enumerate(zip(report.top, script_names), start=1):
+    for rank, (evaluation, name) in enumerate(zip(report.top, script_names, strict=True), start=1):
         row: dict[str, Any] = {"rank": rank}
         for key in STRATEGY_KEYS:
             value = evaluation["strategy"][key]
@@ -164,10 +176,12 @@ def check_writable(output_dir: Path) -> None:
     """Fail early, with a one-line error, when the output folder cannot be created or written."""
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=output_dir, prefix=".probe-", delete=True)
-        probe.close()
+        with tempfile.NamedTemporaryFile(dir=output_dir, prefix=".probe-", delete=True):
+            pass
     except OSError as exc:
-        raise ConfigError(f"output folder '{output_dir}' cannot be written ({exc.strerror}); pass a writable --output-dir") from None
+        raise ConfigError(
+            f"output folder '{output_dir}' cannot be written ({exc.strerror}); pass a writable --output-dir"
+        ) from None
 
 
 ScriptWriter = Callable[[int | str, dict[str, Any], list[str], str], "str | dict[str, str] | None"]
@@ -176,8 +190,13 @@ ScriptWriter = Callable[[int | str, dict[str, Any], list[str], str], "str | dict
 when there is no script."""
 
 
-def write_results_folder(report: SearchReport, output_dir: Path, *, write_script: ScriptWriter | None,
-                         when: datetime | None = None) -> Path:
+def write_results_folder(
+    report: SearchReport,
+    output_dir: Path,
+    *,
+    write_script: ScriptWriter | None,
+    when: datetime | None = None,
+) -> Path:
     """Write the whole folder atomically (temporary folder + rename) and return its path."""
     check_writable(output_dir)
     target = output_dir / results_folder_name(report.labels, when or datetime.now())
@@ -191,13 +210,21 @@ def write_results_folder(report: SearchReport, output_dir: Path, *, write_script
     return target
 
 
-def _write_scripts(folder: Path, report: SearchReport, write_script: ScriptWriter | None,
-                   items: Sequence[tuple[int | str, dict[str, Any]]]) -> list[str | None]:
+def _write_scripts(
+    folder: Path,
+    report: SearchReport,
+    write_script: ScriptWriter | None,
+    items: Sequence[tuple[int | str, dict[str, Any]]],
+) -> list[str | None]:
     """configs/<name>.sh of each (rank or pick name, evaluation); the names (None: no script)."""
     names: list[str | None] = []
     for rank, evaluation in items:
         name = config_script_name(report.labels, rank, evaluation)
-        text = write_script(rank, evaluation, script_header(rank, evaluation, report), name) if write_script else None
+        text = (
+            write_script(rank, evaluation, script_header(rank, evaluation, report), name)
+            if write_script
+            else None
+        )
         files = {name: text} if isinstance(text, str) else (text or {})
         for file_name, content in files.items():
             (folder / CONFIGS_DIR / file_name).write_text(content, encoding="utf-8")
@@ -219,7 +246,13 @@ def _fill_folder(folder: Path, report: SearchReport, write_script: ScriptWriter 
 
     (folder / CONFIGS_DIR).mkdir()
     names = _write_scripts(folder, report, write_script, list(enumerate(report.top, start=1)))
-    pick_names = dict(zip(report.picks, _write_scripts(folder, report, write_script, list(report.picks.items()))))
+    pick_names = dict(
+        zip(
+            report.picks,
+            _write_scripts(folder, report, write_script, list(report.picks.items())),
+            strict=True,
+        )
+    )
     buffer = StringIO()
     results_frame(report, names).to_csv(buffer, index=False, lineterminator="\n")
     (folder / RESULTS_CSV).write_text(buffer.getvalue(), encoding="utf-8")
@@ -227,13 +260,30 @@ def _fill_folder(folder: Path, report: SearchReport, write_script: ScriptWriter 
     (folder / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (folder / SEARCH_LOG).write_text("\n".join(report.log_lines) + "\n", encoding="utf-8")
     if report.top:
-        best, limit, gbs = report.top[0], report.labels.memory_limit_mb, report.labels.global_batch_size
+        best, limit, gbs = (
+            report.top[0],
+            report.labels.memory_limit_mb,
+            report.labels.global_batch_size,
+        )
         current = _current_for_pictures(report)
         note = report.current.get("error") if report.current else "no launch script known"
         plot_stage_breakdown(best, current, gbs, limit, folder / STAGES_PNG, current_note=note)
         plot_schedule(best, gbs, folder / SCHEDULE_PNG)
-        plot_candidates(report.evaluated or report.top, report.pareto, report.picks, limit, folder / CANDIDATES_PNG,
-                        current=current, ranked=report.top)
-    html = render_report(report, folder, scripts=names, pick_scripts=pick_names, pictures=PICTURES,
-                         speedup=summary["speedup_vs_current"])
+        plot_candidates(
+            report.evaluated or report.top,
+            report.pareto,
+            report.picks,
+            limit,
+            folder / CANDIDATES_PNG,
+            current=current,
+            ranked=report.top,
+        )
+    html = render_report(
+        report,
+        folder,
+        scripts=names,
+        pick_scripts=pick_names,
+        pictures=PICTURES,
+        speedup=summary["speedup_vs_current"],
+    )
     (folder / REPORT_HTML).write_text(html, encoding="utf-8")

@@ -62,8 +62,9 @@ def _order(stage: int, p: int, v: int, m: int) -> list[tuple[str, int, int]]:
     return order
 
 
-def pipeline_ops(evaluation: Mapping[str, Any], global_batch_size: int, *,
-                 max_microbatches: int = 8) -> tuple[list[Op], int, int]:
+def pipeline_ops(
+    evaluation: Mapping[str, Any], global_batch_size: int, *, max_microbatches: int = 8
+) -> tuple[list[Op], int, int]:
     """(timed operations, micro-batches shown, micro-batches of the iteration). At most
     max(max_microbatches, p) micro-batches are drawn (a multiple of p when interleaved): enough
     for the warm-up, a steady phase and the flush."""
@@ -75,9 +76,9 @@ def pipeline_ops(evaluation: Mapping[str, Any], global_batch_size: int, *,
         shown = max(p, shown // p * p)
     stages = evaluation["stages"]
     recompute = [st.get("recompute_ms", 0.0) / v for st in stages]
-    work = [(st["time_ms"] / v) - r for st, r in zip(stages, recompute)]
+    work = [(st["time_ms"] / v) - r for st, r in zip(stages, recompute, strict=True)]
     forward = [w * FORWARD_SHARE for w in work]
-    backward = [w - f for w, f in zip(work, forward)]
+    backward = [w - f for w, f in zip(work, forward, strict=True)]
     orders = [_order(s, p, v, shown) for s in range(p)]
     done: dict[tuple[str, int, int, int], float] = {}
     position, free, ops = [0] * p, [0.0] * p, []
@@ -99,7 +100,9 @@ def pipeline_ops(evaluation: Mapping[str, Any], global_batch_size: int, *,
                 position[s] += 1
                 progressed = True
         if not progressed:
-            raise RuntimeError(f"pipeline schedule p={p} v={v} m={shown} deadlocked")  # a bug, not user input
+            raise RuntimeError(
+                f"pipeline schedule p={p} v={v} m={shown} deadlocked"
+            )  # a bug, not user input
     return ops, shown, total
 
 

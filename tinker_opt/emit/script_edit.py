@@ -9,9 +9,10 @@ or one level up (the reference itself) when that variable is shared with other u
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from tinker_opt.errors import ScriptError
 from tinker_opt.script.expand import Expansion, Field, Ref, Scalar, Seg, field_text
@@ -78,16 +79,18 @@ def locate(fields: Sequence[Field]) -> Location | None:
         segs = [Seg(ref.name, ref.start, ref.end, path)]
 
 
-def value_location(fields: Sequence[Field], expansion: Expansion, *,
-                   prefer_assignment: bool) -> Location | None:
+def value_location(
+    fields: Sequence[Field], expansion: Expansion, *, prefer_assignment: bool
+) -> Location | None:
     """Where to write a new value: the assignment of a variable used only here, else the reference."""
     loc = locate(fields)
     if loc is None or prefer_assignment or loc.variable is None:
         return loc
     name = loc.variable
     value = expansion.variables.get(name)
-    whole = isinstance(value, Scalar) and \
-        "".join(s.text for s in value.segs).strip() == "".join(field_text(f) for f in fields)
+    whole = isinstance(value, Scalar) and "".join(s.text for s in value.segs).strip() == "".join(
+        field_text(f) for f in fields
+    )
     if whole and expansion.ref_counts.get(name, 0) > 1:
         ref = loc.path[-1]
         return Location(ref.start, ref.end, loc.path[:-1])
@@ -101,7 +104,7 @@ def _with_quotes(text: str, start: int, end: int) -> tuple[int, int]:
     for quote in "\"'":
         inside = text[start:end].count(quote)
         before = start > 0 and text[start - 1] == quote
-        after = text[end:end + 1] == quote
+        after = text[end : end + 1] == quote
         if inside % 2 and after:
             end += 1
         elif inside % 2 and before:
@@ -131,13 +134,15 @@ def removal(text: str, occurrence: ArgOccurrence, expansion: Expansion | None = 
     """Remove a flag and its values; the whole line when nothing else is on it."""
     loc = locate((occurrence.flag,) + occurrence.values)
     if loc is None:
-        raise ScriptError(f"cannot remove {occurrence.name}: its text is computed by the script; "
-                          "remove it by hand")
+        raise ScriptError(
+            f"cannot remove {occurrence.name}: its text is computed by the script; "
+            "remove it by hand"
+        )
     if not occurrence.values:
         loc = Location(loc.start, _unset_references_after(text, loc.end, expansion), loc.path)
     loc = Location(*_with_quotes(text, loc.start, loc.end), loc.path)
     line_start, line_end = _line_bounds(text, loc.start, loc.end)
-    before, after = text[line_start:loc.start], text[loc.end:line_end]
+    before, after = text[line_start : loc.start], text[loc.end : line_end]
     continued = after.strip() == "\\"
     if not before.strip() and (continued or (not after.strip() and loc.path)):
         return Edit(line_start, min(line_end + 1, len(text)), "")
@@ -152,20 +157,30 @@ def removal(text: str, occurrence: ArgOccurrence, expansion: Expansion | None = 
     return Edit(start, loc.end, "")
 
 
-def value_edit(text: str, occurrence: ArgOccurrence, new_value: str, expansion: Expansion, *,
-               prefer_assignment: bool = False) -> Edit | None:
+def value_edit(
+    text: str,
+    occurrence: ArgOccurrence,
+    new_value: str,
+    expansion: Expansion,
+    *,
+    prefer_assignment: bool = False,
+) -> Edit | None:
     """Set the occurrence's value (its first value field); None when it already has it."""
     if occurrence.values and occurrence.value_text == new_value:
         return None
     if not occurrence.values:  # e.g. `--flag ${UNSET}`: give the flag its value right after it
         loc = locate((occurrence.flag,))
         if loc is None:
-            raise ScriptError(f"cannot give {occurrence.name} a value: it is computed by the script")
+            raise ScriptError(
+                f"cannot give {occurrence.name} a value: it is computed by the script"
+            )
         return Edit(loc.end, loc.end, " " + new_value)
     loc = value_location(occurrence.values[:1], expansion, prefer_assignment=prefer_assignment)
     if loc is None:
-        raise ScriptError(f"cannot change the value of {occurrence.name}: it is computed by the "
-                          "script; set it by hand")
+        raise ScriptError(
+            f"cannot change the value of {occurrence.name}: it is computed by the "
+            "script; set it by hand"
+        )
     return Edit(loc.start, loc.end, new_value)
 
 
@@ -173,13 +188,15 @@ def insertion(text: str, anchor: ArgOccurrence, flags: Sequence[str]) -> Edit:
     """Add `flags` (each "--flag [value]") right after the anchor argument, in its style."""
     loc = locate((anchor.flag,) + anchor.values)
     if loc is None:
-        raise ScriptError(f"cannot place new flags next to {anchor.name}: it is computed by the script")
+        raise ScriptError(
+            f"cannot place new flags next to {anchor.name}: it is computed by the script"
+        )
     loc = Location(*_with_quotes(text, loc.start, loc.end), loc.path)
     line_start, line_end = _line_bounds(text, loc.start, loc.end)
-    rest = text[loc.end:line_end].strip()
+    rest = text[loc.end : line_end].strip()
     line = text[line_start:line_end]
-    indent = line[:len(line) - len(line.lstrip(" \t"))]
-    own_line = not text[line_start:loc.start].strip()
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    own_line = not text[line_start : loc.start].strip()
     newline = "\r\n" if line.endswith("\r") else "\n"
     if own_line and rest == "\\":
         block = "".join(f"{indent}{flag} \\{newline}" for flag in flags)
@@ -194,8 +211,10 @@ def insertion_after_field(fld: Field, flags: Sequence[str]) -> Edit:
     """Add flags inline right after a field (the launcher or entry word)."""
     loc = locate((fld,))
     if loc is None:
-        raise ScriptError("cannot find where to add flags on the launch line; add them by hand: "
-                          + " ".join(flags))
+        raise ScriptError(
+            "cannot find where to add flags on the launch line; add them by hand: "
+            + " ".join(flags)
+        )
     return Edit(loc.end, loc.end, "".join(" " + flag for flag in flags))
 
 
@@ -208,11 +227,13 @@ def apply_edits(text: str, edits: Sequence[Edit]) -> str:
             unique[-1] = Edit(last.start, max(last.end, edit.end), "")  # overlapping deletions
         else:
             unique.append(edit)
-    for first, second in zip(unique, unique[1:]):
+    for first, second in itertools.pairwise(unique):
         if second.start < first.end:
-            raise ScriptError(f"conflicting edits at offset {second.start} of the script; "
-                              "two strategy flags share one piece of text: edit them by hand")
+            raise ScriptError(
+                f"conflicting edits at offset {second.start} of the script; "
+                "two strategy flags share one piece of text: edit them by hand"
+            )
     out = text
     for edit in reversed(unique):
-        out = out[:edit.start] + edit.text + out[edit.end:]
+        out = out[: edit.start] + edit.text + out[edit.end :]
     return out

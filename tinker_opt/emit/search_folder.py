@@ -8,9 +8,10 @@ without a script: a finished search never fails on one row.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tinker_opt.config import SearchSettings
 from tinker_opt.emit.noop_layers import strategy_to_write
@@ -41,57 +42,115 @@ class SearchRun:
         """summary.json `inputs`."""
         s, cluster = self.settings, self.cluster
         return {
-            "profiled_data_path": self.profiled_path, "profile_notes": list(self.profile_notes),
+            "profiled_data_path": self.profiled_path,
+            "profile_notes": list(self.profile_notes),
             "script_path": str(Path(self.script_path).resolve()) if self.script_path else None,
-            "model": self.model.to_dict(), "global_batch_size": s.global_batch_size,
-            "num_nodes": cluster.num_nodes, "num_npus_per_node": cluster.devices_per_node,
-            "memory_limit_mb": cluster.memory_limit_mb, "solver": s.solver, "time_limit_s": s.time_limit,
-            "cpus": s.cpus, "top_k": s.top_k, "headroom_pct": s.headroom, "hardware": s.hardware,
+            "model": self.model.to_dict(),
+            "global_batch_size": s.global_batch_size,
+            "num_nodes": cluster.num_nodes,
+            "num_npus_per_node": cluster.devices_per_node,
+            "memory_limit_mb": cluster.memory_limit_mb,
+            "solver": s.solver,
+            "time_limit_s": s.time_limit,
+            "cpus": s.cpus,
+            "top_k": s.top_k,
+            "headroom_pct": s.headroom,
+            "hardware": s.hardware,
             "inter_node_bandwidth_gbs": s.inter_node_bandwidth,
         }
 
 
-def write_infeasible_folder(run: SearchRun, message: str, warnings: list[str], log_lines: list[str]) -> Path:
+def write_infeasible_folder(
+    run: SearchRun, message: str, warnings: list[str], log_lines: list[str]
+) -> Path:
     """The results folder of a search where nothing fits: summary.json status `infeasible`."""
     report = SearchReport(
-        labels=run.labels, inputs=run.inputs(), solver=run.settings.solver, status="infeasible", gap=None,
-        solve_time_s=0.0, objective_ms=None, bound_ms=None, top=[], warnings=warnings, log_lines=log_lines,
-        message=message)
+        labels=run.labels,
+        inputs=run.inputs(),
+        solver=run.settings.solver,
+        status="infeasible",
+        gap=None,
+        solve_time_s=0.0,
+        objective_ms=None,
+        bound_ms=None,
+        top=[],
+        warnings=warnings,
+        log_lines=log_lines,
+        message=message,
+    )
     return write_results_folder(report, Path(run.settings.output_dir), write_script=None)
 
 
-def write_search_folder(run: SearchRun, result, chosen, warnings: list[str], log: Log,
-                        log_lines: list[str]) -> tuple[Path, list[str]]:
+def write_search_folder(
+    run: SearchRun, result, chosen, warnings: list[str], log: Log, log_lines: list[str]
+) -> tuple[Path, list[str]]:
     """The results folder of a finished search (`result` of solve.search, `chosen` of
     emit.picks.choices); returns it and the warnings, the rows the writer refused added."""
     warnings = list(warnings)
     report = SearchReport(
-        labels=run.labels, inputs=run.inputs(), solver=result.solver, status=result.status, gap=result.gap,
-        solve_time_s=result.solve_time_s, objective_ms=result.objective_ms, bound_ms=result.bound_ms,
-        top=chosen.top, warnings=warnings, log_lines=log_lines, current=chosen.current, picks=chosen.picks,
-        pick_titles=chosen.pick_titles, picks_missing=chosen.picks_missing, pareto=chosen.pareto,
-        evaluated=chosen.evaluated, folded=chosen.folded)
-    writer = script_writer(run.info, run.cluster, run.version, log, warnings, run.settings.global_batch_size) \
-        if run.info is not None else None
+        labels=run.labels,
+        inputs=run.inputs(),
+        solver=result.solver,
+        status=result.status,
+        gap=result.gap,
+        solve_time_s=result.solve_time_s,
+        objective_ms=result.objective_ms,
+        bound_ms=result.bound_ms,
+        top=chosen.top,
+        warnings=warnings,
+        log_lines=log_lines,
+        current=chosen.current,
+        picks=chosen.picks,
+        pick_titles=chosen.pick_titles,
+        picks_missing=chosen.picks_missing,
+        pareto=chosen.pareto,
+        evaluated=chosen.evaluated,
+        folded=chosen.folded,
+    )
+    writer = (
+        script_writer(
+            run.info, run.cluster, run.version, log, warnings, run.settings.global_batch_size
+        )
+        if run.info is not None
+        else None
+    )
     if writer is None:
-        log("no launch script known for this profile: configs/ stays empty (pass the script positionally)")
-    return write_results_folder(report, Path(run.settings.output_dir), write_script=writer), warnings
+        log(
+            "no launch script known for this profile: configs/ stays empty (pass the script positionally)"
+        )
+    return write_results_folder(
+        report, Path(run.settings.output_dir), write_script=writer
+    ), warnings
 
 
-def script_writer(info, cluster: ClusterSpec, version: str | None, log: Log, warnings: list[str],
-                  global_batch_size: int):
+def script_writer(
+    info,
+    cluster: ClusterSpec,
+    version: str | None,
+    log: Log,
+    warnings: list[str],
+    global_batch_size: int,
+):
     """The results folder's ScriptWriter (emit/results.py) for this script; refused rows are logged
     and appended to `warnings`."""
     from tinker_opt.emit.script_writer import apply_strategy
 
-    def write(rank: int | str, evaluation: dict[str, Any], header: list[str], name: str) -> str | dict[str, str] | None:
+    def write(
+        rank: int | str, evaluation: dict[str, Any], header: list[str], name: str
+    ) -> str | dict[str, str] | None:
         row = f"{'rank' if isinstance(rank, int) else 'pick'} {rank}"
         try:
             strategy = strategy_to_write(evaluation, info)
             if info.fsdp2 is not None:
                 return _fsdp2_files(info, strategy, cluster, global_batch_size, header, name)
-            applied = apply_strategy(info.text, strategy, nnodes=cluster.num_nodes,
-                                     nproc_per_node=cluster.devices_per_node, version=version, header=header)
+            applied = apply_strategy(
+                info.text,
+                strategy,
+                nnodes=cluster.num_nodes,
+                nproc_per_node=cluster.devices_per_node,
+                version=version,
+                header=header,
+            )
         except TinkerError as exc:
             message = f"{row}: no tuned script written: {exc}"
             log(message)
@@ -104,12 +163,25 @@ def script_writer(info, cluster: ClusterSpec, version: str | None, log: Log, war
     return write
 
 
-def _fsdp2_files(info, strategy: Strategy, cluster: ClusterSpec, global_batch_size: int, header: list[str],
-                 name: str) -> dict[str, str]:
+def _fsdp2_files(
+    info,
+    strategy: Strategy,
+    cluster: ClusterSpec,
+    global_batch_size: int,
+    header: list[str],
+    name: str,
+) -> dict[str, str]:
     """A tuned FSDP2 launch and its YAML copy, named by file name beside it."""
     from tinker_opt.emit.fsdp2_writer import apply_fsdp2
 
     yaml_name = Path(name).with_suffix(".yaml").name
-    applied = apply_fsdp2(info, strategy, nnodes=cluster.num_nodes, nproc_per_node=cluster.devices_per_node,
-                          yaml_reference=yaml_name, global_batch_size=global_batch_size, header=header)
+    applied = apply_fsdp2(
+        info,
+        strategy,
+        nnodes=cluster.num_nodes,
+        nproc_per_node=cluster.devices_per_node,
+        yaml_reference=yaml_name,
+        global_batch_size=global_batch_size,
+        header=header,
+    )
     return {name: applied.text, yaml_name: applied.yaml_text}

@@ -12,32 +12,63 @@ from tinker_opt.emit import script_edit
 from tinker_opt.emit.expressible import overlap_flag
 from tinker_opt.emit.script_edit import Edit
 from tinker_opt.errors import StrategyError
-from tinker_opt.strategy import Strategy
 from tinker_opt.script import versions
 from tinker_opt.script.launch import ArgOccurrence
 from tinker_opt.script.reader import ScriptInfo
-from tinker_opt.script.strategy_args import (DEFAULT_CP_ALGO, OVERLAP_FLAGS, SHARDING_FLAG, SHARDING_STRATEGIES,
-                                             VPP_LAYERS_FLAG, VPP_SIZE_FLAGS, ZERO_STAGE_FLAG, zero_backend)
+from tinker_opt.script.strategy_args import (
+    DEFAULT_CP_ALGO,
+    OVERLAP_FLAGS,
+    SHARDING_FLAG,
+    SHARDING_STRATEGIES,
+    VPP_LAYERS_FLAG,
+    VPP_SIZE_FLAGS,
+    ZERO_STAGE_FLAG,
+    zero_backend,
+)
+from tinker_opt.strategy import Strategy
 
-CP_RING_ONLY = ("--use-cp-send-recv-overlap", "--cp-attention-mask-type", "--cp-window-size",
-                "--use-fused-ring-attention-update")
+CP_RING_ONLY = (
+    "--use-cp-send-recv-overlap",
+    "--cp-attention-mask-type",
+    "--cp-window-size",
+    "--use-fused-ring-attention-update",
+)
 CP_ULYSSES_ONLY = ("--kv-head-repeat-before-uly-alltoall",)
-CP_ADAPTIVE_ONLY = ("--adaptive-cp-dynamic-attn-mask", "--adaptive-cp-only-reschedule",
-                    "--adaptive-cp-manually-set-mask-list")
-CP_COMPANIONS = CP_RING_ONLY + CP_ULYSSES_ONLY + CP_ADAPTIVE_ONLY + (
-    "--ulysses-degree-in-cp", "--cp-comm-type", "--hierarchical-context-parallel-sizes")
-RECOMPUTE_FULL_ONLY = ("--recompute-method", "--recompute-num-layers",
-                       "--enable-recompute-layers-per-pp-rank")
-RECOMPUTE_OWNED = ("--recompute-granularity", "--recompute-activations", "--recompute-modules",
-                   *RECOMPUTE_FULL_ONLY)
+CP_ADAPTIVE_ONLY = (
+    "--adaptive-cp-dynamic-attn-mask",
+    "--adaptive-cp-only-reschedule",
+    "--adaptive-cp-manually-set-mask-list",
+)
+CP_COMPANIONS = (
+    CP_RING_ONLY
+    + CP_ULYSSES_ONLY
+    + CP_ADAPTIVE_ONLY
+    + ("--ulysses-degree-in-cp", "--cp-comm-type", "--hierarchical-context-parallel-sizes")
+)
+RECOMPUTE_FULL_ONLY = (
+    "--recompute-method",
+    "--recompute-num-layers",
+    "--enable-recompute-layers-per-pp-rank",
+)
+RECOMPUTE_OWNED = (
+    "--recompute-granularity",
+    "--recompute-activations",
+    "--recompute-modules",
+    *RECOMPUTE_FULL_ONLY,
+)
 """What the strategy's recompute knob owns; MindSpeed's extra memory features
 (`--recompute-activation-function`, `--recompute-norm`, `--swap-attention`, ...) stay as written."""
 DIST_OPT_COMPANIONS = ("--overlap-param-gather", "--overlap-param-gather-with-optimizer-step")
 TP_OVERLAP_COMPANIONS = ("--tp-comm-overlap-cfg",)
 _ANCHORS = {
-    "parallel": ("--pipeline-model-parallel-size", "--tensor-model-parallel-size",
-                 "--context-parallel-size", "--sequence-parallel", "--micro-batch-size",
-                 "--num-layers"),
+    "parallel": (
+        "--pipeline-model-parallel-size",
+        "--tensor-model-parallel-size",
+        "--context-parallel-size",
+        "--sequence-parallel",
+        "--micro-batch-size",
+        "--num-layers",
+    ),
     "moe": ("--expert-model-parallel-size", "--expert-tensor-parallel-size", "--num-experts"),
     "recompute": ("--recompute-granularity", "--recompute-activations"),
 }
@@ -51,7 +82,9 @@ class _Plan:
         self.removed: set[int] = set()
         self.additions: dict[str, list[str]] = {}
 
-    def value(self, flag: str, value: object, *, default: object = None, group: str = "parallel") -> None:
+    def value(
+        self, flag: str, value: object, *, default: object = None, group: str = "parallel"
+    ) -> None:
         found = self.launch.occurrences(flag)
         for occurrence in found:
             edit = script_edit.value_edit(self.text, occurrence, str(value), self.info.expansion)
@@ -75,8 +108,10 @@ class _Plan:
     def _add(self, group: str, flag_text: str) -> None:
         flag = flag_text.split()[0]
         if not versions.flag_allowed(flag, self.vr):
-            raise StrategyError(f"the strategy needs {flag}, which {self.vr.label} lacks; "
-                                "choose a strategy without it or pass a newer --version")
+            raise StrategyError(
+                f"the strategy needs {flag}, which {self.vr.label} lacks; "
+                "choose a strategy without it or pass a newer --version"
+            )
         self.additions.setdefault(group, []).append(flag_text)
 
     def _anchor(self, group: str) -> ArgOccurrence | None:
@@ -115,8 +150,11 @@ def _context_parallel(plan: _Plan, s: Strategy) -> None:
         plan.remove(*CP_ADAPTIVE_ONLY)
     if algo == "hybrid_cp_algo":
         current = plan.launch.value("--ulysses-degree-in-cp")
-        degree = int(current) if current and current.isdigit() and s.cp % int(current) == 0 else \
-            (2 if s.cp % 2 == 0 else s.cp)  # ulysses x ring = cp
+        degree = (
+            int(current)
+            if current and current.isdigit() and s.cp % int(current) == 0
+            else (2 if s.cp % 2 == 0 else s.cp)
+        )  # ulysses x ring = cp
         plan.value("--ulysses-degree-in-cp", degree)
     else:
         plan.remove("--ulysses-degree-in-cp")
@@ -183,10 +221,13 @@ def _recompute(plan: _Plan, s: Strategy) -> None:
 def _zero(plan: _Plan, s: Strategy) -> None:
     """The distributed optimizer, or the ZeRO stage of DeepSpeed / Megatron-FSDP scripts."""
     backend = zero_backend(plan.launch)
-    if backend == "deepspeed":  # the stage variable also feeds the JSON config: change it at its assignment
+    if (
+        backend == "deepspeed"
+    ):  # the stage variable also feeds the JSON config: change it at its assignment
         for occurrence in plan.launch.occurrences(ZERO_STAGE_FLAG):
-            edit = script_edit.value_edit(plan.text, occurrence, str(s.zero), plan.info.expansion,
-                                          prefer_assignment=True)
+            edit = script_edit.value_edit(
+                plan.text, occurrence, str(s.zero), plan.info.expansion, prefer_assignment=True
+            )
             if edit is not None:
                 plan.edits.append(edit)
         return
@@ -208,8 +249,9 @@ def _overlaps(plan: _Plan, s: Strategy) -> None:
             plan.remove(*flags, *(TP_OVERLAP_COMPANIONS if key == "tp_comm_overlap" else ()))
 
 
-def plan_strategy_edits(text: str, info: ScriptInfo, s: Strategy,
-                        vr: versions.VersionRange) -> list[Edit]:
+def plan_strategy_edits(
+    text: str, info: ScriptInfo, s: Strategy, vr: versions.VersionRange
+) -> list[Edit]:
     """Edits that make the script run the (expressible) strategy `s`."""
     plan = _Plan(text, info, vr)
     plan.value("--tensor-model-parallel-size", s.tp, default=1)

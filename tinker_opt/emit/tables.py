@@ -18,16 +18,26 @@ def _short(evaluation: dict[str, Any]) -> str:
     return Strategy.from_dict(evaluation["strategy"]).replace(num_layer_list=None).label()
 
 
-def strategies_table(evaluations: Sequence[dict[str, Any]], title: str, *, current: dict[str, Any] | None = None,
-                     folded: int = 0) -> Table:
+def strategies_table(
+    evaluations: Sequence[dict[str, Any]],
+    title: str,
+    *,
+    current: dict[str, Any] | None = None,
+    folded: int = 0,
+) -> Table:
     """One row per strategy: its short label, the layer split and the modelled figures; the
     script's own strategy (`current`: an Evaluation or {"error": ...}) as a last row of its own.
 
     Fits an 80-column terminal with labels up to about 50 characters: the label never wraps
     (no_wrap), the layer split folds, light borders; tokens/s per device is in results.csv."""
-    caption = (f"{folded} near-copies folded (same layout, slower, < {FOLD_MEMORY_SHARE:.0%} less memory)"
-               if folded else None)
-    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0))
+    caption = (
+        f"{folded} near-copies folded (same layout, slower, < {FOLD_MEMORY_SHARE:.0%} less memory)"
+        if folded
+        else None
+    )
+    table = Table(
+        title=title, caption=caption, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0)
+    )
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("strategy", justify="left", no_wrap=True)
     table.add_column("layers", justify="left", overflow="fold")
@@ -45,8 +55,12 @@ def strategies_table(evaluations: Sequence[dict[str, Any]], title: str, *, curre
 
 
 def _cells(evaluation: dict[str, Any]) -> list[str]:
-    return [_short(evaluation), ",".join(str(st["layers"]) for st in evaluation["stages"]),
-            f"{evaluation['iteration_time_ms']:.1f}", f"{evaluation['peak_memory_mb']:.0f}"]
+    return [
+        _short(evaluation),
+        ",".join(str(st["layers"]) for st in evaluation["stages"]),
+        f"{evaluation['iteration_time_ms']:.1f}",
+        f"{evaluation['peak_memory_mb']:.0f}",
+    ]
 
 
 PICK_SHORT = {"keeps_checkpoint": "checkpoint", "no_pipeline": "no pp"}
@@ -55,16 +69,25 @@ PICK_SHORT = {"keeps_checkpoint": "checkpoint", "no_pipeline": "no pp"}
 
 def picks_table(picks: dict[str, dict[str, Any]], titles: dict[str, str]) -> Table:
     """The named picks with short names; the caption says what each means (80 columns)."""
-    caption = "; ".join(f"{PICK_SHORT.get(name, name)}: {titles[name]}" for name in picks
-                        if name in titles and name != "fastest")
-    table = Table(title="picks", caption=caption or None, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0))
+    caption = "; ".join(
+        f"{PICK_SHORT.get(name, name)}: {titles[name]}"
+        for name in picks
+        if name in titles and name != "fastest"
+    )
+    table = Table(
+        title="picks", caption=caption or None, box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0)
+    )
     table.add_column("pick", justify="left", no_wrap=True)
     table.add_column("strategy", justify="left", no_wrap=True)
     for column in ("time ms", "mem MB"):
         table.add_column(column, justify="right", no_wrap=True)
     for name, evaluation in picks.items():
-        table.add_row(PICK_SHORT.get(name, name), _short(evaluation), f"{evaluation['iteration_time_ms']:.1f}",
-                      f"{evaluation['peak_memory_mb']:.0f}")
+        table.add_row(
+            PICK_SHORT.get(name, name),
+            _short(evaluation),
+            f"{evaluation['iteration_time_ms']:.1f}",
+            f"{evaluation['peak_memory_mb']:.0f}",
+        )
     return table
 
 
@@ -79,7 +102,9 @@ def current_line(best: dict[str, Any] | None, current: dict[str, Any] | None) ->
 
 def search_summary(outcome: Any, title: str) -> Group:
     """What `search` and `all` print: the ranking with the script's own row, the picks, the comparison."""
-    parts: list[Any] = [strategies_table(outcome.top, title, current=outcome.current, folded=outcome.folded)]
+    parts: list[Any] = [
+        strategies_table(outcome.top, title, current=outcome.current, folded=outcome.folded)
+    ]
     if outcome.picks:
         parts.append(picks_table(outcome.picks, outcome.pick_titles))
     comparison = current_line(outcome.top[0] if outcome.top else None, outcome.current)
@@ -88,15 +113,25 @@ def search_summary(outcome: Any, title: str) -> Group:
     return Group(*parts)
 
 
-STAGE_COLUMNS = (("stage", "stage", "{:d}"), ("layers", "layers", "{:d}"), ("recompute_layers", "rc", "{:d}"),
-                 ("time_ms", "time ms", "{:.1f}"), ("compute_ms", "compute ms", "{:.1f}"),
-                 ("comm_ms", "comm ms", "{:.1f}"), ("comm_hidden_ms", "hidden ms", "{:.1f}"),
-                 ("sync_ms", "sync ms", "{:.1f}"), ("sync_hidden_ms", "sync hidden ms", "{:.1f}"),
-                 ("memory_mb", "memory MB", "{:.0f}"),
-                 ("weights_mb", "weights MB", "{:.0f}"), ("gradients_mb", "grads MB", "{:.0f}"),
-                 ("optimizer_mb", "optim MB", "{:.0f}"), ("activations_mb", "activ MB", "{:.0f}"),
-                 ("transient_mb", "transient MB", "{:.0f}"), ("recompute_work_mb", "rc work MB", "{:.0f}"),
-                 ("attention_mask_mb", "mask MB", "{:.0f}"))
+STAGE_COLUMNS = (
+    ("stage", "stage", "{:d}"),
+    ("layers", "layers", "{:d}"),
+    ("recompute_layers", "rc", "{:d}"),
+    ("time_ms", "time ms", "{:.1f}"),
+    ("compute_ms", "compute ms", "{:.1f}"),
+    ("comm_ms", "comm ms", "{:.1f}"),
+    ("comm_hidden_ms", "hidden ms", "{:.1f}"),
+    ("sync_ms", "sync ms", "{:.1f}"),
+    ("sync_hidden_ms", "sync hidden ms", "{:.1f}"),
+    ("memory_mb", "memory MB", "{:.0f}"),
+    ("weights_mb", "weights MB", "{:.0f}"),
+    ("gradients_mb", "grads MB", "{:.0f}"),
+    ("optimizer_mb", "optim MB", "{:.0f}"),
+    ("activations_mb", "activ MB", "{:.0f}"),
+    ("transient_mb", "transient MB", "{:.0f}"),
+    ("recompute_work_mb", "rc work MB", "{:.0f}"),
+    ("attention_mask_mb", "mask MB", "{:.0f}"),
+)
 """(Evaluation stage key, column title, format) of the `simulate --detail` table. Communication per
 micro-batch: `comm ms` exposed (in `time ms`), `hidden ms` hidden behind compute; gradient sync
 per iteration: `sync ms` exposed, `sync hidden ms` hidden (costs/overlap.py)."""
@@ -114,9 +149,14 @@ def stages_table(evaluation: dict[str, Any]) -> Table:
 
 def breakdown_line(evaluation: dict[str, Any]) -> str:
     """Iteration time by term, peak memory and whether the figures are interpolated."""
-    parts = ", ".join(f"{key.removesuffix('_ms')} {value:.1f}" for key, value in evaluation["time_breakdown_ms"].items())
+    parts = ", ".join(
+        f"{key.removesuffix('_ms')} {value:.1f}"
+        for key, value in evaluation["time_breakdown_ms"].items()
+    )
     estimated = "; estimated (micro-batch interpolated)" if evaluation.get("estimated") else ""
     inside = evaluation.get("in_block_times") or []
     included = f"; not added, in the profiled block times: {', '.join(inside)}" if inside else ""
-    return (f"iteration {evaluation['iteration_time_ms']:.3f} ms ({parts} ms); peak "
-            f"{evaluation['peak_memory_mb']:.0f} MB{estimated}{included}")
+    return (
+        f"iteration {evaluation['iteration_time_ms']:.3f} ms ({parts} ms); peak "
+        f"{evaluation['peak_memory_mb']:.0f} MB{estimated}{included}"
+    )

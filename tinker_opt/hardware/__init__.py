@@ -34,8 +34,15 @@ from tinker_opt.comm_cost import COMM_OPS, collective_time_us
 from tinker_opt.errors import ConfigError
 from tinker_opt.hardware.efficiency import DeviceEfficiency, EfficiencyCurve
 
-__all__ = ["DeviceEfficiency", "EfficiencyCurve", "HardwareSpec", "LinkSpec", "comm_table",
-           "load_hardware", "shipped_hardware"]
+__all__ = [
+    "DeviceEfficiency",
+    "EfficiencyCurve",
+    "HardwareSpec",
+    "LinkSpec",
+    "comm_table",
+    "load_hardware",
+    "shipped_hardware",
+]
 
 HARDWARE_DIR = Path(__file__).parent
 DEFAULT_HOST_LINK_GBS = 25.0
@@ -55,7 +62,9 @@ class LinkSpec:
 
     def __post_init__(self) -> None:
         if self.bandwidth_gbs <= 0 or self.latency_us < 0:
-            raise ConfigError(f"link bandwidth must be > 0 and latency >= 0, got {self.bandwidth_gbs}, {self.latency_us}")
+            raise ConfigError(
+                f"link bandwidth must be > 0 and latency >= 0, got {self.bandwidth_gbs}, {self.latency_us}"
+            )
 
 
 @dataclass(frozen=True)
@@ -78,32 +87,54 @@ class HardwareSpec:
     def __post_init__(self) -> None:
         if isinstance(self.efficiency, dict):  # accept the JSON form as well
             object.__setattr__(self, "efficiency", DeviceEfficiency.from_dict(self.efficiency))
-        if self.memory_bandwidth_gbs <= 0 or not self.peak_tflops or min(self.peak_tflops.values()) <= 0:
+        if (
+            self.memory_bandwidth_gbs <= 0
+            or not self.peak_tflops
+            or min(self.peak_tflops.values()) <= 0
+        ):
             raise ConfigError(
                 f"hardware '{self.name}' needs memory_bandwidth_gbs > 0 and positive peak_tflops, got "
-                f"{self.memory_bandwidth_gbs} and {self.peak_tflops}")
+                f"{self.memory_bandwidth_gbs} and {self.peak_tflops}"
+            )
         if self.host_link_gbs <= 0:
-            raise ConfigError(f"hardware '{self.name}' needs host_link_gbs > 0, got {self.host_link_gbs}")
+            raise ConfigError(
+                f"hardware '{self.name}' needs host_link_gbs > 0, got {self.host_link_gbs}"
+            )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], origin: str = "hardware file") -> "HardwareSpec":
-        required = ("name", "devices_per_node", "memory_gb", "peak_tflops", "memory_bandwidth_gbs",
-                    "intra_node", "inter_node")
+    def from_dict(cls, data: dict[str, Any], origin: str = "hardware file") -> HardwareSpec:
+        required = (
+            "name",
+            "devices_per_node",
+            "memory_gb",
+            "peak_tflops",
+            "memory_bandwidth_gbs",
+            "intra_node",
+            "inter_node",
+        )
         missing = [key for key in required if key not in data]
         if missing:
-            raise ConfigError(f"{origin} lacks key(s) {missing}; see the schema in tinker_opt/hardware/__init__.py")
+            raise ConfigError(
+                f"{origin} lacks key(s) {missing}; see the schema in tinker_opt/hardware/__init__.py"
+            )
         try:
             return cls(
-                name=str(data["name"]), devices_per_node=int(data["devices_per_node"]),
-                memory_gb=float(data["memory_gb"]), peak_tflops={k: float(v) for k, v in data["peak_tflops"].items()},
+                name=str(data["name"]),
+                devices_per_node=int(data["devices_per_node"]),
+                memory_gb=float(data["memory_gb"]),
+                peak_tflops={k: float(v) for k, v in data["peak_tflops"].items()},
                 memory_bandwidth_gbs=float(data["memory_bandwidth_gbs"]),
-                intra_node=LinkSpec(**data["intra_node"]), inter_node=LinkSpec(**data["inter_node"]),
+                intra_node=LinkSpec(**data["intra_node"]),
+                inter_node=LinkSpec(**data["inter_node"]),
                 efficiency=DeviceEfficiency.from_dict(data.get("efficiency", {}), origin),
                 host_link_gbs=float(data.get("host_link_gbs", DEFAULT_HOST_LINK_GBS)),
                 sources=list(data.get("sources", [])),
-                assumptions=list(data.get("assumptions", [])))
+                assumptions=list(data.get("assumptions", [])),
+            )
         except (TypeError, ValueError, AttributeError) as exc:
-            raise ConfigError(f"{origin} has a malformed entry ({exc}); see the schema in tinker_opt/hardware/__init__.py") from None
+            raise ConfigError(
+                f"{origin} has a malformed entry ({exc}); see the schema in tinker_opt/hardware/__init__.py"
+            ) from None
 
     def link(self, scope: str) -> LinkSpec:
         return self.intra_node if scope == "intra_node" else self.inter_node
@@ -126,12 +157,18 @@ class HardwareSpec:
     def to_dict(self) -> dict[str, Any]:
         """The JSON form `load_hardware` reads back."""
         return {
-            "name": self.name, "devices_per_node": self.devices_per_node, "memory_gb": self.memory_gb,
-            "peak_tflops": dict(self.peak_tflops), "memory_bandwidth_gbs": self.memory_bandwidth_gbs,
+            "name": self.name,
+            "devices_per_node": self.devices_per_node,
+            "memory_gb": self.memory_gb,
+            "peak_tflops": dict(self.peak_tflops),
+            "memory_bandwidth_gbs": self.memory_bandwidth_gbs,
             "host_link_gbs": self.host_link_gbs,
-            "intra_node": dataclasses.asdict(self.intra_node), "inter_node": dataclasses.asdict(self.inter_node),
-            "efficiency": self.efficiency.to_dict(), "sources": list(self.sources),
-            "assumptions": list(self.assumptions)}
+            "intra_node": dataclasses.asdict(self.intra_node),
+            "inter_node": dataclasses.asdict(self.inter_node),
+            "efficiency": self.efficiency.to_dict(),
+            "sources": list(self.sources),
+            "assumptions": list(self.assumptions),
+        }
 
 
 def shipped_hardware() -> list[str]:
@@ -145,16 +182,21 @@ def load_hardware(name_or_path: str | Path) -> HardwareSpec:
     if not path.exists():
         path = HARDWARE_DIR / f"{name_or_path}.json"
     if not path.exists():
-        raise ConfigError(f"unknown hardware '{name_or_path}': not a file and not one of {shipped_hardware()}")
+        raise ConfigError(
+            f"unknown hardware '{name_or_path}': not a file and not one of {shipped_hardware()}"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"hardware file {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise ConfigError(
+            f"hardware file {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
+        ) from None
     return HardwareSpec.from_dict(data, origin=f"hardware file {path}")
 
 
-def comm_table(hardware: HardwareSpec, *, max_group_size: int,
-               sizes: tuple[int, ...] = DEFAULT_COMM_SIZES) -> pd.DataFrame:
+def comm_table(
+    hardware: HardwareSpec, *, max_group_size: int, sizes: tuple[int, ...] = DEFAULT_COMM_SIZES
+) -> pd.DataFrame:
     """comm.csv rows (op, group_size, scope, bytes, time_us) computed from the description.
 
     Inter-node rows for every group size up to max_group_size (tensor, data or expert groups
@@ -166,9 +208,13 @@ def comm_table(hardware: HardwareSpec, *, max_group_size: int,
         if scope == "intra_node":
             largest = min(largest, max(hardware.devices_per_node, 2))
         for op in COMM_OPS:
-            groups = [2] if op == "send_recv" else [g for g in (2, 4, 8, 16, 32, 64) if g <= largest]
+            groups = (
+                [2] if op == "send_recv" else [g for g in (2, 4, 8, 16, 32, 64) if g <= largest]
+            )
             for group in groups:
                 for nbytes in sizes:
-                    time_us = collective_time_us(op, group, nbytes, link.bandwidth_gbs, link.latency_us)
+                    time_us = collective_time_us(
+                        op, group, nbytes, link.bandwidth_gbs, link.latency_us
+                    )
                     rows.append((op, group, scope, nbytes, round(time_us, 3)))
     return pd.DataFrame(rows, columns=["op", "group_size", "scope", "bytes", "time_us"])

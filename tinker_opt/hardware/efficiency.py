@@ -44,16 +44,22 @@ class EfficiencyCurve:
         if not 0 < self.max_efficiency <= 1 or self.half_size < 0:
             raise ConfigError(
                 f"efficiency curve needs 0 < max_efficiency <= 1 and half_size >= 0, got "
-                f"{self.max_efficiency}, {self.half_size}")
+                f"{self.max_efficiency}, {self.half_size}"
+            )
         for size, eff in self.points:
             if size <= 0 or not 0 < eff <= 1:
-                raise ConfigError(f"efficiency point ({size}, {eff}) needs size > 0 and 0 < efficiency <= 1")
+                raise ConfigError(
+                    f"efficiency point ({size}, {eff}) needs size > 0 and 0 < efficiency <= 1"
+                )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "EfficiencyCurve":
+    def from_dict(cls, data: dict[str, Any]) -> EfficiencyCurve:
         points = tuple(sorted((float(s), float(e)) for s, e in data.get("points", ())))
-        return cls(max_efficiency=float(data.get("max_efficiency", 1.0)),
-                   half_size=float(data.get("half_size", 0.0)), points=points)
+        return cls(
+            max_efficiency=float(data.get("max_efficiency", 1.0)),
+            half_size=float(data.get("half_size", 0.0)),
+            points=points,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         if self.points:
@@ -64,7 +70,7 @@ class EfficiencyCurve:
         """Efficiency at the given op size(s); sizes <= 0 get the smallest efficiency of the curve."""
         x = np.maximum(np.asarray(size, dtype=float), 1e-30)
         if self.points:
-            sizes, effs = zip(*self.points)
+            sizes, effs = zip(*self.points, strict=True)
             return np.interp(np.log10(x), np.log10(sizes), effs)
         # max * x / (x + half), written so that each rounded step is monotone in x
         return self.max_efficiency / (1.0 + self.half_size / x)
@@ -102,18 +108,29 @@ class DeviceEfficiency:
     """Where the parameters come from (fit data, residuals) or that they are assumed."""
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], origin: str = "hardware file") -> "DeviceEfficiency":
+    def from_dict(cls, data: dict[str, Any], origin: str = "hardware file") -> DeviceEfficiency:
         unknown = sorted(set(data) - {"matmul", "memory", "fuse_elementwise", "notes"})
         if unknown:
-            raise ConfigError(f"{origin}: unknown efficiency key(s) {unknown}; expected matmul, memory, "
-                              "fuse_elementwise, notes")
+            raise ConfigError(
+                f"{origin}: unknown efficiency key(s) {unknown}; expected matmul, memory, "
+                "fuse_elementwise, notes"
+            )
         defaults = cls()
         return cls(
-            matmul=EfficiencyCurve.from_dict(data["matmul"]) if "matmul" in data else defaults.matmul,
-            memory=EfficiencyCurve.from_dict(data["memory"]) if "memory" in data else defaults.memory,
+            matmul=EfficiencyCurve.from_dict(data["matmul"])
+            if "matmul" in data
+            else defaults.matmul,
+            memory=EfficiencyCurve.from_dict(data["memory"])
+            if "memory" in data
+            else defaults.memory,
             fuse_elementwise=bool(data.get("fuse_elementwise", defaults.fuse_elementwise)),
-            notes=tuple(str(n) for n in data.get("notes", ())))
+            notes=tuple(str(n) for n in data.get("notes", ())),
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"matmul": self.matmul.to_dict(), "memory": self.memory.to_dict(),
-                "fuse_elementwise": self.fuse_elementwise, "notes": list(self.notes)}
+        return {
+            "matmul": self.matmul.to_dict(),
+            "memory": self.memory.to_dict(),
+            "fuse_elementwise": self.fuse_elementwise,
+            "notes": list(self.notes),
+        }

@@ -18,8 +18,8 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -60,7 +60,11 @@ def bounded_lstsq(a: np.ndarray, b: np.ndarray, lower: np.ndarray) -> np.ndarray
         x = lower.copy()
         free = [i for i in range(n) if not active[i]]
         if free:
-            rhs = b - a[:, [i for i in range(n) if active[i]]] @ lower[[i for i in range(n) if active[i]]]
+            rhs = (
+                b
+                - a[:, [i for i in range(n) if active[i]]]
+                @ lower[[i for i in range(n) if active[i]]]
+            )
             x[free] = np.linalg.lstsq(a[:, free], rhs, rcond=None)[0]
         if np.all(x >= lower - 1e-12):
             cost = float(np.sum((a @ x - b) ** 2))
@@ -70,62 +74,105 @@ def bounded_lstsq(a: np.ndarray, b: np.ndarray, lower: np.ndarray) -> np.ndarray
 
 
 def _curves(u: np.ndarray) -> tuple[EfficiencyCurve, EfficiencyCurve]:
-    return (EfficiencyCurve(max_efficiency=float(1 / u[0]), half_size=float(u[1] / u[0])),
-            EfficiencyCurve(max_efficiency=float(1 / u[2]), half_size=float(u[3] / u[2])))
+    return (
+        EfficiencyCurve(max_efficiency=float(1 / u[0]), half_size=float(u[1] / u[0])),
+        EfficiencyCurve(max_efficiency=float(1 / u[2]), half_size=float(u[3] / u[2])),
+    )
 
 
-def _design_row(s: TimedOps, matmul: EfficiencyCurve, memory: EfficiencyCurve, bw: float) -> np.ndarray:
+def _design_row(
+    s: TimedOps, matmul: EfficiencyCurve, memory: EfficiencyCurve, bw: float
+) -> np.ndarray:
     compute = matmul.time_us(s.flops, s.peak_flops_per_us)
     mem = memory.time_us(s.bytes_moved, bw)
     is_c = (compute >= mem) & (s.flops > 0)
     is_m = ~is_c & (s.bytes_moved > 0)
-    return np.array([np.sum(s.flops[is_c] / s.peak_flops_per_us[is_c]), np.sum(1 / s.peak_flops_per_us[is_c]),
-                     np.sum(s.bytes_moved[is_m]) / bw, np.sum(is_m) / bw])
+    return np.array(
+        [
+            np.sum(s.flops[is_c] / s.peak_flops_per_us[is_c]),
+            np.sum(1 / s.peak_flops_per_us[is_c]),
+            np.sum(s.bytes_moved[is_m]) / bw,
+            np.sum(is_m) / bw,
+        ]
+    )
 
 
-def fit_efficiency(samples: Sequence[TimedOps], memory_bytes_per_us: float,
-                   start: DeviceEfficiency = DeviceEfficiency()) -> tuple[DeviceEfficiency, FitResult]:
+def fit_efficiency(
+    samples: Sequence[TimedOps],
+    memory_bytes_per_us: float,
+    start: DeviceEfficiency | None = None,
+) -> tuple[DeviceEfficiency, FitResult]:
     """Fit both saturating curves to measured times; returns the curves and the fit's errors."""
     samples = [s for s in samples if s.measured_us > 0 and len(s.flops)]
     if not samples:
         raise ValueError("no measured sample with ops to fit")
+    start = start or DeviceEfficiency()
     matmul, memory = start.matmul, start.memory
     weights = np.array([1 / s.measured_us for s in samples])
     target = np.ones(len(samples))  # measured / measured
     lower = np.array([1.0, 0.0, 1.0, 0.0])
     u = None
     for _ in range(MAX_ROUNDS):
-        a = np.array([_design_row(s, matmul, memory, memory_bytes_per_us) for s in samples]) * weights[:, None]
+        a = (
+            np.array([_design_row(s, matmul, memory, memory_bytes_per_us) for s in samples])
+            * weights[:, None]
+        )
         # A column with no data (e.g. no compute-bound op anywhere) keeps its starting value.
-        start_u = np.array([1 / matmul.max_efficiency, matmul.half_size / matmul.max_efficiency,
-                            1 / memory.max_efficiency, memory.half_size / memory.max_efficiency])
+        start_u = np.array(
+            [
+                1 / matmul.max_efficiency,
+                matmul.half_size / matmul.max_efficiency,
+                1 / memory.max_efficiency,
+                memory.half_size / memory.max_efficiency,
+            ]
+        )
         empty = ~np.any(a > 0, axis=0)
         fixed_lower = np.where(empty, start_u, lower)
-        new_u = bounded_lstsq(np.where(empty, 0.0, a), target - a[:, empty] @ start_u[empty], fixed_lower)
+        new_u = bounded_lstsq(
+            np.where(empty, 0.0, a), target - a[:, empty] @ start_u[empty], fixed_lower
+        )
         new_u[empty] = start_u[empty]
         if u is not None and np.allclose(new_u, u, rtol=1e-9):
             break
         u = new_u
         matmul, memory = _curves(u)
     fitted = DeviceEfficiency(matmul=matmul, memory=memory)
-    return fitted, _efficiency_errors(samples, fitted, memory_bytes_per_us, tuple(float(x) for x in u))
+    return fitted, _efficiency_errors(
+        samples, fitted, memory_bytes_per_us, tuple(float(x) for x in u)
+    )
 
 
-def _efficiency_errors(samples: Sequence[TimedOps], eff: DeviceEfficiency, bw: float,
-                       values: tuple[float, ...]) -> FitResult:
+def _efficiency_errors(
+    samples: Sequence[TimedOps], eff: DeviceEfficiency, bw: float, values: tuple[float, ...]
+) -> FitResult:
     errors = []
     for s in samples:
-        t = np.maximum(eff.matmul.time_us(s.flops, s.peak_flops_per_us), eff.memory.time_us(s.bytes_moved, bw))
+        t = np.maximum(
+            eff.matmul.time_us(s.flops, s.peak_flops_per_us), eff.memory.time_us(s.bytes_moved, bw)
+        )
         errors.append(abs(float(t.sum()) / s.measured_us - 1))
-    return FitResult(values=values, mean_abs_rel_error=float(np.mean(errors)),
-                     max_abs_rel_error=float(np.max(errors)), num_samples=len(samples))
+    return FitResult(
+        values=values,
+        mean_abs_rel_error=float(np.mean(errors)),
+        max_abs_rel_error=float(np.max(errors)),
+        num_samples=len(samples),
+    )
 
 
-def fit_link(ops: Sequence[str], group_sizes: Sequence[int], nbytes: Sequence[float],
-             times_us: Sequence[float]) -> tuple[float, float, FitResult]:
+def fit_link(
+    ops: Sequence[str],
+    group_sizes: Sequence[int],
+    nbytes: Sequence[float],
+    times_us: Sequence[float],
+) -> tuple[float, float, FitResult]:
     """Latency (us) and bandwidth (GB/s) of one network level from measured collectives."""
-    steps = np.array([latency_steps(o, g) for o, g in zip(ops, group_sizes)], dtype=float)
-    traffic = np.array([traffic_factor(o, g) * b for o, g, b in zip(ops, group_sizes, nbytes)], dtype=float)
+    steps = np.array(
+        [latency_steps(o, g) for o, g in zip(ops, group_sizes, strict=True)], dtype=float
+    )
+    traffic = np.array(
+        [traffic_factor(o, g) * b for o, g, b in zip(ops, group_sizes, nbytes, strict=True)],
+        dtype=float,
+    )
     t = np.asarray(times_us, dtype=float)
     keep = (t > 0) & (traffic > 0)
     if keep.sum() < 2:
@@ -135,6 +182,10 @@ def fit_link(ops: Sequence[str], group_sizes: Sequence[int], nbytes: Sequence[fl
     latency_us, inv_bw = bounded_lstsq(a, np.ones(keep.sum()), np.array([0.0, 1e-9]))
     model = steps[keep] * latency_us + traffic[keep] / 1e3 * inv_bw
     rel = np.abs(model / t[keep] - 1)
-    result = FitResult(values=(float(latency_us), float(1 / inv_bw)), mean_abs_rel_error=float(rel.mean()),
-                       max_abs_rel_error=float(rel.max()), num_samples=int(keep.sum()))
+    result = FitResult(
+        values=(float(latency_us), float(1 / inv_bw)),
+        mean_abs_rel_error=float(rel.mean()),
+        max_abs_rel_error=float(rel.max()),
+        num_samples=int(keep.sum()),
+    )
     return float(latency_us), float(1 / inv_bw), result

@@ -55,7 +55,7 @@ class SavedTensorCounter:
     def _unpack(tensor: torch.Tensor) -> torch.Tensor:
         return tensor
 
-    def __enter__(self) -> "SavedTensorCounter":
+    def __enter__(self) -> SavedTensorCounter:
         self._hooks.__enter__()
         return self
 
@@ -91,7 +91,9 @@ class LiveBytesTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         # Views and in-place results share an input's storage: not a new allocation.
-        inputs = {storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        inputs = {
+            storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
+        }
         for leaf in tree_leaves(out):
             if isinstance(leaf, torch.Tensor):
                 key = storage_key(leaf)

@@ -26,10 +26,10 @@ import dataclasses
 import functools
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 import torch
@@ -40,11 +40,11 @@ from tinker_opt.hardware import HardwareSpec, comm_table
 from tinker_opt.io_utils import write_text_atomic
 from tinker_opt.profile.device import Device, detect_device
 from tinker_opt.profile.measure import Measurement, memory_pass
+from tinker_opt.profile.meta import ProfileMeta, write_meta
 from tinker_opt.profile.op_timing import OpArrays, fused_kernels, total_time_us
 from tinker_opt.profile.op_trace import PHASES, OpRecord, OpTrace, trace_ops
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.space import ProfilePoint, SpaceLimits, profile_space
-from tinker_opt.profile.meta import ProfileMeta, write_meta
 from tinker_opt.profile.store import BLOCK_COLUMNS, LOG_FILE, write_blocks_csv, write_comm_csv
 from tinker_opt.profile.subgraphs import Block, build_block, saved_activation_bytes
 from tinker_opt.specs import ModelSpec
@@ -101,12 +101,24 @@ def _bytes_measurement(block: Block) -> Measurement:
     The timed passes of measure_block are skipped (fake ops have no meaningful time; the op
     trace gives the times), so the Measurement's times are zero."""
     activation, transient, input_bytes, output_bytes = memory_pass(block, _host())
-    selective = saved_activation_bytes(block, selective=True) if block.attention is not None else activation
+    selective = (
+        saved_activation_bytes(block, selective=True) if block.attention is not None else activation
+    )
     return Measurement(
-        fwd_us=0, bwd_us=0, fwd_us_spread=0, bwd_us_spread=0, param_count=block.param_count,
-        expert_param_count=block.expert_param_count, weight_bytes=block.weight_bytes, input_bytes=input_bytes,
-        output_bytes=output_bytes, activation_bytes=activation, transient_bytes=transient,
-        selective_activation_bytes=selective, selective_recompute_us=0)
+        fwd_us=0,
+        bwd_us=0,
+        fwd_us_spread=0,
+        bwd_us_spread=0,
+        param_count=block.param_count,
+        expert_param_count=block.expert_param_count,
+        weight_bytes=block.weight_bytes,
+        input_bytes=input_bytes,
+        output_bytes=output_bytes,
+        activation_bytes=activation,
+        transient_bytes=transient,
+        selective_activation_bytes=selective,
+        selective_recompute_us=0,
+    )
 
 
 def trace_block(model: ModelSpec, block: str, shape: Shape) -> BlockTrace:
@@ -114,15 +126,23 @@ def trace_block(model: ModelSpec, block: str, shape: Shape) -> BlockTrace:
     with FakeTensorMode():
         sub_graph = build_block(model, block, shape, device="cpu")
         # Gradients are dropped after accumulation, as measure.py does (Megatron's own fp32 buffer).
-        hooks = [p.register_post_accumulate_grad_hook(_drop_grad) for p in sub_graph.module.parameters()]
+        hooks = [
+            p.register_post_accumulate_grad_hook(_drop_grad) for p in sub_graph.module.parameters()
+        ]
         try:
             memory = _bytes_measurement(sub_graph)
             passes, core = _traced_passes(sub_graph)
         finally:
             for hook in hooks:
                 hook.remove()
-    return BlockTrace(block=block, shape=shape, fwd_ops=tuple(passes.of_phase("fwd")),
-                      bwd_ops=tuple(passes.of_phase("bwd")), core_ops=tuple(core.records), memory=memory)
+    return BlockTrace(
+        block=block,
+        shape=shape,
+        fwd_ops=tuple(passes.of_phase("fwd")),
+        bwd_ops=tuple(passes.of_phase("bwd")),
+        core_ops=tuple(core.records),
+        memory=memory,
+    )
 
 
 def _drop_grad(param: torch.Tensor) -> None:
@@ -132,19 +152,34 @@ def _drop_grad(param: torch.Tensor) -> None:
 def phase_times_us(ops: tuple[OpRecord, ...], hardware: HardwareSpec) -> dict[str, float]:
     """Time of each phase of a traced pass on `hardware`, kernels fused as the device runs them."""
     kernels = fused_kernels(ops, hardware.efficiency.fuse_elementwise)
-    return {phase: total_time_us(OpArrays.from_ops([k for k in kernels if k.phase == phase], hardware), hardware)
-            for phase in PHASES}
+    return {
+        phase: total_time_us(
+            OpArrays.from_ops([k for k in kernels if k.phase == phase], hardware), hardware
+        )
+        for phase in PHASES
+    }
 
 
 def block_row(trace: BlockTrace, hardware: HardwareSpec) -> dict:
     """One blocks.csv row: the measured-style bytes and the op times on `hardware` (integers)."""
-    row = dict(zip(("block", "tp", "sp", "cp", "ep", "etp", "mbs"), trace.shape.key(trace.block)))
+    row = dict(
+        zip(
+            ("block", "tp", "sp", "cp", "ep", "etp", "mbs"),
+            trace.shape.key(trace.block),
+            strict=True,
+        )
+    )
     row.update(trace.memory.as_row())
     passes = phase_times_us(trace.fwd_ops + trace.bwd_ops, hardware)
     row.update(
-        fwd_us=round(passes["fwd"]), bwd_us=round(passes["bwd"]), fwd_us_spread=0, bwd_us_spread=0,
+        fwd_us=round(passes["fwd"]),
+        bwd_us=round(passes["bwd"]),
+        fwd_us_spread=0,
+        bwd_us_spread=0,
         # Selective recompute reruns the core attention forward inside backward.
-        selective_recompute_us=round(phase_times_us(trace.core_ops, hardware)["fwd"]), status="ok")
+        selective_recompute_us=round(phase_times_us(trace.core_ops, hardware)["fwd"]),
+        status="ok",
+    )
     return row
 
 
@@ -153,8 +188,13 @@ def blocks_frame(traces: list[BlockTrace], hardware: HardwareSpec) -> pd.DataFra
     return pd.DataFrame([block_row(t, hardware) for t in traces], columns=list(BLOCK_COLUMNS))
 
 
-def trace_space(model: ModelSpec, points: list[ProfilePoint], *, progress: Progress | None = None,
-                log: Log | None = None) -> list[BlockTrace]:
+def trace_space(
+    model: ModelSpec,
+    points: list[ProfilePoint],
+    *,
+    progress: Progress | None = None,
+    log: Log | None = None,
+) -> list[BlockTrace]:
     """Trace every point of the profile space (the hardware-independent part, about 0.1 s a row)."""
     traces = []
     for index, point in enumerate(points, start=1):
@@ -167,23 +207,42 @@ def trace_space(model: ModelSpec, points: list[ProfilePoint], *, progress: Progr
     return traces
 
 
-def analytic_meta(model: ModelSpec, hardware: HardwareSpec, limits: SpaceLimits, num_rows: int,
-                  started: str, seconds: float) -> ProfileMeta:
+def analytic_meta(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    limits: SpaceLimits,
+    num_rows: int,
+    started: str,
+    seconds: float,
+) -> ProfileMeta:
     """meta.json of an analytic profile (the measured profile's fields), with the description used."""
     return ProfileMeta(
-        tool="tinker-opt", format_version=1, model=model.to_dict(),
+        tool="tinker-opt",
+        format_version=1,
+        model=model.to_dict(),
         device={"kind": "analytic", "name": DEVICE_PREFIX + hardware.name, "count": limits.max_npu},
         hardware=hardware.to_dict(),
-        versions={"tinker_opt": tinker_opt.__version__, "torch": torch.__version__,
-                  "python": platform.python_version()},
-        settings=dataclasses.asdict(limits), comm_source=f"hardware description {hardware.name}",
-        started=started, finished=datetime.now().isoformat(timespec="seconds"),
-        profile_seconds=round(seconds, 1), rows={"total": num_rows, "ok": num_rows, "oom": 0, "failed": 0},
+        versions={
+            "tinker_opt": tinker_opt.__version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+        },
+        settings=dataclasses.asdict(limits),
+        comm_source=f"hardware description {hardware.name}",
+        started=started,
+        finished=datetime.now().isoformat(timespec="seconds"),
+        profile_seconds=round(seconds, 1),
+        rows={"total": num_rows, "ok": num_rows, "oom": 0, "failed": 0},
     )
 
 
-def write_analytic_folder(out_dir: Path, blocks: pd.DataFrame, hardware: HardwareSpec, meta: ProfileMeta,
-                          log_lines: list[str]) -> Path:
+def write_analytic_folder(
+    out_dir: Path,
+    blocks: pd.DataFrame,
+    hardware: HardwareSpec,
+    meta: ProfileMeta,
+    log_lines: list[str],
+) -> Path:
     """Write blocks.csv, comm.csv (from the description), meta.json and profile.log into out_dir."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -194,8 +253,15 @@ def write_analytic_folder(out_dir: Path, blocks: pd.DataFrame, hardware: Hardwar
     return out_dir
 
 
-def analytic_profile(model: ModelSpec, hardware: HardwareSpec, out_dir: Path, *, limits: SpaceLimits,
-                     progress: Progress | None = None, log: Log | None = None) -> Path:
+def analytic_profile(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    out_dir: Path,
+    *,
+    limits: SpaceLimits,
+    progress: Progress | None = None,
+    log: Log | None = None,
+) -> Path:
     """Write a profiled-data folder for `model` on `hardware` without the hardware (seconds, any size).
 
     The profile space is the measured profile's (space.profile_space over `limits`)."""
@@ -207,7 +273,9 @@ def analytic_profile(model: ModelSpec, hardware: HardwareSpec, out_dir: Path, *,
         if log:
             log(line)
 
-    record(f"analytic profile of {model.num_layers} layers on {DEVICE_PREFIX}{hardware.name} into {out_dir}")
+    record(
+        f"analytic profile of {model.num_layers} layers on {DEVICE_PREFIX}{hardware.name} into {out_dir}"
+    )
     points = profile_space(model, limits)
     traces = trace_space(model, points, progress=progress, log=record)
     blocks = blocks_frame(traces, hardware)

@@ -12,9 +12,10 @@ measured profile to shapes that were not measured (other tp, micro-batch sizes, 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tinker_opt.errors import ProfileDataError
 from tinker_opt.hardware import HardwareSpec, LinkSpec
@@ -34,11 +35,19 @@ def _timed(kernels, hardware: HardwareSpec, measured_us: float) -> TimedOps:
 
 
 def _row_shape(row) -> Shape:
-    return Shape(tp=int(row.tp), sp=bool(row.sp), cp=int(row.cp), ep=int(row.ep), etp=int(row.etp),
-                 mbs=int(row.mbs))
+    return Shape(
+        tp=int(row.tp),
+        sp=bool(row.sp),
+        cp=int(row.cp),
+        ep=int(row.ep),
+        etp=int(row.etp),
+        mbs=int(row.mbs),
+    )
 
 
-def timed_samples(profiled: ProfiledData, hardware: HardwareSpec, log: Log | None = None) -> list[TimedOps]:
+def timed_samples(
+    profiled: ProfiledData, hardware: HardwareSpec, log: Log | None = None
+) -> list[TimedOps]:
     """(traced ops, measured time) pairs: forward and backward of every measured block row."""
     model = profiled.model
     samples: list[TimedOps] = []
@@ -48,11 +57,15 @@ def timed_samples(profiled: ProfiledData, hardware: HardwareSpec, log: Log | Non
         for phase, measured_us in (("fwd", row.fwd_us), ("bwd", row.bwd_us)):
             samples.append(_timed([k for k in kernels if k.phase == phase], hardware, measured_us))
         if log:
-            log(f"traced {row.block} tp={row.tp} sp={row.sp} mbs={row.mbs}: measured {row.fwd_us} / {row.bwd_us} us")
+            log(
+                f"traced {row.block} tp={row.tp} sp={row.sp} mbs={row.mbs}: measured {row.fwd_us} / {row.bwd_us} us"
+            )
     return [s for s in samples if s.measured_us > 0 and len(s.flops)]
 
 
-def _fit_links(profiled: ProfiledData, hardware: HardwareSpec) -> tuple[dict[str, LinkSpec], dict[str, FitResult]]:
+def _fit_links(
+    profiled: ProfiledData, hardware: HardwareSpec
+) -> tuple[dict[str, LinkSpec], dict[str, FitResult]]:
     links, results = {}, {}
     comm = profiled.comm
     for scope in ("intra_node", "inter_node"):
@@ -61,14 +74,23 @@ def _fit_links(profiled: ProfiledData, hardware: HardwareSpec) -> tuple[dict[str
             links[scope] = hardware.link(scope)
             continue
         latency_us, bandwidth_gbs, result = fit_link(
-            list(rows["op"]), [int(g) for g in rows["group_size"]], list(rows["bytes"]), list(rows["time_us"]))
-        links[scope], results[scope] = LinkSpec(bandwidth_gbs=bandwidth_gbs, latency_us=latency_us), result
+            list(rows["op"]),
+            [int(g) for g in rows["group_size"]],
+            list(rows["bytes"]),
+            list(rows["time_us"]),
+        )
+        links[scope], results[scope] = (
+            LinkSpec(bandwidth_gbs=bandwidth_gbs, latency_us=latency_us),
+            result,
+        )
     return links, results
 
 
 def _note(what: str, result: FitResult, source: Path) -> str:
-    return (f"{what} fitted by least squares to {result.num_samples} measured times of {source}: "
-            f"mean |error| {100 * result.mean_abs_rel_error:.1f} %, max {100 * result.max_abs_rel_error:.1f} %")
+    return (
+        f"{what} fitted by least squares to {result.num_samples} measured times of {source}: "
+        f"mean |error| {100 * result.mean_abs_rel_error:.1f} %, max {100 * result.max_abs_rel_error:.1f} %"
+    )
 
 
 def eager_device(profiled: ProfiledData) -> bool:
@@ -78,17 +100,23 @@ def eager_device(profiled: ProfiledData) -> bool:
     return kind == "cpu"
 
 
-def calibrate(profiled: ProfiledData, hardware: HardwareSpec, *, log: Log | None = None) -> dict[str, Any]:
+def calibrate(
+    profiled: ProfiledData, hardware: HardwareSpec, *, log: Log | None = None
+) -> dict[str, Any]:
     """The hardware description (JSON form) with curves and links fitted to the measured profile.
 
     `hardware` gives the peak rates (kept) and the starting curves; a CPU profile is fitted with
     kernel fusion off, since eager CPU execution runs every aten op as its own kernel."""
     if eager_device(profiled) and hardware.efficiency.fuse_elementwise:
-        hardware = replace(hardware, efficiency=replace(hardware.efficiency, fuse_elementwise=False))
+        hardware = replace(
+            hardware, efficiency=replace(hardware.efficiency, fuse_elementwise=False)
+        )
     samples = timed_samples(profiled, hardware, log)
     if not samples:
-        raise ProfileDataError(f"{profiled.path}: no measured block time to calibrate against; "
-                               "run `tinker-opt profile` on the device first")
+        raise ProfileDataError(
+            f"{profiled.path}: no measured block time to calibrate against; "
+            "run `tinker-opt profile` on the device first"
+        )
     fitted, result = fit_efficiency(samples, hardware.memory_bytes_per_us, hardware.efficiency)
     efficiency = replace(fitted, fuse_elementwise=hardware.efficiency.fuse_elementwise)
     links, link_results = _fit_links(profiled, hardware)
@@ -97,18 +125,28 @@ def calibrate(profiled: ProfiledData, hardware: HardwareSpec, *, log: Log | None
     data = hardware.to_dict()
     data["name"] = f"{hardware.name} (calibrated)"
     data["efficiency"] = {**efficiency.to_dict(), "notes": notes}
-    data["intra_node"] = {"bandwidth_gbs": links["intra_node"].bandwidth_gbs, "latency_us": links["intra_node"].latency_us}
-    data["inter_node"] = {"bandwidth_gbs": links["inter_node"].bandwidth_gbs, "latency_us": links["inter_node"].latency_us}
+    data["intra_node"] = {
+        "bandwidth_gbs": links["intra_node"].bandwidth_gbs,
+        "latency_us": links["intra_node"].latency_us,
+    }
+    data["inter_node"] = {
+        "bandwidth_gbs": links["inter_node"].bandwidth_gbs,
+        "latency_us": links["inter_node"].latency_us,
+    }
     data["calibration"] = {
-        "profile": str(profiled.path), "device": profiled.meta.device,
-        "num_samples": result.num_samples, "mean_abs_rel_error": result.mean_abs_rel_error,
+        "profile": str(profiled.path),
+        "device": profiled.meta.device,
+        "num_samples": result.num_samples,
+        "mean_abs_rel_error": result.mean_abs_rel_error,
         "max_abs_rel_error": result.max_abs_rel_error,
-        "scopes_fitted": sorted(link_results)}
+        "scopes_fitted": sorted(link_results),
+    }
     return data
 
 
 def write_hardware_json(data: dict[str, Any], path: str | Path) -> Path:
     """Write a hardware description (e.g. calibrate's result) that load_hardware reads back."""
-    HardwareSpec.from_dict(data, origin="calibrated description")  # refuse to write what cannot load
+    HardwareSpec.from_dict(
+        data, origin="calibrated description"
+    )  # refuse to write what cannot load
     return write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")
-

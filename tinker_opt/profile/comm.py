@@ -87,6 +87,7 @@ def _run_op(op: str, nbytes: int, group, group_size: int, rank: int, device, dty
     if op == "all_to_all":
         out = torch.empty_like(full)
         return lambda: dist.all_to_all_single(out, full, group=group)
+
     # send_recv: a ping-pong between ranks 0 and 1, half the round trip per message
     def ping_pong():
         if rank == 0:
@@ -95,6 +96,7 @@ def _run_op(op: str, nbytes: int, group, group_size: int, rank: int, device, dty
         else:
             dist.recv(full, 0)
             dist.send(full, 0)
+
     return ping_pong
 
 
@@ -113,15 +115,27 @@ def _time_us(call, plan: CommPlan, group, sync) -> float:
     return statistics.median(samples)
 
 
-def _measure_group(plan: CommPlan, rank: int, group, group_size: int, device, dtype, sync) -> tuple[list, list]:
+def _measure_group(
+    plan: CommPlan, rank: int, group, group_size: int, device, dtype, sync
+) -> tuple[list, list]:
     rows, missing = [], []
     for op in COMM_OPS:
         if op == "send_recv" and group_size != 2:
             continue
         try:
             for nbytes in plan.sizes:
-                time_us = _time_us(_run_op(op, nbytes, group, group_size, rank, device, dtype), plan, group, sync)
-                rows.append((op, group_size, "intra_node", nbytes, round(time_us / (2 if op == "send_recv" else 1), 3)))
+                time_us = _time_us(
+                    _run_op(op, nbytes, group, group_size, rank, device, dtype), plan, group, sync
+                )
+                rows.append(
+                    (
+                        op,
+                        group_size,
+                        "intra_node",
+                        nbytes,
+                        round(time_us / (2 if op == "send_recv" else 1), 3),
+                    )
+                )
         except (RuntimeError, NotImplementedError, ValueError) as exc:
             missing.append(f"{op} (group {group_size}): {str(exc).splitlines()[0][:120]}")
     return rows, missing
@@ -132,8 +146,12 @@ def _worker(rank: int, plan: CommPlan, out_file: str) -> None:
     import torch.distributed as dist
 
     device, dtype = _setup_device(plan, rank)
-    dist.init_process_group(plan.backend, init_method=f"tcp://127.0.0.1:{plan.port}",
-                            rank=rank, world_size=plan.num_procs)
+    dist.init_process_group(
+        plan.backend,
+        init_method=f"tcp://127.0.0.1:{plan.port}",
+        rank=rank,
+        world_size=plan.num_procs,
+    )
     sync = _sync_fn(plan.device_kind)
     rows, missing = [], []
     try:
@@ -160,11 +178,28 @@ def _sync_fn(kind: str):
 def _spawn(plan: CommPlan, out_file: str) -> list[subprocess.Popen]:
     """One `python -m tinker_opt.profile.comm` per rank (no re-import of the caller's __main__)."""
     package_root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
-    return [subprocess.Popen([sys.executable, "-m", "tinker_opt.profile.comm", str(rank), json.dumps(asdict(plan)),
-                              out_file], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            for rank in range(plan.num_procs)]
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p),
+    )
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tinker_opt.profile.comm",
+                str(rank),
+                json.dumps(asdict(plan)),
+                out_file,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(plan.num_procs)
+    ]
 
 
 def _wait(processes: list[subprocess.Popen], timeout_s: float) -> str | None:
@@ -185,23 +220,40 @@ def _wait(processes: list[subprocess.Popen], timeout_s: float) -> str | None:
     if any(p.returncode is None or p.returncode < 0 for p in failed):
         return f"communication measurement timed out after {timeout_s:.0f} s"
     tail = (failed[0].stderr.read() or "").strip().splitlines()
-    return f"communication measurement failed: {tail[-1] if tail else 'exit code %d' % failed[0].returncode}"
+    return f"communication measurement failed: {tail[-1] if tail else f'exit code {failed[0].returncode}'}"
 
 
-def measure_comm(*, backend: str, device_kind: str, num_procs: int, max_bytes: int, warmup: int = 3,
-                 repeats: int = 5, timeout_s: float = 300.0) -> tuple[pd.DataFrame, list[str]]:
+def measure_comm(
+    *,
+    backend: str,
+    device_kind: str,
+    num_procs: int,
+    max_bytes: int,
+    warmup: int = 3,
+    repeats: int = 5,
+    timeout_s: float = 300.0,
+) -> tuple[pd.DataFrame, list[str]]:
     """comm.csv rows measured with `num_procs` processes, and notes on what could not be measured."""
     if num_procs < 2:
         return empty_comm(), ["communication not measured: fewer than 2 processes"]
-    plan = CommPlan(backend=backend, device_kind=device_kind, num_procs=num_procs, sizes=comm_sizes(max_bytes),
-                    warmup=warmup, repeats=repeats, port=_free_port())
+    plan = CommPlan(
+        backend=backend,
+        device_kind=device_kind,
+        num_procs=num_procs,
+        sizes=comm_sizes(max_bytes),
+        warmup=warmup,
+        repeats=repeats,
+        port=_free_port(),
+    )
     with tempfile.TemporaryDirectory(prefix="tinker-opt-comm-") as tmp:
         out_file = os.path.join(tmp, "comm.json")
         problem = _wait(_spawn(plan, out_file), timeout_s)
         if problem is not None:
             return empty_comm(), [problem]
         result = json.loads(Path(out_file).read_text(encoding="utf-8"))
-    frame = pd.DataFrame(result["rows"], columns=list(COMM_COLUMNS)) if result["rows"] else empty_comm()
+    frame = (
+        pd.DataFrame(result["rows"], columns=list(COMM_COLUMNS)) if result["rows"] else empty_comm()
+    )
     return frame, result["missing"]
 
 

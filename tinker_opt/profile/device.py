@@ -30,7 +30,11 @@ def _npu_module() -> ModuleType | None:
         return None
     module = getattr(torch, "npu", None)
     try:
-        return module if module is not None and module.is_available() and module.device_count() > 0 else None
+        return (
+            module
+            if module is not None and module.is_available() and module.device_count() > 0
+            else None
+        )
     except Exception:
         return None
 
@@ -126,13 +130,19 @@ class Device:
         """Out-of-memory on any device (torch.OutOfMemoryError, MemoryError or the allocator's message)."""
         if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
             return True
-        return isinstance(error, RuntimeError) and any(m in str(error).lower() for m in _OOM_MARKERS)
+        return isinstance(error, RuntimeError) and any(
+            m in str(error).lower() for m in _OOM_MARKERS
+        )
 
 
 def _accelerator(kind: str, api: ModuleType) -> Device:
     index = api.current_device()
-    return Device(kind=kind, torch_device=torch.device(kind, index), name=str(api.get_device_name(index)),
-                  count=int(api.device_count()))
+    return Device(
+        kind=kind,
+        torch_device=torch.device(kind, index),
+        name=str(api.get_device_name(index)),
+        count=int(api.device_count()),
+    )
 
 
 def detect_device(requested: str = "auto") -> Device:
@@ -144,10 +154,14 @@ def detect_device(requested: str = "auto") -> Device:
         if npu is not None:
             return _accelerator("npu", npu)
         if requested == "npu":
-            raise ConfigError("--device npu: torch_npu is not installed or sees no NPU; install torch_npu or use --device cpu")
+            raise ConfigError(
+                "--device npu: torch_npu is not installed or sees no NPU; install torch_npu or use --device cpu"
+            )
     if requested in ("auto", "cuda"):
         if torch.cuda.is_available():
             return _accelerator("cuda", torch.cuda)
         if requested == "cuda":
-            raise ConfigError("--device cuda: torch sees no CUDA device; use --device cpu or install a CUDA build of torch")
+            raise ConfigError(
+                "--device cuda: torch sees no CUDA device; use --device cpu or install a CUDA build of torch"
+            )
     return Device(kind="cpu", torch_device=torch.device("cpu"), name=_cpu_name(), count=1)

@@ -42,8 +42,13 @@ FLAG_OPS = {
     "--use-mc2": "mc2",
 }
 """The launch-script flags that ask for a fused kernel, and the op each one fuses."""
-OP_FLAGS = {"attention": "--use-flash-attn", "rmsnorm": "--use-fused-rmsnorm", "swiglu": "--use-fused-swiglu",
-            "rope": "--use-fused-rotary-pos-emb", "mc2": "--use-ascend-mc2"}
+OP_FLAGS = {
+    "attention": "--use-flash-attn",
+    "rmsnorm": "--use-fused-rmsnorm",
+    "swiglu": "--use-fused-swiglu",
+    "rope": "--use-fused-rotary-pos-emb",
+    "mc2": "--use-ascend-mc2",
+}
 NPU_CAUSAL_MASK_SIZE = 2048
 """MindSpeed passes a compressed 2048 x 2048 upper-triangular mask with sparse_mode 2 (left-up causal)."""
 
@@ -64,6 +69,7 @@ class Impl:
 
 # --- reference ops (Megatron's local, unfused layers) -----------------------------------------
 
+
 def reference_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """Megatron's local RMSNorm: x * rsqrt(mean(x^2) + eps) in fp32, cast back, times the weight."""
     x32 = x.float()
@@ -77,7 +83,9 @@ def reference_swiglu(x: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-def reference_rope(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+def reference_rope(
+    t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, freqs: torch.Tensor
+) -> torch.Tensor:
     """mcore's unfused rotate-half rotary: t * cos + rotate_half(t) * sin."""
     first, second = t.chunk(2, dim=-1)
     return t * cos + torch.cat((-second, first), dim=-1) * sin
@@ -86,8 +94,14 @@ def reference_rope(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, freqs:
 def _sdpa(q, k, v, causal: bool, scale: float) -> torch.Tensor:
     s, b, n, dv = q.shape[0], q.shape[1], q.shape[2], v.shape[-1]
     out = F.scaled_dot_product_attention(
-        q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3), is_causal=causal,
-        dropout_p=0.0, scale=scale, enable_gqa=k.shape[2] != n)
+        q.permute(1, 2, 0, 3),
+        k.permute(1, 2, 0, 3),
+        v.permute(1, 2, 0, 3),
+        is_causal=causal,
+        dropout_p=0.0,
+        scale=scale,
+        enable_gqa=k.shape[2] != n,
+    )
     return out.permute(2, 0, 1, 3).reshape(s, b, n * dv)
 
 
@@ -111,6 +125,7 @@ REFERENCE = {
 
 # --- device implementations ------------------------------------------------------------------
 
+
 def _module(name: str) -> ModuleType | None:
     """The module when it imports (sys.modules first, so tests can stand in fakes), else None."""
     try:
@@ -129,11 +144,24 @@ def _npu_attention(npu: ModuleType) -> Callable:
         s, b, n, d = q.shape
         mask = None
         if causal:
-            mask = torch.triu(torch.ones(NPU_CAUSAL_MASK_SIZE, NPU_CAUSAL_MASK_SIZE, dtype=torch.bool,
-                                         device=q.device), diagonal=1)
+            mask = torch.triu(
+                torch.ones(
+                    NPU_CAUSAL_MASK_SIZE, NPU_CAUSAL_MASK_SIZE, dtype=torch.bool, device=q.device
+                ),
+                diagonal=1,
+            )
         return npu.npu_fusion_attention(
-            q.reshape(s, b, n * d), k.reshape(k.shape[0], b, -1), v.reshape(v.shape[0], b, -1), n, "SBH",
-            atten_mask=mask, scale=scale, keep_prob=1.0, sparse_mode=2 if causal else 0)[0]
+            q.reshape(s, b, n * d),
+            k.reshape(k.shape[0], b, -1),
+            v.reshape(v.shape[0], b, -1),
+            n,
+            "SBH",
+            atten_mask=mask,
+            scale=scale,
+            keep_prob=1.0,
+            sparse_mode=2 if causal else 0,
+        )[0]
+
     return attention
 
 
@@ -143,15 +171,27 @@ def _npu_impls() -> dict[str, Impl]:
         return {}
     found = {}
     if hasattr(npu, "npu_fusion_attention"):
-        found["attention"] = Impl("attention", "torch_npu.npu_fusion_attention", True, _npu_attention(npu))
+        found["attention"] = Impl(
+            "attention", "torch_npu.npu_fusion_attention", True, _npu_attention(npu)
+        )
     if hasattr(npu, "npu_rms_norm"):
-        found["rmsnorm"] = Impl("rmsnorm", "torch_npu.npu_rms_norm", True,
-                                lambda x, w, eps: npu.npu_rms_norm(x, w, epsilon=eps)[0])
+        found["rmsnorm"] = Impl(
+            "rmsnorm",
+            "torch_npu.npu_rms_norm",
+            True,
+            lambda x, w, eps: npu.npu_rms_norm(x, w, epsilon=eps)[0],
+        )
     if hasattr(npu, "npu_swiglu"):
-        found["swiglu"] = Impl("swiglu", "torch_npu.npu_swiglu", True, lambda x: npu.npu_swiglu(x, dim=-1))
+        found["swiglu"] = Impl(
+            "swiglu", "torch_npu.npu_swiglu", True, lambda x: npu.npu_swiglu(x, dim=-1)
+        )
     if hasattr(npu, "npu_rotary_mul"):
-        found["rope"] = Impl("rope", "torch_npu.npu_rotary_mul", True,
-                             lambda t, cos, sin, freqs: npu.npu_rotary_mul(t, cos, sin))
+        found["rope"] = Impl(
+            "rope",
+            "torch_npu.npu_rotary_mul",
+            True,
+            lambda t, cos, sin, freqs: npu.npu_rotary_mul(t, cos, sin),
+        )
     return found
 
 
@@ -162,41 +202,67 @@ def _flash_sdpa(q, k, v, causal: bool, scale: float) -> torch.Tensor:
 
     # GQA goes in as it is (enable_gqa, which torch's flash backend takes): repeating the key /
     # value groups would save np / ng times their bytes, which no flash kernel does.
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):
+    with sdpa_kernel(
+        [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+    ):
         return _sdpa(q, k, v, causal, scale)
 
 
 def _cuda_rms_norm() -> Impl | None:
     apex = _attr("apex.normalization.fused_layer_norm", "fused_rms_norm_affine")
     if apex is not None:
-        return Impl("rmsnorm", "apex.fused_rms_norm_affine", True,
-                    lambda x, w, eps: apex(x, w, (x.shape[-1],), eps))
+        return Impl(
+            "rmsnorm",
+            "apex.fused_rms_norm_affine",
+            True,
+            lambda x, w, eps: apex(x, w, (x.shape[-1],), eps),
+        )
     if hasattr(F, "rms_norm"):
-        return Impl("rmsnorm", "torch.nn.functional.rms_norm", True,
-                    lambda x, w, eps: F.rms_norm(x, (x.shape[-1],), w, eps))
+        return Impl(
+            "rmsnorm",
+            "torch.nn.functional.rms_norm",
+            True,
+            lambda x, w, eps: F.rms_norm(x, (x.shape[-1],), w, eps),
+        )
     return None
 
 
 def _cuda_rope() -> Impl | None:
-    te = (_attr("transformer_engine.pytorch.attention.rope", "apply_rotary_pos_emb")
-          or _attr("transformer_engine.pytorch.attention", "apply_rotary_pos_emb"))
+    te = _attr("transformer_engine.pytorch.attention.rope", "apply_rotary_pos_emb") or _attr(
+        "transformer_engine.pytorch.attention", "apply_rotary_pos_emb"
+    )
     if te is not None:
-        return Impl("rope", "transformer_engine.apply_rotary_pos_emb(fused)", True,
-                    lambda t, cos, sin, freqs: te(t, freqs, tensor_format="sbhd", fused=True))
+        return Impl(
+            "rope",
+            "transformer_engine.apply_rotary_pos_emb(fused)",
+            True,
+            lambda t, cos, sin, freqs: te(t, freqs, tensor_format="sbhd", fused=True),
+        )
     apex = _attr("apex.transformer.functional", "fused_apply_rotary_pos_emb")
     if apex is not None:
-        return Impl("rope", "apex.fused_apply_rotary_pos_emb", True, lambda t, cos, sin, freqs: apex(t, freqs))
+        return Impl(
+            "rope",
+            "apex.fused_apply_rotary_pos_emb",
+            True,
+            lambda t, cos, sin, freqs: apex(t, freqs),
+        )
     return None
 
 
 def _megatron_swiglu() -> Impl | None:
     """megatron-core's SwiGLU autograd function (saves only its input; torch.jit elementwise)."""
     swiglu = _attr("megatron.core.fusions.fused_bias_swiglu", "bias_swiglu_impl")
-    return Impl("swiglu", "megatron.core bias_swiglu_impl", True, lambda x: swiglu(x, None)) if swiglu else None
+    return (
+        Impl("swiglu", "megatron.core bias_swiglu_impl", True, lambda x: swiglu(x, None))
+        if swiglu
+        else None
+    )
 
 
 def _cuda_impls() -> dict[str, Impl]:
-    found = {"attention": Impl("attention", "torch.sdpa (flash / efficient / cudnn)", True, _flash_sdpa)}
+    found = {
+        "attention": Impl("attention", "torch.sdpa (flash / efficient / cudnn)", True, _flash_sdpa)
+    }
     for impl in (_megatron_swiglu(), _cuda_rms_norm(), _cuda_rope()):
         if impl is not None:
             found[impl.op] = impl
@@ -210,11 +276,14 @@ def device_impls(device_kind: str) -> dict[str, Impl]:
     if device_kind == "cuda":
         return _cuda_impls()
     found = {"attention": REFERENCE["attention"]}  # torch's CPU flash SDPA kernel
-    swiglu = _megatron_swiglu()  # device-agnostic: what megatron-core runs for --use-fused-swiglu on any device
+    swiglu = (
+        _megatron_swiglu()
+    )  # device-agnostic: what megatron-core runs for --use-fused-swiglu on any device
     return found | ({"swiglu": swiglu} if swiglu else {})
 
 
 # --- the choice --------------------------------------------------------------------------------
+
 
 def requested_ops(flags: Iterable[str], *, flash_attn: bool = False) -> frozenset[str]:
     """The ops a script asks to fuse, from its flags (and the model's flash attention setting)."""
@@ -238,16 +307,24 @@ class KernelSet:
 
     def summary(self) -> dict:
         """meta.json's view: requested flags, the implementation per op, warnings."""
-        return {"device": self.device_kind, "requested": sorted(OP_FLAGS[op] for op in self.requested),
-                "ops": {op: impl.name for op, impl in self.impls.items()}, "warnings": list(self.warnings)}
+        return {
+            "device": self.device_kind,
+            "requested": sorted(OP_FLAGS[op] for op in self.requested),
+            "ops": {op: impl.name for op, impl in self.impls.items()},
+            "warnings": list(self.warnings),
+        }
 
 
 def _warning(op: str, device_kind: str) -> str:
     if op == "mc2":
-        return (f"{OP_FLAGS[op]}: a one-rank block profile cannot fuse the matmul with the tensor-parallel "
-                "collective; the profile times the matmul alone and the cost model adds the collective unoverlapped")
-    return (f"{OP_FLAGS[op]}: no fused {op} kernel importable on {device_kind}; the profile measures the "
-            f"reference op ({REFERENCE[op].name}), which is slower and may keep more memory than the job's kernel")
+        return (
+            f"{OP_FLAGS[op]}: a one-rank block profile cannot fuse the matmul with the tensor-parallel "
+            "collective; the profile times the matmul alone and the cost model adds the collective unoverlapped"
+        )
+    return (
+        f"{OP_FLAGS[op]}: no fused {op} kernel importable on {device_kind}; the profile measures the "
+        f"reference op ({REFERENCE[op].name}), which is slower and may keep more memory than the job's kernel"
+    )
 
 
 def select_kernels(requested: frozenset[str], device_kind: str) -> KernelSet:
@@ -261,7 +338,9 @@ def select_kernels(requested: frozenset[str], device_kind: str) -> KernelSet:
             impls[op] = REFERENCE[op]
             if op in requested:
                 warnings.append(_warning(op, device_kind))
-    return KernelSet(device_kind=device_kind, requested=requested, impls=impls, warnings=tuple(warnings))
+    return KernelSet(
+        device_kind=device_kind, requested=requested, impls=impls, warnings=tuple(warnings)
+    )
 
 
 def install_kernels(module: torch.nn.Module, kernels: KernelSet | None) -> dict[str, str]:

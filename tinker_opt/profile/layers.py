@@ -18,7 +18,11 @@ from torch import nn
 
 from tinker_opt.profile.kernels import REFERENCE
 from tinker_opt.profile.tp_emulation import (
-    CheckpointCore, FusedScaleMaskSoftmax, GatherLinear, ScatterToSequence)
+    CheckpointCore,
+    FusedScaleMaskSoftmax,
+    GatherLinear,
+    ScatterToSequence,
+)
 
 
 def new_weight(*size: int, device, dtype) -> nn.Parameter:
@@ -63,16 +67,24 @@ class RMSNorm(nn.Module):
 
 
 def make_norm(kind: str, hidden: int, *, device, dtype) -> nn.Module:
-    return RMSNorm(hidden, device=device, dtype=dtype) if kind == "RMSNorm" else LayerNorm(hidden, device=device, dtype=dtype)
+    return (
+        RMSNorm(hidden, device=device, dtype=dtype)
+        if kind == "RMSNorm"
+        else LayerNorm(hidden, device=device, dtype=dtype)
+    )
 
 
 class ColumnParallelLinear(nn.Module):
     """Output-sharded linear; under sequence parallel its input is the s/t shard (gathered inside)."""
 
-    def __init__(self, in_features: int, out_local: int, *, bias: bool, gather: int, device, dtype) -> None:
+    def __init__(
+        self, in_features: int, out_local: int, *, bias: bool, gather: int, device, dtype
+    ) -> None:
         super().__init__()
         self.weight = new_weight(out_local, in_features, device=device, dtype=dtype)
-        self.bias = nn.Parameter(torch.zeros(out_local, device=device, dtype=dtype)) if bias else None
+        self.bias = (
+            nn.Parameter(torch.zeros(out_local, device=device, dtype=dtype)) if bias else None
+        )
         self.gather = gather
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -87,10 +99,14 @@ class RowParallelLinear(nn.Module):
     Returns the output without the bias; the bias is added by the caller's bias-dropout-add, as
     Megatron does (`skip_bias_add`)."""
 
-    def __init__(self, in_local: int, out_features: int, *, bias: bool, scatter: int, device, dtype) -> None:
+    def __init__(
+        self, in_local: int, out_features: int, *, bias: bool, scatter: int, device, dtype
+    ) -> None:
         super().__init__()
         self.weight = new_weight(out_features, in_local, device=device, dtype=dtype)
-        self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
+        self.bias = (
+            nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
+        )
         self.scatter = scatter
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -98,7 +114,9 @@ class RowParallelLinear(nn.Module):
         return ScatterToSequence.apply(out, self.scatter) if self.scatter > 1 else out
 
 
-def bias_dropout_add(x: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, p: float) -> torch.Tensor:
+def bias_dropout_add(
+    x: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, p: float
+) -> torch.Tensor:
     """residual + dropout(x + bias): Megatron's fused bias-dropout-add (saves only the mask)."""
     if bias is not None:
         x = x + bias
@@ -113,7 +131,9 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, seq: int, head_dim: int, *, device, dtype, base: float = 10000.0) -> None:
         super().__init__()
-        inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+        inv_freq = 1.0 / base ** (
+            torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
+        )
         freqs = torch.outer(torch.arange(seq, device=device, dtype=torch.float32), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)  # [s, d]
         self.register_buffer("cos", emb.cos().to(dtype), persistent=False)
@@ -144,12 +164,27 @@ class Attention(nn.Module):
         super().__init__()
         self.heads, self.groups, self.head_dim = dims.heads, dims.groups, dims.head_dim
         width = self.groups * (self.heads // self.groups + 2) * self.head_dim
-        self.qkv = ColumnParallelLinear(dims.hidden, width, bias=model.add_bias_linear, gather=gather,
-                                        device=device, dtype=dtype)
-        self.proj = RowParallelLinear(self.heads * self.head_dim, dims.hidden, bias=model.add_bias_linear,
-                                      scatter=gather, device=device, dtype=dtype)
-        self.rotary = (RotaryEmbedding(dims.seq, self.head_dim, device=device, dtype=dtype)
-                       if model.position_embedding_type == "rope" else None)
+        self.qkv = ColumnParallelLinear(
+            dims.hidden,
+            width,
+            bias=model.add_bias_linear,
+            gather=gather,
+            device=device,
+            dtype=dtype,
+        )
+        self.proj = RowParallelLinear(
+            self.heads * self.head_dim,
+            dims.hidden,
+            bias=model.add_bias_linear,
+            scatter=gather,
+            device=device,
+            dtype=dtype,
+        )
+        self.rotary = (
+            RotaryEmbedding(dims.seq, self.head_dim, device=device, dtype=dtype)
+            if model.position_embedding_type == "rope"
+            else None
+        )
         self.flash = model.use_flash_attn
         self.attention_dropout = model.attention_dropout
         self.cp = cp
@@ -177,7 +212,9 @@ class Attention(nn.Module):
             q, k = self.rotary(q), self.rotary(k)
         return q, k, v
 
-    def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
+    def core(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True
+    ) -> torch.Tensor:
         """Core attention: q [s, b, np, d], k [s, b, np|ng, d], v [s, b, np|ng, dv] in, [s, b, np * dv] out."""
         s, b, dv = q.shape[0], q.shape[1], v.shape[-1]
         if self.flash:  # the device's flash kernel (kernels.py: no s x s tensor, dropout not timed)
@@ -186,9 +223,13 @@ class Attention(nn.Module):
             k = k.repeat_interleave(self.heads // k.shape[2], dim=2)
             v = v.repeat_interleave(self.heads // v.shape[2], dim=2)
         ctx = materialised_attention(
-            q.reshape(s, b * self.heads, q.shape[-1]), k.reshape(k.shape[0], b * self.heads, k.shape[-1]),
+            q.reshape(s, b * self.heads, q.shape[-1]),
+            k.reshape(k.shape[0], b * self.heads, k.shape[-1]),
             v.reshape(v.shape[0], b * self.heads, dv),
-            scale=self.softmax_scale, causal=causal, p=self.attention_dropout)
+            scale=self.softmax_scale,
+            causal=causal,
+            p=self.attention_dropout,
+        )
         return ctx.view(b, self.heads, s, dv).permute(2, 0, 1, 3).contiguous().view(s, b, -1)
 
     def run_core(self, q, k, v, causal: bool = True) -> torch.Tensor:
@@ -217,12 +258,22 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     """Dense MLP of one rank: GeLU (h -> f/t -> h) or SwiGLU (h -> 2f/t, silu(a) * b -> h)."""
 
-    def __init__(self, hidden: int, ffn_local: int, *, swiglu: bool, bias: bool, gather: int, device, dtype) -> None:
+    def __init__(
+        self, hidden: int, ffn_local: int, *, swiglu: bool, bias: bool, gather: int, device, dtype
+    ) -> None:
         super().__init__()
         self.swiglu = swiglu
-        self.fc1 = ColumnParallelLinear(hidden, ffn_local * (2 if swiglu else 1), bias=bias, gather=gather,
-                                        device=device, dtype=dtype)
-        self.fc2 = RowParallelLinear(ffn_local, hidden, bias=bias, scatter=gather, device=device, dtype=dtype)
+        self.fc1 = ColumnParallelLinear(
+            hidden,
+            ffn_local * (2 if swiglu else 1),
+            bias=bias,
+            gather=gather,
+            device=device,
+            dtype=dtype,
+        )
+        self.fc2 = RowParallelLinear(
+            ffn_local, hidden, bias=bias, scatter=gather, device=device, dtype=dtype
+        )
         self.kernel = REFERENCE["swiglu"]
 
     @property

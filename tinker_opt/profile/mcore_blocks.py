@@ -46,8 +46,16 @@ from torch import nn
 from tinker_opt.errors import ConfigError
 from tinker_opt.profile.kernels import KernelSet
 from tinker_opt.profile.shape import Shape
-from tinker_opt.profile.subgraphs import DTYPES, LAYER_BLOCKS, Block, _hidden_input, build_block as build_reference
-from tinker_opt.profile.subgraphs import shard_dims
+from tinker_opt.profile.subgraphs import (
+    DTYPES,
+    LAYER_BLOCKS,
+    Block,
+    _hidden_input,
+    shard_dims,
+)
+from tinker_opt.profile.subgraphs import (
+    build_block as build_reference,
+)
 from tinker_opt.specs import ModelSpec
 
 MEGATRON_PIN = "megatron-core==0.16.1"
@@ -57,8 +65,9 @@ REFERENCE_NOTE = "reference (megatron-core layers need tp = cp = ep = etp = 1 in
 def megatron_version() -> str | None:
     """The installed megatron-core version, None when it does not import."""
     try:
-        import megatron.core  # noqa: F401
         import importlib.metadata
+
+        import megatron.core  # noqa: F401
 
         return importlib.metadata.version("megatron-core")
     except Exception:
@@ -68,8 +77,10 @@ def megatron_version() -> str | None:
 def require_megatron() -> str:
     version = megatron_version()
     if version is None:
-        raise ConfigError(f"--blocks megatron-core needs megatron-core: pip install '{MEGATRON_PIN}' "
-                          "(or the package's [megatron] extra; Python < 3.12)")
+        raise ConfigError(
+            f"--blocks megatron-core needs megatron-core: pip install '{MEGATRON_PIN}' "
+            "(or the package's [megatron] extra; Python < 3.12)"
+        )
     return version
 
 
@@ -105,12 +116,20 @@ def cpu_redirects(device: torch.device):
     from megatron.core.tensor_parallel import random
     from megatron.core.transformer.moe import router
 
-    saved = (fused_softmax.get_default_causal_mask, utils.GlobalMemoryBuffer.get_tensor,
-             random._CUDA_RNG_STATE_TRACKER, random._CUDA_RNG_STATE_TRACKER_INITIALIZED,
-             parallel_state._GLOBAL_MEMORY_BUFFER, F.dropout, router.Router.gating)
+    saved = (
+        fused_softmax.get_default_causal_mask,
+        utils.GlobalMemoryBuffer.get_tensor,
+        random._CUDA_RNG_STATE_TRACKER,
+        random._CUDA_RNG_STATE_TRACKER_INITIALIZED,
+        parallel_state._GLOBAL_MEMORY_BUFFER,
+        F.dropout,
+        router.Router.gating,
+    )
 
     def gating(self, x):  # Router.gating without its move of the weights to the CUDA device
-        dtype = {"fp32": torch.float32, "fp64": torch.float64}.get(self.config.moe_router_dtype, x.dtype)
+        dtype = {"fp32": torch.float32, "fp64": torch.float64}.get(
+            self.config.moe_router_dtype, x.dtype
+        )
         return router.router_gating_linear(x, self.weight, self.bias, dtype)
 
     def fused_dropout(x, p=0.5, training=True, inplace=False):
@@ -130,16 +149,25 @@ def cpu_redirects(device: torch.device):
 
     fused_softmax.get_default_causal_mask = causal_mask
     utils.GlobalMemoryBuffer.get_tensor = get_tensor
-    random._CUDA_RNG_STATE_TRACKER, random._CUDA_RNG_STATE_TRACKER_INITIALIZED = _CpuRngTracker(), True
+    random._CUDA_RNG_STATE_TRACKER, random._CUDA_RNG_STATE_TRACKER_INITIALIZED = (
+        _CpuRngTracker(),
+        True,
+    )
     if parallel_state._GLOBAL_MEMORY_BUFFER is None:  # before initialize_model_parallel
         parallel_state._GLOBAL_MEMORY_BUFFER = utils.GlobalMemoryBuffer()
     F.dropout, router.Router.gating = fused_dropout, gating
     try:
         yield
     finally:
-        (fused_softmax.get_default_causal_mask, utils.GlobalMemoryBuffer.get_tensor,
-         random._CUDA_RNG_STATE_TRACKER, random._CUDA_RNG_STATE_TRACKER_INITIALIZED,
-         parallel_state._GLOBAL_MEMORY_BUFFER, F.dropout, router.Router.gating) = saved
+        (
+            fused_softmax.get_default_causal_mask,
+            utils.GlobalMemoryBuffer.get_tensor,
+            random._CUDA_RNG_STATE_TRACKER,
+            random._CUDA_RNG_STATE_TRACKER_INITIALIZED,
+            parallel_state._GLOBAL_MEMORY_BUFFER,
+            F.dropout,
+            router.Router.gating,
+        ) = saved
 
 
 def _free_port() -> int:
@@ -155,7 +183,9 @@ def ensure_parallel_state(device_kind: str, seed: int = 1234) -> None:
 
     if not dist.is_initialized():
         backend = {"cuda": "nccl", "npu": "hccl"}.get(device_kind, "gloo")
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+        dist.init_process_group(
+            backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+        )
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(1, 1)
         if device_kind == "cuda":
@@ -168,25 +198,44 @@ def transformer_config(model: ModelSpec, *, moe: bool, dtype: torch.dtype, devic
 
     rms = model.normalization == "RMSNorm"
     kw: dict[str, Any] = dict(
-        num_layers=1, hidden_size=model.hidden_size, ffn_hidden_size=model.ffn_hidden_size,
-        num_attention_heads=model.num_attention_heads, num_query_groups=model.num_query_groups,
-        kv_channels=model.kv_channels, normalization=model.normalization,
+        num_layers=1,
+        hidden_size=model.hidden_size,
+        ffn_hidden_size=model.ffn_hidden_size,
+        num_attention_heads=model.num_attention_heads,
+        num_query_groups=model.num_query_groups,
+        kv_channels=model.kv_channels,
+        normalization=model.normalization,
         layernorm_epsilon=1e-6 if rms else 1e-5,  # the reference blocks' epsilons (layers.py)
-        gated_linear_unit=model.swiglu, activation_func=F.silu if model.swiglu else F.gelu,
-        add_bias_linear=model.add_bias_linear, hidden_dropout=model.hidden_dropout,
-        attention_dropout=model.attention_dropout, params_dtype=dtype, bf16=dtype == torch.bfloat16,
-        fp16=dtype == torch.float16, use_cpu_initialization=True,
-        masked_softmax_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False,
+        gated_linear_unit=model.swiglu,
+        activation_func=F.silu if model.swiglu else F.gelu,
+        add_bias_linear=model.add_bias_linear,
+        hidden_dropout=model.hidden_dropout,
+        attention_dropout=model.attention_dropout,
+        params_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        use_cpu_initialization=True,
+        masked_softmax_fusion=False,
+        bias_dropout_fusion=False,
+        apply_rope_fusion=False,
         # The device's fused masked softmax keeps its 16-bit output; the unfused CPU path would keep fp32.
         attention_softmax_in_fp32=device_kind != "cpu",
         bias_activation_fusion=model.swiglu,  # Megatron's default --bias-swiglu-fusion (an autograd function)
-        gradient_accumulation_fusion=False, persist_layer_norm=False)
+        gradient_accumulation_fusion=False,
+        persist_layer_norm=False,
+    )
     if moe:
-        kw.update(num_moe_experts=model.num_experts, moe_router_topk=model.moe_router_topk,
-                  moe_ffn_hidden_size=model.moe_ffn_hidden_size or model.ffn_hidden_size,
-                  moe_shared_expert_intermediate_size=model.moe_shared_expert_intermediate_size,
-                  moe_token_dispatcher_type="alltoall" if device_kind != "cpu" else "allgather", moe_router_pre_softmax=True, moe_aux_loss_coeff=0.0,
-                  moe_router_load_balancing_type="none", moe_grouped_gemm=False)
+        kw.update(
+            num_moe_experts=model.num_experts,
+            moe_router_topk=model.moe_router_topk,
+            moe_ffn_hidden_size=model.moe_ffn_hidden_size or model.ffn_hidden_size,
+            moe_shared_expert_intermediate_size=model.moe_shared_expert_intermediate_size,
+            moe_token_dispatcher_type="alltoall" if device_kind != "cpu" else "allgather",
+            moe_router_pre_softmax=True,
+            moe_aux_loss_coeff=0.0,
+            moe_router_load_balancing_type="none",
+            moe_grouped_gemm=False,
+        )
     return TransformerConfig(**kw)
 
 
@@ -196,8 +245,12 @@ def layer_spec(model: ModelSpec, *, moe: bool, device_kind: str):
 
     experts = model.num_experts if moe else None
     if device_kind == "cuda" and getattr(specs, "HAVE_TE", False):
-        return specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts), "transformer-engine spec"
-    return specs.get_gpt_layer_local_spec(num_experts=experts, normalization=model.normalization), "local spec"
+        return specs.get_gpt_layer_with_transformer_engine_spec(
+            num_experts=experts
+        ), "transformer-engine spec"
+    return specs.get_gpt_layer_local_spec(
+        num_experts=experts, normalization=model.normalization
+    ), "local spec"
 
 
 class McoreLayer(nn.Module):
@@ -220,8 +273,9 @@ def _rotary(model: ModelSpec, seq: int, device) -> torch.Tensor | None:
         return None
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
 
-    freqs = RotaryEmbedding(kv_channels=model.kv_channels, rotary_percent=1.0,
-                            use_cpu_initialization=True).get_freqs_non_repeated(seq)
+    freqs = RotaryEmbedding(
+        kv_channels=model.kv_channels, rotary_percent=1.0, use_cpu_initialization=True
+    ).get_freqs_non_repeated(seq)
     return torch.cat((freqs, freqs), dim=-1)[:, None, None, :].to(device)
 
 
@@ -236,7 +290,9 @@ def _patch_missing_te_gemm() -> None:
         moe_utils.te_general_gemm = None
 
 
-def build_mcore_layer(model: ModelSpec, *, moe: bool, seq: int, device, dtype) -> tuple[McoreLayer, str]:
+def build_mcore_layer(
+    model: ModelSpec, *, moe: bool, seq: int, device, dtype
+) -> tuple[McoreLayer, str]:
     """One megatron-core decoder layer of `model` (tp = 1) on `device`, and the spec's name."""
     from megatron.core.transformer.spec_utils import build_module
 
@@ -247,32 +303,61 @@ def build_mcore_layer(model: ModelSpec, *, moe: bool, seq: int, device, dtype) -
     redirects = (lambda: cpu_redirects(device)) if device.type == "cpu" else nullcontext
     spec, spec_name = layer_spec(model, moe=moe, device_kind=device.type)
     with redirects():
-        layer = build_module(spec, config=transformer_config(model, moe=moe, dtype=dtype, device_kind=device.type), layer_number=1)
-    layer = layer.to(device=device, dtype=dtype)  # as Megatron's Float16Module casts the whole model
+        layer = build_module(
+            spec,
+            config=transformer_config(model, moe=moe, dtype=dtype, device_kind=device.type),
+            layer_number=1,
+        )
+    layer = layer.to(
+        device=device, dtype=dtype
+    )  # as Megatron's Float16Module casts the whole model
     return McoreLayer(layer, _rotary(model, seq, device), redirects), spec_name
 
 
-def build_block(model: ModelSpec, block: str, shape: Shape, *, device: torch.device | str = "cpu",
-                dtype: torch.dtype | None = None, kernels: KernelSet | None = None) -> Block:
+def build_block(
+    model: ModelSpec,
+    block: str,
+    shape: Shape,
+    *,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+    kernels: KernelSet | None = None,
+) -> Block:
     """`subgraphs.build_block` with megatron-core's layer where `supports` says so."""
     version = require_megatron()
     if not supports(block, shape):
-        reference = build_reference(model, block, shape, device=device, dtype=dtype, kernels=kernels)
-        return Block(name=reference.name, shape=shape, module=reference.module, make_inputs=reference.make_inputs,
-                     expert_param_count=reference.expert_param_count, attention=reference.attention,
-                     kernels=source_record(block, shape, reference.kernels, torch.device(device).type))
+        reference = build_reference(
+            model, block, shape, device=device, dtype=dtype, kernels=kernels
+        )
+        return Block(
+            name=reference.name,
+            shape=shape,
+            module=reference.module,
+            make_inputs=reference.make_inputs,
+            expert_param_count=reference.expert_param_count,
+            attention=reference.attention,
+            kernels=source_record(block, shape, reference.kernels, torch.device(device).type),
+        )
     dtype = dtype or DTYPES[model.precision]
     moe = block == "layer.moe" or (block == "layer" and model.is_moe)
     dims = shard_dims(model, shape)
     module, spec_name = build_mcore_layer(model, moe=moe, seq=dims.seq, device=device, dtype=dtype)
     module.train()
     experts = sum(p.numel() for n, p in module.named_parameters() if ".experts." in n)
-    return Block(name=block, shape=shape, module=module, make_inputs=_hidden_input(dims, device, dtype),
-                 expert_param_count=experts, attention=None,
-                 kernels={"source": f"megatron-core {version} {spec_name}"})
+    return Block(
+        name=block,
+        shape=shape,
+        module=module,
+        make_inputs=_hidden_input(dims, device, dtype),
+        expert_param_count=experts,
+        attention=None,
+        kernels={"source": f"megatron-core {version} {spec_name}"},
+    )
 
 
-def source_record(block: str, shape: Shape, reference_kernels: dict[str, str], device_kind: str) -> dict[str, str]:
+def source_record(
+    block: str, shape: Shape, reference_kernels: dict[str, str], device_kind: str
+) -> dict[str, str]:
     """meta.json's record of a block under `--blocks megatron-core`: the megatron-core spec for
     the layers it builds, the reference kernels (and why) for the layers it cannot, as they are else."""
     if block not in LAYER_BLOCKS:
@@ -281,5 +366,9 @@ def source_record(block: str, shape: Shape, reference_kernels: dict[str, str], d
         return {**reference_kernels, "source": REFERENCE_NOTE}
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
-    spec_name = "transformer-engine spec" if device_kind == "cuda" and getattr(specs, "HAVE_TE", False) else "local spec"
+    spec_name = (
+        "transformer-engine spec"
+        if device_kind == "cuda" and getattr(specs, "HAVE_TE", False)
+        else "local spec"
+    )
     return {"source": f"megatron-core {megatron_version()} {spec_name}"}

@@ -58,9 +58,13 @@ class Timings:
 
 def _drop_param_grads(module: torch.nn.Module) -> list:
     """Free each parameter gradient right after accumulation (see the module docstring)."""
+
     def drop(param: torch.Tensor) -> None:
         param.grad = None
-    return [p.register_post_accumulate_grad_hook(drop) for p in module.parameters() if p.requires_grad]
+
+    return [
+        p.register_post_accumulate_grad_hook(drop) for p in module.parameters() if p.requires_grad
+    ]
 
 
 def _backward(output: torch.Tensor, grad: torch.Tensor | None) -> None:
@@ -131,8 +135,9 @@ def core_attention_us(block: Block, device: Device, *, repeats: int) -> int:
     return round(statistics.median(times[1:]))
 
 
-def measure_block(block: Block, device: Device, *, warmup: int, repeats: int,
-                  selective: bool = True) -> Measurement:
+def measure_block(
+    block: Block, device: Device, *, warmup: int, repeats: int, selective: bool = True
+) -> Measurement:
     """All measures of one block at its shape."""
     hooks = _drop_param_grads(block.module)
     try:
@@ -147,8 +152,17 @@ def measure_block(block: Block, device: Device, *, warmup: int, repeats: int,
     fwd_us, fwd_spread = Timings.summary(timings.fwd_us)
     bwd_us, bwd_spread = Timings.summary(timings.bwd_us)
     return Measurement(
-        fwd_us=fwd_us, bwd_us=bwd_us, fwd_us_spread=fwd_spread, bwd_us_spread=bwd_spread,
-        param_count=block.param_count, expert_param_count=block.expert_param_count,
-        weight_bytes=block.weight_bytes, input_bytes=input_bytes, output_bytes=output_bytes,
-        activation_bytes=activation, transient_bytes=transient,
-        selective_activation_bytes=selective_bytes, selective_recompute_us=recompute_us)
+        fwd_us=fwd_us,
+        bwd_us=bwd_us,
+        fwd_us_spread=fwd_spread,
+        bwd_us_spread=bwd_spread,
+        param_count=block.param_count,
+        expert_param_count=block.expert_param_count,
+        weight_bytes=block.weight_bytes,
+        input_bytes=input_bytes,
+        output_bytes=output_bytes,
+        activation_bytes=activation,
+        transient_bytes=transient,
+        selective_activation_bytes=selective_bytes,
+        selective_recompute_us=recompute_us,
+    )

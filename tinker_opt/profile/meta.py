@@ -71,8 +71,10 @@ class ProfileMeta:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProfileMeta:
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        return cls(**{k: v for k, v in data.items() if k in names},
-                   extra={k: v for k, v in data.items() if k not in names})
+        return cls(
+            **{k: v for k, v in data.items() if k in names},
+            extra={k: v for k, v in data.items() if k not in names},
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of meta.json: the set fields in declaration order, then `extra`."""
@@ -82,7 +84,9 @@ class ProfileMeta:
     def model_spec(self, folder: Path) -> ModelSpec:
         """The profiled model; a ProfileDataError when the folder does not record one."""
         if self.model is None:
-            raise ProfileDataError(f"{Path(folder) / META_FILE} has no 'model' entry; re-run `tinker-opt profile`")
+            raise ProfileDataError(
+                f"{Path(folder) / META_FILE} has no 'model' entry; re-run `tinker-opt profile`"
+            )
         return ModelSpec.from_dict(self.model)
 
     @property
@@ -99,12 +103,16 @@ def read_meta(folder: Path) -> ProfileMeta:
     """meta.json of `folder`; a one-line ProfileDataError when it is missing or not JSON."""
     path = Path(folder) / META_FILE
     if not path.exists():
-        raise ProfileDataError(f"{path} is missing; the profile folder is incomplete, re-run `tinker-opt profile`")
+        raise ProfileDataError(
+            f"{path} is missing; the profile folder is incomplete, re-run `tinker-opt profile`"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ProfileDataError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); "
-                               "re-run `tinker-opt profile`") from None
+        raise ProfileDataError(
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); "
+            "re-run `tinker-opt profile`"
+        ) from None
     if not isinstance(data, dict):
         raise ProfileDataError(f"{path} must hold a JSON object; re-run `tinker-opt profile`")
     return ProfileMeta.from_dict(data)

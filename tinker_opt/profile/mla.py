@@ -27,7 +27,13 @@ from torch import nn
 
 from tinker_opt.errors import ConfigError
 from tinker_opt.profile.layers import (
-    Attention, ColumnParallelLinear, RotaryEmbedding, RowParallelLinear, make_norm, new_weight)
+    Attention,
+    ColumnParallelLinear,
+    RotaryEmbedding,
+    RowParallelLinear,
+    make_norm,
+    new_weight,
+)
 from tinker_opt.profile.tp_emulation import GatherFromSequence
 from tinker_opt.specs import ModelSpec
 
@@ -41,7 +47,9 @@ def check_mla(model: ModelSpec) -> None:
         flags = ", ".join("--" + name.replace("_", "-") for name in missing)
         raise ConfigError(f"--multi-latent-attention needs {flags}; add them to the script")
     if model.qk_pos_emb_head_dim % 2:
-        raise ConfigError(f"qk_pos_emb_head_dim ({model.qk_pos_emb_head_dim}) must be even for rotary")
+        raise ConfigError(
+            f"qk_pos_emb_head_dim ({model.qk_pos_emb_head_dim}) must be even for rotary"
+        )
 
 
 class DuplicatedLinear(nn.Module):
@@ -63,33 +71,55 @@ class LatentAttention(Attention):
         nn.Module.__init__(self)
         kw = dict(device=device, dtype=dtype)
         self.heads = self.groups = dims.heads
-        self.nope_dim, self.rope_dim, self.v_dim = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
+        self.nope_dim, self.rope_dim, self.v_dim = (
+            model.qk_head_dim,
+            model.qk_pos_emb_head_dim,
+            model.v_head_dim,
+        )
         self.head_dim = self.nope_dim + self.rope_dim
         self.kv_lora_rank, self.gather = model.kv_lora_rank, gather
         self._build_query(dims, model, **kw)
         self.kv_down = DuplicatedLinear(dims.hidden, self.kv_lora_rank + self.rope_dim, **kw)
         self.kv_norm = make_norm(model.normalization, self.kv_lora_rank, **kw)
-        self.kv_up = ColumnParallelLinear(self.kv_lora_rank, self.heads * (self.nope_dim + self.v_dim),
-                                          bias=False, gather=gather, **kw)
-        self.proj = RowParallelLinear(self.heads * self.v_dim, dims.hidden, bias=model.add_bias_linear,
-                                      scatter=gather, **kw)
+        self.kv_up = ColumnParallelLinear(
+            self.kv_lora_rank,
+            self.heads * (self.nope_dim + self.v_dim),
+            bias=False,
+            gather=gather,
+            **kw,
+        )
+        self.proj = RowParallelLinear(
+            self.heads * self.v_dim, dims.hidden, bias=model.add_bias_linear, scatter=gather, **kw
+        )
         self.rotary = RotaryEmbedding(dims.seq, self.rope_dim, **kw)
-        self.flash, self.attention_dropout, self.cp = model.use_flash_attn, model.attention_dropout, cp
-        self.softmax_scale = 1.0 / math.sqrt(self.head_dim)  # mcore: 1 / sqrt(qk_head_dim + rope dim)
+        self.flash, self.attention_dropout, self.cp = (
+            model.use_flash_attn,
+            model.attention_dropout,
+            cp,
+        )
+        self.softmax_scale = 1.0 / math.sqrt(
+            self.head_dim
+        )  # mcore: 1 / sqrt(qk_head_dim + rope dim)
         self.recompute_core = False
 
     def _build_query(self, dims, model: ModelSpec, *, device, dtype) -> None:
         """q_lora_rank set: down (duplicated) -> norm -> up (column parallel); else one column-parallel linear."""
         width = self.heads * self.head_dim
         if model.q_lora_rank:
-            self.q_down = DuplicatedLinear(dims.hidden, model.q_lora_rank, device=device, dtype=dtype)
-            self.q_norm = make_norm(model.normalization, model.q_lora_rank, device=device, dtype=dtype)
-            self.q_up = ColumnParallelLinear(model.q_lora_rank, width, bias=False, gather=self.gather,
-                                             device=device, dtype=dtype)
+            self.q_down = DuplicatedLinear(
+                dims.hidden, model.q_lora_rank, device=device, dtype=dtype
+            )
+            self.q_norm = make_norm(
+                model.normalization, model.q_lora_rank, device=device, dtype=dtype
+            )
+            self.q_up = ColumnParallelLinear(
+                model.q_lora_rank, width, bias=False, gather=self.gather, device=device, dtype=dtype
+            )
         else:
             self.q_down = self.q_norm = None
-            self.q_up = ColumnParallelLinear(dims.hidden, width, bias=False, gather=self.gather,
-                                             device=device, dtype=dtype)
+            self.q_up = ColumnParallelLinear(
+                dims.hidden, width, bias=False, gather=self.gather, device=device, dtype=dtype
+            )
 
     def query(self, x: torch.Tensor) -> torch.Tensor:
         """[s_sp, b, h] -> q [s, b, n, dq] with rotary applied to its last rope_dim columns."""
@@ -111,7 +141,9 @@ class LatentAttention(Attention):
         k = torch.cat((k_nope, k_rope), dim=-1)
         return q, k, v.contiguous()
 
-    def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
+    def core(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True
+    ) -> torch.Tensor:
         """Flash kernels need one head dim for q, k and v: v is zero-padded to dq and the output cut
         back to v_head_dim (MindSpeed-LLM's default; `--mla-fa-without-pad` skips it on the NPU).
         Unpadded, torch falls back to the math kernel and materialises the scores."""
@@ -119,4 +151,6 @@ class LatentAttention(Attention):
             return super().core(q, k, v, causal=causal)
         s, b = q.shape[0], q.shape[1]
         out = super().core(q, k, F.pad(v, (0, q.shape[-1] - v.shape[-1])), causal=causal)
-        return out.view(s, b, self.heads, q.shape[-1])[..., : self.v_dim].reshape(s, b, self.heads * self.v_dim)
+        return out.view(s, b, self.heads, q.shape[-1])[..., : self.v_dim].reshape(
+            s, b, self.heads * self.v_dim
+        )

@@ -26,15 +26,32 @@ class GroupedExperts(nn.Module):
     fc1 [E, h, 2f | f] (+ bias [E, 2f | f]) and fc2 [E, f, h] (+ bias [E, h]): the same parameter
     count and bytes as E separate expert MLPs."""
 
-    def __init__(self, num_experts: int, hidden: int, ffn_local: int, *, swiglu: bool, bias: bool,
-                 device, dtype) -> None:
+    def __init__(
+        self,
+        num_experts: int,
+        hidden: int,
+        ffn_local: int,
+        *,
+        swiglu: bool,
+        bias: bool,
+        device,
+        dtype,
+    ) -> None:
         super().__init__()
         width = ffn_local * (2 if swiglu else 1)
         self.swiglu = swiglu
         self.fc1 = new_weight(num_experts, hidden, width, device=device, dtype=dtype)
         self.fc2 = new_weight(num_experts, ffn_local, hidden, device=device, dtype=dtype)
-        self.fc1_bias = nn.Parameter(torch.zeros(num_experts, width, device=device, dtype=dtype)) if bias else None
-        self.fc2_bias = nn.Parameter(torch.zeros(num_experts, hidden, device=device, dtype=dtype)) if bias else None
+        self.fc1_bias = (
+            nn.Parameter(torch.zeros(num_experts, width, device=device, dtype=dtype))
+            if bias
+            else None
+        )
+        self.fc2_bias = (
+            nn.Parameter(torch.zeros(num_experts, hidden, device=device, dtype=dtype))
+            if bias
+            else None
+        )
         self.kernel = REFERENCE["swiglu"]
 
     @property
@@ -51,10 +68,13 @@ class GroupedExperts(nn.Module):
     def _run(self, x: torch.Tensor, experts: slice) -> torch.Tensor:
         """The experts of `experts` on x [E', n, h] (n tokens each): [E', n, h]."""
         # All experts: the parameters themselves (a slice would add a full-size zero-filled gradient).
-        pick = (lambda p: p) if experts == slice(None) else (lambda p: p[experts])  # noqa: E731
+        pick = (lambda p: p) if experts == slice(None) else (lambda p: p[experts])
         w1, w2 = pick(self.fc1), pick(self.fc2)
-        hidden = (torch.bmm(x, w1) if self.fc1_bias is None
-                  else torch.baddbmm(pick(self.fc1_bias).unsqueeze(1), x, w1))
+        hidden = (
+            torch.bmm(x, w1)
+            if self.fc1_bias is None
+            else torch.baddbmm(pick(self.fc1_bias).unsqueeze(1), x, w1)
+        )
         out = torch.bmm(self._activation(hidden), w2)
         return out if self.fc2_bias is None else out + pick(self.fc2_bias).unsqueeze(1)
 
@@ -67,10 +87,16 @@ class GroupedExperts(nn.Module):
         split = extra * (per + 1)
         parts = []
         if extra:
-            parts.append(self._run(dispatched[:split].view(extra, per + 1, h), slice(0, extra)).reshape(-1, h))
+            parts.append(
+                self._run(dispatched[:split].view(extra, per + 1, h), slice(0, extra)).reshape(
+                    -1, h
+                )
+            )
         if per:
             rest = dispatched[split:].view(self.num_experts - extra, per, h)
-            parts.append(self._run(rest, slice(extra, None) if extra else slice(None)).reshape(-1, h))
+            parts.append(
+                self._run(rest, slice(extra, None) if extra else slice(None)).reshape(-1, h)
+            )
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
@@ -81,15 +107,36 @@ class MoE(nn.Module):
         super().__init__()
         self.topk, self.etp = dims.topk, etp
         self.router = new_weight(dims.num_experts, dims.hidden, device=device, dtype=dtype)
-        self.experts = GroupedExperts(dims.num_local_experts, dims.hidden, dims.expert_ffn, swiglu=model.swiglu,
-                                      bias=model.add_bias_linear, device=device, dtype=dtype)
-        self.shared = (MLP(dims.hidden, dims.shared_ffn, swiglu=model.swiglu, bias=model.add_bias_linear,
-                           gather=tp if sp else 1, device=device, dtype=dtype) if dims.shared_ffn else None)
+        self.experts = GroupedExperts(
+            dims.num_local_experts,
+            dims.hidden,
+            dims.expert_ffn,
+            swiglu=model.swiglu,
+            bias=model.add_bias_linear,
+            device=device,
+            dtype=dtype,
+        )
+        self.shared = (
+            MLP(
+                dims.hidden,
+                dims.shared_ffn,
+                swiglu=model.swiglu,
+                bias=model.add_bias_linear,
+                gather=tp if sp else 1,
+                device=device,
+                dtype=dtype,
+            )
+            if dims.shared_ffn
+            else None
+        )
         tokens = dims.seq_sp * dims.mbs * etp
         # Balanced dispatch: every gathered token goes to topk experts; the rank's share is one
         # token-expert assignment per (token, k), grouped by local expert.
-        self.register_buffer("order", torch.arange(tokens, device=device).repeat_interleave(self.topk),
-                             persistent=False)
+        self.register_buffer(
+            "order",
+            torch.arange(tokens, device=device).repeat_interleave(self.topk),
+            persistent=False,
+        )
 
     def expert_param_count(self) -> int:
         return sum(p.numel() for p in self.experts.parameters())

@@ -21,8 +21,9 @@ the run never touch memory. That is what a fused kernel saves (Dao et al., "Flas
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -69,8 +70,12 @@ def _runs(ops: Sequence[TracedOp]) -> list[list[int]]:
     return runs + ([current] if current else [])
 
 
-def _fused_bytes(ops: Sequence[TracedOp], run: list[int], readers: dict[int, set[int]],
-                 first_writer: dict[int, int]) -> int:
+def _fused_bytes(
+    ops: Sequence[TracedOp],
+    run: list[int],
+    readers: dict[int, set[int]],
+    first_writer: dict[int, int],
+) -> int:
     """Bytes of one fused run: outside inputs once, outputs used outside once, inner tensors never."""
     members = set(run)
     read_bytes: dict[int, int] = {}
@@ -80,8 +85,11 @@ def _fused_bytes(ops: Sequence[TracedOp], run: list[int], readers: dict[int, set
             read_bytes[sid] = max(read_bytes.get(sid, 0), nbytes)
         for sid, nbytes in ops[index].writes:
             write_bytes[sid] = max(write_bytes.get(sid, 0), nbytes)
-    inner = {sid for sid in write_bytes
-             if first_writer.get(sid) in members and readers.get(sid) and readers[sid] <= members}
+    inner = {
+        sid
+        for sid in write_bytes
+        if first_writer.get(sid) in members and readers.get(sid) and readers[sid] <= members
+    }
     # A tensor made inside the run is read from registers; one made before is read from memory.
     outside_reads = sum(b for sid, b in read_bytes.items() if first_writer.get(sid) not in members)
     return outside_reads + sum(b for sid, b in write_bytes.items() if sid not in inner)
@@ -90,8 +98,11 @@ def _fused_bytes(ops: Sequence[TracedOp], run: list[int], readers: dict[int, set
 def fused_kernels(ops: Sequence[TracedOp], fuse: bool = True) -> list[Kernel]:
     """The kernels a device runs for the traced ops (one per op when `fuse` is off)."""
     if not fuse:
-        return [Kernel(op.phase, op.flops, op.bytes_moved, op.precision) for op in ops
-                if op.flops > 0 or op.bytes_moved > 0]
+        return [
+            Kernel(op.phase, op.flops, op.bytes_moved, op.precision)
+            for op in ops
+            if op.flops > 0 or op.bytes_moved > 0
+        ]
     readers: dict[int, set[int]] = {}
     first_writer: dict[int, int] = {}
     for index, op in enumerate(ops):
@@ -105,8 +116,15 @@ def fused_kernels(ops: Sequence[TracedOp], fuse: bool = True) -> list[Kernel]:
         if len(run) == 1:
             kernels.append(Kernel(first.phase, first.flops, first.bytes_moved, first.precision))
         else:
-            kernels.append(Kernel(first.phase, 0, _fused_bytes(ops, run, readers, first_writer),
-                                  first.precision, len(run)))
+            kernels.append(
+                Kernel(
+                    first.phase,
+                    0,
+                    _fused_bytes(ops, run, readers, first_writer),
+                    first.precision,
+                    len(run),
+                )
+            )
     return kernels
 
 
@@ -120,12 +138,15 @@ class OpArrays:
     """Peak matrix rate of each op's precision on the target device."""
 
     @classmethod
-    def from_ops(cls, ops: Iterable[OpLike], hardware: HardwareSpec) -> "OpArrays":
+    def from_ops(cls, ops: Iterable[OpLike], hardware: HardwareSpec) -> OpArrays:
         ops = [op for op in ops if op.flops > 0 or op.bytes_moved > 0]  # views run no kernel
-        return cls(flops=np.array([op.flops for op in ops], dtype=float),
-                   bytes_moved=np.array([op.bytes_moved for op in ops], dtype=float),
-                   peak_flops_per_us=np.array([hardware.peak_flops_per_us(op.precision) for op in ops],
-                                              dtype=float))
+        return cls(
+            flops=np.array([op.flops for op in ops], dtype=float),
+            bytes_moved=np.array([op.bytes_moved for op in ops], dtype=float),
+            peak_flops_per_us=np.array(
+                [hardware.peak_flops_per_us(op.precision) for op in ops], dtype=float
+            ),
+        )
 
     def __len__(self) -> int:
         return len(self.flops)

@@ -19,8 +19,9 @@ Per op:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -29,13 +30,29 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, 
 
 aten = torch.ops.aten
 PHASES = ("fwd", "bwd")
-PRECISION_OF_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
-                      torch.float64: "fp32"}
-NO_TRAFFIC_OPS = frozenset({
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
-    "lift_fresh", "_local_scalar_dense", "set_", "resize_", "_has_compatible_shallow_copy_type",
-    "_unsafe_view",
-})
+PRECISION_OF_DTYPE = {
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.float32: "fp32",
+    torch.float64: "fp32",
+}
+NO_TRAFFIC_OPS = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "detach",
+        "alias",
+        "lift_fresh",
+        "_local_scalar_dense",
+        "set_",
+        "resize_",
+        "_has_compatible_shallow_copy_type",
+        "_unsafe_view",
+    }
+)
 """Ops that allocate or re-label memory without reading or writing tensor data."""
 
 
@@ -45,30 +62,47 @@ def _causal_fraction(is_causal: bool) -> float:
     return 0.5 if is_causal else 1.0
 
 
-def _cpu_sdpa_flop(query, key, value, dropout_p=0.0, is_causal=False, *args, out_shape=None, **kwargs) -> int:
+def _cpu_sdpa_flop(
+    query, key, value, dropout_p=0.0, is_causal=False, *args, out_shape=None, **kwargs
+) -> int:
     """FLOPs the CPU flash-attention kernel executes: QK^T and PV, halved under a causal mask."""
     return int(sdpa_flop_count(query, key, value) * _causal_fraction(is_causal))
 
 
-def _cpu_sdpa_backward_flop(grad_out, query, key, value, out, logsumexp, dropout_p=0.0, is_causal=False,
-                            *args, out_shape=None, **kwargs) -> int:
+def _cpu_sdpa_backward_flop(
+    grad_out,
+    query,
+    key,
+    value,
+    out,
+    logsumexp,
+    dropout_p=0.0,
+    is_causal=False,
+    *args,
+    out_shape=None,
+    **kwargs,
+) -> int:
     """FLOPs of the CPU flash-attention backward (five matmuls of the score size), causal halved."""
     return int(sdpa_backward_flop_count(grad_out, query, key, value) * _causal_fraction(is_causal))
 
 
 def _shape_formula(formula):
     """Wrap a formula written on shapes the way flop_counter.register_flop_formula does."""
+
     def wrapped(*args, out_val=None, **kwargs):
-        to_shape = lambda x: x.shape if isinstance(x, torch.Tensor) else x  # noqa: E731
+        to_shape = lambda x: x.shape if isinstance(x, torch.Tensor) else x
         args = [to_shape(a) for a in args]
         kwargs = {k: to_shape(v) for k, v in kwargs.items()}
         return formula(*args, **kwargs)
+
     return wrapped
 
 
 EXTRA_FLOP_FORMULAS = {
     aten._scaled_dot_product_flash_attention_for_cpu: _shape_formula(_cpu_sdpa_flop),
-    aten._scaled_dot_product_flash_attention_for_cpu_backward: _shape_formula(_cpu_sdpa_backward_flop),
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: _shape_formula(
+        _cpu_sdpa_backward_flop
+    ),
 }
 """Formulas FlopCounterMode lacks, keyed like its registry (by op overload packet)."""
 
@@ -137,7 +171,9 @@ def _moves_data(func: Any) -> bool:
 
 def _touched(trace: OpTrace, values: Any) -> tuple[tuple[int, int], ...]:
     leaves, _ = tree_flatten(values)
-    return tuple((trace.storage_id(x), _tensor_bytes(x)) for x in leaves if isinstance(x, torch.Tensor))
+    return tuple(
+        (trace.storage_id(x), _tensor_bytes(x)) for x in leaves if isinstance(x, torch.Tensor)
+    )
 
 
 def _op_precision(args: Any) -> str:
@@ -167,10 +203,18 @@ class _OpRecorder(TorchDispatchMode):
         moves = _moves_data(func)
         reads = _touched(self.trace, (args, kwargs)) if moves else ()
         writes = _touched(self.trace, out) if moves else ()
-        self.trace.records.append(OpRecord(
-            name=str(func.overloadpacket.__name__), phase=self.phase, flops=flops,
-            bytes_moved=sum(b for _, b in reads + writes), precision=_op_precision(args),
-            modules=frozenset(self.counter.mod_tracker.parents), reads=reads, writes=writes))
+        self.trace.records.append(
+            OpRecord(
+                name=str(func.overloadpacket.__name__),
+                phase=self.phase,
+                flops=flops,
+                bytes_moved=sum(b for _, b in reads + writes),
+                precision=_op_precision(args),
+                modules=frozenset(self.counter.mod_tracker.parents),
+                reads=reads,
+                writes=writes,
+            )
+        )
         return out
 
 

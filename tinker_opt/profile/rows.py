@@ -9,7 +9,8 @@ block comes from the reference sub-graphs (subgraphs.py) or Megatron-core's laye
 from __future__ import annotations
 
 import gc
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tinker_opt.profile import store
 from tinker_opt.profile.device import Device
@@ -29,16 +30,22 @@ def row_key(row: dict[str, Any]) -> tuple:
     return (str(row["block"]),) + tuple(int(row[c]) for c in store.BLOCK_KEY[1:])
 
 
-def make_row(point: ProfilePoint, status: str, measurement: Measurement | None = None) -> dict[str, Any]:
+def make_row(
+    point: ProfilePoint, status: str, measurement: Measurement | None = None
+) -> dict[str, Any]:
     """A blocks.csv row of `point`: its measurement, or empty measures for `oom` and failures."""
-    row = dict(zip(store.BLOCK_KEY, point.key))
-    row.update(measurement.as_row() if measurement is not None else {c: None for c in store.BLOCK_MEASURES})
+    row = dict(zip(store.BLOCK_KEY, point.key, strict=True))
+    row.update(
+        measurement.as_row() if measurement is not None else dict.fromkeys(store.BLOCK_MEASURES)
+    )
     row["status"] = status
     return row
 
 
 def _row_bytes(row: dict[str, Any], batch_scale: float = 1.0, shard_scale: float = 1.0) -> float:
-    per_batch = sum(int(row[c]) for c in ("activation_bytes", "transient_bytes", "input_bytes", "output_bytes"))
+    per_batch = sum(
+        int(row[c]) for c in ("activation_bytes", "transient_bytes", "input_bytes", "output_bytes")
+    )
     return (int(row["weight_bytes"]) + per_batch * batch_scale) * shard_scale
 
 
@@ -61,7 +68,9 @@ def predicted_bytes(point: ProfilePoint, rows: dict[tuple, dict[str, Any]]) -> f
 
 def kernel_set(model: ModelSpec, settings: MeasureSettings, device: Device) -> KernelSet:
     """The implementation of each op on `device` for the script's flags (kernels.py)."""
-    return select_kernels(requested_ops(settings.kernel_flags, flash_attn=model.use_flash_attn), device.kind)
+    return select_kernels(
+        requested_ops(settings.kernel_flags, flash_attn=model.use_flash_attn), device.kind
+    )
 
 
 def block_builder(source: str):
@@ -73,21 +82,35 @@ def block_builder(source: str):
     return build_block
 
 
-def measure_point(model: ModelSpec, point: ProfilePoint, device: Device, settings: MeasureSettings,
-                  kernels: KernelSet | None) -> dict[str, Any]:
+def measure_point(
+    model: ModelSpec,
+    point: ProfilePoint,
+    device: Device,
+    settings: MeasureSettings,
+    kernels: KernelSet | None,
+) -> dict[str, Any]:
     """Build the block of `point` on `device` and measure it (raises what the block raises)."""
     build = block_builder(settings.blocks)
     block = build(model, point.block, point.shape, device=device.torch_device, kernels=kernels)
-    measurement = measure_block(block, device, warmup=max(settings.warmup - 1, 0), repeats=settings.repeats,
-                                selective=settings.selective)
+    measurement = measure_block(
+        block,
+        device,
+        warmup=max(settings.warmup - 1, 0),
+        repeats=settings.repeats,
+        selective=settings.selective,
+    )
     return make_row(point, "ok", measurement)
 
 
-def _attempt(model, point, device, settings, rows, budget_bytes, log: Log, kernels) -> dict[str, Any]:
+def _attempt(
+    model, point, device, settings, rows, budget_bytes, log: Log, kernels
+) -> dict[str, Any]:
     """Measure one row; out-of-memory (real or predicted) gives status `oom`, other failures their error."""
     predicted = predicted_bytes(point, rows)
     if predicted is not None and predicted > budget_bytes:
-        log(f"{point.label}: oom (predicted {predicted / MIB:.0f} MiB > budget {budget_bytes / MIB:.0f} MiB)")
+        log(
+            f"{point.label}: oom (predicted {predicted / MIB:.0f} MiB > budget {budget_bytes / MIB:.0f} MiB)"
+        )
         return make_row(point, "oom")
     try:
         row = measure_point(model, point, device, settings, kernels)
@@ -100,14 +123,25 @@ def _attempt(model, point, device, settings, rows, budget_bytes, log: Log, kerne
         message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
         log(f"{point.label}: failed, {message}")
         return make_row(point, f"error: {message}")
-    log(f"{point.label}: fwd {row['fwd_us']} us (spread {row['fwd_us_spread']}), bwd {row['bwd_us']} us "
+    log(
+        f"{point.label}: fwd {row['fwd_us']} us (spread {row['fwd_us_spread']}), bwd {row['bwd_us']} us "
         f"(spread {row['bwd_us_spread']}), activations {row['activation_bytes'] / MIB:.2f} MiB, "
-        f"transient {row['transient_bytes'] / MIB:.2f} MiB")
+        f"transient {row['transient_bytes'] / MIB:.2f} MiB"
+    )
     return row
 
 
-def measure_row(model: ModelSpec, point: ProfilePoint, device: Device, settings: MeasureSettings, rows,
-                frontier: OomFrontier, budget_bytes: float, log: Log, kernels: KernelSet | None) -> dict[str, Any]:
+def measure_row(
+    model: ModelSpec,
+    point: ProfilePoint,
+    device: Device,
+    settings: MeasureSettings,
+    rows,
+    frontier: OomFrontier,
+    budget_bytes: float,
+    log: Log,
+    kernels: KernelSet | None,
+) -> dict[str, Any]:
     """One row: `oom` when an out-of-memory row of `frontier` needs no more memory, else measured."""
     if frontier.blocks(point):
         log(f"{point.label}: oom (needs at least the memory of an out-of-memory row)")
@@ -118,7 +152,9 @@ def measure_row(model: ModelSpec, point: ProfilePoint, device: Device, settings:
     return row
 
 
-def block_kernels(model: ModelSpec, settings: MeasureSettings, rows, kernels: KernelSet) -> dict[str, dict[str, str]]:
+def block_kernels(
+    model: ModelSpec, settings: MeasureSettings, rows, kernels: KernelSet
+) -> dict[str, dict[str, str]]:
     """{block: {op: implementation}} for each measured block, from a copy built on the meta device."""
     out: dict[str, dict[str, str]] = {}
     sources: dict[str, set[str]] = {}
@@ -126,8 +162,14 @@ def block_kernels(model: ModelSpec, settings: MeasureSettings, rows, kernels: Ke
         name = str(row["block"])
         if row["status"] != "ok":
             continue
-        shape = Shape(tp=int(row["tp"]), sp=bool(int(row["sp"])), cp=int(row["cp"]), ep=int(row["ep"]),
-                      etp=int(row["etp"]), mbs=int(row["mbs"]))
+        shape = Shape(
+            tp=int(row["tp"]),
+            sp=bool(int(row["sp"])),
+            cp=int(row["cp"]),
+            ep=int(row["ep"]),
+            etp=int(row["etp"]),
+            mbs=int(row["mbs"]),
+        )
         record = build_block(model, name, shape, device="meta", kernels=kernels).kernels
         if settings.blocks == "megatron-core":
             from tinker_opt.profile.mcore_blocks import source_record

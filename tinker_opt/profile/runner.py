@@ -11,6 +11,7 @@ collectives and meta.json. How one row is measured is rows.py; the settings are 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import platform
 import time
@@ -33,10 +34,19 @@ from tinker_opt.profile.settings import MIB, MeasureSettings
 from tinker_opt.profile.space import OomFrontier, ProfilePoint, profile_space
 from tinker_opt.specs import ModelSpec, TrainSpec
 
-__all__ = ["MeasureSettings", "comm_rows", "default_profile_dir", "existing_rows", "profile_blocks", "run_profile"]
+__all__ = [
+    "MeasureSettings",
+    "comm_rows",
+    "default_profile_dir",
+    "existing_rows",
+    "profile_blocks",
+    "run_profile",
+]
 
 
-def default_profile_dir(model_name: str, model_size: str, root: Path = store.DEFAULT_PROFILE_ROOT) -> Path:
+def default_profile_dir(
+    model_name: str, model_size: str, root: Path = store.DEFAULT_PROFILE_ROOT
+) -> Path:
     """`<root>/profiled-data-<name>-<size>-<yymmdd-HHMMSS>` (Tinker's naming)."""
     return Path(root) / f"profiled-data-{model_name}-{model_size}-{datetime.now():%y%m%d-%H%M%S}"
 
@@ -71,8 +81,10 @@ def existing_rows(out_dir: Path) -> dict[tuple, dict[str, Any]]:
 
 def _check_same_model(out_dir: Path, model: ModelSpec) -> None:
     if (out_dir / META_FILE).exists() and read_meta(out_dir).model not in (None, model.to_dict()):
-        raise ProfileDataError(f"{out_dir} holds a profile of a different model; profile into a new folder "
-                               "(or delete that one)")
+        raise ProfileDataError(
+            f"{out_dir} holds a profile of a different model; profile into a new folder "
+            "(or delete that one)"
+        )
 
 
 def _write_blocks(out_dir: Path, rows: dict[tuple, dict[str, Any]]) -> None:
@@ -83,9 +95,17 @@ def _write_blocks(out_dir: Path, rows: dict[tuple, dict[str, Any]]) -> None:
     store.write_blocks_csv(out_dir, frame)
 
 
-def profile_blocks(model: ModelSpec, settings: MeasureSettings, out_dir: Path, device: Device, *,
-                   train: TrainSpec | None, progress, log,
-                   kernels: KernelSet | None = None) -> dict[tuple, dict[str, Any]]:
+def profile_blocks(
+    model: ModelSpec,
+    settings: MeasureSettings,
+    out_dir: Path,
+    device: Device,
+    *,
+    train: TrainSpec | None,
+    progress,
+    log,
+    kernels: KernelSet | None = None,
+) -> dict[tuple, dict[str, Any]]:
     """Measure every row of the space not already in out_dir, in one process or one per device
     (workers.py); blocks.csv is rewritten after each row."""
     points = profile_space(model, settings.limits(train))
@@ -94,8 +114,10 @@ def profile_blocks(model: ModelSpec, settings: MeasureSettings, out_dir: Path, d
     budget = settings.memory_budget_bytes(device)
     kept = sum(p.key in rows for p in points)
     workers = settings.num_workers(device)
-    log(f"profile space: {len(points)} rows ({kept} kept from a previous run) on {device.kind} '{device.name}'"
-        f"{f', {workers} workers' if workers > 1 else ''}")
+    log(
+        f"profile space: {len(points)} rows ({kept} kept from a previous run) on {device.kind} '{device.name}'"
+        f"{f', {workers} workers' if workers > 1 else ''}"
+    )
     done = 0
 
     def record(point: ProfilePoint, row: dict[str, Any] | None) -> None:
@@ -114,20 +136,34 @@ def profile_blocks(model: ModelSpec, settings: MeasureSettings, out_dir: Path, d
     if workers > 1 and pending:
         from tinker_opt.profile.workers import measure_in_workers
 
-        measure_in_workers(model, settings, pending, device_kind=device.kind, num_workers=workers,
-                           on_row=record, log=log)
+        measure_in_workers(
+            model,
+            settings,
+            pending,
+            device_kind=device.kind,
+            num_workers=workers,
+            on_row=record,
+            log=log,
+        )
     else:
         for point in pending:
-            record(point, measure_row(model, point, device, settings, rows, frontier, budget, log, kernels))
+            record(
+                point,
+                measure_row(model, point, device, settings, rows, frontier, budget, log, kernels),
+            )
     return rows
 
 
-def comm_rows(settings: MeasureSettings, device: Device, log: Callable[[str], None]) -> tuple[pd.DataFrame, str]:
+def comm_rows(
+    settings: MeasureSettings, device: Device, log: Callable[[str], None]
+) -> tuple[pd.DataFrame, str]:
     """comm.csv rows and where they come from: a hardware file, a measurement, or nothing."""
     if settings.hardware:
         from tinker_opt.hardware import comm_table, load_hardware
 
-        return comm_table(load_hardware(settings.hardware), max_group_size=settings.max_npu), f"hardware {settings.hardware}"
+        return comm_table(
+            load_hardware(settings.hardware), max_group_size=settings.max_npu
+        ), f"hardware {settings.hardware}"
     if settings.comm == "skip":
         return store.empty_comm(), "skipped"
     from tinker_opt.profile.comm import measure_comm
@@ -135,8 +171,13 @@ def comm_rows(settings: MeasureSettings, device: Device, log: Callable[[str], No
     workers = settings.num_workers(device)
     procs = settings.comm_procs or (workers if workers > 1 else 2 if device.kind == "cpu" else 1)
     max_bytes = settings.comm_max_bytes or (16 * MIB if device.kind == "cpu" else 256 * MIB)
-    frame, notes = measure_comm(backend=device.comm_backend, device_kind=device.kind, num_procs=procs,
-                                max_bytes=max_bytes, repeats=settings.comm_repeats)
+    frame, notes = measure_comm(
+        backend=device.comm_backend,
+        device_kind=device.kind,
+        num_procs=procs,
+        max_bytes=max_bytes,
+        repeats=settings.comm_repeats,
+    )
     for note in notes:
         log(note)
     return frame, f"measured ({device.comm_backend}, {procs} processes, up to {max_bytes} bytes)"
@@ -159,38 +200,69 @@ def _profile_comm(settings: MeasureSettings, device: Device, out_dir: Path, log)
 
 
 def _versions() -> dict[str, str]:
-    versions = {"tinker_opt": tinker_opt.__version__, "torch": torch.__version__, "python": platform.python_version()}
+    versions = {
+        "tinker_opt": tinker_opt.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
     npu = getattr(torch, "npu", None)
     if npu is not None:
         import importlib.metadata
 
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions["torch_npu"] = importlib.metadata.version("torch_npu")
-        except importlib.metadata.PackageNotFoundError:
-            pass
     return versions
 
 
-def _meta(model, settings, device, train, started: str, rows, comm_source: str, seconds: float,
-          kernels: dict[str, Any]) -> ProfileMeta:
+def _meta(
+    model,
+    settings,
+    device,
+    train,
+    started: str,
+    rows,
+    comm_source: str,
+    seconds: float,
+    kernels: dict[str, Any],
+) -> ProfileMeta:
     statuses = [str(r["status"]) for r in rows.values()]
     return ProfileMeta(
-        tool="tinker-opt", format_version=1, model=model.to_dict(),
+        tool="tinker-opt",
+        format_version=1,
+        model=model.to_dict(),
         device={"kind": device.kind, "name": device.name, "count": device.count},
-        versions=_versions(), settings=dataclasses.asdict(settings),
-        train=None if train is None else {"micro_batch_size": train.micro_batch_size,
-                                          "global_batch_size": train.global_batch_size,
-                                          "strategy": train.strategy.to_dict()},
-        kernels=kernels, comm_source=comm_source, started=started, finished=datetime.now().isoformat(timespec="seconds"),
+        versions=_versions(),
+        settings=dataclasses.asdict(settings),
+        train=None
+        if train is None
+        else {
+            "micro_batch_size": train.micro_batch_size,
+            "global_batch_size": train.global_batch_size,
+            "strategy": train.strategy.to_dict(),
+        },
+        kernels=kernels,
+        comm_source=comm_source,
+        started=started,
+        finished=datetime.now().isoformat(timespec="seconds"),
         profile_seconds=round(seconds, 1),
-        rows={"total": len(statuses), "ok": statuses.count("ok"), "oom": statuses.count("oom"),
-              "failed": sum(s not in ("ok", "oom") for s in statuses)},
+        rows={
+            "total": len(statuses),
+            "ok": statuses.count("ok"),
+            "oom": statuses.count("oom"),
+            "failed": sum(s not in ("ok", "oom") for s in statuses),
+        },
     )
 
 
-def run_profile(model: ModelSpec, settings: MeasureSettings, out_dir: Path, *, train: TrainSpec | None = None,
-                progress: Callable[[int, int, str], None] | None = None,
-                log: Callable[[str], None] | None = None) -> Path:
+def run_profile(
+    model: ModelSpec,
+    settings: MeasureSettings,
+    out_dir: Path,
+    *,
+    train: TrainSpec | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Path:
     """Profile `model` on the local device into `out_dir` (blocks.csv, comm.csv, meta.json, profile.log)."""
     if settings.blocks == "megatron-core":  # a missing install is one error, not one per row
         from tinker_opt.profile.mcore_blocks import require_megatron
@@ -204,18 +276,36 @@ def run_profile(model: ModelSpec, settings: MeasureSettings, out_dir: Path, *, t
     started, clock = datetime.now().isoformat(timespec="seconds"), time.perf_counter()
     logger(f"profiling into {out_dir} with {dataclasses.asdict(settings)}")
     if not (out_dir / META_FILE).exists():  # provisional, so that an interrupted run can resume
-        write_meta(out_dir, ProfileMeta(tool="tinker-opt", format_version=1, model=model.to_dict(), started=started))
+        write_meta(
+            out_dir,
+            ProfileMeta(
+                tool="tinker-opt", format_version=1, model=model.to_dict(), started=started
+            ),
+        )
     kernels = kernel_set(model, settings, device)
     for warning in kernels.warnings:
         logger(f"WARNING {warning}")
-    rows = profile_blocks(model, settings, out_dir, device, train=train, progress=progress, log=logger,
-                          kernels=kernels)
+    rows = profile_blocks(
+        model,
+        settings,
+        out_dir,
+        device,
+        train=train,
+        progress=progress,
+        log=logger,
+        kernels=kernels,
+    )
     comm_source = _profile_comm(settings, device, out_dir, logger)
     seconds = time.perf_counter() - clock
     kernel_meta = {**kernels.summary(), "blocks": block_kernels(model, settings, rows, kernels)}
-    write_meta(out_dir, _meta(model, settings, device, train, started, rows, comm_source, seconds, kernel_meta))
+    write_meta(
+        out_dir,
+        _meta(model, settings, device, train, started, rows, comm_source, seconds, kernel_meta),
+    )
     ok = sum(str(r["status"]) == "ok" for r in rows.values())
     logger(f"done in {seconds:.1f} s: {ok} of {len(rows)} rows measured")
     if ok == 0:
-        raise ProfileDataError(f"no row of the profile space could be measured on {device.kind}; see {out_dir / store.LOG_FILE}")
+        raise ProfileDataError(
+            f"no row of the profile space could be measured on {device.kind}; see {out_dir / store.LOG_FILE}"
+        )
     return out_dir

@@ -78,12 +78,18 @@ class MeasureSettings:
         if self.blocks not in BLOCK_SOURCES:
             raise ConfigError(f"blocks must be one of {list(BLOCK_SOURCES)}, got {self.blocks!r}")
         if self.repeats < 5:
-            raise ConfigError(f"repeats must be at least 5 (a median of fewer is noise), got {self.repeats}")
+            raise ConfigError(
+                f"repeats must be at least 5 (a median of fewer is noise), got {self.repeats}"
+            )
         if self.max_ep is not None and self.max_ep < 1:
-            raise ConfigError(f"max_ep must be >= 1 (or unset for every divisor of num_experts), got {self.max_ep}")
+            raise ConfigError(
+                f"max_ep must be >= 1 (or unset for every divisor of num_experts), got {self.max_ep}"
+            )
         if self.warmup < 0 or self.max_npu < 1 or self.max_mbs < 1:
-            raise ConfigError(f"warmup >= 0, max_npu >= 1 and max_mbs >= 1 are needed, got {self.warmup}, "
-                              f"{self.max_npu}, {self.max_mbs}")
+            raise ConfigError(
+                f"warmup >= 0, max_npu >= 1 and max_mbs >= 1 are needed, got {self.warmup}, "
+                f"{self.max_npu}, {self.max_mbs}"
+            )
         if self.comm not in ("measure", "skip"):
             raise ConfigError(f"comm must be 'measure' or 'skip', got {self.comm!r}")
         if self.comm_procs is not None and self.comm_procs < 1:
@@ -93,10 +99,20 @@ class MeasureSettings:
     def from_settings(cls, settings: ProfileSettings, **extra: Any) -> MeasureSettings:
         """The measuring part of the `profile` settings; `extra` sets the knobs not on the command
         line (the `profile` verb passes the script's `kernel_flags`)."""
-        return cls(device=settings.device, max_npu=settings.max_npu, max_mbs=settings.max_mbs,
-                   warmup=settings.warmup, repeats=settings.repeats, prof_tp=settings.prof_tp,
-                   prof_sp=settings.prof_sp, max_ep=settings.max_ep, hardware=settings.hardware,
-                   devices=settings.devices, blocks=settings.blocks, **extra)
+        return cls(
+            device=settings.device,
+            max_npu=settings.max_npu,
+            max_mbs=settings.max_mbs,
+            warmup=settings.warmup,
+            repeats=settings.repeats,
+            prof_tp=settings.prof_tp,
+            prof_sp=settings.prof_sp,
+            max_ep=settings.max_ep,
+            hardware=settings.hardware,
+            devices=settings.devices,
+            blocks=settings.blocks,
+            **extra,
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MeasureSettings:
@@ -114,8 +130,10 @@ class MeasureSettings:
         """Processes that profile at once: `devices`, checked against the device count (cpu: any)."""
         wanted = self.devices if self.devices is not None else device.count
         if device.kind != "cpu" and wanted > device.count:
-            raise ConfigError(f"--devices {wanted}, but this node has {device.count} {device.kind} device(s); "
-                              f"pass --devices {device.count} or fewer")
+            raise ConfigError(
+                f"--devices {wanted}, but this node has {device.count} {device.kind} device(s); "
+                f"pass --devices {device.count} or fewer"
+            )
         return wanted
 
     def limits(self, train: TrainSpec | None) -> SpaceLimits:
@@ -123,9 +141,16 @@ class MeasureSettings:
         strategy = train.strategy if train is not None else None
         cp = set(self.prof_cp or ()) | ({strategy.cp} if strategy and strategy.cp > 1 else set())
         etp = set(self.prof_etp or ()) | ({strategy.etp} if strategy and strategy.etp else set())
-        return SpaceLimits(max_npu=self.max_npu, max_mbs=self.max_mbs, prof_tp=self.prof_tp, prof_sp=self.prof_sp,
-                           extra_tp=(strategy.tp,) if strategy and strategy.tp > 1 else (),
-                           prof_cp=tuple(sorted(cp)) or None, prof_ep=self.prof_ep, max_ep=self.max_ep,
-                           extra_ep=(strategy.ep,) if strategy and strategy.ep > 1 else (),
-                           prof_etp=tuple(sorted(etp)) or None,
-                           extra_mbs=(train.micro_batch_size,) if train is not None else ())
+        return SpaceLimits(
+            max_npu=self.max_npu,
+            max_mbs=self.max_mbs,
+            prof_tp=self.prof_tp,
+            prof_sp=self.prof_sp,
+            extra_tp=(strategy.tp,) if strategy and strategy.tp > 1 else (),
+            prof_cp=tuple(sorted(cp)) or None,
+            prof_ep=self.prof_ep,
+            max_ep=self.max_ep,
+            extra_ep=(strategy.ep,) if strategy and strategy.ep > 1 else (),
+            prof_etp=tuple(sorted(etp)) or None,
+            extra_mbs=(train.micro_batch_size,) if train is not None else (),
+        )

@@ -40,10 +40,16 @@ class Shape:
         """The blocks.csv key (store.BLOCK_KEY order): block, tp, sp, cp, ep, etp, mbs."""
         return (block, self.tp, int(self.sp), self.cp, self.ep, self.etp, self.mbs)
 
-    def needs_at_least_memory_of(self, other: "Shape") -> bool:
+    def needs_at_least_memory_of(self, other: Shape) -> bool:
         """True when this shard is at least as large as `other` in every dimension (Tinker's OOM order)."""
-        return (self.tp <= other.tp and int(self.sp) <= int(other.sp) and self.cp <= other.cp
-                and self.ep <= other.ep and self.etp <= other.etp and self.mbs >= other.mbs)
+        return (
+            self.tp <= other.tp
+            and int(self.sp) <= int(other.sp)
+            and self.cp <= other.cp
+            and self.ep <= other.ep
+            and self.etp <= other.etp
+            and self.mbs >= other.mbs
+        )
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,9 @@ class ShardDims:
 
 def _divide(total: int, parts: int, what: str, knob: str) -> int:
     if total % parts:
-        raise ConfigError(f"{what} ({total}) is not divisible by {knob} ({parts}); pick a {knob} that divides it")
+        raise ConfigError(
+            f"{what} ({total}) is not divisible by {knob} ({parts}); pick a {knob} that divides it"
+        )
     return total // parts
 
 
@@ -89,20 +97,28 @@ def shard_dims(model: ModelSpec, shape: Shape) -> ShardDims:
     seq = _divide(model.seq_length, cp, "seq_length", "cp")
     seq_sp = _divide(seq, tp, "seq_length / cp", "tp (sequence parallel)") if shape.sp else seq
     dims = dict(
-        seq=seq, seq_sp=seq_sp, mbs=shape.mbs, hidden=model.hidden_size,
+        seq=seq,
+        seq_sp=seq_sp,
+        mbs=shape.mbs,
+        hidden=model.hidden_size,
         heads=_divide(model.num_attention_heads, tp, "num_attention_heads", "tp"),
         groups=_divide(model.num_query_groups, tp, "num_query_groups", "tp"),
         head_dim=model.kv_channels,
         ffn=_divide(model.ffn_hidden_size, tp, "ffn_hidden_size", "tp"),
-        vocab=model.vocab_size_for(tp) // tp)
+        vocab=model.vocab_size_for(tp) // tp,
+    )
     if model.is_moe:
         moe_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
         shared = model.moe_shared_expert_intermediate_size or 0
         dims.update(
             num_local_experts=_divide(model.num_experts, shape.ep, "num_experts", "ep"),
             expert_ffn=_divide(moe_ffn, shape.etp, "moe_ffn_hidden_size", "etp"),
-            shared_ffn=_divide(shared, tp, "moe_shared_expert_intermediate_size", "tp") if shared else 0,
+            shared_ffn=_divide(shared, tp, "moe_shared_expert_intermediate_size", "tp")
+            if shared
+            else 0,
             # Balanced routing: each rank receives as many assignments as its etp group's tokens x topk.
             expert_tokens=seq_sp * shape.etp * model.moe_router_topk,
-            topk=model.moe_router_topk, num_experts=model.num_experts)
+            topk=model.moe_router_topk,
+            num_experts=model.num_experts,
+        )
     return ShardDims(**dims)

@@ -78,8 +78,12 @@ def model_allows_tp(model: ModelSpec, tp: int) -> bool:
     width split evenly (Megatron-LM megatron/core/transformer: num_attention_heads and
     num_query_groups must be divisible by the tensor model parallel size; ColumnParallelLinear
     divides its output size by it)."""
-    return (tp >= 1 and model.num_attention_heads % tp == 0 and model.num_query_groups % tp == 0
-            and model.ffn_hidden_size % tp == 0)
+    return (
+        tp >= 1
+        and model.num_attention_heads % tp == 0
+        and model.num_query_groups % tp == 0
+        and model.ffn_hidden_size % tp == 0
+    )
 
 
 def tiles_nodes(tp: int, max_npu: int) -> bool:
@@ -96,12 +100,18 @@ def tp_values(model: ModelSpec, limits: SpaceLimits) -> list[int]:
     extra = [t for t in limits.extra_tp if model_allows_tp(model, t)]
     if limits.prof_tp is None:
         return sorted(set(valid) | set(extra))
-    bad = [t for t in limits.prof_tp if not (model_allows_tp(model, t) and tiles_nodes(t, limits.max_npu))]
+    bad = [
+        t
+        for t in limits.prof_tp
+        if not (model_allows_tp(model, t) and tiles_nodes(t, limits.max_npu))
+    ]
     if bad:
-        raise ConfigError(f"prof_tp {bad} not usable: tp must divide max_npu ({limits.max_npu}) or be a multiple "
-                          f"of it (tensor parallelism across nodes), and divide heads ({model.num_attention_heads}), "
-                          f"query groups ({model.num_query_groups}) and ffn ({model.ffn_hidden_size}); valid values "
-                          f"up to max_npu are {valid}")
+        raise ConfigError(
+            f"prof_tp {bad} not usable: tp must divide max_npu ({limits.max_npu}) or be a multiple "
+            f"of it (tensor parallelism across nodes), and divide heads ({model.num_attention_heads}), "
+            f"query groups ({model.num_query_groups}) and ffn ({model.ffn_hidden_size}); valid values "
+            f"up to max_npu are {valid}"
+        )
     return sorted(set(limits.prof_tp))
 
 
@@ -120,8 +130,10 @@ def cp_values(model: ModelSpec, limits: SpaceLimits) -> list[int]:
     wanted = sorted({1, *(limits.prof_cp or ())})
     bad = [c for c in wanted if model.seq_length % (2 * c) and c > 1]
     if bad:
-        raise ConfigError(f"prof_cp {bad}: seq_length ({model.seq_length}) must be divisible by 2 x cp "
-                          "(load-balanced context parallel); pick cp values that divide seq_length / 2")
+        raise ConfigError(
+            f"prof_cp {bad}: seq_length ({model.seq_length}) must be divisible by 2 x cp "
+            "(load-balanced context parallel); pick cp values that divide seq_length / 2"
+        )
     return wanted
 
 
@@ -138,7 +150,9 @@ def expert_values(model: ModelSpec, tp: int, limits: SpaceLimits) -> list[tuple[
     """(ep, etp) pairs of a MoE layer at tensor-parallel size tp, least memory first."""
     moe_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
     etps = {1, tp, *(limits.prof_etp or ())}
-    etps = sorted((e for e in etps if moe_ffn % e == 0 and e <= max(limits.max_npu, tp)), reverse=True)
+    etps = sorted(
+        (e for e in etps if moe_ffn % e == 0 and e <= max(limits.max_npu, tp)), reverse=True
+    )
     return [(ep, etp) for ep in ep_values(model, limits) for etp in etps]
 
 
@@ -149,11 +163,14 @@ def mbs_values(limits: SpaceLimits) -> list[int]:
     return sorted(set(powers) | {m for m in limits.extra_mbs if 1 <= m <= limits.max_mbs})
 
 
-def _block_shapes(model: ModelSpec, block: str, tp: int, sp: bool, cp: int, mbs: int,
-                  limits: SpaceLimits) -> list[Shape]:
+def _block_shapes(
+    model: ModelSpec, block: str, tp: int, sp: bool, cp: int, mbs: int, limits: SpaceLimits
+) -> list[Shape]:
     if block in ("layer.moe",) or (block == "layer" and model.is_moe):
-        return [Shape(tp=tp, sp=sp, cp=cp, ep=ep, etp=etp, mbs=mbs)
-                for ep, etp in expert_values(model, tp, limits)]
+        return [
+            Shape(tp=tp, sp=sp, cp=cp, ep=ep, etp=etp, mbs=mbs)
+            for ep, etp in expert_values(model, tp, limits)
+        ]
     return [Shape(tp=tp, sp=sp, cp=cp, mbs=mbs)]
 
 
@@ -166,7 +183,10 @@ def profile_space(model: ModelSpec, limits: SpaceLimits) -> list[ProfilePoint]:
             for sp in sp_values(model, tp, cp, limits):
                 for mbs in mbs_values(limits):
                     for block in blocks:
-                        points += [ProfilePoint(block, s) for s in _block_shapes(model, block, tp, sp, cp, mbs, limits)]
+                        points += [
+                            ProfilePoint(block, s)
+                            for s in _block_shapes(model, block, tp, sp, cp, mbs, limits)
+                        ]
     return points
 
 
@@ -180,4 +200,7 @@ class OomFrontier:
         self._ooms.append(point)
 
     def blocks(self, point: ProfilePoint) -> bool:
-        return any(o.block == point.block and point.shape.needs_at_least_memory_of(o.shape) for o in self._ooms)
+        return any(
+            o.block == point.block and point.shape.needs_at_least_memory_of(o.shape)
+            for o in self._ooms
+        )

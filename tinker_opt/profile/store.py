@@ -36,11 +36,31 @@ from tinker_opt.profile.tables import (
 from tinker_opt.profile.tinker_compat import read_tinker_folder
 
 __all__ = [  # the tables' names are re-exported: callers use `store` for the whole folder format
-    "BLOCKS_FILE", "COMM_FILE", "META_FILE", "LOG_FILE", "DEFAULT_PROFILE_ROOT", "BLOCK_NAMES",
-    "BLOCK_KEY", "BLOCK_MEASURES", "BLOCK_COLUMNS", "OPTIONAL_BLOCK_COLUMNS", "COMM_OPS", "COMM_SCOPES",
-    "COMM_COLUMNS", "ProfiledData", "empty_comm", "resolve_profiled_data_path",
-    "load_profiled_data", "read_blocks_csv", "read_comm_csv", "read_meta", "frame_to_csv_text",
-    "write_blocks_csv", "write_comm_csv", "write_meta"]
+    "BLOCKS_FILE",
+    "COMM_FILE",
+    "META_FILE",
+    "LOG_FILE",
+    "DEFAULT_PROFILE_ROOT",
+    "BLOCK_NAMES",
+    "BLOCK_KEY",
+    "BLOCK_MEASURES",
+    "BLOCK_COLUMNS",
+    "OPTIONAL_BLOCK_COLUMNS",
+    "COMM_OPS",
+    "COMM_SCOPES",
+    "COMM_COLUMNS",
+    "ProfiledData",
+    "empty_comm",
+    "resolve_profiled_data_path",
+    "load_profiled_data",
+    "read_blocks_csv",
+    "read_comm_csv",
+    "read_meta",
+    "frame_to_csv_text",
+    "write_blocks_csv",
+    "write_comm_csv",
+    "write_meta",
+]
 
 
 def resolve_profiled_data_path(path: str | Path, root: Path = DEFAULT_PROFILE_ROOT) -> Path:
@@ -52,14 +72,17 @@ def resolve_profiled_data_path(path: str | Path, root: Path = DEFAULT_PROFILE_RO
         return root / candidate
     raise ProfileDataError(
         f"profiled-data path '{path}' does not exist (also looked in {root}/); "
-        "run `tinker-opt profile SCRIPT` first or pass an existing folder")
+        "run `tinker-opt profile SCRIPT` first or pass an existing folder"
+    )
 
 
 def load_profiled_data(path: str | Path) -> ProfiledData:
     """Read our folder format, or a Tinker `profiled_data.csv` folder."""
     folder = resolve_profiled_data_path(path)
     if not folder.is_dir():
-        raise ProfileDataError(f"profiled-data path '{folder}' is not a folder; pass the profile folder")
+        raise ProfileDataError(
+            f"profiled-data path '{folder}' is not a folder; pass the profile folder"
+        )
     if not (folder / BLOCKS_FILE).exists() and (folder / "profiled_data.csv").exists():
         return read_tinker_folder(folder)
     blocks = read_blocks_csv(folder / BLOCKS_FILE)
@@ -70,14 +93,20 @@ def load_profiled_data(path: str | Path) -> ProfiledData:
 
 def _read_csv(path: Path, required: tuple[str, ...], what: str) -> pd.DataFrame:
     if not path.exists():
-        raise ProfileDataError(f"{path} is missing: the profile folder lacks its {what} table; re-run `tinker-opt profile`")
+        raise ProfileDataError(
+            f"{path} is missing: the profile folder lacks its {what} table; re-run `tinker-opt profile`"
+        )
     try:
         frame = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ProfileDataError(f"{path} is not a readable CSV ({str(exc).splitlines()[0]}); re-run `tinker-opt profile`") from None
+        raise ProfileDataError(
+            f"{path} is not a readable CSV ({str(exc).splitlines()[0]}); re-run `tinker-opt profile`"
+        ) from None
     missing = [c for c in required if c not in frame.columns]
     if missing:
-        raise ProfileDataError(f"{path} lacks column(s) {missing}; it is not a {what} table of this tool")
+        raise ProfileDataError(
+            f"{path} lacks column(s) {missing}; it is not a {what} table of this tool"
+        )
     return frame
 
 
@@ -92,20 +121,28 @@ def read_blocks_csv(path: Path) -> pd.DataFrame:
     frame = frame[frame["status"] == "ok"].copy()
     frame["etp"] = frame["etp"].where(frame["etp"].notna(), frame["tp"].where(frame["ep"] > 1, 1))
     frame["selective_activation_bytes"] = frame["selective_activation_bytes"].where(
-        frame["selective_activation_bytes"].notna(), frame["activation_bytes"])
+        frame["selective_activation_bytes"].notna(), frame["activation_bytes"]
+    )
     numeric = [c for c in BLOCK_COLUMNS if c not in ("block", "status")]
     for column in numeric:
         values = pd.to_numeric(frame[column], errors="coerce")
         if values.isna().any():
             row = int(values.isna().idxmax()) + 2
-            raise ProfileDataError(f"{path} line {row}: column '{column}' is not a number; the file is corrupt, re-run `tinker-opt profile`")
+            raise ProfileDataError(
+                f"{path} line {row}: column '{column}' is not a number; "
+                "the file is corrupt, re-run `tinker-opt profile`"
+            )
         frame[column] = values
     frame["sp"] = frame["sp"].astype(int)
     unknown = sorted(set(frame["block"]) - set(BLOCK_NAMES))
     if unknown:
-        raise ProfileDataError(f"{path}: unknown block name(s) {unknown}; expected {list(BLOCK_NAMES)}")
+        raise ProfileDataError(
+            f"{path}: unknown block name(s) {unknown}; expected {list(BLOCK_NAMES)}"
+        )
     if frame.empty:
-        raise ProfileDataError(f"{path} has no successfully measured rows; re-run `tinker-opt profile`")
+        raise ProfileDataError(
+            f"{path} has no successfully measured rows; re-run `tinker-opt profile`"
+        )
     return frame[list(BLOCK_COLUMNS)].reset_index(drop=True)
 
 
@@ -113,18 +150,22 @@ def read_comm_csv(path: Path) -> pd.DataFrame:
     frame = _read_csv(path, COMM_COLUMNS, "communication")
     bad_ops = sorted(set(frame["op"]) - set(COMM_OPS))
     if bad_ops:
-        raise ProfileDataError(f"{path}: unknown collective(s) {bad_ops}; expected {list(COMM_OPS)}")
+        raise ProfileDataError(
+            f"{path}: unknown collective(s) {bad_ops}; expected {list(COMM_OPS)}"
+        )
     bad_scopes = sorted(set(frame["scope"]) - set(COMM_SCOPES))
     if bad_scopes:
-        raise ProfileDataError(f"{path}: unknown scope(s) {bad_scopes}; expected {list(COMM_SCOPES)}")
+        raise ProfileDataError(
+            f"{path}: unknown scope(s) {bad_scopes}; expected {list(COMM_SCOPES)}"
+        )
     for column in ("group_size", "bytes", "time_us"):
         values = pd.to_numeric(frame[column], errors="coerce")
         if values.isna().any():
-            raise ProfileDataError(f"{path}: column '{column}' holds a non-number; the file is corrupt")
+            raise ProfileDataError(
+                f"{path}: column '{column}' holds a non-number; the file is corrupt"
+            )
         frame[column] = values
     return frame[list(COMM_COLUMNS)].reset_index(drop=True)
-
-
 
 
 def frame_to_csv_text(frame: pd.DataFrame, columns: tuple[str, ...]) -> str:
@@ -142,4 +183,3 @@ def write_blocks_csv(folder: Path, blocks: pd.DataFrame) -> Path:
 def write_comm_csv(folder: Path, comm: pd.DataFrame) -> Path:
     ordered = comm.sort_values(["op", "scope", "group_size", "bytes"], kind="stable")
     return write_text_atomic(folder / COMM_FILE, frame_to_csv_text(ordered, COMM_COLUMNS))
-

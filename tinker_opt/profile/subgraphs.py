@@ -7,7 +7,8 @@ measurements need. It allocates through `device` / `dtype` only, so it also runs
 `FakeTensorMode` (the analytic device) where nothing is allocated.
 
 Style follows the script's flags: normalization (LayerNorm | RMSNorm), swiglu, rope, flash
-attention, dropouts, GQA, multi-head latent attention (`mla`), MoE. Sequence parallel shards the tokens of norms, dropouts and
+attention, dropouts, GQA, multi-head latent attention (`mla`), MoE. Sequence parallel shards the
+tokens of norms, dropouts and
 residuals (seq/tp); context parallel shards the sequence (seq/cp).
 """
 
@@ -22,11 +23,22 @@ from torch import nn
 
 from tinker_opt.errors import ConfigError
 from tinker_opt.profile.kernels import KernelSet, install_kernels
-from tinker_opt.profile.layers import MLP, Attention, bias_dropout_add, dropout, make_norm, new_weight
+from tinker_opt.profile.layers import (
+    MLP,
+    Attention,
+    bias_dropout_add,
+    dropout,
+    make_norm,
+    new_weight,
+)
 from tinker_opt.profile.mla import LatentAttention
 from tinker_opt.profile.moe import MoE
 from tinker_opt.profile.shape import Shape, ShardDims, shard_dims
-from tinker_opt.profile.tp_emulation import GatherLinear, ScatterToSequence, VocabParallelCrossEntropy
+from tinker_opt.profile.tp_emulation import (
+    GatherLinear,
+    ScatterToSequence,
+    VocabParallelCrossEntropy,
+)
 from tinker_opt.specs import ModelSpec
 
 LAYER_BLOCKS = ("layer", "layer.dense", "layer.moe")
@@ -40,8 +52,11 @@ class Embedding(nn.Module):
     def __init__(self, model: ModelSpec, dims: ShardDims, shape: Shape, *, device, dtype) -> None:
         super().__init__()
         self.word = new_weight(dims.vocab, dims.hidden, device=device, dtype=dtype)
-        self.position = (new_weight(model.seq_length, dims.hidden, device=device, dtype=dtype)
-                         if model.position_embedding_type == "learned_absolute" else None)
+        self.position = (
+            new_weight(model.seq_length, dims.hidden, device=device, dtype=dtype)
+            if model.position_embedding_type == "learned_absolute"
+            else None
+        )
         self.vocab_start = 0  # rank 0's shard; ids outside it are masked as on any rank
         self.scatter = shape.tp if shape.sp else 1
         self.p = model.hidden_dropout
@@ -49,7 +64,9 @@ class Embedding(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         outside = (ids < self.vocab_start) | (ids >= self.vocab_start + self.word.shape[0])
         local = (ids - self.vocab_start).masked_fill(outside, 0)
-        out = torch.nn.functional.embedding(local, self.word).masked_fill(outside.unsqueeze(-1), 0.0)
+        out = torch.nn.functional.embedding(local, self.word).masked_fill(
+            outside.unsqueeze(-1), 0.0
+        )
         if self.position is not None:  # all-reduce of the word part happens before in Megatron
             out = out + self.position[: ids.shape[1]]
         out = out.transpose(0, 1).contiguous()  # [s, b, h]
@@ -61,16 +78,30 @@ class Embedding(nn.Module):
 class DecoderLayer(nn.Module):
     """norm -> attention -> bias-dropout-add -> norm -> MLP or MoE -> bias-dropout-add."""
 
-    def __init__(self, model: ModelSpec, dims: ShardDims, shape: Shape, *, moe: bool, device, dtype) -> None:
+    def __init__(
+        self, model: ModelSpec, dims: ShardDims, shape: Shape, *, moe: bool, device, dtype
+    ) -> None:
         super().__init__()
         gather = shape.tp if shape.sp else 1
         self.norm1 = make_norm(model.normalization, dims.hidden, device=device, dtype=dtype)
         attention = LatentAttention if model.multi_latent_attention else Attention
-        self.attention = attention(dims, model, gather=gather, cp=shape.cp, device=device, dtype=dtype)
+        self.attention = attention(
+            dims, model, gather=gather, cp=shape.cp, device=device, dtype=dtype
+        )
         self.norm2 = make_norm(model.normalization, dims.hidden, device=device, dtype=dtype)
-        self.mlp = (MoE(dims, model, tp=shape.tp, sp=shape.sp, etp=shape.etp, device=device, dtype=dtype) if moe
-                    else MLP(dims.hidden, dims.ffn, swiglu=model.swiglu, bias=model.add_bias_linear,
-                             gather=gather, device=device, dtype=dtype))
+        self.mlp = (
+            MoE(dims, model, tp=shape.tp, sp=shape.sp, etp=shape.etp, device=device, dtype=dtype)
+            if moe
+            else MLP(
+                dims.hidden,
+                dims.ffn,
+                swiglu=model.swiglu,
+                bias=model.add_bias_linear,
+                gather=gather,
+                device=device,
+                dtype=dtype,
+            )
+        )
         self.p = model.hidden_dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -146,7 +177,12 @@ def selective_recompute(block: Block, enabled: bool = True) -> Iterator[Block]:
 
 def _hidden_input(dims: ShardDims, device, dtype) -> Callable[[], tuple[torch.Tensor, ...]]:
     def make() -> tuple[torch.Tensor, ...]:
-        return (torch.randn(dims.seq_sp, dims.mbs, dims.hidden, device=device, dtype=dtype).requires_grad_(),)
+        return (
+            torch.randn(
+                dims.seq_sp, dims.mbs, dims.hidden, device=device, dtype=dtype
+            ).requires_grad_(),
+        )
+
     return make
 
 
@@ -154,11 +190,14 @@ def _ids(dims: ShardDims, vocab_size: int, device) -> torch.Tensor:
     return torch.randint(0, vocab_size, (dims.mbs, dims.seq), device=device)
 
 
-def _head_inputs(dims: ShardDims, model: ModelSpec, device, dtype) -> Callable[[], tuple[torch.Tensor, ...]]:
+def _head_inputs(
+    dims: ShardDims, model: ModelSpec, device, dtype
+) -> Callable[[], tuple[torch.Tensor, ...]]:
     hidden = _hidden_input(dims, device, dtype)
 
     def make() -> tuple[torch.Tensor, ...]:
         return hidden() + (_ids(dims, model.vocab_size, device),)
+
     return make
 
 
@@ -166,13 +205,24 @@ def check_block(model: ModelSpec, block: str, shape: Shape) -> None:
     """Raise ConfigError when `block` cannot be built for `model` at `shape`."""
     if block not in BLOCKS:
         raise ConfigError(f"unknown block '{block}'; expected one of {list(BLOCKS)}")
-    is_moe_block = block == "layer.moe" or (block == "layer" and model.is_moe and "dense" not in model.layer_kinds())
+    is_moe_block = block == "layer.moe" or (
+        block == "layer" and model.is_moe and "dense" not in model.layer_kinds()
+    )
     if (shape.ep > 1 or shape.etp > 1) and not is_moe_block:
-        raise ConfigError(f"block '{block}' has no experts: build it with ep = etp = 1, got ep {shape.ep}, etp {shape.etp}")
+        raise ConfigError(
+            f"block '{block}' has no experts: build it with ep = etp = 1, got ep {shape.ep}, etp {shape.etp}"
+        )
 
 
-def build_block(model: ModelSpec, block: str, shape: Shape, *, device: torch.device | str = "cpu",
-                dtype: torch.dtype | None = None, kernels: KernelSet | None = None) -> Block:
+def build_block(
+    model: ModelSpec,
+    block: str,
+    shape: Shape,
+    *,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+    kernels: KernelSet | None = None,
+) -> Block:
     """The per-rank sub-graph of `block` at `shape`, with parameters in `dtype` (default: the model's
     precision), running the implementations of `kernels` (default: the reference ops)."""
     check_block(model, block, shape)
@@ -182,7 +232,7 @@ def build_block(model: ModelSpec, block: str, shape: Shape, *, device: torch.dev
     attention, experts = None, 0
     if block == "embedding":
         module = Embedding(model, dims, shape, **kw)
-        make_inputs = lambda: (_ids(dims, model.vocab_size, device),)  # noqa: E731
+        make_inputs = lambda: (_ids(dims, model.vocab_size, device),)
     elif block in LAYER_BLOCKS:
         moe = block == "layer.moe" or (block == "layer" and model.is_moe)
         module = DecoderLayer(model, dims, shape, moe=moe, **kw)
@@ -193,8 +243,15 @@ def build_block(model: ModelSpec, block: str, shape: Shape, *, device: torch.dev
     else:
         module, make_inputs = Head(dims, shape, **kw), _head_inputs(dims, model, device, dtype)
     module.train()
-    return Block(name=block, shape=shape, module=module, make_inputs=make_inputs,
-                 expert_param_count=experts, attention=attention, kernels=install_kernels(module, kernels))
+    return Block(
+        name=block,
+        shape=shape,
+        module=module,
+        make_inputs=make_inputs,
+        expert_param_count=experts,
+        attention=attention,
+        kernels=install_kernels(module, kernels),
+    )
 
 
 def saved_activation_bytes(block: Block, *, selective: bool = False) -> int:
@@ -204,6 +261,9 @@ def saved_activation_bytes(block: Block, *, selective: bool = False) -> int:
     from tinker_opt.profile.accounting import SavedTensorCounter
 
     inputs = block.make_inputs()
-    with selective_recompute(block, selective), SavedTensorCounter(exclude=block.constants()) as counter:
+    with (
+        selective_recompute(block, selective),
+        SavedTensorCounter(exclude=block.constants()) as counter,
+    ):
         block.module(*inputs)
     return counter.saved_bytes

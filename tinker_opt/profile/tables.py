@@ -23,10 +23,19 @@ BLOCK_NAMES = ("embedding", "layer", "layer.dense", "layer.moe", "final_norm", "
 BLOCK_KEY = ("block", "tp", "sp", "cp", "ep", "etp", "mbs")
 """A shape: the block and the per-rank shard it was measured at. Dense blocks have ep = etp = 1."""
 BLOCK_MEASURES = (
-    "fwd_us", "bwd_us", "fwd_us_spread", "bwd_us_spread",
-    "param_count", "expert_param_count", "weight_bytes",
-    "input_bytes", "output_bytes", "activation_bytes", "transient_bytes",
-    "selective_activation_bytes", "selective_recompute_us",
+    "fwd_us",
+    "bwd_us",
+    "fwd_us_spread",
+    "bwd_us_spread",
+    "param_count",
+    "expert_param_count",
+    "weight_bytes",
+    "input_bytes",
+    "output_bytes",
+    "activation_bytes",
+    "transient_bytes",
+    "selective_activation_bytes",
+    "selective_recompute_us",
 )
 """Per micro-batch on one rank. `expert_param_count` is the part of `param_count` in routed
 experts (sharded by ep x etp, optimizer states by the expert-data-parallel group).
@@ -34,9 +43,16 @@ experts (sharded by ep x etp, optimizer states by the expert-data-parallel group
 attention) recompute."""
 BLOCK_COLUMNS = BLOCK_KEY + BLOCK_MEASURES + ("status",)
 """`status` is `ok`, `oom` or the error that stopped the row; only `ok` rows are used."""
-OPTIONAL_BLOCK_COLUMNS = {"etp": None, "expert_param_count": 0, "selective_activation_bytes": None,
-                          "selective_recompute_us": 0, "fwd_us_spread": 0, "bwd_us_spread": 0,
-                          "transient_bytes": 0, "status": "ok"}
+OPTIONAL_BLOCK_COLUMNS = {
+    "etp": None,
+    "expert_param_count": 0,
+    "selective_activation_bytes": None,
+    "selective_recompute_us": 0,
+    "fwd_us_spread": 0,
+    "bwd_us_spread": 0,
+    "transient_bytes": 0,
+    "status": "ok",
+}
 """Columns a reader fills in when a (hand-made or converted) file lacks them; etp defaults to tp
 for MoE rows and 1 otherwise, selective activation bytes to activation_bytes."""
 
@@ -61,4 +77,6 @@ class ProfiledData:
 
 
 def empty_comm() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype="object" if c in ("op", "scope") else "float64") for c in COMM_COLUMNS})
+    return pd.DataFrame(
+        {c: pd.Series(dtype="object" if c in ("op", "scope") else "float64") for c in COMM_COLUMNS}
+    )

@@ -50,11 +50,27 @@ from tinker_opt.profile.tables import BLOCK_COLUMNS, ProfiledData, empty_comm
 TINKER_FILE = "profiled_data.csv"
 P2P_FILE = "p2p_intra_node.csv"
 MIB = 2**20
-TINKER_COLUMNS = ("config", "block_name", "forward-compute", "backward_compute", "input_size", "output_size",
-                  "weights", "activations", "fwd_reserved", "bwd_reserved")
-BLOCK_NAMES = {"embedding": "embedding", "transformer_block": "layer", "final_norm": "final_norm",
-               "post_process": "head"}
-CONFIG_PATTERN = re.compile(r"^(?P<prefix>.+)_tp(?P<tp>\d+)_sp(?P<sp>[01])_ep(?P<ep>\d+)_mbs(?P<mbs>\d+)_algo(?P<algo>\d+)$")
+TINKER_COLUMNS = (
+    "config",
+    "block_name",
+    "forward-compute",
+    "backward_compute",
+    "input_size",
+    "output_size",
+    "weights",
+    "activations",
+    "fwd_reserved",
+    "bwd_reserved",
+)
+BLOCK_NAMES = {
+    "embedding": "embedding",
+    "transformer_block": "layer",
+    "final_norm": "final_norm",
+    "post_process": "head",
+}
+CONFIG_PATTERN = re.compile(
+    r"^(?P<prefix>.+)_tp(?P<tp>\d+)_sp(?P<sp>[01])_ep(?P<ep>\d+)_mbs(?P<mbs>\d+)_algo(?P<algo>\d+)$"
+)
 EXCEPTIONAL_US = 1e9
 """Tinker's EXCEPTIONAL_VALUE: the time it writes for a block that failed (out of memory)."""
 MASK_BYTES_PER_ELEMENT = 1
@@ -65,7 +81,9 @@ def parse_config(config: str) -> dict[str, Any]:
     """`llama2_7b_tp2_sp1_ep1_mbs4_algo0` -> prefix, tp, sp, ep, mbs."""
     match = CONFIG_PATTERN.match(config.strip())
     if match is None:
-        raise ProfileDataError(f"Tinker config '{config}' is not <name>_<size>_tp<T>_sp<0|1>_ep<E>_mbs<B>_algo<k>")
+        raise ProfileDataError(
+            f"Tinker config '{config}' is not <name>_<size>_tp<T>_sp<0|1>_ep<E>_mbs<B>_algo<k>"
+        )
     parsed = {k: int(v) for k, v in match.groupdict().items() if k != "prefix"}
     return {"prefix": match["prefix"], **parsed}
 
@@ -74,7 +92,9 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ProfileDataError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise ProfileDataError(
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})"
+        ) from None
     if not isinstance(data, dict):
         raise ProfileDataError(f"{path} must hold a JSON object")
     return data
@@ -97,27 +117,43 @@ def bytes_per_weight(model_info: dict[str, Any]) -> int:
 
 
 def _mib(value: float) -> int:
-    return int(round(float(value) * MIB))
+    return round(float(value) * MIB)
 
 
 def _block_row(record: dict[str, Any], weight_size: int, path: Path) -> dict[str, Any]:
     config = parse_config(str(record["config"]))
     if record["block_name"] not in BLOCK_NAMES:
-        raise ProfileDataError(f"{path}: unknown Tinker block '{record['block_name']}'; expected {list(BLOCK_NAMES)}")
+        raise ProfileDataError(
+            f"{path}: unknown Tinker block '{record['block_name']}'; expected {list(BLOCK_NAMES)}"
+        )
     fwd_us, bwd_us = float(record["forward-compute"]), float(record["backward_compute"])
     failed = max(fwd_us, bwd_us) >= EXCEPTIONAL_US
     weight_bytes = _mib(record["weights"])
     tp, ep = config["tp"], config["ep"]
     return {
-        "block": BLOCK_NAMES[record["block_name"]], "tp": tp, "sp": config["sp"], "cp": 1, "ep": ep,
-        "etp": tp if ep > 1 else 1, "mbs": config["mbs"],
-        "fwd_us": fwd_us, "bwd_us": bwd_us, "fwd_us_spread": 0, "bwd_us_spread": 0,
-        "param_count": weight_bytes // weight_size, "expert_param_count": 0, "weight_bytes": weight_bytes,
-        "input_bytes": _mib(record["input_size"]), "output_bytes": _mib(record["output_size"]),
+        "block": BLOCK_NAMES[record["block_name"]],
+        "tp": tp,
+        "sp": config["sp"],
+        "cp": 1,
+        "ep": ep,
+        "etp": tp if ep > 1 else 1,
+        "mbs": config["mbs"],
+        "fwd_us": fwd_us,
+        "bwd_us": bwd_us,
+        "fwd_us_spread": 0,
+        "bwd_us_spread": 0,
+        "param_count": weight_bytes // weight_size,
+        "expert_param_count": 0,
+        "weight_bytes": weight_bytes,
+        "input_bytes": _mib(record["input_size"]),
+        "output_bytes": _mib(record["output_size"]),
         "activation_bytes": 0 if failed else _mib(record["activations"]),
         # Tinker's reserved memory of the forward and of the backward: the larger one is the transient peak.
-        "transient_bytes": 0 if failed else max(_mib(record["fwd_reserved"]), _mib(record["bwd_reserved"])),
-        "selective_activation_bytes": 0 if failed else _mib(record["activations"]), "selective_recompute_us": 0,
+        "transient_bytes": 0
+        if failed
+        else max(_mib(record["fwd_reserved"]), _mib(record["bwd_reserved"])),
+        "selective_activation_bytes": 0 if failed else _mib(record["activations"]),
+        "selective_recompute_us": 0,
         "status": "oom" if failed else "ok",
     }
 
@@ -128,7 +164,9 @@ def read_tinker_rows(path: Path, weight_size: int = 2) -> tuple[pd.DataFrame, st
     try:
         frame = pd.read_csv(path, skip_blank_lines=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ProfileDataError(f"{path} is not a readable Tinker CSV ({str(exc).splitlines()[0]})") from None
+        raise ProfileDataError(
+            f"{path} is not a readable Tinker CSV ({str(exc).splitlines()[0]})"
+        ) from None
     missing = [c for c in TINKER_COLUMNS if c not in frame.columns]
     if missing:
         raise ProfileDataError(f"{path} lacks Tinker column(s) {missing}")
@@ -148,7 +186,9 @@ def _measured(rows: pd.DataFrame, path: Path) -> pd.DataFrame:
     """Only the measured (`ok`) rows, as store.read_blocks_csv keeps them."""
     ok = rows[rows["status"] == "ok"].reset_index(drop=True)
     if ok.empty:
-        raise ProfileDataError(f"{path}: every Tinker row failed (time {EXCEPTIONAL_US:g} us = out of memory)")
+        raise ProfileDataError(
+            f"{path}: every Tinker row failed (time {EXCEPTIONAL_US:g} us = out of memory)"
+        )
     return ok
 
 
@@ -156,7 +196,9 @@ def read_p2p(path: Path) -> dict[str, list[float]]:
     """p2p_intra_node.csv as {"sizes_mb": row 1, "bandwidths_gbs": row 2}; kept for reference only."""
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if len(lines) < 2:
-        raise ProfileDataError(f"{path}: expected a row of sizes (MB) and a row of bandwidths (GB/s)")
+        raise ProfileDataError(
+            f"{path}: expected a row of sizes (MB) and a row of bandwidths (GB/s)"
+        )
     try:
         sizes_mb = [float(v) for v in lines[0].split(",") if v.strip()]
         bandwidths_gbs = [float(v) for v in lines[1].split(",") if v.strip()]
@@ -190,8 +232,9 @@ def _framework_version(version: dict[str, Any]) -> str | None:
     return str(value)
 
 
-def _version_meta(folder: Path, version_name: str | None, version: dict[str, Any], prefix: str,
-                  notes: list[str]) -> dict[str, Any]:
+def _version_meta(
+    folder: Path, version_name: str | None, version: dict[str, Any], prefix: str, notes: list[str]
+) -> dict[str, Any]:
     """Labels, framework version and script path from the VERSION file, each with a note."""
     name, size, source = _labels(version, prefix)
     meta: dict[str, Any] = {"model_name": name, "model_size": size}
@@ -205,14 +248,20 @@ def _version_meta(folder: Path, version_name: str | None, version: dict[str, Any
         # Informational only: the launch script given to search may be another framework's
         # (Megatron-LM), whose flags the script itself tells apart; `--version` sets it for the writer.
         meta["tinker_framework_version"] = framework
-        notes.append(f"{version_name} was profiled on MindSpeed-LLM / ModelLink version {framework}; scripts are "
-                     "written for the version the launch script shows (pass --version to fix it)")
+        notes.append(
+            f"{version_name} was profiled on MindSpeed-LLM / ModelLink version {framework}; scripts are "
+            "written for the version the launch script shows (pass --version to fix it)"
+        )
     script = version.get("pretrain_script_path")
     if script and Path(script).is_file():
         meta["script_path"] = str(Path(script).resolve())
-        notes.append(f"launch script {script} from {version_name} (the script given on the command line wins)")
+        notes.append(
+            f"launch script {script} from {version_name} (the script given on the command line wins)"
+        )
     elif script:
-        notes.append(f"{version_name} names the launch script {script}, which is not here: pass the script")
+        notes.append(
+            f"{version_name} names the launch script {script}, which is not here: pass the script"
+        )
     return meta
 
 
@@ -221,14 +270,20 @@ def _model_info_meta(model_info: dict[str, Any], notes: list[str]) -> dict[str, 
     seq = model_info.get("seq_length")
     layers = model_info.get("num_layers")
     if layers == 1:
-        notes.append("model_info num_layers 1 is the shrunk profiling script's, not the model's: ignored")
+        notes.append(
+            "model_info num_layers 1 is the shrunk profiling script's, not the model's: ignored"
+        )
         layers = None
     if seq is None:
-        notes.append("no model_info_seq*.json: sequence length and layer count come from the launch script")
+        notes.append(
+            "no model_info_seq*.json: sequence length and layer count come from the launch script"
+        )
         return {"seq_length": None, "num_layers": layers, "attention_mask_bytes": None}
     mask = MASK_BYTES_PER_ELEMENT * int(seq) ** 2
-    notes.append(f"attention mask {mask / MIB:.1f} MiB (seq {seq}^2 x 1 B): Tinker adds it to every layer; "
-                 "it is one tensor per stage, recorded once as attention_mask_bytes")
+    notes.append(
+        f"attention mask {mask / MIB:.1f} MiB (seq {seq}^2 x 1 B): Tinker adds it to every layer; "
+        "it is one tensor per stage, recorded once as attention_mask_bytes"
+    )
     return {"seq_length": int(seq), "num_layers": layers, "attention_mask_bytes": mask}
 
 
@@ -236,8 +291,10 @@ def _p2p_meta(folder: Path, notes: list[str]) -> dict[str, Any]:
     if not (folder / P2P_FILE).exists():
         return {}
     table = read_p2p(folder / P2P_FILE)
-    notes.append(f"{P2P_FILE} is the fixed table Tinker's p2p step writes without measuring: not used as a "
-                 "link; communication from --hardware or the documented default links")
+    notes.append(
+        f"{P2P_FILE} is the fixed table Tinker's p2p step writes without measuring: not used as a "
+        "link; communication from --hardware or the documented default links"
+    )
     return {"tinker_p2p_table": table}
 
 
@@ -254,20 +311,32 @@ def read_tinker_folder(folder: str | Path) -> ProfiledData:
     version_name, version = read_version_info(folder)
     rows, prefix = read_tinker_rows(folder / TINKER_FILE, bytes_per_weight(model_info))
     blocks = _measured(rows, folder / TINKER_FILE)
-    notes = [f"Tinker profile folder {folder}: {len(blocks)} measured block rows in {TINKER_FILE}",
-             "block times include the TP/SP collectives (and the expert all-to-all with ep > 1): Tinker "
-             "measures each block on real tp x ep ranks, so these are not added again"]
+    notes = [
+        f"Tinker profile folder {folder}: {len(blocks)} measured block rows in {TINKER_FILE}",
+        "block times include the TP/SP collectives (and the expert all-to-all with ep > 1): Tinker "
+        "measures each block on real tp x ep ranks, so these are not added again",
+    ]
     failed = rows[rows["status"] != "ok"]
     if not failed.empty:
         shapes = sorted({f"tp{r.tp}_sp{r.sp}_ep{r.ep}_mbs{r.mbs}" for r in failed.itertuples()})
-        notes.append(f"{len(failed)} rows failed in Tinker's profiling (time {EXCEPTIONAL_US:g} us, out of memory), "
-                     f"left out: {', '.join(shapes)}")
-    meta = {"source": "tinker", "tinker_config_prefix": prefix, "model_info": model_info,
-            "times_include_tp_comm": True, "times_include_ep_comm": True,
-            "comm_source": "none in the folder (Tinker's p2p table is not a measurement)",
-            "version_file": version_name, "version_info": version}
+        notes.append(
+            f"{len(failed)} rows failed in Tinker's profiling (time {EXCEPTIONAL_US:g} us, out of memory), "
+            f"left out: {', '.join(shapes)}"
+        )
+    meta = {
+        "source": "tinker",
+        "tinker_config_prefix": prefix,
+        "model_info": model_info,
+        "times_include_tp_comm": True,
+        "times_include_ep_comm": True,
+        "comm_source": "none in the folder (Tinker's p2p table is not a measurement)",
+        "version_file": version_name,
+        "version_info": version,
+    }
     meta.update(_model_info_meta(model_info, notes))
     meta.update(_version_meta(folder, version_name, version, prefix, notes))
     meta.update(_p2p_meta(folder, notes))
     meta["notes"] = notes
-    return ProfiledData(path=folder, blocks=blocks, comm=empty_comm(), meta=ProfileMeta.from_dict(meta))
+    return ProfiledData(
+        path=folder, blocks=blocks, comm=empty_comm(), meta=ProfileMeta.from_dict(meta)
+    )

@@ -82,7 +82,9 @@ class FusedScaleMaskSoftmax(torch.autograd.Function):
         logits = scores.float() * scale
         if causal:
             q_len, k_len = logits.shape[-2], logits.shape[-1]
-            upper = torch.ones(q_len, k_len, dtype=torch.bool, device=logits.device).triu_(1 + k_len - q_len)
+            upper = torch.ones(q_len, k_len, dtype=torch.bool, device=logits.device).triu_(
+                1 + k_len - q_len
+            )
             logits = logits.masked_fill_(upper, float("-inf"))
         probs = torch.softmax(logits, dim=-1).to(scores.dtype)
         ctx.save_for_backward(probs)
@@ -119,7 +121,9 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
         softmax, outside, local_target = ctx.saved_tensors
         # d loss / d logits = softmax - onehot(target) (on the shard that owns the target).
         grad_logits = softmax.clone()
-        grad_logits.scatter_add_(-1, local_target.unsqueeze(-1), (outside.float() - 1.0).unsqueeze(-1))
+        grad_logits.scatter_add_(
+            -1, local_target.unsqueeze(-1), (outside.float() - 1.0).unsqueeze(-1)
+        )
         grad_logits.mul_(grad.unsqueeze(-1))
         return grad_logits.to(ctx.dtype), None, None
 

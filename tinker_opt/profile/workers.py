@@ -45,11 +45,21 @@ def _point_from_json(data: dict[str, Any]) -> ProfilePoint:
 
 def _spawn(job_file: Path, num_workers: int, threads: int) -> list[subprocess.Popen]:
     package_root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads),
-               PYTHONPATH=os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
-    return [subprocess.Popen([sys.executable, "-m", "tinker_opt.profile.workers", str(job_file), str(rank)],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            for rank in range(num_workers)]
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(threads),
+        PYTHONPATH=os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p),
+    )
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "tinker_opt.profile.workers", str(job_file), str(rank)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(num_workers)
+    ]
 
 
 class _Reader:
@@ -69,16 +79,29 @@ class _Reader:
         return [json.loads(line) for line in complete.splitlines() if line.strip()]
 
 
-def measure_in_workers(model: ModelSpec, settings, points: list[ProfilePoint], *, device_kind: str,
-                       num_workers: int, on_row: Callable[[ProfilePoint, dict[str, Any]], None],
-                       log: Callable[[str], None], timeout_s: float | None = None) -> None:
+def measure_in_workers(
+    model: ModelSpec,
+    settings,
+    points: list[ProfilePoint],
+    *,
+    device_kind: str,
+    num_workers: int,
+    on_row: Callable[[ProfilePoint, dict[str, Any]], None],
+    log: Callable[[str], None],
+    timeout_s: float | None = None,
+) -> None:
     """Measure `points` with one process per device; `on_row` gets each row as it arrives."""
     shares = deal(points, num_workers)
     threads = max(1, (os.cpu_count() or 1) // num_workers) if device_kind == "cpu" else 1
     with tempfile.TemporaryDirectory(prefix="tinker-opt-workers-") as tmp:
-        job = {"model": model.to_dict(), "settings": dataclasses.asdict(settings), "device_kind": device_kind,
-               "threads": threads, "shares": [[_point_to_json(p) for p in share] for share in shares],
-               "outputs": [str(Path(tmp) / f"rows-{rank}.jsonl") for rank in range(num_workers)]}
+        job = {
+            "model": model.to_dict(),
+            "settings": dataclasses.asdict(settings),
+            "device_kind": device_kind,
+            "threads": threads,
+            "shares": [[_point_to_json(p) for p in share] for share in shares],
+            "outputs": [str(Path(tmp) / f"rows-{rank}.jsonl") for rank in range(num_workers)],
+        }
         job_file = Path(tmp) / "job.json"
         job_file.write_text(json.dumps(job), encoding="utf-8")
         readers = [_Reader(Path(path)) for path in job["outputs"]]
@@ -102,7 +125,9 @@ def _collect(processes, readers, on_row, log, timeout_s: float | None) -> None:
         while any(p.poll() is None for p in processes):
             _drain(readers, on_row, log)
             if deadline is not None and time.monotonic() > deadline:
-                raise ProfileDataError(f"profile workers still running after {timeout_s:.0f} s; stopped them")
+                raise ProfileDataError(
+                    f"profile workers still running after {timeout_s:.0f} s; stopped them"
+                )
             time.sleep(POLL_S)
         _drain(readers, on_row, log)
     finally:
@@ -114,7 +139,9 @@ def _collect(processes, readers, on_row, log, timeout_s: float | None) -> None:
     if failed:
         rank, process = failed[0]
         tail = (process.stderr.read() or "").strip().splitlines()
-        raise ProfileDataError(f"profile worker {rank} failed: {tail[-1] if tail else 'exit code %d' % process.returncode}")
+        raise ProfileDataError(
+            f"profile worker {rank} failed: {tail[-1] if tail else f'exit code {process.returncode}'}"
+        )
 
 
 def _worker(job: dict[str, Any], rank: int) -> None:
@@ -139,6 +166,7 @@ def _worker(job: dict[str, Any], rank: int) -> None:
     rows: dict[tuple, dict[str, Any]] = {}
     frontier = OomFrontier()
     with open(job["outputs"][rank], "a", encoding="utf-8") as out:
+
         def log(message: str) -> None:
             out.write(json.dumps({"log": message}) + "\n")
             out.flush()
@@ -146,7 +174,9 @@ def _worker(job: dict[str, Any], rank: int) -> None:
         budget = settings.memory_budget_bytes(device)
         for data in job["shares"][rank]:
             point = _point_from_json(data)
-            rows[point.key] = measure_row(model, point, device, settings, rows, frontier, budget, log, kernels)
+            rows[point.key] = measure_row(
+                model, point, device, settings, rows, frontier, budget, log, kernels
+            )
             out.write(json.dumps({"point": data, "row": rows[point.key]}) + "\n")
             out.flush()
 

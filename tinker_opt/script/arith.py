@@ -52,9 +52,11 @@ def _eval_node(node: ast.AST) -> int:
 
 def eval_arith(expr: str, lookup) -> int | None:
     """Value of a bash `$((expr))` with integer + - * / % **; names read through `lookup`."""
+
     def value_of(match: re.Match) -> str:
         raw = lookup(match.group(1) or match.group(2) or match.group(3)).strip()
         return raw if re.fullmatch(r"-?\d+", raw) else "0"
+
     expr = re.sub(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)|\b([A-Za-z_]\w*)\b", value_of, expr)
     try:
         return _eval_node(ast.parse(expr.strip() or "0", mode="eval"))

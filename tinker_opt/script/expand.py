@@ -26,10 +26,26 @@ from tinker_opt.script.words import (
 )
 
 _DECLARE = {"export", "declare", "typeset", "local", "readonly"}
-_SKIP_KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "time",
-                  "fi", "done", "esac"}
-_ENVIRONMENT_RE = re.compile(r"^(PATH|LD_LIBRARY_PATH|PYTHONPATH|HOME|PWD|USER|HOSTNAME|SHELL|"
-                             r"ASCEND_\w+|CUDA_\w+|SLURM_\w+|OMPI_\w+|PMI_\w+)$")
+_SKIP_KEYWORDS = {
+    "if",
+    "then",
+    "else",
+    "elif",
+    "do",
+    "while",
+    "until",
+    "!",
+    "{",
+    "}",
+    "time",
+    "fi",
+    "done",
+    "esac",
+}
+_ENVIRONMENT_RE = re.compile(
+    r"^(PATH|LD_LIBRARY_PATH|PYTHONPATH|HOME|PWD|USER|HOSTNAME|SHELL|"
+    r"ASCEND_\w+|CUDA_\w+|SLURM_\w+|OMPI_\w+|PMI_\w+)$"
+)
 """Variables the environment provides: reading them unset is normal, not worth a warning."""
 
 
@@ -54,13 +70,13 @@ class Seg:
     exact: bool = True
     """True when text == source[start:end] (False for escapes such as `\\$`)."""
 
-    def sub(self, i: int, j: int) -> "Seg":
+    def sub(self, i: int, j: int) -> Seg:
         """The piece text[i:j], with its span when the text maps one to one onto the source."""
         if self.start is None or not self.exact:
             return Seg(self.text[i:j], None, None, self.path, False)
         return Seg(self.text[i:j], self.start + i, self.start + j, self.path)
 
-    def via(self, ref: Ref) -> "Seg":
+    def via(self, ref: Ref) -> Seg:
         return Seg(self.text, self.start, self.end, (ref,) + self.path, self.exact)
 
 
@@ -156,6 +172,7 @@ class _Walker:
 
     def _count_refs(self, commands: list[Command]) -> None:
         counts = self.out.ref_counts
+
         def visit(parts: tuple) -> None:
             for part in parts:
                 if isinstance(part, Arith):
@@ -164,6 +181,7 @@ class _Walker:
             for param in iter_params(parts):
                 counts[param.name] = counts.get(param.name, 0) + 1
                 visit(param.arg)
+
         for command in commands:
             for word in command.words:
                 visit(word.parts)
@@ -225,8 +243,9 @@ class _Walker:
                 fields = list(old.fields) + fields
             self.out.variables[name] = Array(tuple(fields))
             return
-        segs = tuple(seg for seg, _ in self._pieces(value_parts, in_assignment=True)
-                     if seg is not _BREAK)
+        segs = tuple(
+            seg for seg, _ in self._pieces(value_parts, in_assignment=True) if seg is not _BREAK
+        )
         old = self.out.variables.get(name)
         if op == "+=" and isinstance(old, Scalar):
             segs = old.segs + segs
@@ -249,12 +268,19 @@ class _Walker:
             elif isinstance(part, Arith):
                 value = eval_arith(part.expr, self.lookup_text)
                 if value is None:
-                    self._warn(f"arith:{part.start}", f"cannot evaluate $(({part.expr})); read as empty")
+                    self._warn(
+                        f"arith:{part.start}", f"cannot evaluate $(({part.expr})); read as empty"
+                    )
                 text = "" if value is None else str(value)
-                pieces.append((Seg(text, None, None, (), False), not part.quoted and not in_assignment))
+                pieces.append(
+                    (Seg(text, None, None, (), False), not part.quoted and not in_assignment)
+                )
             elif isinstance(part, CmdSub):
-                pieces.append((Seg("", None, None, (), False), False) if part.quoted else
-                              (Seg("", None, None, (), False), True))
+                pieces.append(
+                    (Seg("", None, None, (), False), False)
+                    if part.quoted
+                    else (Seg("", None, None, (), False), True)
+                )
         return pieces
 
     def lookup_text(self, name: str) -> str:
@@ -290,8 +316,11 @@ class _Walker:
 
     def _value_pieces(self, part: Param, ref: Ref, value: list[Field], splittable: bool) -> list:
         if part.op == "len":
-            text = str(len(value)) if part.index in ("@", "*") else \
-                str(len(field_text(value[0]) if value else ""))
+            text = (
+                str(len(value))
+                if part.index in ("@", "*")
+                else str(len(field_text(value[0]) if value else ""))
+            )
             return [(Seg(text, None, None, (ref,), False), splittable)]
         whole = part.index in ("@", "*") or part.op == "keys"
         pieces: list = []
@@ -330,17 +359,25 @@ class _Walker:
         if index is None or not 0 <= index < len(value.fields):
             return None
         if part.index is None and len(value.fields) > 1:
-            self._warn(f"array:{name}", f"array {name} is used as ${name} (first element only); "
-                                        f"write \"${{{name}[@]}}\" to pass all elements")
+            self._warn(
+                f"array:{name}",
+                f"array {name} is used as ${name} (first element only); "
+                f'write "${{{name}[@]}}" to pass all elements',
+            )
         return [value.fields[index]]
 
     def _undefined(self, part: Param) -> None:
         if part.name.isdigit():
-            self._warn(f"undef:{part.name}", f"positional parameter ${part.name} is not given; read as empty")
+            self._warn(
+                f"undef:{part.name}",
+                f"positional parameter ${part.name} is not given; read as empty",
+            )
         elif part.name not in "@*?$!-" and not _ENVIRONMENT_RE.match(part.name):
             line = self.out.text.count("\n", 0, part.start) + 1
-            self._warn(f"undef:{part.name}", f"variable {part.name} is not set (first used on line "
-                                             f"{line}); read as empty")
+            self._warn(
+                f"undef:{part.name}",
+                f"variable {part.name} is not set (first used on line {line}); read as empty",
+            )
 
 
 def expand_script(text: str, script_name: str = "script.sh") -> Expansion:

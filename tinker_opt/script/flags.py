@@ -25,8 +25,15 @@ from dataclasses import dataclass
 
 from tinker_opt.script.launch import Launch
 
-TREATMENTS = ("strategy", "strategy, not priced", "model", "job", "job, not priced", "cluster",
-              "not modelled")
+TREATMENTS = (
+    "strategy",
+    "strategy, not priced",
+    "model",
+    "job",
+    "job, not priced",
+    "cluster",
+    "not modelled",
+)
 
 
 @dataclass(frozen=True)
@@ -135,7 +142,11 @@ assert len(BY_NAME) == len(FLAGS), "a flag is listed twice"
 
 def unpriced_flags(launch: Launch) -> list[str]:
     """Flags of the launch that change time or memory and that the prediction does not include."""
-    return [flag.name for flag in FLAGS if flag.warned and flag.treatment != "cluster" and launch.has(flag.name)]
+    return [
+        flag.name
+        for flag in FLAGS
+        if flag.warned and flag.treatment != "cluster" and launch.has(flag.name)
+    ]
 
 
 def unpriced_warning(launch: Launch) -> str | None:
@@ -143,8 +154,10 @@ def unpriced_warning(launch: Launch) -> str | None:
     names = unpriced_flags(launch)
     if not names:
         return None
-    return (f"the prediction does not include {', '.join(names)} (time or memory effects not modelled; "
-            "see the flag table in the README)")
+    return (
+        f"the prediction does not include {', '.join(names)} (time or memory effects not modelled; "
+        "see the flag table in the README)"
+    )
 
 
 def markdown_table() -> str:

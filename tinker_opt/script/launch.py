@@ -16,7 +16,9 @@ from tinker_opt.errors import ScriptError
 from tinker_opt.script.expand import ExecutedCommand, Expansion, Field, field_text
 
 _PREFIXES = {"nohup", "exec", "env", "time", "stdbuf", "numactl"}
-_TRAIN_ENTRY_RE = re.compile(r"(train|tune|sft|dpo|rlhf|grpo|ppo|finetune|pretrain|postrain)\w*\.py$")
+_TRAIN_ENTRY_RE = re.compile(
+    r"(train|tune|sft|dpo|rlhf|grpo|ppo|finetune|pretrain|postrain)\w*\.py$"
+)
 _FLAG_RE = re.compile(r"^(--[A-Za-z_][\w.\-]*|-[A-Za-z][\w\-]*)(=.*)?$", re.S)
 
 
@@ -91,7 +93,9 @@ def is_flag(text: str) -> bool:
     return bool(_FLAG_RE.match(text)) and not re.fullmatch(r"-\d+(\.\d*)?([eE][-+]?\d+)?", text)
 
 
-def parse_arguments(fields: tuple[Field, ...]) -> tuple[tuple[Field, ...], tuple[ArgOccurrence, ...]]:
+def parse_arguments(
+    fields: tuple[Field, ...],
+) -> tuple[tuple[Field, ...], tuple[ArgOccurrence, ...]]:
     """Positional fields before the first flag, then the flag occurrences in order."""
     positionals: list[Field] = []
     args: list[ArgOccurrence] = []
@@ -119,8 +123,9 @@ def parse_arguments(fields: tuple[Field, ...]) -> tuple[tuple[Field, ...], tuple
 def _launcher(fields: tuple[Field, ...]) -> tuple[str, int] | None:
     """(launcher kind, index of the first field after the launcher words) or None."""
     i = 0
-    while i < len(fields) and (field_text(fields[i]) in _PREFIXES or
-                               re.match(r"^[A-Za-z_]\w*=", field_text(fields[i]))):
+    while i < len(fields) and (
+        field_text(fields[i]) in _PREFIXES or re.match(r"^[A-Za-z_]\w*=", field_text(fields[i]))
+    ):
         i += 1
     if i >= len(fields):
         return None
@@ -128,9 +133,12 @@ def _launcher(fields: tuple[Field, ...]) -> tuple[str, int] | None:
     if head in ("torchrun", "msrun", "deepspeed"):
         return head, i + 1
     if re.fullmatch(r"python[\d.]*", head):
-        rest = [field_text(f) for f in fields[i + 1:i + 3]]
-        if len(rest) == 2 and rest[0] == "-m" and rest[1] in ("torch.distributed.launch",
-                                                              "torch.distributed.run"):
+        rest = [field_text(f) for f in fields[i + 1 : i + 3]]
+        if (
+            len(rest) == 2
+            and rest[0] == "-m"
+            and rest[1] in ("torch.distributed.launch", "torch.distributed.run")
+        ):
             return rest[1], i + 3
     return None
 
@@ -140,7 +148,7 @@ def _build(command: ExecutedCommand, kind: str, start: int, text: str) -> Launch
     for j in range(start, len(fields)):
         if field_text(fields[j]).endswith(".py"):
             _, launcher_args = parse_arguments(fields[start:j])
-            positionals, args = parse_arguments(fields[j + 1:])
+            positionals, args = parse_arguments(fields[j + 1 :])
             entry_source = _entry_source(command, fields[j], text)
             return Launch(command, kind, launcher_args, fields[j], entry_source, positionals, args)
     return None
@@ -151,7 +159,7 @@ def _entry_source(command: ExecutedCommand, entry: Field, text: str) -> str:
     anchor = entry[0].path[0].start if entry[0].path else entry[0].start
     for word in command.command.words:
         if anchor is not None and word.start <= anchor < word.end:
-            return text[word.start:word.end]
+            return text[word.start : word.end]
     return field_text(entry)
 
 
@@ -168,7 +176,8 @@ def find_launch(expansion: Expansion) -> Launch:
         raise ScriptError(
             "no training launch found: the script needs a torchrun, python -m "
             "torch.distributed.launch, msrun or deepspeed line with an entry script such as "
-            "pretrain_gpt.py; add one (or uncomment it)")
+            "pretrain_gpt.py; add one (or uncomment it)"
+        )
     for launch in launches:
         if _TRAIN_ENTRY_RE.search(field_text(launch.entry).rsplit("/", 1)[-1]):
             return launch

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from tinker_opt.errors import ConfigError, ScriptError
 from tinker_opt.script.launch import Launch
@@ -23,8 +23,9 @@ def int_value(launch: Launch, flag: str, default: int | None = None) -> int | No
         return int(text)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         shown = "no value" if not text else f"value {text!r}"
-        raise ScriptError(f"{flag} has {shown}; give it an integer (is the variable it uses set?)") \
-            from None
+        raise ScriptError(
+            f"{flag} has {shown}; give it an integer (is the variable it uses set?)"
+        ) from None
 
 
 def float_value(launch: Launch, flag: str, default: float) -> float:
@@ -45,15 +46,18 @@ def int_list(launch: Launch, flag: str) -> tuple[int, ...] | None:
     try:
         return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
     except ValueError:
-        raise ScriptError(f"{flag} has value {text!r}; give comma-separated integers like 4,4,4") \
-            from None
+        raise ScriptError(
+            f"{flag} has value {text!r}; give comma-separated integers like 4,4,4"
+        ) from None
 
 
 def script_num_layers(launch: Launch) -> int:
     """`--num-layers` as the script writes it (noop layers included)."""
     value = int_value(launch, "--num-layers")
     if value is None:
-        raise ScriptError("missing model argument --num-layers; add --num-layers N to the launch arguments")
+        raise ScriptError(
+            "missing model argument --num-layers; add --num-layers N to the launch arguments"
+        )
     return value
 
 
@@ -62,7 +66,8 @@ def _require(launch: Launch) -> None:
     if missing:
         raise ScriptError(
             f"missing model argument(s) {', '.join(missing)} on the launch line; add them "
-            "(e.g. --hidden-size 4096 --num-attention-heads 32 --seq-length 4096)")
+            "(e.g. --hidden-size 4096 --num-attention-heads 32 --seq-length 4096)"
+        )
 
 
 def _ffn_hidden_size(launch: Launch, hidden: int) -> int:
@@ -78,8 +83,10 @@ def _vocab(launch: Launch, warn: Callable[[str], None]) -> tuple[int, int | None
     padded = int_value(launch, "--padded-vocab-size")
     vocab = int_value(launch, "--vocab-size")
     if vocab is None and padded is None:
-        warn(f"the vocabulary size is not in the script (the tokenizer sets it); assuming "
-             f"{DEFAULT_VOCAB_SIZE}: add --vocab-size N for exact embedding and head sizes")
+        warn(
+            f"the vocabulary size is not in the script (the tokenizer sets it); assuming "
+            f"{DEFAULT_VOCAB_SIZE}: add --vocab-size N for exact embedding and head sizes"
+        )
         vocab = DEFAULT_VOCAB_SIZE
     return (vocab or padded), padded  # type: ignore[return-value]
 
@@ -99,29 +106,39 @@ def _moe_fields(launch: Launch) -> dict:
     experts = int_value(launch, "--num-experts")
     if not experts:
         return {}
-    moe_ffn = int_value(launch, "--moe-ffn-hidden-size") or int_value(launch, "--moe-intermediate-size")
+    moe_ffn = int_value(launch, "--moe-ffn-hidden-size") or int_value(
+        launch, "--moe-intermediate-size"
+    )
     shared = int_value(launch, "--moe-shared-expert-intermediate-size")
     n_shared = int_value(launch, "--n-shared-experts")
     if shared is None and n_shared and moe_ffn:
         shared = n_shared * moe_ffn
     freq_text = launch.value("--moe-layer-freq")
     freq = int(freq_text) if freq_text and freq_text.lstrip("-").isdigit() else 1
-    return {"num_experts": experts, "moe_router_topk": int_value(launch, "--moe-router-topk", 2),
-            "moe_ffn_hidden_size": moe_ffn, "moe_shared_expert_intermediate_size": shared,
-            "first_k_dense_replace": max(int_value(launch, "--first-k-dense-replace", 0), 0),
-            "moe_layer_freq": freq}
+    return {
+        "num_experts": experts,
+        "moe_router_topk": int_value(launch, "--moe-router-topk", 2),
+        "moe_ffn_hidden_size": moe_ffn,
+        "moe_shared_expert_intermediate_size": shared,
+        "first_k_dense_replace": max(int_value(launch, "--first-k-dense-replace", 0), 0),
+        "moe_layer_freq": freq,
+    }
 
 
 def _mla_fields(launch: Launch) -> dict:
     if not (launch.has("--multi-latent-attention") or launch.has("--multi-head-latent-attention")):
         return {}
-    return {"multi_latent_attention": True,
-            "q_lora_rank": int_value(launch, "--q-lora-rank"),
-            "kv_lora_rank": int_value(launch, "--kv-lora-rank"),
-            "qk_head_dim": int_value(launch, "--qk-head-dim") or int_value(launch, "--qk-nope-head-dim"),
-            "qk_pos_emb_head_dim": (int_value(launch, "--qk-pos-emb-head-dim")
-                                    or int_value(launch, "--qk-rope-head-dim")),
-            "v_head_dim": int_value(launch, "--v-head-dim")}
+    return {
+        "multi_latent_attention": True,
+        "q_lora_rank": int_value(launch, "--q-lora-rank"),
+        "kv_lora_rank": int_value(launch, "--kv-lora-rank"),
+        "qk_head_dim": int_value(launch, "--qk-head-dim")
+        or int_value(launch, "--qk-nope-head-dim"),
+        "qk_pos_emb_head_dim": (
+            int_value(launch, "--qk-pos-emb-head-dim") or int_value(launch, "--qk-rope-head-dim")
+        ),
+        "v_head_dim": int_value(launch, "--v-head-dim"),
+    }
 
 
 def _precision(launch: Launch) -> str:
@@ -136,26 +153,39 @@ def read_model(launch: Launch, warn: Callable[[str], None]) -> ModelSpec:
     hidden = int_value(launch, "--hidden-size")
     heads = int_value(launch, "--num-attention-heads")
     noop = int_list(launch, "--noop-layers") or ()
-    groups = int_value(launch, "--num-query-groups") if launch.has("--group-query-attention") else None
+    groups = (
+        int_value(launch, "--num-query-groups") if launch.has("--group-query-attention") else None
+    )
     vocab, padded = _vocab(launch, warn)
-    position = launch.value("--position-embedding-type") or \
-        ("rope" if launch.has("--use-rotary-position-embeddings") else "learned_absolute")
+    position = launch.value("--position-embedding-type") or (
+        "rope" if launch.has("--use-rotary-position-embeddings") else "learned_absolute"
+    )
     values = dict(
-        num_layers=script_num_layers(launch) - len(noop), hidden_size=hidden,
-        ffn_hidden_size=_ffn_hidden_size(launch, hidden), num_attention_heads=heads,
+        num_layers=script_num_layers(launch) - len(noop),
+        hidden_size=hidden,
+        ffn_hidden_size=_ffn_hidden_size(launch, hidden),
+        num_attention_heads=heads,
         num_query_groups=groups or heads,
         kv_channels=int_value(launch, "--kv-channels") or (hidden // heads if heads else 0),
-        seq_length=int_value(launch, "--seq-length"), vocab_size=vocab, padded_vocab_size=padded,
+        seq_length=int_value(launch, "--seq-length"),
+        vocab_size=vocab,
+        padded_vocab_size=padded,
         make_vocab_size_divisible_by=int_value(launch, "--make-vocab-size-divisible-by", 128),
         untie_embeddings_and_output_weights=launch.has("--untie-embeddings-and-output-weights"),
-        swiglu=launch.has("--swiglu"), normalization=_normalization(launch, warn),
+        swiglu=launch.has("--swiglu"),
+        normalization=_normalization(launch, warn),
         position_embedding_type=position,
-        use_flash_attn=launch.has("--use-flash-attn") or launch.value("--attention-backend") == "flash",
+        use_flash_attn=launch.has("--use-flash-attn")
+        or launch.value("--attention-backend") == "flash",
         attention_dropout=float_value(launch, "--attention-dropout", 0.1),
         hidden_dropout=float_value(launch, "--hidden-dropout", 0.1),
         add_bias_linear=not launch.has("--disable-bias-linear"),
-        mtp_num_layers=int_value(launch, "--mtp-num-layers", 0), precision=_precision(launch),
-        noop_layers=tuple(noop), **_moe_fields(launch), **_mla_fields(launch))
+        mtp_num_layers=int_value(launch, "--mtp-num-layers", 0),
+        precision=_precision(launch),
+        noop_layers=tuple(noop),
+        **_moe_fields(launch),
+        **_mla_fields(launch),
+    )
     try:
         return ModelSpec(**values)
     except ConfigError as exc:

@@ -15,8 +15,14 @@ from tinker_opt.errors import ScriptError
 from tinker_opt.script import versions
 from tinker_opt.script.expand import Expansion, Scalar, expand_script
 from tinker_opt.script.flags import unpriced_warning
-from tinker_opt.script.fsdp2 import (Fsdp2Config, fsdp2_summary, is_fsdp2, load_fsdp2_config, read_fsdp2_model,
-                                     read_fsdp2_strategy)
+from tinker_opt.script.fsdp2 import (
+    Fsdp2Config,
+    fsdp2_summary,
+    is_fsdp2,
+    load_fsdp2_config,
+    read_fsdp2_model,
+    read_fsdp2_strategy,
+)
 from tinker_opt.script.launch import Launch, find_launch
 from tinker_opt.script.model_args import int_value, read_model, script_num_layers
 from tinker_opt.script.shell import ShellSyntaxError
@@ -29,11 +35,30 @@ _MINDSPEED_MARKERS = re.compile(
     r"--use-fused-rotary-pos-emb|--use-mc2|--use-ascend-mc2|--tokenizer-name-or-path|PretrainedFromHF|"
     r"--context-parallel-algo|--num-layer-list|posttrain_gpt|\bmsrun\b|--noop-layers|"
     r"--reuse-fp32-param|--moe-permutation-async-comm|pretrain_llama\.py|--prompt-type|"
-    r"--is-instruction-dataset|--moe-tp-extend-ep|npu")
+    r"--is-instruction-dataset|--moe-tp-extend-ep|npu"
+)
 _LORA_FLAGS = ("--lora-r", "--lora-alpha", "--lora-target-modules")
 _SIZE_RE = re.compile(r"^(\d+(?:point\d+|\.\d+)?|\d+x\d+(?:point\d+)?)([bmt])$", re.I)
-_NAME_PREFIXES = {"pretrain", "tune", "train", "posttrain", "finetune", "sft", "dpo", "run",
-                  "launch", "examples", "example", "prm", "rm", "orm", "ppo", "grpo", "lora", "full"}
+_NAME_PREFIXES = {
+    "pretrain",
+    "tune",
+    "train",
+    "posttrain",
+    "finetune",
+    "sft",
+    "dpo",
+    "run",
+    "launch",
+    "examples",
+    "example",
+    "prm",
+    "rm",
+    "orm",
+    "ppo",
+    "grpo",
+    "lora",
+    "full",
+}
 
 
 @dataclass(frozen=True)
@@ -73,11 +98,13 @@ def _variable_int(expansion: Expansion, *names: str) -> int | None:
 
 def _cluster(launch: Launch, expansion: Expansion, warn) -> tuple[int, int]:
     """(nnodes, nproc_per_node) from the launcher's arguments, else the usual variables."""
+
     def number(text: str | None) -> int | None:
         if text is None:
             return None
         text = text.split(":")[-1]  # torchrun's elastic MIN:MAX
         return int(text) if text.isdigit() else None
+
     if launch.launcher == "msrun":
         world = number(launch.launcher_value("--worker_num"))
         local = number(launch.launcher_value("--local_worker_num"))
@@ -88,8 +115,10 @@ def _cluster(launch: Launch, expansion: Expansion, warn) -> tuple[int, int]:
     nodes = nodes or _variable_int(expansion, "NNODES", "NUM_NODES")
     local = local or _variable_int(expansion, "NPUS_PER_NODE", "GPUS_PER_NODE")
     if not nodes or not local:
-        warn("node or device count not found on the launcher line; read as "
-             f"{nodes or 1} node(s) x {local or 1} device(s)")
+        warn(
+            "node or device count not found on the launcher line; read as "
+            f"{nodes or 1} node(s) x {local or 1} device(s)"
+        )
     return nodes or 1, local or 1
 
 
@@ -97,8 +126,11 @@ def _is_full_tune(name: str, launch: Launch) -> bool:
     """File name with "tune" and "full", a posttrain entry, or --finetune; LoRA is not a full tune."""
     stem = name.lower()
     entry = launch.entry_source.rsplit("/", 1)[-1]
-    tune = ("tune" in stem and "full" in stem) or entry.startswith(("posttrain", "postrain")) \
+    tune = (
+        ("tune" in stem and "full" in stem)
+        or entry.startswith(("posttrain", "postrain"))
         or launch.has("--finetune")
+    )
     return tune and not any(launch.has(flag) for flag in _LORA_FLAGS)
 
 
@@ -112,7 +144,9 @@ def _swap_optimizer_times(launch: Launch) -> int | None:
         return None
     times = int_value(launch, "--swap-optimizer-times", SWAP_OPTIMIZER_TIMES_DEFAULT)
     if times < 1:
-        raise ScriptError(f"--swap-optimizer-times is {times}; give a positive chunk count (MindSpeed's default is 16)")
+        raise ScriptError(
+            f"--swap-optimizer-times is {times}; give a positive chunk count (MindSpeed's default is 16)"
+        )
     return times
 
 
@@ -130,31 +164,71 @@ def _activation_recompute(launch: Launch, version_range: versions.VersionRange) 
         return {}
     layers = int_value(launch, "--recompute-activation-function-num-layers")
     if layers is not None and layers < 1:
-        raise ScriptError(f"--recompute-activation-function-num-layers is {layers}; give a positive layer count")
-    return {"recompute_activation_function": True, "recompute_activation_function_num_layers": layers}
+        raise ScriptError(
+            f"--recompute-activation-function-num-layers is {layers}; give a positive layer count"
+        )
+    return {
+        "recompute_activation_function": True,
+        "recompute_activation_function_num_layers": layers,
+    }
 
 
-
-def _read_fsdp2(text: str, name: str, path: Path | None, expansion: Expansion, launch: Launch,
-                warnings: list[str], fsdp2_yaml: str | None, model_config) -> ScriptInfo:
+def _read_fsdp2(
+    text: str,
+    name: str,
+    path: Path | None,
+    expansion: Expansion,
+    launch: Launch,
+    warnings: list[str],
+    fsdp2_yaml: str | None,
+    model_config,
+) -> ScriptInfo:
     """The ScriptInfo of a MindSpeed-LLM FSDP2 launch (settings in its YAML and overrides)."""
     config = load_fsdp2_config(launch, path, yaml_text=fsdp2_yaml, model_config=model_config)
     model = read_fsdp2_model(config, warnings.append)
     nodes, local = _cluster(launch, expansion, warnings.append)
-    strategy, gbs = read_fsdp2_strategy(config, world=nodes * local, is_moe=model.is_moe,
-                                        num_layers=model.num_layers, warn=warnings.append)
+    strategy, gbs = read_fsdp2_strategy(
+        config,
+        world=nodes * local,
+        is_moe=model.is_moe,
+        num_layers=model.num_layers,
+        warn=warnings.append,
+    )
     version_range = versions.resolve(None, "", "fsdp2")
-    framework = FrameworkInfo(flavour="fsdp2", version=None, launcher=launch.launcher, entry=launch.entry_source)
-    train = TrainSpec(micro_batch_size=strategy.mbs, nnodes=nodes, nproc_per_node=local, strategy=strategy,
-                      global_batch_size=gbs, framework=framework,
-                      is_full_tune=config.get("training.stage") == "sft")
-    return ScriptInfo(path=path, text=text, model=model, train=train, warnings=tuple(warnings),
-                      num_layers_in_script=model.num_layers, version_range=version_range, launch=launch,
-                      expansion=expansion, fsdp2=config)
+    framework = FrameworkInfo(
+        flavour="fsdp2", version=None, launcher=launch.launcher, entry=launch.entry_source
+    )
+    train = TrainSpec(
+        micro_batch_size=strategy.mbs,
+        nnodes=nodes,
+        nproc_per_node=local,
+        strategy=strategy,
+        global_batch_size=gbs,
+        framework=framework,
+        is_full_tune=config.get("training.stage") == "sft",
+    )
+    return ScriptInfo(
+        path=path,
+        text=text,
+        model=model,
+        train=train,
+        warnings=tuple(warnings),
+        num_layers_in_script=model.num_layers,
+        version_range=version_range,
+        launch=launch,
+        expansion=expansion,
+        fsdp2=config,
+    )
 
 
-def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = None,
-                     fsdp2_yaml: str | None = None, model_config: str | Path | None = None) -> ScriptInfo:
+def read_script_text(
+    text: str,
+    name: str = "script.sh",
+    *,
+    path: Path | None = None,
+    fsdp2_yaml: str | None = None,
+    model_config: str | Path | None = None,
+) -> ScriptInfo:
     """Read a launch script given as text (see `read_script`).
 
     For an FSDP2 launch, `fsdp2_yaml` stands in for its YAML file's text and `model_config` for the
@@ -164,7 +238,9 @@ def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = 
     try:
         expansion = expand_script(text, name)
     except ShellSyntaxError as exc:
-        raise ScriptError(f"{name}: {exc}; fix the shell syntax (bash -n {name} shows it)") from None
+        raise ScriptError(
+            f"{name}: {exc}; fix the shell syntax (bash -n {name} shows it)"
+        ) from None
     if "\r\n" in text:
         warnings.append("the script has CRLF line endings; bash on Linux needs LF (dos2unix)")
     warnings.extend(expansion.warnings)
@@ -176,26 +252,50 @@ def read_script_text(text: str, name: str = "script.sh", *, path: Path | None = 
     nodes, local = _cluster(launch, expansion, warn)
     flavour = _flavour(text, launch)
     total = script_num_layers(launch)
-    strategy = read_strategy(launch, world=nodes * local, total_layers=total, is_moe=model.is_moe,
-                             megatron=flavour == "megatron", warn=warn)
+    strategy = read_strategy(
+        launch,
+        world=nodes * local,
+        total_layers=total,
+        is_moe=model.is_moe,
+        megatron=flavour == "megatron",
+        warn=warn,
+    )
     version_range = versions.resolve(None, text, flavour)
-    framework = FrameworkInfo(flavour=flavour, version=version_range.describe() if
-                              version_range.exact else None, launcher=launch.launcher,
-                              entry=launch.entry_source)
+    framework = FrameworkInfo(
+        flavour=flavour,
+        version=version_range.describe() if version_range.exact else None,
+        launcher=launch.launcher,
+        entry=launch.entry_source,
+    )
     unpriced = unpriced_warning(launch)
     if unpriced:
         warn(unpriced)
     mbs = int_value(launch, "--micro-batch-size", 1)
-    train = TrainSpec(micro_batch_size=mbs, nnodes=nodes, nproc_per_node=local, strategy=strategy,
-                      global_batch_size=int_value(launch, "--global-batch-size", mbs * strategy.dp),
-                      framework=framework, is_full_tune=_is_full_tune(name, launch),
-                      loads_checkpoint=launch.has("--load"), swap_optimizer_times=_swap_optimizer_times(launch),
-                      overlap_p2p_comm=p2p_overlap(launch, version_range),
-                      reuse_fp32_param=launch.has("--reuse-fp32-param"),
-                      **_activation_recompute(launch, version_range))
-    return ScriptInfo(path=path, text=text, model=model, train=train, warnings=tuple(warnings),
-                      num_layers_in_script=total, version_range=version_range, launch=launch,
-                      expansion=expansion)
+    train = TrainSpec(
+        micro_batch_size=mbs,
+        nnodes=nodes,
+        nproc_per_node=local,
+        strategy=strategy,
+        global_batch_size=int_value(launch, "--global-batch-size", mbs * strategy.dp),
+        framework=framework,
+        is_full_tune=_is_full_tune(name, launch),
+        loads_checkpoint=launch.has("--load"),
+        swap_optimizer_times=_swap_optimizer_times(launch),
+        overlap_p2p_comm=p2p_overlap(launch, version_range),
+        reuse_fp32_param=launch.has("--reuse-fp32-param"),
+        **_activation_recompute(launch, version_range),
+    )
+    return ScriptInfo(
+        path=path,
+        text=text,
+        model=model,
+        train=train,
+        warnings=tuple(warnings),
+        num_layers_in_script=total,
+        version_range=version_range,
+        launch=launch,
+        expansion=expansion,
+    )
 
 
 def read_script(path: str | Path, *, model_config: str | Path | None = None) -> ScriptInfo:
@@ -214,8 +314,9 @@ def read_script(path: str | Path, *, model_config: str | Path | None = None) -> 
     except UnicodeDecodeError:
         raise ScriptError(f"{path} is not UTF-8 text; convert it (iconv -f GBK -t UTF-8)") from None
     except OSError as exc:
-        raise ScriptError(f"cannot read launch script {path}: {exc.strerror}; check its permissions") \
-            from None
+        raise ScriptError(
+            f"cannot read launch script {path}: {exc.strerror}; check its permissions"
+        ) from None
     return read_script_text(text, path.name, path=path, model_config=model_config)
 
 
@@ -225,19 +326,28 @@ def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
     model["micro_batch_size"] = info.train.micro_batch_size
     model["global_batch_size"] = info.train.global_batch_size
     fw = info.train.framework
-    framework = {"flavour": fw.flavour, "version": fw.version,
-                 "version_range": info.version_range.describe(), "launcher": fw.launcher, "entry": fw.entry, "is_full_tune": info.train.is_full_tune,
-                 "loads_checkpoint": info.train.loads_checkpoint,
-                 "swap_optimizer_times": info.train.swap_optimizer_times,
-                 "overlap_p2p_comm": info.train.overlap_p2p_comm,
-                 "reuse_fp32_param": info.train.reuse_fp32_param,
-                 "recompute_activation_function": info.train.recompute_activation_function,
-                 "recompute_activation_function_num_layers": info.train.recompute_activation_function_num_layers}
+    framework = {
+        "flavour": fw.flavour,
+        "version": fw.version,
+        "version_range": info.version_range.describe(),
+        "launcher": fw.launcher,
+        "entry": fw.entry,
+        "is_full_tune": info.train.is_full_tune,
+        "loads_checkpoint": info.train.loads_checkpoint,
+        "swap_optimizer_times": info.train.swap_optimizer_times,
+        "overlap_p2p_comm": info.train.overlap_p2p_comm,
+        "reuse_fp32_param": info.train.reuse_fp32_param,
+        "recompute_activation_function": info.train.recompute_activation_function,
+        "recompute_activation_function_num_layers": info.train.recompute_activation_function_num_layers,
+    }
     if info.fsdp2 is not None:
         framework["fsdp2"] = fsdp2_summary(info.fsdp2)
-    return {"model": model,
-            "cluster": {"nnodes": info.train.nnodes, "nproc_per_node": info.train.nproc_per_node},
-            "strategy": info.train.strategy.to_dict(), "framework": framework}
+    return {
+        "model": model,
+        "cluster": {"nnodes": info.train.nnodes, "nproc_per_node": info.train.nproc_per_node},
+        "strategy": info.train.strategy.to_dict(),
+        "framework": framework,
+    }
 
 
 def labels_from_filename(path: str | Path) -> tuple[str, str]:

@@ -19,13 +19,26 @@ from tinker_opt.script.words import Arith, CmdSub, Command, Lit, Param, Word
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BRACE_RE = re.compile(
     r"^(?P<len>#)?(?P<keys>!)?(?P<name>[A-Za-z_][A-Za-z0-9_]*|\d+|[@*#?$!0-])"
-    r"(?:\[(?P<index>[^\]]*)\])?(?P<rest>.*)$", re.S)
+    r"(?:\[(?P<index>[^\]]*)\])?(?P<rest>.*)$",
+    re.S,
+)
 _HEREDOC_RE = re.compile(r"<<(?P<dash>-?)[ \t]*(?P<q>['\"]?)(?P<word>[A-Za-z_][\w.-]*)(?P=q)")
 _BLANK = " \t\r"
 _WORD_END = set(" \t\r\n;&|<>()")
 _SPECIAL_PARAMS = "@*#?$!-0123456789"
-_ANSI_C_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "e": "\x1b",
-                   "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
+_ANSI_C_ESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "e": "\x1b",
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+}
 
 
 @dataclass
@@ -73,8 +86,11 @@ class _Lexer:
                 self._redirection()
             else:
                 word = self._word()
-                if self.pos < len(self.text) and self.text[self.pos] in "<>" and \
-                        re.fullmatch(r"\d+", word.literal_text() or ""):
+                if (
+                    self.pos < len(self.text)
+                    and self.text[self.pos] in "<>"
+                    and re.fullmatch(r"\d+", word.literal_text() or "")
+                ):
                     continue  # a file-descriptor prefix such as 2>&1
                 if not words:
                     start_line = self.text.count("\n", 0, word.start) + 1
@@ -94,7 +110,7 @@ class _Lexer:
         self.pos = len(self.text) if end < 0 else end
 
     def _redirection(self) -> None:
-        match = re.match(r"<<<|<<-|<<|>>|>&|<&|&>|>\||<>|>|<", self.text[self.pos:])
+        match = re.match(r"<<<|<<-|<<|>>|>&|<&|&>|>\||<>|>|<", self.text[self.pos :])
         op = match.group(0)
         self.pos += len(op)
         while self.pos < len(self.text) and self.text[self.pos] in _BLANK:
@@ -103,16 +119,17 @@ class _Lexer:
             return
         target = self._word()
         if op in ("<<", "<<-"):
-            raw = self.text[target.start:target.end]
-            self.state.heredocs.append((raw.replace("'", "").replace('"', "").replace("\\", ""),
-                                        op == "<<-"))
+            raw = self.text[target.start : target.end]
+            self.state.heredocs.append(
+                (raw.replace("'", "").replace('"', "").replace("\\", ""), op == "<<-")
+            )
 
     def _skip_heredocs(self) -> None:
         for delimiter, strip_tabs in self.state.heredocs:
             while self.pos < len(self.text):
                 end = self.text.find("\n", self.pos)
                 end = len(self.text) if end < 0 else end
-                line = self.text[self.pos:end].rstrip("\r")
+                line = self.text[self.pos : end].rstrip("\r")
                 self.pos = min(end + 1, len(self.text))
                 if (line.lstrip("\t") if strip_tabs else line) == delimiter:
                     break
@@ -142,10 +159,10 @@ class _Lexer:
 
     def _close_run(self, parts: list, run_start: int) -> None:
         if self.pos > run_start:
-            parts.append(Lit(self.text[run_start:self.pos], run_start, self.pos, False))
+            parts.append(Lit(self.text[run_start : self.pos], run_start, self.pos, False))
 
     def _is_array_open(self, parts: list, run_start: int) -> bool:
-        pending = self.text[run_start:self.pos]
+        pending = self.text[run_start : self.pos]
         head = "".join(p.text for p in parts if isinstance(p, Lit)) + pending
         only_lits = all(isinstance(p, Lit) for p in parts)
         return only_lits and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\+?=", head) is not None
@@ -179,13 +196,15 @@ class _Lexer:
             if self._continuation(pos):
                 self.pos += self._continuation(pos)
             else:
-                parts.append(Lit(text[pos + 1:pos + 2], pos, pos + 2, True))
+                parts.append(Lit(text[pos + 1 : pos + 2], pos, pos + 2, True))
                 self.pos += 2
         elif ch == "'":
             end = text.find("'", pos + 1)
             if end < 0:
-                raise ShellSyntaxError(f"unterminated single quote at line {text.count(chr(10), 0, pos) + 1}")
-            parts.append(Lit(text[pos + 1:end], pos + 1, end, True))
+                raise ShellSyntaxError(
+                    f"unterminated single quote at line {text.count(chr(10), 0, pos) + 1}"
+                )
+            parts.append(Lit(text[pos + 1 : end], pos + 1, end, True))
             self.pos = end + 1
         elif ch == '"':
             self._double_quoted(parts)
@@ -216,7 +235,7 @@ class _Lexer:
                 self._close_quoted_run(parts, run_start)
                 self.pos += self._continuation(self.pos)
                 run_start = self.pos
-            elif ch == "\\" and text[self.pos + 1:self.pos + 2] in ("$", "`", '"', "\\"):
+            elif ch == "\\" and text[self.pos + 1 : self.pos + 2] in ("$", "`", '"', "\\"):
                 self._close_quoted_run(parts, run_start)
                 parts.append(Lit(text[self.pos + 1], self.pos, self.pos + 2, True))
                 self.pos += 2
@@ -230,7 +249,7 @@ class _Lexer:
 
     def _close_quoted_run(self, parts: list, run_start: int) -> None:
         if self.pos > run_start:
-            parts.append(Lit(self.text[run_start:self.pos], run_start, self.pos, True))
+            parts.append(Lit(self.text[run_start : self.pos], run_start, self.pos, True))
 
     def _backquote_end(self, pos: int) -> int:
         i = pos + 1
@@ -241,14 +260,16 @@ class _Lexer:
             if self.text[i] == "`":
                 return i + 1
             i += 1
-        raise ShellSyntaxError(f"unterminated backquote at line {self.text.count(chr(10), 0, pos) + 1}")
+        raise ShellSyntaxError(
+            f"unterminated backquote at line {self.text.count(chr(10), 0, pos) + 1}"
+        )
 
     def _dollar(self, parts: list, quoted: bool) -> None:
         text, pos = self.text, self.pos
-        nxt = text[pos + 1:pos + 2]
+        nxt = text[pos + 1 : pos + 2]
         if text.startswith("$((", pos):
             end = self._arith_end(pos)
-            parts.append(Arith(text[pos + 3:end - 2], pos, end, quoted))
+            parts.append(Arith(text[pos + 3 : end - 2], pos, end, quoted))
             self.pos = end
         elif nxt == "(":
             end = self._matching(pos + 1, "(", ")")
@@ -286,7 +307,9 @@ class _Lexer:
                 out.append(text[i])
                 i += 1
         if i >= len(text):
-            raise ShellSyntaxError(f"unterminated $' quote at line {text.count(chr(10), 0, pos) + 1}")
+            raise ShellSyntaxError(
+                f"unterminated $' quote at line {text.count(chr(10), 0, pos) + 1}"
+            )
         return Lit("".join(out), pos + 2, i, True)
 
     def _arith_end(self, pos: int) -> int:
@@ -297,7 +320,7 @@ class _Lexer:
             if ch == "(":
                 depth += 1
             elif ch == ")":
-                if depth == 0 and self.text[i + 1:i + 2] == ")":
+                if depth == 0 and self.text[i + 1 : i + 2] == ")":
                     return i + 2
                 depth -= 1
             i += 1
@@ -337,14 +360,14 @@ class _Lexer:
         while line_end >= 0:
             start = line_end + 1
             line_end = self.text.find("\n", start)
-            line = self.text[start:len(self.text) if line_end < 0 else line_end].rstrip("\r")
+            line = self.text[start : len(self.text) if line_end < 0 else line_end].rstrip("\r")
             if (line.lstrip("\t") if strip_tabs else line) == delimiter:
                 return len(self.text) if line_end < 0 else line_end
         return len(self.text)
 
     def _brace_param(self, pos: int, end: int, quoted: bool) -> Param:
         inner_start = pos + 2
-        inner = self.text[inner_start:end - 1]
+        inner = self.text[inner_start : end - 1]
         match = _BRACE_RE.match(inner)
         if not match:
             return Param("", pos, end, quoted, op="other")
@@ -360,8 +383,15 @@ class _Lexer:
             return Param(name, pos, end, quoted, op="other", index=index)
         op = op_match.group(0)
         arg_start = inner_start + match.start("rest") + len(op)
-        return Param(name, pos, end, quoted, op=op, index=index,
-                     arg=self._parse_region(arg_start, end - 1, quoted))
+        return Param(
+            name,
+            pos,
+            end,
+            quoted,
+            op=op,
+            index=index,
+            arg=self._parse_region(arg_start, end - 1, quoted),
+        )
 
     def _parse_region(self, start: int, end: int, quoted: bool) -> tuple:
         """Parts of the text [start, end) of a `${V:-word}` default (quotes allowed, blanks literal)."""
@@ -372,7 +402,7 @@ class _Lexer:
         while sub.pos < end:
             if sub.text[sub.pos] in "\\'\"$`":
                 if sub.pos > run_start:
-                    parts.append(Lit(sub.text[run_start:sub.pos], run_start, sub.pos, quoted))
+                    parts.append(Lit(sub.text[run_start : sub.pos], run_start, sub.pos, quoted))
                 sub._special(parts, quoted)
                 run_start = sub.pos
             else:

@@ -24,12 +24,12 @@ Normalisation (what a script can express, and what the framework really does):
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from tinker_opt.errors import ScriptError, StrategyError
-from tinker_opt.strategy import Strategy
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.model_args import int_list, int_value
+from tinker_opt.strategy import Strategy
 
 DEFAULT_CP_ALGO = "megatron_cp_algo"
 MEGATRON_FSDP_FLAGS = ("--use-megatron-fsdp", "--use-custom-fsdp")
@@ -54,16 +54,25 @@ def _zero(launch: Launch) -> int:
     if backend == "deepspeed":
         stage = int_value(launch, ZERO_STAGE_FLAG)
         if stage not in (0, 1, 2, 3):
-            raise ScriptError(f"{ZERO_STAGE_FLAG} is {stage}; DeepSpeed's ZeRO stages are 0, 1, 2 and 3")
+            raise ScriptError(
+                f"{ZERO_STAGE_FLAG} is {stage}; DeepSpeed's ZeRO stages are 0, 1, 2 and 3"
+            )
         return stage
     if backend == "megatron_fsdp":
         name = launch.value(SHARDING_FLAG) or "no_shard"
         if name not in SHARDING_STRATEGIES:
-            raise ScriptError(f"{SHARDING_FLAG} is {name!r}; Megatron-FSDP takes one of {list(SHARDING_STRATEGIES)}")
+            raise ScriptError(
+                f"{SHARDING_FLAG} is {name!r}; Megatron-FSDP takes one of {list(SHARDING_STRATEGIES)}"
+            )
         return SHARDING_STRATEGIES.index(name)
     return 0
+
+
 VPP_LAYERS_FLAG = "--num-layers-per-virtual-pipeline-stage"
-VPP_SIZE_FLAGS = ("--virtual-pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank")
+VPP_SIZE_FLAGS = (
+    "--virtual-pipeline-model-parallel-size",
+    "--num-virtual-stages-per-pipeline-rank",
+)
 
 
 def _recompute(launch: Launch, warn: Callable[[str], None]) -> dict:
@@ -74,11 +83,16 @@ def _recompute(launch: Launch, warn: Callable[[str], None]) -> dict:
         return {}
     method = launch.value("--recompute-method")
     if method not in ("uniform", "block"):
-        warn("--recompute-granularity full without --recompute-method uniform|block; read as uniform "
-             "(Megatron needs the method)")
+        warn(
+            "--recompute-granularity full without --recompute-method uniform|block; read as uniform "
+            "(Megatron needs the method)"
+        )
         method = "uniform"
-    return {"recompute": "full", "recompute_method": method,
-            "recompute_num_layers": int_value(launch, "--recompute-num-layers", 1)}
+    return {
+        "recompute": "full",
+        "recompute_method": method,
+        "recompute_num_layers": int_value(launch, "--recompute-num-layers", 1),
+    }
 
 
 def _vpp(launch: Launch, pp: int, total_layers: int, warn: Callable[[str], None]) -> int:
@@ -94,8 +108,10 @@ def _vpp(launch: Launch, pp: int, total_layers: int, warn: Callable[[str], None]
         return 1
     per_chunk = int_value(launch, VPP_LAYERS_FLAG)
     if per_chunk <= 0 or total_layers % (pp * per_chunk):
-        warn(f"--num-layers {total_layers} is not a multiple of pp ({pp}) x {VPP_LAYERS_FLAG} "
-             f"({per_chunk}); read as no virtual pipeline")
+        warn(
+            f"--num-layers {total_layers} is not a multiple of pp ({pp}) x {VPP_LAYERS_FLAG} "
+            f"({per_chunk}); read as no virtual pipeline"
+        )
         return 1
     return total_layers // (pp * per_chunk)
 
@@ -111,28 +127,40 @@ OVERLAP_FLAGS = {
 
 def overlap_applies(key: str, *, tp: int, dist_opt: bool, is_moe: bool) -> bool:
     """Whether an overlap knob exists for this configuration (else the schema's value is None)."""
-    return {"overlap_grad_reduce": True, "overlap_param_gather": dist_opt, "overlap_moe_comm": is_moe,
-            "tp_comm_overlap": tp > 1}[key]
+    return {
+        "overlap_grad_reduce": True,
+        "overlap_param_gather": dist_opt,
+        "overlap_moe_comm": is_moe,
+        "tp_comm_overlap": tp > 1,
+    }[key]
 
 
 def _overlaps(launch: Launch, tp: int, dist_opt: bool, is_moe: bool) -> dict:
-    return {key: any(launch.has(flag) for flag in flags) if overlap_applies(
-        key, tp=tp, dist_opt=dist_opt, is_moe=is_moe) else None for key, flags in OVERLAP_FLAGS.items()}
+    return {
+        key: any(launch.has(flag) for flag in flags)
+        if overlap_applies(key, tp=tp, dist_opt=dist_opt, is_moe=is_moe)
+        else None
+        for key, flags in OVERLAP_FLAGS.items()
+    }
 
 
 def _megatron_layer_list(launch: Launch, pp: int, total_layers: int) -> tuple[int, ...] | None:
     first = int_value(launch, "--decoder-first-pipeline-num-layers")
     last = int_value(launch, "--decoder-last-pipeline-num-layers")
-    if first is None and last is None or pp < 2:
+    if (first is None and last is None) or pp < 2:
         return None
     fixed = [n for n in (first, last) if n is not None]
     rest_stages = pp - len(fixed)
     rest_layers = total_layers - sum(fixed)
     if rest_stages < 0 or rest_layers < 0 or (rest_stages and rest_layers % rest_stages):
-        raise ScriptError(f"--decoder-first/last-pipeline-num-layers ({first}, {last}) do not split "
-                          f"{total_layers} layers evenly over the other {rest_stages} stages; fix them")
+        raise ScriptError(
+            f"--decoder-first/last-pipeline-num-layers ({first}, {last}) do not split "
+            f"{total_layers} layers evenly over the other {rest_stages} stages; fix them"
+        )
     middle = [rest_layers // rest_stages] * rest_stages if rest_stages else []
-    return tuple(([first] if first is not None else []) + middle + ([last] if last is not None else []))
+    return tuple(
+        ([first] if first is not None else []) + middle + ([last] if last is not None else [])
+    )
 
 
 def _layer_list(launch: Launch, pp: int, total_layers: int, warn) -> tuple[int, ...] | None:
@@ -140,8 +168,10 @@ def _layer_list(launch: Launch, pp: int, total_layers: int, warn) -> tuple[int, 
     if layers is None:
         return _megatron_layer_list(launch, pp, total_layers)
     if len(layers) != pp or sum(layers) != total_layers:
-        warn(f"--num-layer-list {','.join(map(str, layers))} does not give {pp} stages summing to "
-             f"--num-layers {total_layers}; read as an even split")
+        warn(
+            f"--num-layer-list {','.join(map(str, layers))} does not give {pp} stages summing to "
+            f"--num-layers {total_layers}; read as an even split"
+        )
         return None
     return layers
 
@@ -154,8 +184,15 @@ def _expert_tp(launch: Launch, is_moe: bool) -> int | None:
     return 1 if launch.has("--moe-tp-extend-ep") else None
 
 
-def read_strategy(launch: Launch, *, world: int, total_layers: int, is_moe: bool, megatron: bool,
-                  warn: Callable[[str], None]) -> Strategy:
+def read_strategy(
+    launch: Launch,
+    *,
+    world: int,
+    total_layers: int,
+    is_moe: bool,
+    megatron: bool,
+    warn: Callable[[str], None],
+) -> Strategy:
     """The strategy the launch arguments run, in the schema's normal form."""
     tp = int_value(launch, "--tensor-model-parallel-size", 1)
     pp = int_value(launch, "--pipeline-model-parallel-size", 1)
@@ -164,20 +201,35 @@ def read_strategy(launch: Launch, *, world: int, total_layers: int, is_moe: bool
     if model_parallel <= 0:
         raise ScriptError(f"parallel sizes tp={tp} pp={pp} cp={cp} must be positive; fix the flags")
     if world % model_parallel:
-        warn(f"world size {world} is not a multiple of tp x pp x cp = {model_parallel}; "
-             f"dp read as {max(world // model_parallel, 1)}")
+        warn(
+            f"world size {world} is not a multiple of tp x pp x cp = {model_parallel}; "
+            f"dp read as {max(world // model_parallel, 1)}"
+        )
     algo = None
     dist_opt = launch.has("--use-distributed-optimizer") or _zero(launch) >= 1
     if cp > 1:
-        algo = DEFAULT_CP_ALGO if megatron else (launch.value("--context-parallel-algo") or DEFAULT_CP_ALGO)
+        algo = (
+            DEFAULT_CP_ALGO
+            if megatron
+            else (launch.value("--context-parallel-algo") or DEFAULT_CP_ALGO)
+        )
     try:
         return Strategy(
-            tp=tp, pp=pp, dp=max(world // model_parallel, 1), cp=cp, cp_algo=algo,
-            ep=int_value(launch, "--expert-model-parallel-size", 1), etp=_expert_tp(launch, is_moe),
+            tp=tp,
+            pp=pp,
+            dp=max(world // model_parallel, 1),
+            cp=cp,
+            cp_algo=algo,
+            ep=int_value(launch, "--expert-model-parallel-size", 1),
+            etp=_expert_tp(launch, is_moe),
             sp=launch.has("--sequence-parallel") and tp > 1,
             vpp=_vpp(launch, pp, total_layers, warn),
-            dist_opt=dist_opt, zero=_zero(launch), mbs=int_value(launch, "--micro-batch-size", 1),
-            num_layer_list=_layer_list(launch, pp, total_layers, warn), **_recompute(launch, warn),
-            **_overlaps(launch, tp, dist_opt, is_moe))
+            dist_opt=dist_opt,
+            zero=_zero(launch),
+            mbs=int_value(launch, "--micro-batch-size", 1),
+            num_layer_list=_layer_list(launch, pp, total_layers, warn),
+            **_recompute(launch, warn),
+            **_overlaps(launch, tp, dist_opt, is_moe),
+        )
     except StrategyError as exc:
         raise ScriptError(f"the script's parallel flags are inconsistent: {exc}") from None

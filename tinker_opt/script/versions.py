@@ -64,31 +64,59 @@ P2P_OVERLAP_DEFAULT_SINCE = {MINDSPEED: (2, 0, 0), MEGATRON: (0, 8)}
 """First version whose interleaved schedule overlaps p2p communication by default."""
 
 CP_ALGO_SINCE: dict[str, tuple[int, ...]] = {
-    "megatron_cp_algo": (0, 9, 3), "ulysses_cp_algo": (0, 9, 3), "hybrid_cp_algo": (0, 9, 3),
-    "adaptive_cp_algo": (2, 0, 0), "kvallgather_cp_algo": (26, 1, 0)}
+    "megatron_cp_algo": (0, 9, 3),
+    "ulysses_cp_algo": (0, 9, 3),
+    "hybrid_cp_algo": (0, 9, 3),
+    "adaptive_cp_algo": (2, 0, 0),
+    "kvallgather_cp_algo": (26, 1, 0),
+}
 
 # Evidence in a script: (pattern, family, lower bound or None, upper bound (exclusive) or None).
 _EVIDENCE = (
     (r"--use-mcore-models\b", MINDSPEED, (0, 9, 3), None),
     (r"--context-parallel-algo\b", MINDSPEED, (0, 9, 3), None),
     (r"\bposttrain_gpt\.py\b", MINDSPEED, (1, 0, 0), None),
-    (r"--(moe-tp-extend-ep|noop-layers|schedules-method|moe-alltoall-overlap-comm)\b", MINDSPEED,
-     (2, 0, 0), None),
+    (
+        r"--(moe-tp-extend-ep|noop-layers|schedules-method|moe-alltoall-overlap-comm)\b",
+        MINDSPEED,
+        (2, 0, 0),
+        None,
+    ),
     (r"(^|\s)msrun\s|--use-ascend-coc\b", MINDSPEED, (2, 1, 0), None),
-    (r"--(moe-ffn-hidden-size|use-ascend-mc2|moe-router-num-groups|moe-router-group-topk)\b",
-     MINDSPEED, (2, 2, 0), None),
+    (
+        r"--(moe-ffn-hidden-size|use-ascend-mc2|moe-router-num-groups|moe-router-group-topk)\b",
+        MINDSPEED,
+        (2, 2, 0),
+        None,
+    ),
     (r"kvallgather_cp_algo", MINDSPEED, (26, 1, 0), None),
-    (r"--(moe-intermediate-size|topk-group|n-group|routed-scaling-factor)\b", MINDSPEED, None,
-     (2, 2, 0)),
+    (
+        r"--(moe-intermediate-size|topk-group|n-group|routed-scaling-factor)\b",
+        MINDSPEED,
+        None,
+        (2, 2, 0),
+    ),
     (r"--use-mc2\b", MINDSPEED, None, (2, 2, 0)),
     (r"--(moe-train-capacity-factor|noisy[-_]gate[-_]policy)\b", MINDSPEED, None, (1, 0, 0)),
     (r"\bpretrain_llama\.py\b|--DDP-impl\b", MINDSPEED, PRE_MODELLINK, (0, 9, 1)),
-    (r"--(expert-tensor-parallel-size|decoder-first-pipeline-num-layers|cp-comm-type)\b",
-     MEGATRON, (0, 10), None),
-    (r"--(recompute-modules|pipeline-model-parallel-layout|num-virtual-stages-per-pipeline-rank)\b",
-     MEGATRON, (0, 13), None),
-    (r"--(pipeline-model-parallel-split-rank|standalone-embedding-stage)\b", MEGATRON, None,
-     (0, 11)),
+    (
+        r"--(expert-tensor-parallel-size|decoder-first-pipeline-num-layers|cp-comm-type)\b",
+        MEGATRON,
+        (0, 10),
+        None,
+    ),
+    (
+        r"--(recompute-modules|pipeline-model-parallel-layout|num-virtual-stages-per-pipeline-rank)\b",
+        MEGATRON,
+        (0, 13),
+        None,
+    ),
+    (
+        r"--(pipeline-model-parallel-split-rank|standalone-embedding-stage)\b",
+        MEGATRON,
+        None,
+        (0, 11),
+    ),
     (r"--no-overlap-p2p-communication\b", MEGATRON, (0, 8), None),
     (r"--no-overlap-p2p-communication\b", MINDSPEED, (2, 0, 0), None),
     (r"--overlap-moe-expert-parallel-comm\b", MEGATRON, (0, 14), None),
@@ -163,7 +191,8 @@ def parse_version(text: str, family: str) -> tuple[str, tuple[int, ...]]:
     if not match:
         raise ConfigError(
             f"unknown framework version {text!r}; use a MindSpeed-LLM version (1.0, 1.1, 1.2, "
-            "1.0.0, 2.0.0 ... 2.3.0, 26.0.0) or a Megatron-LM core version (core_v0.10.0)")
+            "1.0.0, 2.0.0 ... 2.3.0, 26.0.0) or a Megatron-LM core version (core_v0.10.0)"
+        )
     key = tuple(int(g) for g in match.groups()[1:] if g is not None)
     if match.group(1) or key[0] == 0:
         return MEGATRON, key[:2]

@@ -4,7 +4,8 @@ cli.py parses the command line into settings objects (config.py) and prints what
 return; nothing here prints. Heavy imports (torch, solvers) happen inside the functions so that
 `search` and `simulate` never import torch and `--help` stays fast. The cost model and solvers
 (tinker_opt.costs, tinker_opt.solve) are imported by no other verb code: here at the top (Strategy) and inside
-`common.cost_model_for`, `search._solve` and `simulate._strategy_from_flags`, so that moving them is a change here alone.
+`common.cost_model_for`, `search._solve` and `simulate._strategy_from_flags`, so that moving them
+is a change here alone.
 
 One module per verb (profile, search with all, simulate, scripts: inspect / apply / calibrate) and
 common.py for what they share; the package exports the verbs cli.py calls.
@@ -16,5 +17,17 @@ from tinker_opt.verbs.scripts import run_apply, run_calibrate, run_inspect
 from tinker_opt.verbs.search import RunLog, SearchOutcome, run_all, run_search
 from tinker_opt.verbs.simulate import run_simulate
 
-__all__ = ["Log", "Progress", "RunLog", "SearchOutcome", "job_cost_options", "run_all", "run_apply",
-           "run_calibrate", "run_inspect", "run_profile", "run_search", "run_simulate"]
+__all__ = [
+    "Log",
+    "Progress",
+    "RunLog",
+    "SearchOutcome",
+    "job_cost_options",
+    "run_all",
+    "run_apply",
+    "run_calibrate",
+    "run_inspect",
+    "run_profile",
+    "run_search",
+    "run_simulate",
+]

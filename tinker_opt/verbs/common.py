@@ -4,9 +4,10 @@ cost model of a profile with the script's job flags."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from tinker_opt.errors import ConfigError
 from tinker_opt.specs import ClusterSpec
@@ -27,7 +28,9 @@ class ScriptLabels:
     model_size: str
 
 
-def labels_for(script_path: str | None, model_name: str | None, model_size: str | None) -> ScriptLabels:
+def labels_for(
+    script_path: str | None, model_name: str | None, model_size: str | None
+) -> ScriptLabels:
     from tinker_opt.script.reader import labels_from_filename
 
     name, size = labels_from_filename(script_path) if script_path else ("model", "unknown")
@@ -42,13 +45,19 @@ def num_nodes_for(strategy: Strategy, devices_per_node: int) -> int:
 def read_json_object(path: Path) -> dict[str, Any]:
     """A strategy file: a bare strategy, an Evaluation or a summary.json."""
     if not Path(path).is_file():
-        raise ConfigError(f"strategy file '{path}' does not exist; pass a JSON strategy or a summary.json")
+        raise ConfigError(
+            f"strategy file '{path}' does not exist; pass a JSON strategy or a summary.json"
+        )
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"strategy file '{path}' is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise ConfigError(
+            f"strategy file '{path}' is not valid JSON ({exc.msg} at line {exc.lineno})"
+        ) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"strategy file '{path}' must hold a JSON object (a strategy or a summary.json)")
+        raise ConfigError(
+            f"strategy file '{path}' must hold a JSON object (a strategy or a summary.json)"
+        )
     return data
 
 
@@ -58,7 +67,9 @@ def read_optional_script(path: str | None, how_to_pass: str, model_config: str |
     if not path:
         return None
     if not Path(path).exists():
-        raise ConfigError(f"script '{path}' does not exist; pass an existing launch script {how_to_pass}")
+        raise ConfigError(
+            f"script '{path}' does not exist; pass an existing launch script {how_to_pass}"
+        )
     return read_script(path, model_config=model_config)
 
 
@@ -69,10 +80,14 @@ def model_of(profiled, info, how_to_pass: str):
     if info is not None:
         return info.model
     if profiled.meta.source == "tinker":
-        raise ConfigError(f"profile '{profiled.path}' is a Tinker folder, which records no model shape; "
-                          f"pass the launch script {how_to_pass}")
-    raise ConfigError(f"profile '{profiled.path}' records no model shape and no launch script; "
-                      f"pass the launch script {how_to_pass} or re-run `tinker-opt profile`")
+        raise ConfigError(
+            f"profile '{profiled.path}' is a Tinker folder, which records no model shape; "
+            f"pass the launch script {how_to_pass}"
+        )
+    raise ConfigError(
+        f"profile '{profiled.path}' records no model shape and no launch script; "
+        f"pass the launch script {how_to_pass} or re-run `tinker-opt profile`"
+    )
 
 
 def cost_model_for(profiled, model, cluster: ClusterSpec, global_batch_size: int, settings, info):
@@ -82,10 +97,20 @@ def cost_model_for(profiled, model, cluster: ClusterSpec, global_batch_size: int
     from tinker_opt.hardware import load_hardware
 
     hardware = load_hardware(settings.hardware) if settings.hardware else None
-    options = job_cost_options(info) if info is not None else {
-        "swap_optimizer_times": profiled.meta.swap_optimizer_times}
-    return CostModel.from_profile(profiled, model, cluster, global_batch_size, hardware=hardware,
-                                  inter_node_bandwidth_gbs=settings.inter_node_bandwidth, **options)
+    options = (
+        job_cost_options(info)
+        if info is not None
+        else {"swap_optimizer_times": profiled.meta.swap_optimizer_times}
+    )
+    return CostModel.from_profile(
+        profiled,
+        model,
+        cluster,
+        global_batch_size,
+        hardware=hardware,
+        inter_node_bandwidth_gbs=settings.inter_node_bandwidth,
+        **options,
+    )
 
 
 def job_cost_options(info: ScriptInfo) -> dict:
@@ -95,7 +120,14 @@ def job_cost_options(info: ScriptInfo) -> dict:
     train = info.train
     # MindSpeed's activation-function recompute, priced for every kept layer; a layer count
     # (first N layers of each chunk) is not modelled and stays out (flags.py warns).
-    act = train.recompute_activation_function and train.recompute_activation_function_num_layers is None
-    return {"swap_optimizer_times": train.swap_optimizer_times, "recompute_activation": bool(act),
-            "overlap_p2p_comm": train.overlap_p2p_comm, "reuse_fp32_param": train.reuse_fp32_param,
-            "recompute_all": info.fsdp2 is not None}
+    act = (
+        train.recompute_activation_function
+        and train.recompute_activation_function_num_layers is None
+    )
+    return {
+        "swap_optimizer_times": train.swap_optimizer_times,
+        "recompute_activation": bool(act),
+        "overlap_p2p_comm": train.overlap_p2p_comm,
+        "reuse_fp32_param": train.reuse_fp32_param,
+        "recompute_all": info.fsdp2 is not None,
+    }

@@ -16,11 +16,15 @@ def profile_folder(settings: ProfileSettings, labels: ScriptLabels) -> Path:
         return Path(settings.prof_path)
     from tinker_opt.profile.runner import default_profile_dir
 
-    folder = default_profile_dir(labels.model_name, labels.model_size, root=Path(settings.save_path))
+    folder = default_profile_dir(
+        labels.model_name, labels.model_size, root=Path(settings.save_path)
+    )
     return folder.with_name(f"{folder.name}-{settings.task_id}") if settings.task_id else folder
 
 
-def run_profile(settings: ProfileSettings, *, progress: Progress | None = None, log: Log | None = None) -> Path:
+def run_profile(
+    settings: ProfileSettings, *, progress: Progress | None = None, log: Log | None = None
+) -> Path:
     """Read the script, profile its blocks on the chosen device (or analytically) and return the folder."""
     from tinker_opt.profile.kernels import script_flags
     from tinker_opt.profile.runner import MeasureSettings
@@ -32,20 +36,37 @@ def run_profile(settings: ProfileSettings, *, progress: Progress | None = None, 
     labels = labels_for(settings.pretrain_script_path, settings.model_name, settings.model_size)
     out_dir = profile_folder(settings, labels)
     analytic = settings.device == "analytic"
-    measure_settings = MeasureSettings.from_settings(replace(settings, device="cpu") if analytic else settings,
-                                                     kernel_flags=script_flags(info.launch))
+    measure_settings = MeasureSettings.from_settings(
+        replace(settings, device="cpu") if analytic else settings,
+        kernel_flags=script_flags(info.launch),
+    )
     if analytic:
         from tinker_opt.hardware import load_hardware
         from tinker_opt.profile.analytic import analytic_profile
 
         require(settings, "hardware")
-        analytic_profile(info.model, load_hardware(settings.hardware), out_dir,
-                         limits=measure_settings.limits(info.train), progress=progress, log=log)
+        analytic_profile(
+            info.model,
+            load_hardware(settings.hardware),
+            out_dir,
+            limits=measure_settings.limits(info.train),
+            progress=progress,
+            log=log,
+        )
     else:
         measure(info.model, measure_settings, out_dir, train=info.train, progress=progress, log=log)
-    is_full_tune = settings.is_full_tune if settings.is_full_tune is not None else info.train.is_full_tune
-    write_meta(out_dir, read_meta(out_dir).with_origin(
-        script_path=str(Path(settings.pretrain_script_path).resolve()), model_name=labels.model_name,
-        model_size=labels.model_size, framework_version=settings.version, is_full_tune=is_full_tune,
-        swap_optimizer_times=info.train.swap_optimizer_times))
+    is_full_tune = (
+        settings.is_full_tune if settings.is_full_tune is not None else info.train.is_full_tune
+    )
+    write_meta(
+        out_dir,
+        read_meta(out_dir).with_origin(
+            script_path=str(Path(settings.pretrain_script_path).resolve()),
+            model_name=labels.model_name,
+            model_size=labels.model_size,
+            framework_version=settings.version,
+            is_full_tune=is_full_tune,
+            swap_optimizer_times=info.train.swap_optimizer_times,
+        ),
+    )
     return out_dir

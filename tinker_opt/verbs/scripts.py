@@ -11,7 +11,9 @@ from tinker_opt.strategy import Strategy
 from tinker_opt.verbs.common import num_nodes_for, read_json_object
 
 
-def run_inspect(script: Path, *, model_config: Path | None = None) -> tuple[dict[str, Any], list[str]]:
+def run_inspect(
+    script: Path, *, model_config: Path | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """What the reader takes from a launch script (inspect --json's object) and its warnings."""
     from tinker_opt.script.reader import inspect_dict, read_script
 
@@ -19,9 +21,17 @@ def run_inspect(script: Path, *, model_config: Path | None = None) -> tuple[dict
     return inspect_dict(info), list(info.warnings)
 
 
-def run_apply(script: Path, strategy_file: Path, output: Path, *, num_nodes: int | None,
-              num_npus_per_node: int | None, version: str | None, force: bool,
-              model_config: Path | None = None) -> tuple[list[str], list[Path]]:
+def run_apply(
+    script: Path,
+    strategy_file: Path,
+    output: Path,
+    *,
+    num_nodes: int | None,
+    num_npus_per_node: int | None,
+    version: str | None,
+    force: bool,
+    model_config: Path | None = None,
+) -> tuple[list[str], list[Path]]:
     """Write `script` with the strategy of `strategy_file` to `output` (an FSDP2 launch: and its tuned
     YAML copy `output` with suffix .yaml); returns the writer's warnings and the files written."""
     from tinker_opt.emit.noop_layers import strategy_to_write
@@ -37,21 +47,29 @@ def run_apply(script: Path, strategy_file: Path, output: Path, *, num_nodes: int
     header = [f"tinker-opt apply: strategy {json.dumps(strategy.to_dict())}"]
     if info.fsdp2 is not None:
         return _apply_fsdp2(info, strategy, output, nodes, per_node, header)
-    applied = apply_strategy(info.text, strategy, nnodes=nodes, nproc_per_node=per_node, version=version,
-                             header=header)
+    applied = apply_strategy(
+        info.text, strategy, nnodes=nodes, nproc_per_node=per_node, version=version, header=header
+    )
     write_script(output, applied.text, source=script)
     return list(applied.warnings), [output]
 
 
-def _apply_fsdp2(info, strategy: Strategy, output: Path, nodes: int, per_node: int,
-                 header: list[str]) -> tuple[list[str], list[Path]]:
+def _apply_fsdp2(
+    info, strategy: Strategy, output: Path, nodes: int, per_node: int, header: list[str]
+) -> tuple[list[str], list[Path]]:
     """apply for an FSDP2 launch: the tuned script and its tuned YAML copy beside it."""
     from tinker_opt.emit.fsdp2_writer import apply_fsdp2, write_fsdp2_yaml
     from tinker_opt.emit.script_writer import write_script
 
     yaml_path = output.with_suffix(".yaml")
-    applied = apply_fsdp2(info, strategy, nnodes=nodes, nproc_per_node=per_node, yaml_reference=yaml_path,
-                          header=header)
+    applied = apply_fsdp2(
+        info,
+        strategy,
+        nnodes=nodes,
+        nproc_per_node=per_node,
+        yaml_reference=yaml_path,
+        header=header,
+    )
     write_fsdp2_yaml(yaml_path, applied.yaml_text, original=info.fsdp2.yaml_path)
     write_script(output, applied.text, source=info.path)
     return list(applied.warnings), [output, yaml_path]

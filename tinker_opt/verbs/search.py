@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tinker_opt.config import ProfileSettings, SearchSettings, require
 from tinker_opt.errors import InfeasibleError
@@ -70,24 +71,46 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
     script_path = settings.pretrain_script_path_search or profiled.meta.script_path
     info = read_optional_script(script_path, SEARCH_SCRIPT, settings.model_config)
     if info is not None:
-        settings = replace(settings, global_batch_size=settings.global_batch_size or info.train.global_batch_size,
-                           num_nodes=settings.num_nodes or info.train.nnodes)
+        settings = replace(
+            settings,
+            global_batch_size=settings.global_batch_size or info.train.global_batch_size,
+            num_nodes=settings.num_nodes or info.train.nnodes,
+        )
     require(settings, "global_batch_size", "num_nodes")
     check_writable(Path(settings.output_dir))
-    cluster = ClusterSpec(num_nodes=settings.num_nodes, devices_per_node=settings.num_npus_per_node,
-                          memory_limit_mb=settings.memory_limit)
-    cost_model = cost_model_for(profiled, model_of(profiled, info, SEARCH_SCRIPT), cluster,
-                             settings.global_batch_size, settings, info)
+    cluster = ClusterSpec(
+        num_nodes=settings.num_nodes,
+        devices_per_node=settings.num_npus_per_node,
+        memory_limit_mb=settings.memory_limit,
+    )
+    cost_model = cost_model_for(
+        profiled,
+        model_of(profiled, info, SEARCH_SCRIPT),
+        cluster,
+        settings.global_batch_size,
+        settings,
+        info,
+    )
     warnings = list(cost_model.warnings) + _script_warnings(info)
     for warning in warnings:
         log(warning)
-    log(f"searching {cluster.num_devices} devices ({cluster.num_nodes} nodes x {cluster.devices_per_node}), "
+    log(
+        f"searching {cluster.num_devices} devices ({cluster.num_nodes} nodes x {cluster.devices_per_node}), "
         f"global batch {settings.global_batch_size}, memory limit {cluster.memory_limit_mb:g} MB, "
-        f"solver {settings.solver}")
+        f"solver {settings.solver}"
+    )
     version = settings.version or profiled.meta.framework_version
-    run = SearchRun(settings=settings, labels=_run_labels(settings, profiled, script_path, cluster, cost_model),
-                    profiled_path=str(profiled.path), profile_notes=tuple(profiled.meta.notes or ()),
-                    script_path=script_path, info=info, cluster=cluster, model=cost_model.model, version=version)
+    run = SearchRun(
+        settings=settings,
+        labels=_run_labels(settings, profiled, script_path, cluster, cost_model),
+        profiled_path=str(profiled.path),
+        profile_notes=tuple(profiled.meta.notes or ()),
+        script_path=script_path,
+        info=info,
+        cluster=cluster,
+        model=cost_model.model,
+        version=version,
+    )
     try:
         result, space = _solve(cost_model, settings, info, version, log)
     except InfeasibleError as exc:
@@ -97,19 +120,37 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
         raise InfeasibleError(f"{exc} (summary in {folder})") from None
     chosen = _choices(result, space, settings, profiled, info, cluster, cost_model, log)
     folder, warnings = write_search_folder(run, result, chosen, warnings, log, log.lines)
-    return SearchOutcome(folder=folder, top=chosen.top, status=result.status, solver=result.solver,
-                         solve_time_s=result.solve_time_s, gap=result.gap, warnings=warnings,
-                         current=chosen.current, folded=chosen.folded, picks=chosen.picks,
-                         pick_titles=chosen.pick_titles)
+    return SearchOutcome(
+        folder=folder,
+        top=chosen.top,
+        status=result.status,
+        solver=result.solver,
+        solve_time_s=result.solve_time_s,
+        gap=result.gap,
+        warnings=warnings,
+        current=chosen.current,
+        folded=chosen.folded,
+        picks=chosen.picks,
+        pick_titles=chosen.pick_titles,
+    )
 
 
-def _run_labels(settings: SearchSettings, profiled, script_path: str | None, cluster: ClusterSpec, cost_model):
+def _run_labels(
+    settings: SearchSettings, profiled, script_path: str | None, cluster: ClusterSpec, cost_model
+):
     from tinker_opt.emit.results import RunLabels
 
     meta = profiled.meta
     labels = labels_for(meta.script_path or script_path, meta.model_name, meta.model_size)
-    return RunLabels(labels.model_name, labels.model_size, settings.global_batch_size, cluster.memory_limit_mb,
-                     cluster.num_nodes, cluster.devices_per_node, cost_model.model.seq_length)
+    return RunLabels(
+        labels.model_name,
+        labels.model_size,
+        settings.global_batch_size,
+        cluster.memory_limit_mb,
+        cluster.num_nodes,
+        cluster.devices_per_node,
+        cost_model.model.seq_length,
+    )
 
 
 def _script_warnings(info) -> list[str]:
@@ -128,18 +169,40 @@ def _solve(cost_model, settings: SearchSettings, info, version: str | None, log:
 
     space = SearchSpace(max_mbs=settings.max_mbs)
     if info is not None:
-        space = search_space_for(info, versions.resolve(version, info.text, info.train.framework.flavour), space)
+        space = search_space_for(
+            info, versions.resolve(version, info.text, info.train.framework.flavour), space
+        )
     from tinker_opt.emit.picks import deep_ranking
 
-    result = deep_ranking(lambda depth: search(cost_model, solver=settings.solver, time_limit_s=settings.time_limit,
-                                               cpus=settings.cpus, top_k=depth, space=space, progress=log),
-                          settings.top_k)
-    log(f"{result.solver}: {result.status}, objective {result.objective_ms:.3f} ms, bound "
-        f"{result.bound_ms:.3f} ms, gap {result.gap:.2%}, {result.solve_time_s:.2f} s")
+    result = deep_ranking(
+        lambda depth: search(
+            cost_model,
+            solver=settings.solver,
+            time_limit_s=settings.time_limit,
+            cpus=settings.cpus,
+            top_k=depth,
+            space=space,
+            progress=log,
+        ),
+        settings.top_k,
+    )
+    log(
+        f"{result.solver}: {result.status}, objective {result.objective_ms:.3f} ms, bound "
+        f"{result.bound_ms:.3f} ms, gap {result.gap:.2%}, {result.solve_time_s:.2f} s"
+    )
     return result, space
 
 
-def _choices(result, space, settings: SearchSettings, profiled, info, cluster: ClusterSpec, cost_model, log: RunLog):
+def _choices(
+    result,
+    space,
+    settings: SearchSettings,
+    profiled,
+    info,
+    cluster: ClusterSpec,
+    cost_model,
+    log: RunLog,
+):
     """Near-copies folded, the script's own strategy, the picks (restricted searches where the
     ranking cannot answer) and the Pareto front (emit/picks.py)."""
     from tinker_opt.emit.picks import choices
@@ -147,27 +210,56 @@ def _choices(result, space, settings: SearchSettings, profiled, info, cluster: C
 
     def restricted(narrowed, memory_fraction: float) -> dict[str, Any]:
         """The fastest strategy of a narrower space or under a lower limit, evaluated by `cost_model`."""
-        limited = cost_model if memory_fraction == 1 else cost_model_for(
-            profiled, cost_model.model, replace(cluster, memory_limit_mb=memory_fraction * cluster.memory_limit_mb),
-            settings.global_batch_size, settings, info)
-        found = search(limited, solver=settings.solver, time_limit_s=settings.time_limit, cpus=settings.cpus,
-                       top_k=1, space=narrowed)
+        limited = (
+            cost_model
+            if memory_fraction == 1
+            else cost_model_for(
+                profiled,
+                cost_model.model,
+                replace(cluster, memory_limit_mb=memory_fraction * cluster.memory_limit_mb),
+                settings.global_batch_size,
+                settings,
+                info,
+            )
+        )
+        found = search(
+            limited,
+            solver=settings.solver,
+            time_limit_s=settings.time_limit,
+            cpus=settings.cpus,
+            top_k=1,
+            space=narrowed,
+        )
         return cost_model.evaluate(found.best.strategy).to_dict()
 
-    chosen = choices(result, cost_model, info, space, top_k=settings.top_k, headroom_pct=settings.headroom,
-                     restricted_search=restricted)
-    log(f"{chosen.folded} near-copies folded; picks: {', '.join(chosen.picks) or 'none'}; script's own strategy: "
-        f"{'not known' if chosen.current is None else chosen.current.get('error', 'evaluated')}")
+    chosen = choices(
+        result,
+        cost_model,
+        info,
+        space,
+        top_k=settings.top_k,
+        headroom_pct=settings.headroom,
+        restricted_search=restricted,
+    )
+    log(
+        f"{chosen.folded} near-copies folded; picks: {', '.join(chosen.picks) or 'none'}; script's own strategy: "
+        f"{'not known' if chosen.current is None else chosen.current.get('error', 'evaluated')}"
+    )
     return chosen
 
 
-def run_all(profile: ProfileSettings, search: SearchSettings, *, progress: Progress | None,
-            log: RunLog) -> tuple[Path, SearchOutcome]:
+def run_all(
+    profile: ProfileSettings, search: SearchSettings, *, progress: Progress | None, log: RunLog
+) -> tuple[Path, SearchOutcome]:
     """Profile the script, then search that profile with the profiled script; (profile folder, outcome)."""
     from tinker_opt.emit.results import check_writable
 
     check_writable(Path(search.output_dir))
     folder = run_profile(profile, progress=progress, log=None)
-    search = replace(search, profiled_data_path=str(folder),
-                     pretrain_script_path_search=search.pretrain_script_path_search or profile.pretrain_script_path)
+    search = replace(
+        search,
+        profiled_data_path=str(folder),
+        pretrain_script_path_search=search.pretrain_script_path_search
+        or profile.pretrain_script_path,
+    )
     return folder, run_search(search, log=log)

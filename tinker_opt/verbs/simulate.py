@@ -6,9 +6,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from tinker_opt.config import SimulateSettings, require
+from tinker_opt.rules import check_strategy
 from tinker_opt.specs import ClusterSpec
 from tinker_opt.strategy import Strategy
-from tinker_opt.rules import check_strategy
 from tinker_opt.verbs.common import (
     cost_model_for,
     model_of,
@@ -31,37 +31,55 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
     profiled = load_profiled_data(settings.profiled_data_path)
     profiled_script = profiled.meta.script_path
     if profiled_script and not Path(profiled_script).exists():
-        profiled_script = None  # moved since profiling: the profile's own model and batch size still serve
-    info = read_optional_script(settings.pretrain_script_path or profiled_script, SIMULATE_SCRIPT,
-                                 settings.model_config)
+        profiled_script = (
+            None  # moved since profiling: the profile's own model and batch size still serve
+        )
+    info = read_optional_script(
+        settings.pretrain_script_path or profiled_script, SIMULATE_SCRIPT, settings.model_config
+    )
     model = model_of(profiled, info, SIMULATE_SCRIPT)
     if settings.num_layers:
         model = replace(model, num_layers=settings.num_layers)
-    strategy = Strategy.from_dict(read_json_object(strategy_file)) if strategy_file is not None else None
+    strategy = (
+        Strategy.from_dict(read_json_object(strategy_file)) if strategy_file is not None else None
+    )
     script_gbs = info.train.global_batch_size if info is not None else None
-    settings = replace(settings, global_batch_size=settings.global_batch_size or script_gbs
-                       or profiled.meta.global_batch_size,
-                       num_nodes=settings.num_nodes or _default_nodes(strategy, info, settings.num_npus_per_node))
+    settings = replace(
+        settings,
+        global_batch_size=settings.global_batch_size
+        or script_gbs
+        or profiled.meta.global_batch_size,
+        num_nodes=settings.num_nodes or _default_nodes(strategy, info, settings.num_npus_per_node),
+    )
     require(settings, "global_batch_size", "num_nodes")
-    cluster = ClusterSpec(num_nodes=settings.num_nodes, devices_per_node=settings.num_npus_per_node,
-                          memory_limit_mb=settings.memory_limit)
+    cluster = ClusterSpec(
+        num_nodes=settings.num_nodes,
+        devices_per_node=settings.num_npus_per_node,
+        memory_limit_mb=settings.memory_limit,
+    )
     if strategy is None:
         strategy = _strategy_from_flags(settings, cluster.num_devices, model.num_layers)
     check_strategy(strategy, model, cluster, settings.global_batch_size)
-    cost_model = cost_model_for(profiled, model, cluster, settings.global_batch_size, settings, info)
-    return cost_model.evaluate(strategy), list(cost_model.warnings) + _layer_form_warning(strategy, info, settings)
+    cost_model = cost_model_for(
+        profiled, model, cluster, settings.global_batch_size, settings, info
+    )
+    return cost_model.evaluate(strategy), list(cost_model.warnings) + _layer_form_warning(
+        strategy, info, settings
+    )
 
 
 def _layer_form_warning(strategy: Strategy, info, settings: SimulateSettings) -> list[str]:
     """simulate evaluates any split (Tinker's own picks included) but says when the script's
     framework could not write it: the rule the search and the writer apply (rules.LAYER_FORMS)."""
     from tinker_opt.emit.expressible import layer_form
-    from tinker_opt.script import versions
     from tinker_opt.rules import layer_form_message
+    from tinker_opt.script import versions
 
     if info is None or strategy.num_layer_list is None:
         return []
-    vr = versions.resolve(getattr(settings, "version", None), info.text, info.train.framework.flavour)
+    vr = versions.resolve(
+        getattr(settings, "version", None), info.text, info.train.framework.flavour
+    )
     message = layer_form_message(tuple(strategy.num_layer_list), layer_form(info, vr))
     name = info.path.name if info.path is not None else "this script"
     return [f"{message}: the search would not choose this split for {name}"] if message else []
@@ -80,9 +98,20 @@ def _strategy_from_flags(settings: SimulateSettings, num_devices: int, num_layer
 
     dist_opt = settings.dist_opt if settings.dist_opt is not None else settings.zero
     return strategy_from_flags(
-        num_devices=num_devices, num_layers=num_layers, tp=settings.simu_tp, pp=settings.simu_pp,
-        ep=settings.simu_ep, etp=settings.simu_etp, sp=settings.simu_sp, dist_opt=dist_opt,
-        mbs=settings.micro_batch_size, num_layer_list=settings.num_layer_list, recompute=settings.recompute,
-        recompute_num_layers=settings.recompute_num_layers, cp=settings.simu_cp, cp_algo=settings.cp_algo,
+        num_devices=num_devices,
+        num_layers=num_layers,
+        tp=settings.simu_tp,
+        pp=settings.simu_pp,
+        ep=settings.simu_ep,
+        etp=settings.simu_etp,
+        sp=settings.simu_sp,
+        dist_opt=dist_opt,
+        mbs=settings.micro_batch_size,
+        num_layer_list=settings.num_layer_list,
+        recompute=settings.recompute,
+        recompute_num_layers=settings.recompute_num_layers,
+        cp=settings.simu_cp,
+        cp_algo=settings.cp_algo,
         recompute_method=settings.recompute_method,
-        vpp=settings.simu_vpp)
+        vpp=settings.simu_vpp,
+    )
