@@ -69,22 +69,10 @@ def strategy_from_flags(
         if not isinstance(num_layer_list, tuple)
         else num_layer_list
     )
-    r = None
     method = recompute_method or "block"
-    if method not in ("block", "uniform"):
-        raise StrategyError(
-            f"--recompute-method must be block or uniform; got {recompute_method!r}"
-        )
-    if kind == "full":
-        # Tinker's `--recompute 1` recomputes every layer: block over the largest stage chunk, or
-        # uniform with one layer per group (Megatron's usual full recompute).
-        chunk_max = (max(layers) if layers else -(-num_layers // pp)) // vpp
-        default = 1 if method == "uniform" else max(chunk_max, 1)
-        r = recompute_num_layers if recompute_num_layers is not None else default
-    elif recompute_num_layers is not None or recompute_method is not None:
-        raise StrategyError(
-            "--recompute-num-layers / --recompute-method need --recompute full (or 1)"
-        )
+    r = _recompute_count(
+        kind, method, recompute_num_layers, recompute_method, layers, num_layers, pp, vpp
+    )
     return Strategy(
         tp=tp,
         pp=pp,
@@ -102,3 +90,29 @@ def strategy_from_flags(
         recompute_num_layers=r,
         num_layer_list=layers,
     )
+
+
+def _recompute_count(
+    kind: str,
+    method: str,
+    count: int | None,
+    given_method: str | None,
+    layers: tuple[int, ...] | None,
+    num_layers: int,
+    pp: int,
+    vpp: int,
+) -> int | None:
+    """`recompute_num_layers` of the simulate flags: Tinker's `--recompute 1` recomputes every
+    layer, as block over the largest stage chunk or uniform with one layer per group (Megatron's
+    usual full recompute); the count and method need full recompute."""
+    if method not in ("block", "uniform"):
+        raise StrategyError(f"--recompute-method must be block or uniform; got {given_method!r}")
+    if kind != "full":
+        if count is not None or given_method is not None:
+            raise StrategyError(
+                "--recompute-num-layers / --recompute-method need --recompute full (or 1)"
+            )
+        return None
+    chunk_max = (max(layers) if layers else -(-num_layers // pp)) // vpp
+    default = 1 if method == "uniform" else max(chunk_max, 1)
+    return count if count is not None else default

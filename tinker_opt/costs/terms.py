@@ -204,38 +204,13 @@ class TermBuilder:
         L, p, v = self.model.num_layers, s.pp, s.vpp
         num_micro = self.gbs // (s.mbs * s.dp)
         knobs = tuple(bool(getattr(s, key)) for key in OVERLAP_KEYS)
-        layer_key = (
-            s.tp,
-            s.sp,
-            s.cp,
-            s.cp_algo,
-            s.ep,
-            s.etp,
-            s.mbs,
-            s.dp,
-            s.dist_opt,
-            s.zero,
-            s.recompute,
-            knobs,
-        )
+        # The per-layer terms do not depend on pp / vpp, the per-stage ones not on the recompute.
+        shape = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.zero, knobs)
+        layer_key = (*shape, s.recompute)
         layer = self._layer_cache.get(layer_key)
         if layer is None:
             layer = self._layer_cache[layer_key] = self._layer_arrays(s)
-        stage_key = (
-            s.tp,
-            s.sp,
-            s.cp,
-            s.cp_algo,
-            s.ep,
-            s.etp,
-            s.mbs,
-            s.dp,
-            s.dist_opt,
-            s.zero,
-            s.pp,
-            s.vpp,
-            knobs,
-        )
+        stage_key = (*shape, s.pp, s.vpp)
         stage = self._stage_cache.get(stage_key)
         if stage is None:
             stage = self._stage_cache[stage_key] = self._stage_terms(s, num_micro)

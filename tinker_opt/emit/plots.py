@@ -264,15 +264,29 @@ def plot_candidates(
             fontsize=7,
             color="tab:blue",
         )
+    _mark_picks(ax, picks)
+    if current is not None:
+        _mark_current(ax, current)
+    ax.axvline(
+        memory_limit_mb, color="red", linestyle="--", label=f"memory limit {memory_limit_mb:g} MB"
+    )
+    ax.set_xlabel("peak memory per device (MB)")
+    ax.set_ylabel("iteration time (ms)")
+    ax.set_title("evaluated strategies: time vs memory")
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _mark_picks(ax, picks: Mapping[str, Mapping[str, Any]]) -> None:
+    """A gold star per distinct pick (picks that are the same strategy share one), named."""
     points: dict[tuple[float, float], list[str]] = {}
     for name, evaluation in picks.items():
-        points.setdefault(
-            (evaluation["peak_memory_mb"], evaluation["iteration_time_ms"]), []
-        ).append(name)
-    for (
-        memory,
-        time,
-    ), names in points.items():  # picks that are the same strategy share one marker
+        point = (evaluation["peak_memory_mb"], evaluation["iteration_time_ms"])
+        points.setdefault(point, []).append(name)
+    for (memory, time), names in points.items():
         ax.scatter([memory], [time], s=150, marker="*", color="gold", edgecolor="black", zorder=3)
         ax.annotate(
             ", ".join(names),
@@ -286,25 +300,17 @@ def plot_candidates(
         ax.scatter(
             [], [], s=150, marker="*", color="gold", edgecolor="black", label="picks (named)"
         )
-    if current is not None:
-        ax.scatter(
-            [current["peak_memory_mb"]],
-            [current["iteration_time_ms"]],
-            s=140,
-            marker="X",
-            color="tab:red",
-            edgecolor="black",
-            zorder=3,
-            label="current (the script's own)",
-        )
-    ax.axvline(
-        memory_limit_mb, color="red", linestyle="--", label=f"memory limit {memory_limit_mb:g} MB"
+
+
+def _mark_current(ax, current: Mapping[str, Any]) -> None:
+    """The script's own strategy: a red cross."""
+    ax.scatter(
+        [current["peak_memory_mb"]],
+        [current["iteration_time_ms"]],
+        s=140,
+        marker="X",
+        color="tab:red",
+        edgecolor="black",
+        zorder=3,
+        label="current (the script's own)",
     )
-    ax.set_xlabel("peak memory per device (MB)")
-    ax.set_ylabel("iteration time (ms)")
-    ax.set_title("evaluated strategies: time vs memory")
-    ax.legend(fontsize=8, loc="upper right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path

@@ -221,6 +221,41 @@ def _read_fsdp2(
     )
 
 
+def _train_spec(
+    name, launch, model, nodes: int, local: int, flavour: str, total: int, version_range, warn
+):
+    """The TrainSpec of a Megatron-style launch: strategy, batch, framework and the job flags."""
+    strategy = read_strategy(
+        launch,
+        world=nodes * local,
+        total_layers=total,
+        is_moe=model.is_moe,
+        megatron=flavour == "megatron",
+        warn=warn,
+    )
+    framework = FrameworkInfo(
+        flavour=flavour,
+        version=version_range.describe() if version_range.exact else None,
+        launcher=launch.launcher,
+        entry=launch.entry_source,
+    )
+    mbs = int_value(launch, "--micro-batch-size", 1)
+    return TrainSpec(
+        micro_batch_size=mbs,
+        nnodes=nodes,
+        nproc_per_node=local,
+        strategy=strategy,
+        global_batch_size=int_value(launch, "--global-batch-size", mbs * strategy.dp),
+        framework=framework,
+        is_full_tune=_is_full_tune(name, launch),
+        loads_checkpoint=launch.has("--load"),
+        swap_optimizer_times=_swap_optimizer_times(launch),
+        overlap_p2p_comm=p2p_overlap(launch, version_range),
+        reuse_fp32_param=launch.has("--reuse-fp32-param"),
+        **_activation_recompute(launch, version_range),
+    )
+
+
 def read_script_text(
     text: str,
     name: str = "script.sh",
@@ -252,39 +287,11 @@ def read_script_text(
     nodes, local = _cluster(launch, expansion, warn)
     flavour = _flavour(text, launch)
     total = script_num_layers(launch)
-    strategy = read_strategy(
-        launch,
-        world=nodes * local,
-        total_layers=total,
-        is_moe=model.is_moe,
-        megatron=flavour == "megatron",
-        warn=warn,
-    )
     version_range = versions.resolve(None, text, flavour)
-    framework = FrameworkInfo(
-        flavour=flavour,
-        version=version_range.describe() if version_range.exact else None,
-        launcher=launch.launcher,
-        entry=launch.entry_source,
-    )
     unpriced = unpriced_warning(launch)
     if unpriced:
         warn(unpriced)
-    mbs = int_value(launch, "--micro-batch-size", 1)
-    train = TrainSpec(
-        micro_batch_size=mbs,
-        nnodes=nodes,
-        nproc_per_node=local,
-        strategy=strategy,
-        global_batch_size=int_value(launch, "--global-batch-size", mbs * strategy.dp),
-        framework=framework,
-        is_full_tune=_is_full_tune(name, launch),
-        loads_checkpoint=launch.has("--load"),
-        swap_optimizer_times=_swap_optimizer_times(launch),
-        overlap_p2p_comm=p2p_overlap(launch, version_range),
-        reuse_fp32_param=launch.has("--reuse-fp32-param"),
-        **_activation_recompute(launch, version_range),
-    )
+    train = _train_spec(name, launch, model, nodes, local, flavour, total, version_range, warn)
     return ScriptInfo(
         path=path,
         text=text,

@@ -56,12 +56,38 @@ SEARCH_SCRIPT = "(positionally or with --pretrain-script-path-search)"
 
 def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
     """Load a profile, solve, and write the results folder."""
-    from tinker_opt.emit.results import check_writable
-    from tinker_opt.emit.search_folder import (
-        SearchRun,
-        write_infeasible_folder,
-        write_search_folder,
+    from tinker_opt.emit.search_folder import write_infeasible_folder, write_search_folder
+
+    run, profiled, cost_model, warnings = _search_run(settings, log)
+    try:
+        result, space = _solve(cost_model, run.settings, run.info, run.version, log)
+    except InfeasibleError as exc:
+        # Nothing fits: the results folder still records the inputs, the status and the message.
+        log(f"{settings.solver}: infeasible: {exc}")
+        folder = write_infeasible_folder(run, str(exc), warnings, log.lines)
+        raise InfeasibleError(f"{exc} (summary in {folder})") from None
+    chosen = _choices(result, space, run.settings, profiled, run.info, run.cluster, cost_model, log)
+    folder, warnings = write_search_folder(run, result, chosen, warnings, log, log.lines)
+    return SearchOutcome(
+        folder=folder,
+        top=chosen.top,
+        status=result.status,
+        solver=result.solver,
+        solve_time_s=result.solve_time_s,
+        gap=result.gap,
+        warnings=warnings,
+        current=chosen.current,
+        folded=chosen.folded,
+        picks=chosen.picks,
+        pick_titles=chosen.pick_titles,
     )
+
+
+def _search_run(settings: SearchSettings, log: RunLog):
+    """(SearchRun, profile, CostModel, warnings): the profile and the script read, the batch and
+    nodes taken from the script where not given, the cost model built, the warnings logged."""
+    from tinker_opt.emit.results import check_writable
+    from tinker_opt.emit.search_folder import SearchRun
     from tinker_opt.profile.store import load_profiled_data
 
     require(settings, "profiled_data_path")
@@ -83,23 +109,18 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
         devices_per_node=settings.num_npus_per_node,
         memory_limit_mb=settings.memory_limit,
     )
+    model = model_of(profiled, info, SEARCH_SCRIPT)
     cost_model = cost_model_for(
-        profiled,
-        model_of(profiled, info, SEARCH_SCRIPT),
-        cluster,
-        settings.global_batch_size,
-        settings,
-        info,
+        profiled, model, cluster, settings.global_batch_size, settings, info
     )
     warnings = list(cost_model.warnings) + _script_warnings(info)
     for warning in warnings:
         log(warning)
     log(
-        f"searching {cluster.num_devices} devices ({cluster.num_nodes} nodes x {cluster.devices_per_node}), "
-        f"global batch {settings.global_batch_size}, memory limit {cluster.memory_limit_mb:g} MB, "
-        f"solver {settings.solver}"
+        f"searching {cluster.num_devices} devices ({cluster.num_nodes} nodes x "
+        f"{cluster.devices_per_node}), global batch {settings.global_batch_size}, memory limit "
+        f"{cluster.memory_limit_mb:g} MB, solver {settings.solver}"
     )
-    version = settings.version or profiled.meta.framework_version
     run = SearchRun(
         settings=settings,
         labels=_run_labels(settings, profiled, script_path, cluster, cost_model),
@@ -109,30 +130,9 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
         info=info,
         cluster=cluster,
         model=cost_model.model,
-        version=version,
+        version=settings.version or profiled.meta.framework_version,
     )
-    try:
-        result, space = _solve(cost_model, settings, info, version, log)
-    except InfeasibleError as exc:
-        # Nothing fits: the results folder still records the inputs, the status and the message.
-        log(f"{settings.solver}: infeasible: {exc}")
-        folder = write_infeasible_folder(run, str(exc), warnings, log.lines)
-        raise InfeasibleError(f"{exc} (summary in {folder})") from None
-    chosen = _choices(result, space, settings, profiled, info, cluster, cost_model, log)
-    folder, warnings = write_search_folder(run, result, chosen, warnings, log, log.lines)
-    return SearchOutcome(
-        folder=folder,
-        top=chosen.top,
-        status=result.status,
-        solver=result.solver,
-        solve_time_s=result.solve_time_s,
-        gap=result.gap,
-        warnings=warnings,
-        current=chosen.current,
-        folded=chosen.folded,
-        picks=chosen.picks,
-        pick_titles=chosen.pick_titles,
-    )
+    return run, profiled, cost_model, warnings
 
 
 def _run_labels(
