@@ -22,13 +22,7 @@ stack by water-filling, layer_bounds.py; the mixed stack by range tables, mixed_
 from __future__ import annotations
 
 from tinker_opt.costs.coefficients import SplitCoefficients
-from tinker_opt.solve.layer_split import Split
 from tinker_opt.solve.stacks import stack_of
-
-
-def min_recompute_even(c: SplitCoefficients) -> Split | None:
-    """Virtual pipeline: the best (smallest feasible r) even split, or None (exact)."""
-    return stack_of(c).even_split()
 
 
 def is_feasible(c: SplitCoefficients) -> bool:
