@@ -1,4 +1,5 @@
-"""Exact per-stage layer counts and recompute count for one outer configuration.
+"""The exact split of a uniform layer stack (every layer costs the same, stacks.UniformStack):
+per-stage layer counts and recompute count for one outer configuration.
 
 Objective (coefficients.py): v*T = sum_s t_s + (m*v - 1) max_s t_s + v max_s tail_s, with
 t_s = a n_s + f min(r, n_s) + e_s (block recompute; uniform: (a + f) n_s + e_s, costs/recompute.py),
@@ -10,7 +11,8 @@ others). The optimal split is feasible for its own (B*, C*), where packing is no
 pair is the optimum; pairs are visited in increasing order and cut off by a lower bound. With a
 virtual pipeline the split is the even one and only r is chosen. When the framework can write only
 some splits (Megatron-LM's first/last-stage counts, older versions' even split) the search runs over
-those splits instead (form_split.py).
+those splits instead (form_split.py, chosen by stacks.Stack.best_split). `Split` and
+`recompute_range` serve both stacks.
 """
 
 from __future__ import annotations
