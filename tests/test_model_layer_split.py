@@ -10,7 +10,8 @@ from model_support import cluster, dense_model, synthetic_profile
 from tinker_opt.solve.bounds import is_feasible, lower_bound_x_v, recompute_bounds
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.solve.enumerate import brute_force, compositions
-from tinker_opt.solve.layer_split import best_split, pack
+from tinker_opt.solve.layer_split import pack
+from tinker_opt.solve.stacks import best_split
 from tinker_opt.strategy import Strategy
 
 MODEL = dense_model(num_layers=9, hidden=512, heads=8, seq=1024)

@@ -1,7 +1,7 @@
 """Exhaustive enumeration: every outer configuration with its exact split (the reference).
 
 `enumerate_splits` visits every outer configuration of the space, builds its coefficients and
-runs the exact split (layer_split.best_split, vectorised over stages and candidate values) in
+runs the exact split (stacks.best_split, vectorised over stages and candidate values) in
 parallel over `cpus` processes; nothing is pruned by bounds, so it is the honest baseline the
 solvers are checked against. `brute_force` tries every composition of the layers into stages and
 every recompute count through the general `stage_costs` path: the reference of the reference, for
@@ -18,9 +18,10 @@ from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from tinker_opt.solve.layer_split import Split, best_split, recompute_range
-from tinker_opt.strategy import Strategy
 from tinker_opt.rules import form_allows
+from tinker_opt.solve.layer_split import Split, recompute_range
+from tinker_opt.solve.stacks import best_split
+from tinker_opt.strategy import Strategy
 
 _WORKER_MODEL = None
 """The CostModel inherited by forked workers (set before the pool starts)."""

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from tinker_opt.costs.coefficients import SplitCoefficients
-from tinker_opt.solve.mixed_split import least_peak_split
-from tinker_opt.solve.layer_split import Scalars, piecewise_cap, pack, recompute_range
+from tinker_opt.solve.layer_split import recompute_range
+from tinker_opt.solve.stacks import stack_of
 
 HINTS = {
     "weights_mb": "more pipeline or tensor parallelism (more devices) or a larger memory limit",
@@ -29,26 +27,8 @@ def least_memory_split(c: SplitCoefficients) -> tuple[tuple[int, ...], int, int]
         layers = (L // p,) * p
         r = 1 if uniform else r
         return layers, r, max(st.memory_bytes_x_v for st in c.stage_costs(layers, r))
-    if not c.homogeneous:
-        layers, peak = least_peak_split(c, 1 if uniform else r)
-        return layers, 1 if uniform else min(r, max(layers)), peak
-    k = Scalars.of(c)
-    kk = c.stage_inflight_x_v.astype(np.int64)
-    fixed = c.stage_static_bytes + (c.work_bytes if r else 0) + kk * c.stage_act_bytes
-
-    def split_under(limit: int):
-        caps = piecewise_cap(limit - fixed, k.w + kk * k.inp, k.w + kk * k.act, r, L)
-        return pack(caps, L)
-
-    lo, hi = 0, int(fixed.max() + (k.w + kk.max() * max(k.act, k.inp)) * L)
-    while lo < hi:  # the least per-stage limit under which some split exists
-        mid = (lo + hi) // 2
-        if split_under(mid) is not None:
-            hi = mid
-        else:
-            lo = mid + 1
-    layers = tuple(int(n) for n in split_under(lo))
-    return layers, 1 if uniform else min(r, max(layers)), lo * c.vpp
+    layers, peak_x_v = stack_of(c).least_peak(r)
+    return layers, 1 if uniform else min(r, max(layers)), peak_x_v
 
 
 def infeasible_message(cost_model, outers) -> str:

@@ -1,4 +1,5 @@
-"""Exact per-stage layer counts and recompute count for one outer configuration.
+"""The exact split of a uniform layer stack (every layer costs the same, stacks.UniformStack):
+per-stage layer counts and recompute count for one outer configuration.
 
 Objective (coefficients.py): v*T = sum_s t_s + (m*v - 1) max_s t_s + v max_s tail_s, with
 t_s = a n_s + f min(r, n_s) + e_s (block recompute; uniform: (a + f) n_s + e_s, costs/recompute.py),
@@ -10,7 +11,8 @@ others). The optimal split is feasible for its own (B*, C*), where packing is no
 pair is the optimum; pairs are visited in increasing order and cut off by a lower bound. With a
 virtual pipeline the split is the even one and only r is chosen. When the framework can write only
 some splits (Megatron-LM's first/last-stage counts, older versions' even split) the search runs over
-those splits instead (form_split.py).
+those splits instead (form_split.py, chosen by stacks.Stack.best_split). `Split` and
+`recompute_range` serve both stacks.
 """
 
 from __future__ import annotations
@@ -20,9 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
-from tinker_opt.solve.form_split import best_form_split, restricted
 from tinker_opt.costs.recompute import caps_from_memory, piecewise, time_shape, uniform_stage_memory
-from tinker_opt.solve.mixed_split import best_for_r, even_for_r, mixed_recompute_bounds
 
 INF = np.iinfo(np.int64).max // 4
 
@@ -49,9 +49,9 @@ class Scalars:
 
     @classmethod
     def of(cls, c: SplitCoefficients) -> "Scalars":
-        """The scalars of a uniform stack (kept in the coefficients' memo)."""
+        """The scalars of a uniform stack (kept in the coefficients' memo); only for a stack that
+        stacks.stack_of found uniform (the first layer stands for all of them)."""
         if c.memo.scalars is None:
-            assert c.homogeneous, "the split search needs a uniform layer stack (search() checks it)"
             c.memo.scalars = cls(int(c.layer_time_ns[0]), int(c.layer_recompute_ns[0]),
                                  int(c.layer_static_bytes[0]), int(c.layer_act_bytes[0]),
                                  int(c.layer_input_bytes[0]), int(c.layer_tail_ns[0]))
@@ -128,19 +128,14 @@ def pack(caps: np.ndarray, total: int) -> np.ndarray | None:
     return n
 
 
-def best_split(c: SplitCoefficients) -> Split | None:
-    """The exact optimal split of an outer configuration, None if nothing fits (mixed stacks:
-    mixed_split.py)."""
-    if restricted(c):  # the framework cannot write every split (form_split.py)
-        return _best_form_split(c)
-    if not c.homogeneous:
-        return _best_split_mixed(c)
-    k = Scalars.of(c)
+def best_free_split(c: SplitCoefficients, k: Scalars) -> Split | None:
+    """The exact optimal split of a uniform stack among every split (no layer form), None if
+    nothing fits (stacks.UniformStack; mixed stacks: mixed_split.py)."""
     best: Split | None = None
     seen_caps: list[np.ndarray] = []
     for r in recompute_range(c):
         incumbent = best.time_ns_x_v if best else INF
-        if c.vpp == 1 and _lower_bound_for_r(c, k, r) >= incumbent:
+        if c.vpp == 1 and lower_bound_for_r(c, k, r) >= incumbent:
             continue
         if c.vpp == 1 and c.method == "uniform":
             # uniform: the time does not depend on r, so an r whose caps are no looser than an
@@ -155,39 +150,7 @@ def best_split(c: SplitCoefficients) -> Split | None:
     return best
 
 
-def _best_form_split(c: SplitCoefficients) -> Split | None:
-    """best_split among the splits of the framework's layer form, r visited by its lower bound."""
-    if c.homogeneous:
-        k = Scalars.of(c)
-        bounds = {r: _lower_bound_for_r(c, k, r) for r in recompute_range(c)}
-    else:
-        bounds = mixed_recompute_bounds(c, recompute_range(c))
-    found = best_form_split(c, bounds)
-    return None if found is None else Split(found[1], found[2], found[0])
-
-
-def _best_split_mixed(c: SplitCoefficients) -> Split | None:
-    """best_split of a mixed stack: even split with vpp > 1 (the smallest r that fits, since time
-    grows with r), else the exact split per r, cut off by the per-r bounds."""
-    if c.vpp > 1:
-        for r in recompute_range(c):
-            found = even_for_r(c, r)
-            if found is not None:
-                return Split((c.num_layers // c.num_stages,) * c.num_stages, r, found)
-        return None
-    best: Split | None = None
-    bounds = mixed_recompute_bounds(c, recompute_range(c))
-    for r in sorted(bounds, key=lambda value: (bounds[value], value)):
-        incumbent = best.time_ns_x_v if best else INF
-        if bounds[r] >= incumbent:
-            break
-        found = best_for_r(c, r, incumbent)
-        if found is not None:
-            best = Split(found[1], min(r, max(found[1])), found[0])
-    return best
-
-
-def _lower_bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int:
+def lower_bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int:
     """A lower bound on v*T for recompute count r (v = 1): the largest stage holds at least
     ceil(L/p) layers, every stage recomputes min(r, 1) or more, every tail is at least its own."""
     L, p = c.num_layers, c.num_stages

@@ -1,6 +1,7 @@
 """The MILP model (PuLP + HiGHS, CBC fallback) over the whole space: the CP-SAT model of cpsat.py
 (see its docstring for the formulation) with min(r, n_s) linearised by a binary and mixed stacks'
-boundaries as one-hot positions.
+boundaries as one-hot positions. Each stack builds its own rows (stacks.py, milp_rows.py); this
+module holds the recompute choice every configuration shares, the solver and its status.
 """
 
 from __future__ import annotations
@@ -11,17 +12,9 @@ import sys
 import time
 from typing import Sequence
 
-import numpy as np
-
 from tinker_opt.costs.coefficients import SplitCoefficients
-from tinker_opt.solve.bounds import bound_terms, lower_bound_x_v, min_recompute_even, recompute_bounds
-from tinker_opt.solve.form_split import form_equalities
-from tinker_opt.solve.layer_split import Scalars, Split, memory_caps
-from tinker_opt.solve.outcome import SolverOutcome, common_scale, upper_caps
-
-MIB = float(2**20)
-"""Memory rows are written in MiB (exact for integer bytes below 2**53): 1 byte of excess is
-9.5e-7 MiB, above HiGHS's 1e-7 feasibility tolerance, so the MILP cannot round a violation away."""
+from tinker_opt.solve.outcome import SolverOutcome, common_scale
+from tinker_opt.solve.stacks import Stack, stack_of
 US_PER_NS = 1e-3
 """The MILP objective is in microseconds to keep coefficients moderate; solutions are re-scored
 with the exact integers."""
@@ -118,146 +111,23 @@ def _milp_status(problem, pulp, solver, scale: int) -> tuple[str, float]:
 def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
     """Configuration i's variables and rows; everything is zero when x_i = 0. Returns
     (v * T expression, decoder, valid lower-bound expression)."""
+    stack = stack_of(c)
     if c.vpp > 1:
-        split = min_recompute_even(c)
+        split = stack.even_split()
         return split.time_ns_x_v * x, lambda: split, 0
-    r_var, bound, r_choice = _milp_recompute(problem, pulp, c, x, i)
-    if not c.homogeneous:
-        return (*_milp_mixed_configuration(problem, pulp, c, x, i, r_var, r_choice), bound)
-    k = Scalars.of(c)
-    L, p, m = c.num_layers, c.num_stages, c.num_microbatches
-    caps = upper_caps(c, k)
-    full = c.outer.recompute == "full"
-    r_hi = max(recompute_bounds(c)) if full else 0  # the largest r value (big-M of min(r, n_s))
-    add = problem.add_variable
-    n = [add(f"n{i}_{s}", 0, int(caps[s]), pulp.LpInteger) for s in range(p)]  # layers of stage s
-    r = r_var  # recompute count
-    bottleneck = add(f"M{i}", 0, None)  # M_i >= t_is
-    tail = add(f"Q{i}", 0, None)  # Q_i >= tail_is
-    _, max_lb, tail_lb = bound_terms(c)  # valid bounds (bounds.py) tighten the relaxation
-    problem.addConstraint(bottleneck >= max_lb * x, f"bottleneck_lb{i}")
-    problem.addConstraint(tail >= tail_lb * x, f"tail_lb{i}")
-    problem.addConstraint(pulp.lpSum(n) == L * x, f"layers{i}")
-    for s, t in form_equalities(c):  # the framework's layer form (form_split.py)
-        problem.addConstraint(n[s] == n[t], f"form{i}_{s}_{t}")
-    uniform = c.method == "uniform"
-    caps_of_r = {value: memory_caps(c, k, value) for value in r_choice} if uniform else {}
-    times = []
-    for s in range(p):
-        problem.addConstraint(n[s] >= x, f"n_min{i}_{s}")
-        problem.addConstraint(n[s] <= int(caps[s]) * x, f"n_max{i}_{s}")
-        if uniform:  # all layers recomputed; the chosen r's memory caps n_s (costs/recompute.py)
-            t = (k.a + k.f) * n[s] + int(c.stage_time_ns[s]) * x
-            times.append(t)
-            problem.addConstraint(bottleneck >= t, f"bottleneck{i}_{s}")
-            problem.addConstraint(tail >= k.alpha * n[s] + int(c.stage_tail_ns[s]) * x, f"tail{i}_{s}")
-            problem.addConstraint(n[s] <= pulp.lpSum(int(caps_of_r[v][s]) * y for v, y in r_choice.items()),
-                                  f"memory{i}_{s}")
-            continue
-        rs = _milp_min(problem, pulp, r, n[s], r_hi, int(caps[s]), f"{i}_{s}") if full else 0
-        t = k.a * n[s] + k.f * rs + int(c.stage_time_ns[s]) * x
-        times.append(t)
-        problem.addConstraint(bottleneck >= t, f"bottleneck{i}_{s}")
-        problem.addConstraint(tail >= k.alpha * n[s] + int(c.stage_tail_ns[s]) * x, f"tail{i}_{s}")
-        kk = int(c.stage_inflight_x_v[s])
-        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if full else 0)
-        memory = (k.w + kk * k.act) * n[s] + kk * (k.inp - k.act) * rs + fixed * x
-        problem.addConstraint(memory * (1 / MIB) <= c.memory_limit_bytes / MIB, f"memory{i}_{s}")
-    term = pulp.lpSum(times) + (m - 1) * bottleneck + tail
-
-    def decode() -> Split:
-        layers = tuple(int(round(v.varValue or 0)) for v in n)
-        rr = min(int(round(r.varValue or 0)), max(layers)) if full else 0
-        return Split(layers, rr, c.time_ns_x_v(layers, rr))
-    return term, decode, bound
+    r, bound, r_choice = _milp_recompute(problem, pulp, stack, x, i)
+    return (*stack.milp_rows(problem, pulp, x, i, r, r_choice), bound)
 
 
-def _milp_recompute(problem, pulp, c: SplitCoefficients, x, i: int):
+def _milp_recompute(problem, pulp, stack: Stack, x, i: int):
     """(r, bound term, {r: y_r}): r = sum_r r y_r over value binaries y_r (sum = x_i), each linked
-    to its valid bound (bounds.recompute_bounds) in bound = sum_r bound(r) y_r; without full
+    to its valid bound (Stack.recompute_bounds) in bound = sum_r bound(r) y_r; without full
     recompute r is None and bound = lower_bound(i) x_i."""
-    if c.outer.recompute != "full":
-        return None, lower_bound_x_v(c) * x, {}
-    bounds = recompute_bounds(c)
+    if stack.c.outer.recompute != "full":
+        return None, stack.lower_bound_x_v() * x, {}
+    bounds = stack.recompute_bounds()
     y = {value: problem.add_variable(f"y{i}_{value}", 0, 1, pulp.LpBinary) for value in bounds}
     problem.addConstraint(pulp.lpSum(y.values()) == x, f"r_one{i}")
     r = problem.add_variable(f"r{i}", 0, max(bounds), pulp.LpInteger)
     problem.addConstraint(r == pulp.lpSum(value * y[value] for value in bounds), f"r_value{i}")
     return r, pulp.lpSum(bound * y[value] for value, bound in bounds.items()), y
-
-
-def _milp_mixed_configuration(problem, pulp, c: SplitCoefficients, x, i: int, r, r_choice: dict):
-    """A mixed stack (as the CP-SAT boundary model): each inner boundary b_j and each recompute end
-    b_s + min(r, n_s) is a one-hot over layer positions, so prefix sums at them are linear."""
-    L, p, m = c.num_layers, c.num_stages, c.num_microbatches
-    full = c.outer.recompute == "full"
-    r_hi = max(recompute_bounds(c)) if full else 0
-    add = problem.add_variable
-    prefix = {name: [0] + np.cumsum(getattr(c, name)).tolist() for name in (
-        "layer_time_ns", "layer_recompute_ns", "layer_tail_ns", "layer_static_bytes", "layer_act_bytes",
-        "layer_input_bytes")}
-
-    def one_hot(tag, positions):  # {position: binary}, summing to x_i
-        z = {q: add(f"{tag}_{q}", 0, 1, pulp.LpBinary) for q in positions}
-        problem.addConstraint(pulp.lpSum(z.values()) == x, f"{tag}_one")
-        return z
-    bd = [{0: x}] + [one_hot(f"z{i}_{j}", range(j, L - p + j + 1)) for j in range(1, p)] + [{L: x}]
-    pos = [pulp.lpSum(q * z for q, z in hot.items()) for hot in bd]  # b_j (0 when x_i = 0)
-    at = lambda name, hot: pulp.lpSum(prefix[name][q] * z for q, z in hot.items())
-    bottleneck, tail = add(f"M{i}", 0, None), add(f"Q{i}", 0, None)
-    for s, t in form_equalities(c):  # the framework's layer form (form_split.py)
-        problem.addConstraint(pos[s + 1] - pos[s] == pos[t + 1] - pos[t], f"form{i}_{s}_{t}")
-    uniform = c.method == "uniform"
-    times = []
-    for s in range(p):
-        n_s = pos[s + 1] - pos[s]
-        problem.addConstraint(n_s >= x, f"n_min{i}_{s}")
-        cut = bd[s]
-        if full:
-            rs = _milp_min(problem, pulp, r, n_s, r_hi, L - p + 1, f"{i}_{s}")
-        if uniform:  # every layer recomputed: the recomputed range ends at the stage's end
-            cut = bd[s + 1]
-        elif full:
-            cut = one_hot(f"w{i}_{s}", range(0, L + 1))  # b_s + min(r, n_s)
-            problem.addConstraint(pulp.lpSum(q * w for q, w in cut.items()) == pos[s] + rs, f"cut{i}_{s}")
-        span = lambda name, lo, hi: at(name, hi) - at(name, lo)
-        t = (span("layer_time_ns", bd[s], bd[s + 1]) + span("layer_recompute_ns", bd[s], cut)
-             + int(c.stage_time_ns[s]) * x)
-        times.append(t)
-        problem.addConstraint(bottleneck >= t, f"bottleneck{i}_{s}")
-        problem.addConstraint(tail >= span("layer_tail_ns", bd[s], bd[s + 1]) + int(c.stage_tail_ns[s]) * x,
-                              f"tail{i}_{s}")
-        kk = int(c.stage_inflight_x_v[s])
-        if uniform:
-            # ceil(n_s / r) group inputs (r g_s >= n_s for the chosen r) and a min(r, n_s)-layer
-            # working set (costs/recompute.py).
-            groups = add(f"g{i}_{s}", 0, L, pulp.LpInteger)
-            for value, y in r_choice.items():
-                problem.addConstraint(value * groups >= n_s - L * (x - y), f"groups{i}_{s}_{value}")
-            fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s])
-            memory = (span("layer_static_bytes", bd[s], bd[s + 1]) + kk * c.checkpoint_bytes * groups
-                      + c.work_bytes * rs + fixed * x)
-        else:
-            fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (c.work_bytes if full else 0)
-            # Recomputed layers keep their input only, the others their activations.
-            memory = (span("layer_static_bytes", bd[s], bd[s + 1]) + kk * span("layer_act_bytes", cut, bd[s + 1])
-                      + kk * span("layer_input_bytes", bd[s], cut) + fixed * x)
-        problem.addConstraint(memory * (1 / MIB) <= c.memory_limit_bytes / MIB, f"memory{i}_{s}")
-
-    def decode() -> Split:
-        cuts = [0] + [max(hot, key=lambda q: hot[q].varValue or 0.0) for hot in bd[1:-1]] + [L]
-        layers = tuple(int(cuts[s + 1] - cuts[s]) for s in range(p))
-        rr = min(int(round(r.varValue or 0)), max(layers)) if full else 0
-        return Split(layers, rr, c.time_ns_x_v(layers, rr))
-    return pulp.lpSum(times) + (m - 1) * bottleneck + tail, decode
-
-
-def _milp_min(problem, pulp, r, n, r_hi: int, n_hi: int, tag: str):
-    """rs = min(r, n) exactly: rs <= r, rs <= n, and rs >= the one that z selects."""
-    rs = problem.add_variable(f"rs{tag}", 0, n_hi, pulp.LpInteger)
-    z = problem.add_variable(f"z{tag}", 0, 1, pulp.LpBinary)  # z = 1: r is the smaller
-    problem.addConstraint(rs <= r, f"rs_r{tag}")
-    problem.addConstraint(rs <= n, f"rs_n{tag}")
-    problem.addConstraint(rs >= r - r_hi * (1 - z), f"rs_rz{tag}")
-    problem.addConstraint(rs >= n - n_hi * z, f"rs_nz{tag}")
-    return rs

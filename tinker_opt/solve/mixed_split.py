@@ -24,6 +24,9 @@ import numpy as np
 from tinker_opt.costs.coefficients import SplitCoefficients
 
 BIG = np.iinfo(np.int64).max // 4
+LAYER_ARRAYS = ("layer_time_ns", "layer_recompute_ns", "layer_tail_ns", "layer_static_bytes",
+                "layer_act_bytes", "layer_input_bytes")
+"""The per-position arrays whose range sums make up a stage's time, tail and memory."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,7 @@ def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
     uniform = c.method == "uniform"
     # End of the recomputed layers of [b, e): all of them with uniform, the first r with block.
     cut = np.maximum(e, b) if uniform else np.minimum(b + np.minimum(r, n), L)
-    pre = {name: _prefix(getattr(c, name)) for name in (
-        "layer_time_ns", "layer_recompute_ns", "layer_tail_ns", "layer_static_bytes", "layer_act_bytes",
-        "layer_input_bytes")}
+    pre = {name: _prefix(getattr(c, name)) for name in LAYER_ARRAYS}
 
     def span(name, hi):  # sum of the layer array over [b, hi)
         return pre[name][hi] - pre[name][b]
@@ -230,3 +231,26 @@ def uniform_fits(c: SplitCoefficients, r_values) -> bool:
         if _reachable(ranges & (memory <= c.memory_limit_bytes)):
             return True
     return False
+
+
+def cheap_bound(c: SplitCoefficients) -> int:
+    """A valid bound on v*T for a mixed stack without any split search: the stages share the
+    layers' total time and tail (max >= mean), each stage holds at least its cheapest layer and,
+    with full recompute, recomputes at least one layer."""
+    p, m = c.num_stages, c.num_microbatches
+    full = c.outer.recompute == "full"
+    least_rc = int(c.layer_recompute_ns.min()) if full else 0
+    sum_lb = int(c.layer_time_ns.sum() + c.stage_time_ns.sum()) + p * least_rc
+    if c.method == "uniform":  # every layer is recomputed
+        sum_lb = int(c.layer_time_ns.sum() + c.layer_recompute_ns.sum() + c.stage_time_ns.sum())
+    max_lb = max(-(-sum_lb // p), int((c.stage_time_ns + c.layer_time_ns.min() + least_rc).max()))
+    tails = int(c.layer_tail_ns.sum() + c.stage_tail_ns.sum())
+    tail_lb = max(-(-tails // p), int((c.stage_tail_ns + c.layer_tail_ns.min()).max()))
+    return sum_lb + (m - 1) * max_lb + tail_lb
+
+
+
+def layer_prefix(c: SplitCoefficients) -> dict[str, list[int]]:
+    """Prefix sums (Python ints, leading 0) of LAYER_ARRAYS: the coefficients of the solver rows
+    of a mixed stack (cpsat_rows.py, milp_rows.py)."""
+    return {name: [0, *np.cumsum(getattr(c, name)).tolist()] for name in LAYER_ARRAYS}

@@ -1,17 +1,15 @@
 """What the whole-space models (cpsat.py, milp.py) share: the outcome they report, the common
-time scale of configurations with different vpp, per-stage layer caps and an objective horizon."""
+time scale of configurations with different vpp and an objective horizon."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
-
-import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
-from tinker_opt.solve.bounds import loosest_caps
-from tinker_opt.solve.layer_split import Scalars, Split
+from tinker_opt.solve.layer_split import Split
+from tinker_opt.solve.stacks import stack_of
 
 
 @dataclass(frozen=True)
@@ -33,22 +31,9 @@ def common_scale(coeffs: Sequence[SplitCoefficients]) -> int:
     return math.lcm(*[c.vpp for c in coeffs]) if coeffs else 1
 
 
-def upper_caps(c: SplitCoefficients, k: Scalars) -> np.ndarray:
-    return np.minimum(loosest_caps(c, k), c.num_layers - c.num_stages + 1)
-
-
 def objective_horizon(coeffs: Sequence[SplitCoefficients], scale: int) -> int:
-    """An upper bound on the scaled objective: every stage at its largest layer count."""
+    """An upper bound on the scaled objective: every stage at its largest time and tail."""
     worst = 0
     for c in coeffs:
-        if c.homogeneous:
-            k = Scalars.of(c)
-            caps = upper_caps(c, k)
-            t_max = int((k.a + k.f) * caps.max() + c.stage_time_ns.max())
-            tail_max = int(k.alpha * caps.max() + c.stage_tail_ns.max())
-        else:  # a stage holds at most every layer
-            t_max = int(c.layer_time_ns.sum() + c.layer_recompute_ns.sum() + c.stage_time_ns.max())
-            tail_max = int(c.layer_tail_ns.sum() + c.stage_tail_ns.max())
-        p, m, v = c.num_stages, c.num_microbatches, c.vpp
-        worst = max(worst, scale // v * (p * v * t_max + (m * v - 1) * t_max + v * tail_max))
+        worst = max(worst, scale // c.vpp * stack_of(c).horizon_x_v())
     return worst

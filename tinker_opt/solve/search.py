@@ -30,7 +30,7 @@ from tinker_opt.solve.bounds import lower_bound_x_v
 from tinker_opt.costs.evaluate import CostModel, Evaluation
 from tinker_opt.solve.enumerate import Candidate, enumerate_splits, presolve
 from tinker_opt.solve.infeasible import infeasible_message
-from tinker_opt.solve.layer_split import best_split
+from tinker_opt.solve.stacks import best_split
 from tinker_opt.solve.cpsat import solve_cpsat
 from tinker_opt.solve.milp import solve_milp
 from tinker_opt.solve.space import DEFAULT_MAX_MBS, SearchSpace, outer_choices

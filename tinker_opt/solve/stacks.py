@@ -1,0 +1,260 @@
+"""Uniform and mixed layer stacks behind one interface, chosen in one place (`stack_of`).
+
+A uniform stack (one layer kind: every layer costs the same) is solved with scalar coefficients
+(layer_split.py's water-filling, layer_bounds.py); a mixed stack (dense and MoE layers at fixed
+positions) with range tables over the layer positions (mixed_split.py). The split search, the
+bounds, feasibility, the least-memory split and the solver rows (cpsat_rows.py, milp_rows.py) are
+methods of `Stack`, so the callers never ask which kind of stack they hold. What does not depend
+on the kind (the framework's layer form, the virtual pipeline's constant, the memo of the
+recompute bounds) is written once in the base class.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.solve import cpsat_rows, milp_rows
+from tinker_opt.solve.form_split import best_form_split, feasible_under_caps, restricted
+from tinker_opt.solve.layer_bounds import (
+    bound_for_r,
+    bound_terms,
+    least_peak_split,
+    loosest_caps,
+    upper_caps,
+)
+from tinker_opt.solve.layer_split import (
+    INF,
+    Scalars,
+    Split,
+    best_even,
+    best_free_split,
+    lower_bound_for_r,
+    memory_caps,
+    pack,
+    recompute_range,
+)
+from tinker_opt.solve.mixed_split import (
+    best_for_r,
+    bound_terms_for_r,
+    cheap_bound,
+    even_for_r,
+    mixed_recompute_bounds,
+    uniform_fits,
+)
+from tinker_opt.solve.mixed_split import (
+    least_peak_split as mixed_least_peak_split,
+)
+
+
+def stack_of(c: SplitCoefficients) -> Stack:
+    """The stack of a configuration: uniform when every layer costs the same, else mixed."""
+    return UniformStack(c) if c.homogeneous else MixedStack(c)
+
+
+def best_split(c: SplitCoefficients) -> Split | None:
+    """The exact optimal split of an outer configuration, None if nothing fits."""
+    return stack_of(c).best_split()
+
+
+class Stack(ABC):
+    """One outer configuration's layer stack: its exact split, bounds and solver rows."""
+
+    def __init__(self, c: SplitCoefficients):
+        self.c = c
+
+    def best_split(self) -> Split | None:
+        """The exact optimal split, None if nothing fits; when the framework can write only some
+        splits the search runs over those (form_split.py), r visited by its lower bound."""
+        if restricted(self.c):
+            found = best_form_split(self.c, self.form_r_bounds())
+            return None if found is None else Split(found[1], found[2], found[0])
+        return self.free_split()
+
+    def is_feasible(self) -> bool:
+        """Some split and recompute count fits in memory (exact)."""
+        return self.even_split() is not None if self.c.vpp > 1 else self.fits()
+
+    def lower_bound_x_v(self, *, tight: bool = True) -> int:
+        """A lower bound on v*T over all splits of a feasible configuration (exact, vpp > 1)."""
+        if self.c.vpp > 1:
+            found = self.even_split()
+            return found.time_ns_x_v if found is not None else np.iinfo(np.int64).max
+        return self.v1_lower_bound(tight=tight)
+
+    def recompute_bounds(self) -> dict[int, int]:
+        """{r: a lower bound on v*T over the splits with recompute count r} for every r whose
+        memory caps admit a split (v = 1). Kept in the coefficients' memo."""
+        if self.c.memo.recompute_bounds is None:
+            self.c.memo.recompute_bounds = self.compute_recompute_bounds()
+        return self.c.memo.recompute_bounds
+
+    def horizon_x_v(self) -> int:
+        """An upper bound on v*T: every stage at its largest time and tail."""
+        t_max, tail_max = self.stage_maxima()
+        p, m, v = self.c.num_stages, self.c.num_microbatches, self.c.vpp
+        return p * v * t_max + (m * v - 1) * t_max + v * tail_max
+
+    @abstractmethod
+    def free_split(self) -> Split | None:
+        """best_split among every split (no layer form)."""
+
+    @abstractmethod
+    def even_split(self) -> Split | None:
+        """Virtual pipeline: the even split with the smallest recompute count that fits, or None."""
+
+    @abstractmethod
+    def form_r_bounds(self) -> dict[int, int]:
+        """{r: lower bound on v*T with r} that orders the layer-form search (v = 1)."""
+
+    @abstractmethod
+    def fits(self) -> bool:
+        """is_feasible with v = 1."""
+
+    @abstractmethod
+    def v1_lower_bound(self, *, tight: bool) -> int:
+        """lower_bound_x_v with v = 1; `tight=False` skips the per-r split searches."""
+
+    @abstractmethod
+    def compute_recompute_bounds(self) -> dict[int, int]:
+        """recompute_bounds, uncached."""
+
+    @abstractmethod
+    def least_peak(self, r: int) -> tuple[tuple[int, ...], int]:
+        """(layers, peak bytes x v) of the v = 1 split with the least peak memory at r (the
+        recompute count of block's formulas; infeasible.least_memory_split)."""
+
+    @abstractmethod
+    def stage_maxima(self) -> tuple[int, int]:
+        """(largest t_s, largest tail_s) any stage can have."""
+
+    @abstractmethod
+    def cpsat_rows(self, model, cp_model, x, objective, factor: int, i: int, upper: int | None):
+        """Configuration i's CP-SAT rows (v = 1): (decoder, lower-bound term)."""
+
+    @abstractmethod
+    def milp_rows(self, problem, pulp, x, i: int, r, r_choice: dict):
+        """Configuration i's MILP rows (v = 1): (v * T expression, decoder)."""
+
+
+class UniformStack(Stack):
+    """Every layer costs the same: scalar coefficients (layer_split.Scalars), water-filling."""
+
+    def __init__(self, c: SplitCoefficients):
+        super().__init__(c)
+        self.k = Scalars.of(c)
+
+    def free_split(self) -> Split | None:
+        return best_free_split(self.c, self.k)
+
+    def even_split(self) -> Split | None:
+        for r in recompute_range(self.c):
+            found = best_even(self.c, self.k, r)
+            if found is not None:
+                return found
+        return None
+
+    def form_r_bounds(self) -> dict[int, int]:
+        return {r: lower_bound_for_r(self.c, self.k, r) for r in recompute_range(self.c)}
+
+    def fits(self) -> bool:
+        c, k = self.c, self.k
+        if restricted(c):
+            if c.method == "uniform":
+                return self.best_split() is not None
+            return feasible_under_caps(loosest_caps(c, k), c.num_layers, c.layer_form)
+        if c.method == "uniform":  # no r uses the least memory everywhere: some r must fit
+            return any(pack(memory_caps(c, k, r), c.num_layers) is not None
+                       for r in recompute_range(c))
+        caps = loosest_caps(c, k)
+        return bool(caps.min() >= 1 and caps.sum() >= c.num_layers)
+
+    def v1_lower_bound(self, *, tight: bool) -> int:
+        sum_lb, max_lb, tail_lb = bound_terms(self.c, self.k, tight=tight)
+        loose = int(sum_lb + (self.c.num_microbatches - 1) * max_lb + tail_lb)
+        if not tight or self.c.outer.recompute != "full":
+            return loose
+        return max(loose, min(self.recompute_bounds().values()))
+
+    def compute_recompute_bounds(self) -> dict[int, int]:
+        found = {r: bound_for_r(self.c, self.k, r) for r in recompute_range(self.c)}
+        return {r: bound for r, bound in found.items() if bound is not None}
+
+    def least_peak(self, r: int) -> tuple[tuple[int, ...], int]:
+        return least_peak_split(self.c, self.k, r)
+
+    def stage_maxima(self) -> tuple[int, int]:
+        c, k = self.c, self.k
+        caps = upper_caps(c, k)
+        t_max = int((k.a + k.f) * caps.max() + c.stage_time_ns.max())
+        return t_max, int(k.alpha * caps.max() + c.stage_tail_ns.max())
+
+    def cpsat_rows(self, model, cp_model, x, objective, factor: int, i: int, upper: int | None):
+        return cpsat_rows.cpsat_uniform(self, model, cp_model, x, objective, factor, i, upper)
+
+    def milp_rows(self, problem, pulp, x, i: int, r, r_choice: dict):
+        return milp_rows.milp_uniform(self, problem, pulp, x, i, r, r_choice)
+
+
+class MixedStack(Stack):
+    """Layers of different kinds at fixed positions: range tables over positions (mixed_split)."""
+
+    def free_split(self) -> Split | None:
+        """Even split with vpp > 1, else the exact split per r, cut off by the per-r bounds."""
+        c = self.c
+        if c.vpp > 1:
+            return self.even_split()
+        best: Split | None = None
+        bounds = mixed_recompute_bounds(c, recompute_range(c))
+        for r in sorted(bounds, key=lambda value: (bounds[value], value)):
+            incumbent = best.time_ns_x_v if best else INF
+            if bounds[r] >= incumbent:
+                break
+            found = best_for_r(c, r, incumbent)
+            if found is not None:
+                best = Split(found[1], min(r, max(found[1])), found[0])
+        return best
+
+    def even_split(self) -> Split | None:
+        """The smallest r that fits, since the time grows with r."""
+        c = self.c
+        for r in recompute_range(c):
+            found = even_for_r(c, r)
+            if found is not None:
+                return Split((c.num_layers // c.num_stages,) * c.num_stages, r, found)
+        return None
+
+    def form_r_bounds(self) -> dict[int, int]:
+        return mixed_recompute_bounds(self.c, recompute_range(self.c))
+
+    def fits(self) -> bool:
+        c = self.c
+        if restricted(c):
+            return self.best_split() is not None
+        if c.method == "uniform":
+            return uniform_fits(c, recompute_range(c))
+        # the most recompute uses the least memory
+        return bound_terms_for_r(c, recompute_range(c)[-1]) is not None
+
+    def v1_lower_bound(self, *, tight: bool) -> int:
+        return min(self.recompute_bounds().values()) if tight else cheap_bound(self.c)
+
+    def compute_recompute_bounds(self) -> dict[int, int]:
+        return mixed_recompute_bounds(self.c, recompute_range(self.c))
+
+    def least_peak(self, r: int) -> tuple[tuple[int, ...], int]:
+        # `uniform` with one layer per group: the least memory of its formulas (recompute.py)
+        return mixed_least_peak_split(self.c, 1 if self.c.method == "uniform" else r)
+
+    def stage_maxima(self) -> tuple[int, int]:
+        c = self.c  # a stage holds at most every layer
+        t_max = int(c.layer_time_ns.sum() + c.layer_recompute_ns.sum() + c.stage_time_ns.max())
+        return t_max, int(c.layer_tail_ns.sum() + c.stage_tail_ns.max())
+
+    def cpsat_rows(self, model, cp_model, x, objective, factor: int, i: int, upper: int | None):
+        return cpsat_rows.cpsat_mixed(self, model, cp_model, x, objective, factor, i, upper)
+
+    def milp_rows(self, problem, pulp, x, i: int, r, r_choice: dict):
+        return milp_rows.milp_mixed(self, problem, pulp, x, i, r, r_choice)
