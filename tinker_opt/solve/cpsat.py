@@ -21,7 +21,7 @@ cpsat_rows.py); this module holds what every configuration shares.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.layer_split import Split
@@ -29,8 +29,14 @@ from tinker_opt.solve.outcome import SolverOutcome, common_scale, objective_hori
 from tinker_opt.solve.stacks import stack_of
 
 
-def solve_cpsat(coeffs: Sequence[SplitCoefficients], *, time_limit_s: float, workers: int,
-                hint: tuple[int, Split] | None = None, upper_x_scale: int | None = None) -> SolverOutcome:
+def solve_cpsat(
+    coeffs: Sequence[SplitCoefficients],
+    *,
+    time_limit_s: float,
+    workers: int,
+    hint: tuple[int, Split] | None = None,
+    upper_x_scale: int | None = None,
+) -> SolverOutcome:
     """Minimise the iteration time over `coeffs` with CP-SAT."""
     from ortools.sat.python import cp_model
 
@@ -43,7 +49,9 @@ def solve_cpsat(coeffs: Sequence[SplitCoefficients], *, time_limit_s: float, wor
     for i, c in enumerate(coeffs):
         x = model.new_bool_var(f"x{i}")  # x_i: configuration i is chosen
         choices.append(x)
-        dec, term = _cpsat_configuration(model, cp_model, c, x, objective, scale // c.vpp, i, upper_x_scale)
+        dec, term = _cpsat_configuration(
+            model, cp_model, c, x, objective, scale // c.vpp, i, upper_x_scale
+        )
         decode.append(dec)
         bound_terms_.append(term)
     model.add_exactly_one(choices)
@@ -60,18 +68,30 @@ def solve_cpsat(coeffs: Sequence[SplitCoefficients], *, time_limit_s: float, wor
     elapsed = time.perf_counter() - start
     if status == cp_model.MODEL_INVALID:
         raise RuntimeError(f"internal error: invalid CP-SAT model: {model.validate()}")
-    names = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}
+    names = {
+        cp_model.OPTIMAL: "optimal",
+        cp_model.FEASIBLE: "feasible",
+        cp_model.INFEASIBLE: "infeasible",
+    }
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return SolverOutcome(names.get(status, "unknown"), None, None, None, float("inf") if
-                             status == cp_model.INFEASIBLE else 0.0, elapsed)
+        return SolverOutcome(
+            names.get(status, "unknown"),
+            None,
+            None,
+            None,
+            float("inf") if status == cp_model.INFEASIBLE else 0.0,
+            elapsed,
+        )
     index = next(i for i, x in enumerate(choices) if solver.boolean_value(x))
     split = decode[index](solver.value)
-    return SolverOutcome(names[status], index, split, split.time_ns_x_v,
-                         solver.best_objective_bound / scale, elapsed)
+    return SolverOutcome(
+        names[status], index, split, split.time_ns_x_v, solver.best_objective_bound / scale, elapsed
+    )
 
 
-def _cpsat_configuration(model, cp_model, c: SplitCoefficients, x, objective, factor: int, i: int,
-                         upper: int | None):
+def _cpsat_configuration(
+    model, cp_model, c: SplitCoefficients, x, objective, factor: int, i: int, upper: int | None
+):
     """Add configuration i's variables and constraints (enforced when x_i); return its decoder
     and its lower-bound term (a linear expression, equal to factor * bound when chosen)."""
     stack = stack_of(c)
@@ -86,5 +106,5 @@ def _cpsat_hint(model, choices, decode, hint: tuple[int, Split]) -> None:
     for i, x in enumerate(choices):
         model.add_hint(x, i == index)
     hints = getattr(decode[index], "hint", None)
-    for var, value in (hints(split) if hints is not None else []):
+    for var, value in hints(split) if hints is not None else []:
         model.add_hint(var, int(value))

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from tinker_opt.solve.stacks import MixedStack, Stack, UniformStack
 
 
-def cpsat_uniform(stack: UniformStack, model, cp_model, x, objective, factor: int, i: int,
-                  upper: int | None):
+def cpsat_uniform(
+    stack: UniformStack, model, cp_model, x, objective, factor: int, i: int, upper: int | None
+):
     """Layer counts n_s with scalar coefficients; returns (decoder, lower-bound term)."""
     c, k = stack.c, stack.k
     L, p, m = c.num_layers, c.num_stages, c.num_microbatches
@@ -55,23 +56,30 @@ def cpsat_uniform(stack: UniformStack, model, cp_model, x, objective, factor: in
         if uniform:
             continue
         kk = int(c.stage_inflight_x_v[s])
-        fixed = (int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s])
-                 + (c.work_bytes if choice else 0))
-        model.add(k.w * n[s] + kk * k.act * (n[s] - rs[s]) + kk * k.inp * rs[s]
-                  <= c.memory_limit_bytes - fixed).only_enforce_if(x)
+        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (
+            c.work_bytes if choice else 0
+        )
+        model.add(
+            k.w * n[s] + kk * k.act * (n[s] - rs[s]) + kk * k.inp * rs[s]
+            <= c.memory_limit_bytes - fixed
+        ).only_enforce_if(x)
     model.add(objective >= factor * (sum(times) + (m - 1) * bottleneck + tail)).only_enforce_if(x)
 
     def decode(value) -> Split:
         layers = tuple(int(value(v)) for v in n)
         rr = min(int(value(r)), max(layers)) if c.outer.recompute == "full" else 0
         return Split(layers, rr, c.time_ns_x_v(layers, rr))
-    decode.hint = lambda split: [*zip(n, split.layers, strict=True),
-                                 *recompute_hint(r, choice, split)]
+
+    decode.hint = lambda split: [
+        *zip(n, split.layers, strict=True),
+        *recompute_hint(r, choice, split),
+    ]
     return decode, bound_term
 
 
-def cpsat_mixed(stack: MixedStack, model, cp_model, x, objective, factor: int, i: int,
-                upper: int | None):
+def cpsat_mixed(
+    stack: MixedStack, model, cp_model, x, objective, factor: int, i: int, upper: int | None
+):
     """A mixed stack (mixed_split.py): stage s holds the layers [b_s, b_s+1) between boundary
     variables, and every per-stage quantity is a difference of prefix sums read by element
     constraints at the boundaries and at the recompute ends b_s + min(r, n_s)."""
@@ -92,28 +100,34 @@ def cpsat_mixed(stack: MixedStack, model, cp_model, x, objective, factor: int, i
     for s in range(p):
         model.add(bottleneck >= times[s]).only_enforce_if(x)
         model.add(tail_max >= tails[s]).only_enforce_if(x)
-    model.add(objective >= factor * (sum(times) + (m - 1) * bottleneck + tail_max)
-              ).only_enforce_if(x)
+    model.add(objective >= factor * (sum(times) + (m - 1) * bottleneck + tail_max)).only_enforce_if(
+        x
+    )
 
     def decode(value) -> Split:
         cuts = [0] + [int(value(v)) for v in bd[1:-1]] + [L]
         layers = tuple(cuts[s + 1] - cuts[s] for s in range(p))
         rr = min(int(value(r)), max(layers)) if c.outer.recompute == "full" else 0
         return Split(layers, rr, c.time_ns_x_v(layers, rr))
-    decode.hint = lambda split: [*zip(bd[1:-1], np.cumsum(split.layers)[:-1].tolist(), strict=True),
-                                 *recompute_hint(r, choice, split)]
+
+    decode.hint = lambda split: [
+        *zip(bd[1:-1], np.cumsum(split.layers)[:-1].tolist(), strict=True),
+        *recompute_hint(r, choice, split),
+    ]
     return decode, bound_term
 
 
 def _element_reader(model, prefix: dict[str, list[int]], i: int):
     """at(name, index, tag): prefix[name][index], as a variable (element constraint) when the
     index is a variable."""
+
     def at(name, index, tag):
         if isinstance(index, int):
             return prefix[name][index]
         var = model.new_int_var(min(prefix[name]), max(prefix[name]), f"{tag}{i}")
         model.add_element(index, prefix[name], var)
         return var
+
     return at
 
 
@@ -131,8 +145,12 @@ def _cpsat_mixed_stage(c, model, at, s: int, bd: list, n: list, r, choice: dict,
 
     def span(name, lo, hi, tag):
         return at(name, hi, f"{tag}h{s}_") - at(name, lo, f"{tag}l{s}_")
-    t = (span("layer_time_ns", bd[s], bd[s + 1], "t") + span("layer_recompute_ns", bd[s], cut, "f")
-         + int(c.stage_time_ns[s]))
+
+    t = (
+        span("layer_time_ns", bd[s], bd[s + 1], "t")
+        + span("layer_recompute_ns", bd[s], cut, "f")
+        + int(c.stage_time_ns[s])
+    )
     tail = span("layer_tail_ns", bd[s], bd[s + 1], "q") + int(c.stage_tail_ns[s])
     kk = int(c.stage_inflight_x_v[s])
     fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s])
@@ -147,8 +165,9 @@ def _cpsat_mixed_stage(c, model, at, s: int, bd: list, n: list, r, choice: dict,
         kept = span("layer_act_bytes", cut, bd[s + 1], "a")  # recomputed layers keep their input
         inputs = span("layer_input_bytes", bd[s], cut, "i")
         held = kk * (kept + inputs) + (c.work_bytes if full else 0)
-    model.add(span("layer_static_bytes", bd[s], bd[s + 1], "w") + held
-              <= c.memory_limit_bytes - fixed).only_enforce_if(x)
+    model.add(
+        span("layer_static_bytes", bd[s], bd[s + 1], "w") + held <= c.memory_limit_bytes - fixed
+    ).only_enforce_if(x)
     return t, tail
 
 
@@ -179,5 +198,6 @@ def recompute_hint(r, choice: dict, split: Split) -> list:
     """(variable, value) hints of the recompute count and its value literals."""
     if not choice:
         return []
-    return [(r, split.recompute_num_layers)] + [(y, value == split.recompute_num_layers)
-                                                for value, y in choice.items()]
+    return [(r, split.recompute_num_layers)] + [
+        (y, value == split.recompute_num_layers) for value, y in choice.items()
+    ]

@@ -13,10 +13,10 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from tinker_opt.rules import form_allows
 from tinker_opt.solve.layer_split import Split, recompute_range
@@ -68,9 +68,14 @@ def presolve(cost_model, outers: Sequence[Strategy], *, cpus: int = 1) -> dict[S
     return dict(found)
 
 
-def enumerate_splits(cost_model, outers: Sequence[Strategy], *, cpus: int = 1,
-                     progress: Callable[[int, int], None] | None = None,
-                     time_limit_s: float | None = None) -> tuple[list[Candidate], bool]:
+def enumerate_splits(
+    cost_model,
+    outers: Sequence[Strategy],
+    *,
+    cpus: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+    time_limit_s: float | None = None,
+) -> tuple[list[Candidate], bool]:
     """Best split of every outer configuration that fits, fastest first, and whether every
     configuration was visited (False when the time limit stopped it)."""
     results, complete = _map_chunks(cost_model, outers, _solve_chunk, cpus, progress, time_limit_s)
@@ -110,8 +115,12 @@ def _run_pool(work, chunks, workers, deadline, progress):
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = [pool.submit(work, chunk) for chunk in chunks]
         try:
-            for future in as_completed(futures, timeout=max(deadline - time.perf_counter(), 0)
-                                       if deadline != float("inf") else None):
+            for future in as_completed(
+                futures,
+                timeout=max(deadline - time.perf_counter(), 0)
+                if deadline != float("inf")
+                else None,
+            ):
                 results += future.result()
                 done += 1
                 if progress:
@@ -135,15 +144,24 @@ def brute_force(cost_model, outers: Sequence[Strategy]) -> list[Candidate]:
     for outer in outers:
         coeffs = cost_model.coefficients(outer)
         L, p = coeffs.num_layers, coeffs.num_stages
-        splits = [(L // p,) * p] if coeffs.vpp > 1 else (
-            layers for layers in compositions(L, p) if form_allows(layers, coeffs.layer_form))
+        splits = (
+            [(L // p,) * p]
+            if coeffs.vpp > 1
+            else (layers for layers in compositions(L, p) if form_allows(layers, coeffs.layer_form))
+        )
         best = None
         for layers in splits:
-            for r in recompute_range(coeffs):
+            counts = recompute_range(coeffs)
+            if coeffs.recompute_all and coeffs.outer.recompute == "full":
+                counts = [max(layers) // coeffs.vpp]  # every layer of each chunk, whatever the split
+            for r in counts:
                 if r > max(layers) // coeffs.vpp:
                     break
                 stages = coeffs.stage_costs(layers, r)
-                if max(st.memory_bytes_x_v for st in stages) > coeffs.vpp * coeffs.memory_limit_bytes:
+                if (
+                    max(st.memory_bytes_x_v for st in stages)
+                    > coeffs.vpp * coeffs.memory_limit_bytes
+                ):
                     continue
                 value = coeffs.iteration_time_ns_x_v(stages)
                 if best is None or value < best.time_ns_x_v:

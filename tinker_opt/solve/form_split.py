@@ -23,8 +23,9 @@ def restricted(c: SplitCoefficients) -> bool:
     """Whether the form excludes some split of this configuration (vpp > 1 is even anyway)."""
     if c.vpp > 1:
         return False
-    return ((c.layer_form == "first_last" and c.num_stages >= 3)
-            or (c.layer_form == "even" and c.num_stages >= 2))
+    return (c.layer_form == "first_last" and c.num_stages >= 3) or (
+        c.layer_form == "even" and c.num_stages >= 2
+    )
 
 
 def form_equalities(c: SplitCoefficients) -> list[tuple[int, int]]:
@@ -41,9 +42,15 @@ def form_splits(num_layers: int, num_stages: int, form: str) -> np.ndarray:
     """Every split of the form as rows (lists x stages), each stage >= 1 layer."""
     L, p = num_layers, num_stages
     if form == "even":
-        return np.full((1, p), L // p, dtype=np.int64) if L % p == 0 else np.zeros((0, p), dtype=np.int64)
+        return (
+            np.full((1, p), L // p, dtype=np.int64)
+            if L % p == 0
+            else np.zeros((0, p), dtype=np.int64)
+        )
     if form != "first_last" or p < 3:
-        raise ValueError(f"form_splits lists the restricted forms only (first_last needs p >= 3), got {form}, p={p}")
+        raise ValueError(
+            f"form_splits lists the restricted forms only (first_last needs p >= 3), got {form}, p={p}"
+        )
     rows = []
     for q in range(1, (L - 2) // (p - 2) + 1):
         rest = L - q * (p - 2)

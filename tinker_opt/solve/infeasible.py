@@ -35,9 +35,11 @@ def infeasible_message(cost_model, outers) -> str:
     """The InfeasibleError text: limit, least need, and the knob that helps most."""
     limit = cost_model.cluster.memory_limit_mb
     if not outers:
-        return (f"no valid strategy for {cost_model.cluster.num_devices} devices and global batch "
-                f"{cost_model.global_batch_size} under the search space; relax the space or change "
-                "the device count / global batch size")
+        return (
+            f"no valid strategy for {cost_model.cluster.num_devices} devices and global batch "
+            f"{cost_model.global_batch_size} under the search space; relax the space or change "
+            "the device count / global batch size"
+        )
     best = None
     for outer in outers:
         c = cost_model.coefficients(outer)
@@ -49,8 +51,12 @@ def infeasible_message(cost_model, outers) -> str:
     stage = max(evaluation.stages, key=lambda st: st["memory_mb"])
     part = max(HINTS, key=lambda name: stage.get(name, 0.0))
     hint = HINTS[part]
-    if part == "optimizer_mb" and outer.dist_opt:  # already sharded: only more data-parallel ranks help
+    if (
+        part == "optimizer_mb" and outer.dist_opt
+    ):  # already sharded: only more data-parallel ranks help
         hint = "more devices (the distributed optimizer already shards the states over data parallelism)"
-    return (f"no strategy fits in {limit:g} MB per device; the best ({outer.label()}) needs at least "
-            f"{peak / 2**20:.0f} MB, mostly {part[:-3].replace('_', ' ')} ({stage[part]:.0f} MB): "
-            f"try {hint}")
+    return (
+        f"no strategy fits in {limit:g} MB per device; the best ({outer.label()}) needs at least "
+        f"{peak / 2**20:.0f} MB, mostly {part[:-3].replace('_', ' ')} ({stage[part]:.0f} MB): "
+        f"try {hint}"
+    )

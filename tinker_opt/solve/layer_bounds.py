@@ -44,8 +44,9 @@ def bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int | None:
     if packed is None:
         return None
     low, high, knee = shape_of(c, k, r)
-    sum_lb = (high * L + int(c.stage_time_ns.sum())
-              + (low - high) * int(np.minimum(knee, packed).sum()))
+    sum_lb = (
+        high * L + int(c.stage_time_ns.sum()) + (low - high) * int(np.minimum(knee, packed).sum())
+    )
     max_lb = _least_max(c.stage_time_ns, low, high, knee, caps, L)
     tail_lb = _least_max(c.stage_tail_ns, k.alpha, k.alpha, 0, caps, L)
     return int(sum_lb + (c.num_microbatches - 1) * max_lb + tail_lb)
@@ -58,10 +59,13 @@ def bound_terms(c: SplitCoefficients, k: Scalars, *, tight: bool = True) -> tupl
     low, high, knee = shape_of(c, k, r_lo)  # times grow with r: the smallest r bounds them all
     sum_lb = high * L + int(c.stage_time_ns.sum()) + (low - high) * p * min(knee, 1)
     per = -(-L // p)
-    max_lb = max(int(piecewise(per, low, high, knee)) + int(c.stage_time_ns.min()),
-                 int((int(piecewise(1, low, high, knee)) + c.stage_time_ns).max()))
-    tail_lb = max(k.alpha * per + int(c.stage_tail_ns.min()),
-                  int((k.alpha + c.stage_tail_ns).max()))
+    max_lb = max(
+        int(piecewise(per, low, high, knee)) + int(c.stage_time_ns.min()),
+        int((int(piecewise(1, low, high, knee)) + c.stage_time_ns).max()),
+    )
+    tail_lb = max(
+        k.alpha * per + int(c.stage_tail_ns.min()), int((k.alpha + c.stage_tail_ns).max())
+    )
     if tight:
         caps = loosest_caps(c, k)
         max_lb = max(max_lb, _least_max(c.stage_time_ns, low, high, knee, caps, L))
@@ -69,12 +73,14 @@ def bound_terms(c: SplitCoefficients, k: Scalars, *, tight: bool = True) -> tupl
     return int(sum_lb), int(max_lb), int(tail_lb)
 
 
-def _least_max(offsets: np.ndarray, low: int, high: int, r: int, caps: np.ndarray,
-               total: int) -> int:
+def _least_max(
+    offsets: np.ndarray, low: int, high: int, r: int, caps: np.ndarray, total: int
+) -> int:
     """min over splits (n_s <= caps) of max_s offset_s + cost(n_s): water-filling on candidates."""
     grid = np.arange(1, total + 1)
-    values = np.unique((np.where(grid <= r, low * grid, low * r + high * (grid - r)))[None, :]
-                       + offsets[:, None])
+    values = np.unique(
+        (np.where(grid <= r, low * grid, low * r + high * (grid - r)))[None, :] + offsets[:, None]
+    )
 
     def caps_of(v):
         under = inverse_caps(np.array([v]), offsets, low, high, r, total)[0]

@@ -3,7 +3,8 @@ per-stage layer counts and recompute count for one outer configuration.
 
 Objective (coefficients.py): v*T = sum_s t_s + (m*v - 1) max_s t_s + v max_s tail_s, with
 t_s = a n_s + f min(r, n_s) + e_s (block recompute; uniform: (a + f) n_s + e_s, costs/recompute.py),
-tail_s = alpha n_s + beta_s and the memory of each stage under its limit. For v = 1 and a fixed r the exact optimum is found by enumerating the candidate values
+tail_s = alpha n_s + beta_s and the memory of each stage under its limit. For v = 1 and a fixed r
+the exact optimum is found by enumerating the candidate values
 B of max_s t_s and C of max_s tail_s (each is some stage's value at some layer count): a pair gives
 per-stage caps on n_s, and under caps the sum of min(r, n_s) is smallest when layers are packed
 into the stages with the largest caps (a concave sum is minimised by the vector that majorises all
@@ -48,13 +49,18 @@ class Scalars:
     alpha: int
 
     @classmethod
-    def of(cls, c: SplitCoefficients) -> "Scalars":
+    def of(cls, c: SplitCoefficients) -> Scalars:
         """The scalars of a uniform stack (kept in the coefficients' memo); only for a stack that
         stacks.stack_of found uniform (the first layer stands for all of them)."""
         if c.memo.scalars is None:
-            c.memo.scalars = cls(int(c.layer_time_ns[0]), int(c.layer_recompute_ns[0]),
-                                 int(c.layer_static_bytes[0]), int(c.layer_act_bytes[0]),
-                                 int(c.layer_input_bytes[0]), int(c.layer_tail_ns[0]))
+            c.memo.scalars = cls(
+                int(c.layer_time_ns[0]),
+                int(c.layer_recompute_ns[0]),
+                int(c.layer_static_bytes[0]),
+                int(c.layer_act_bytes[0]),
+                int(c.layer_input_bytes[0]),
+                int(c.layer_tail_ns[0]),
+            )
         return c.memo.scalars
 
 
@@ -62,7 +68,9 @@ def recompute_range(c: SplitCoefficients) -> range:
     """Candidate recompute counts: 0 without full recompute, else 1 .. the largest chunk."""
     if c.outer.recompute != "full":
         return range(0, 1)
-    chunk_max = c.num_layers - c.num_stages + 1 if c.vpp == 1 else c.num_layers // (c.num_stages * c.vpp)
+    chunk_max = (
+        c.num_layers - c.num_stages + 1 if c.vpp == 1 else c.num_layers // (c.num_stages * c.vpp)
+    )
     return range(chunk_max if c.recompute_all else 1, chunk_max + 1)
 
 
@@ -76,13 +84,24 @@ def memory_caps(c: SplitCoefficients, k: Scalars, r: int) -> np.ndarray:
     kk = c.stage_inflight_x_v.astype(np.int64)
     if c.method == "uniform":  # ceil(n / r) checkpoints and a min(r, n)-layer working set
         n = np.arange(c.num_layers + 1)
-        memory = uniform_stage_memory(n, r, w=k.w, ckpt=c.checkpoint_bytes, work=c.work_bytes, inflight=kk,
-                                      fixed=c.stage_static_bytes + kk * c.stage_act_bytes)
+        memory = uniform_stage_memory(
+            n,
+            r,
+            w=k.w,
+            ckpt=c.checkpoint_bytes,
+            work=c.work_bytes,
+            inflight=kk,
+            fixed=c.stage_static_bytes + kk * c.stage_act_bytes,
+        )
         return caps_from_memory(memory, c.memory_limit_bytes)
-    budget = (c.memory_limit_bytes - c.stage_static_bytes - (c.work_bytes if r else 0)
-              - kk * c.stage_act_bytes)
-    low = k.w + kk * k.inp           # slope while every layer is recomputed (n <= r)
-    high = k.w + kk * k.act          # slope beyond r
+    budget = (
+        c.memory_limit_bytes
+        - c.stage_static_bytes
+        - (c.work_bytes if r else 0)
+        - kk * c.stage_act_bytes
+    )
+    low = k.w + kk * k.inp  # slope while every layer is recomputed (n <= r)
+    high = k.w + kk * k.act  # slope beyond r
     return piecewise_cap(budget, low, high, r, c.num_layers)
 
 
@@ -157,7 +176,11 @@ def lower_bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int:
     per = -(-L // p)
     low, high, knee = shape_of(c, k, r)
     bottleneck = int(piecewise(per, low, high, knee)) + int(c.stage_time_ns.min())
-    total = high * L + int(c.stage_time_ns.sum()) + (low - high) * (min(knee, per) + (p - 1) * min(knee, 1))
+    total = (
+        high * L
+        + int(c.stage_time_ns.sum())
+        + (low - high) * (min(knee, per) + (p - 1) * min(knee, 1))
+    )
     tail = max(k.alpha * per + int(c.stage_tail_ns.min()), int((k.alpha + c.stage_tail_ns).max()))
     return total + (c.num_microbatches - 1) * bottleneck + tail
 
@@ -174,14 +197,17 @@ def best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
     chunk = c.num_layers // (p * v)
     rs = v * min(r, chunk)
     kk = c.stage_inflight_x_v
-    mem_x_v = (v * (k.w * n + c.stage_static_bytes + (c.work_bytes if r else 0))
-               + kk * (k.act * (n - rs) + k.inp * rs + c.stage_act_bytes))
+    mem_x_v = v * (k.w * n + c.stage_static_bytes + (c.work_bytes if r else 0)) + kk * (
+        k.act * (n - rs) + k.inp * rs + c.stage_act_bytes
+    )
     if (mem_x_v > v * c.memory_limit_bytes).any():
         return None
     return Split(tuple(int(x) for x in n), r, objective_x_v(c, k, n, r))
 
 
-def inverse_caps(values: np.ndarray, offsets: np.ndarray, low: int, high: int, r: int, limit: int) -> np.ndarray:
+def inverse_caps(
+    values: np.ndarray, offsets: np.ndarray, low: int, high: int, r: int, limit: int
+) -> np.ndarray:
     """For each candidate value (rows) and stage (columns): max n with offset + cost(n) <= value."""
     return piecewise_cap(values[:, None] - offsets[None, :], low, high, r, limit)
 
@@ -223,8 +249,12 @@ def _best_for_r(c: SplitCoefficients, k: Scalars, r: int, incumbent: int) -> Spl
         if base + (m - 1) * int(b) + tail_lb >= best_obj:
             break
         u_b = caps_b(b)
-        cap_c = lambda cv: np.minimum(u_b, inverse_caps(np.array([cv]), beta, k.alpha, k.alpha, 0, L)[0])
-        for cv in c_values[min_feasible(c_values, lambda cv: pack(cap_c(cv), L)):]:
+
+        def cap_c(cv, u_b=u_b):
+            return np.minimum(u_b, inverse_caps(np.array([cv]), beta, k.alpha, k.alpha, 0, L)[0])
+
+        first = min_feasible(c_values, lambda cv, cap_c=cap_c: pack(cap_c(cv), L))
+        for cv in c_values[first:]:
             if base + (m - 1) * int(b) + int(cv) >= best_obj:
                 break
             u = cap_c(cv)

@@ -10,11 +10,12 @@ import contextlib
 import os
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.outcome import SolverOutcome, common_scale
 from tinker_opt.solve.stacks import Stack, stack_of
+
 US_PER_NS = 1e-3
 """The MILP objective is in microseconds to keep coefficients moderate; solutions are re-scored
 with the exact integers."""
@@ -48,11 +49,19 @@ def _pulp_solver(time_limit_s: float, threads: int):
         return highs
     from pulp.apis.coin_api import pulp_cbc_path
 
-    return pulp.COIN_CMD(msg=False, timeLimit=float(time_limit_s), threads=max(1, int(threads)),
-                         gapRel=1e-9, gapAbs=0.0, path=pulp_cbc_path)
+    return pulp.COIN_CMD(
+        msg=False,
+        timeLimit=float(time_limit_s),
+        threads=max(1, int(threads)),
+        gapRel=1e-9,
+        gapAbs=0.0,
+        path=pulp_cbc_path,
+    )
 
 
-def solve_milp(coeffs: Sequence[SplitCoefficients], *, time_limit_s: float, workers: int) -> SolverOutcome:
+def solve_milp(
+    coeffs: Sequence[SplitCoefficients], *, time_limit_s: float, workers: int
+) -> SolverOutcome:
     """Minimise the iteration time over `coeffs` with a MILP (linearised min and max)."""
     import pulp
 
@@ -97,8 +106,12 @@ def _milp_status(problem, pulp, solver, scale: int) -> tuple[str, float]:
             return "optimal", min(bound_ns, info.objective_function_value / US_PER_NS / scale)
         if status == highspy.HighsModelStatus.kInfeasible:
             return "infeasible", float("inf")
-        if status in (highspy.HighsModelStatus.kNotset, highspy.HighsModelStatus.kSolveError,
-                      highspy.HighsModelStatus.kModelError, highspy.HighsModelStatus.kLoadError):
+        if status in (
+            highspy.HighsModelStatus.kNotset,
+            highspy.HighsModelStatus.kSolveError,
+            highspy.HighsModelStatus.kModelError,
+            highspy.HighsModelStatus.kLoadError,
+        ):
             raise RuntimeError(f"internal error: HiGHS did not run ({status})")
         return ("feasible" if has_solution else "unknown"), bound_ns
     if problem.status == pulp.LpStatusOptimal and problem.sol_status == pulp.LpSolutionOptimal:

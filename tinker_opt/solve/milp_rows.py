@@ -56,8 +56,9 @@ def milp_uniform(stack: UniformStack, problem, pulp, x, i: int, r, r_choice: dic
             problem.addConstraint(n[s] <= cap, f"memory{i}_{s}")
             continue
         kk = int(c.stage_inflight_x_v[s])
-        fixed = (int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s])
-                 + (c.work_bytes if full else 0))
+        fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s]) + (
+            c.work_bytes if full else 0
+        )
         memory = (k.w + kk * k.act) * n[s] + kk * (k.inp - k.act) * rs + fixed * x
         problem.addConstraint(memory * (1 / MIB) <= c.memory_limit_bytes / MIB, f"memory{i}_{s}")
 
@@ -65,6 +66,7 @@ def milp_uniform(stack: UniformStack, problem, pulp, x, i: int, r, r_choice: dic
         layers = tuple(round(v.varValue or 0) for v in n)
         rr = min(round(r.varValue or 0), max(layers)) if full else 0
         return Split(layers, rr, c.time_ns_x_v(layers, rr))
+
     return pulp.lpSum(times) + (m - 1) * bottleneck + tail, decode
 
 
@@ -77,8 +79,7 @@ def milp_mixed(stack: MixedStack, problem, pulp, x, i: int, r, r_choice: dict):
     full = c.outer.recompute == "full"
     r_hi = max(stack.recompute_bounds()) if full else 0
     one_hot = _one_hot_maker(problem, pulp, x)
-    bd = ([{0: x}] + [one_hot(f"z{i}_{j}", range(j, L - p + j + 1)) for j in range(1, p)]
-          + [{L: x}])
+    bd = [{0: x}] + [one_hot(f"z{i}_{j}", range(j, L - p + j + 1)) for j in range(1, p)] + [{L: x}]
     pos = [pulp.lpSum(q * z for q, z in hot.items()) for hot in bd]  # b_j (0 when x_i = 0)
     bottleneck = problem.add_variable(f"M{i}", 0, None)  # M_i >= t_is
     tail = problem.add_variable(f"Q{i}", 0, None)  # Q_i >= tail_is
@@ -87,8 +88,10 @@ def milp_mixed(stack: MixedStack, problem, pulp, x, i: int, r, r_choice: dict):
     prefix = layer_prefix(c)
 
     def span(name, lo, hi):  # sum of the layer array over [lo, hi), both one-hot positions
-        return (pulp.lpSum(prefix[name][q] * z for q, z in hi.items())
-                - pulp.lpSum(prefix[name][q] * z for q, z in lo.items()))
+        return pulp.lpSum(prefix[name][q] * z for q, z in hi.items()) - pulp.lpSum(
+            prefix[name][q] * z for q, z in lo.items()
+        )
+
     times = []
     for s in range(p):
         n_s = pos[s + 1] - pos[s]
@@ -99,14 +102,20 @@ def milp_mixed(stack: MixedStack, problem, pulp, x, i: int, r, r_choice: dict):
             cut = bd[s + 1]
         elif full:
             cut = one_hot(f"w{i}_{s}", range(0, L + 1))  # b_s + min(r, n_s)
-            problem.addConstraint(pulp.lpSum(q * w for q, w in cut.items()) == pos[s] + rs,
-                                  f"cut{i}_{s}")
-        t = (span("layer_time_ns", bd[s], bd[s + 1]) + span("layer_recompute_ns", bd[s], cut)
-             + int(c.stage_time_ns[s]) * x)
+            problem.addConstraint(
+                pulp.lpSum(q * w for q, w in cut.items()) == pos[s] + rs, f"cut{i}_{s}"
+            )
+        t = (
+            span("layer_time_ns", bd[s], bd[s + 1])
+            + span("layer_recompute_ns", bd[s], cut)
+            + int(c.stage_time_ns[s]) * x
+        )
         times.append(t)
         problem.addConstraint(bottleneck >= t, f"bottleneck{i}_{s}")
-        problem.addConstraint(tail >= span("layer_tail_ns", bd[s], bd[s + 1])
-                              + int(c.stage_tail_ns[s]) * x, f"tail{i}_{s}")
+        problem.addConstraint(
+            tail >= span("layer_tail_ns", bd[s], bd[s + 1]) + int(c.stage_tail_ns[s]) * x,
+            f"tail{i}_{s}",
+        )
         memory = _milp_mixed_memory(c, problem, pulp, span, s, bd, cut, n_s, rs, r_choice, x, i)
         problem.addConstraint(memory * (1 / MIB) <= c.memory_limit_bytes / MIB, f"memory{i}_{s}")
 
@@ -115,20 +124,24 @@ def milp_mixed(stack: MixedStack, problem, pulp, x, i: int, r, r_choice: dict):
         layers = tuple(cuts[s + 1] - cuts[s] for s in range(p))
         rr = min(round(r.varValue or 0), max(layers)) if full else 0
         return Split(layers, rr, c.time_ns_x_v(layers, rr))
+
     return pulp.lpSum(times) + (m - 1) * bottleneck + tail, decode
 
 
 def _one_hot_maker(problem, pulp, x):
     """one_hot(tag, positions): {position: binary}, the binaries summing to x_i."""
+
     def one_hot(tag, positions):
         z = {q: problem.add_variable(f"{tag}_{q}", 0, 1, pulp.LpBinary) for q in positions}
         problem.addConstraint(pulp.lpSum(z.values()) == x, f"{tag}_one")
         return z
+
     return one_hot
 
 
-def _milp_mixed_memory(c, problem, pulp, span, s: int, bd: list, cut: dict, n_s, rs,
-                       r_choice: dict, x, i: int):
+def _milp_mixed_memory(
+    c, problem, pulp, span, s: int, bd: list, cut: dict, n_s, rs, r_choice: dict, x, i: int
+):
     """Stage s's memory (bytes) of a mixed stack, an expression in the one-hot positions."""
     L = c.num_layers
     kk = int(c.stage_inflight_x_v[s])
@@ -143,8 +156,12 @@ def _milp_mixed_memory(c, problem, pulp, span, s: int, bd: list, cut: dict, n_s,
         return static + kk * c.checkpoint_bytes * groups + c.work_bytes * rs + fixed * x
     fixed += c.work_bytes if c.outer.recompute == "full" else 0
     # Recomputed layers keep their input only, the others their activations.
-    return (static + kk * span("layer_act_bytes", cut, bd[s + 1])
-            + kk * span("layer_input_bytes", bd[s], cut) + fixed * x)
+    return (
+        static
+        + kk * span("layer_act_bytes", cut, bd[s + 1])
+        + kk * span("layer_input_bytes", bd[s], cut)
+        + fixed * x
+    )
 
 
 def _milp_min(problem, pulp, r, n, r_hi: int, n_hi: int, tag: str):

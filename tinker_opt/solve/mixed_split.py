@@ -24,8 +24,14 @@ import numpy as np
 from tinker_opt.costs.coefficients import SplitCoefficients
 
 BIG = np.iinfo(np.int64).max // 4
-LAYER_ARRAYS = ("layer_time_ns", "layer_recompute_ns", "layer_tail_ns", "layer_static_bytes",
-                "layer_act_bytes", "layer_input_bytes")
+LAYER_ARRAYS = (
+    "layer_time_ns",
+    "layer_recompute_ns",
+    "layer_tail_ns",
+    "layer_static_bytes",
+    "layer_act_bytes",
+    "layer_input_bytes",
+)
 """The per-position arrays whose range sums make up a stage's time, tail and memory."""
 
 
@@ -62,6 +68,7 @@ def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
 
     def span(name, hi):  # sum of the layer array over [b, hi)
         return pre[name][hi] - pre[name][b]
+
     base_time = span("layer_time_ns", e) + span("layer_recompute_ns", cut)
     base_tail = span("layer_tail_ns", e)
     static = span("layer_static_bytes", e)
@@ -71,14 +78,26 @@ def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
         per_micro = -(-n // max(r, 1)) * c.checkpoint_bytes
         work = np.minimum(r, n) * c.work_bytes
     else:
-        per_micro = span("layer_act_bytes", e) - span("layer_act_bytes", cut) + span("layer_input_bytes", cut)
+        per_micro = (
+            span("layer_act_bytes", e)
+            - span("layer_act_bytes", cut)
+            + span("layer_input_bytes", cut)
+        )
         work = np.where(cut > b, c.work_bytes, 0)
     kk = c.stage_inflight_x_v.astype(np.int64)[:, None, None]
-    memory = (static[None] + c.stage_static_bytes[:, None, None] + work[None]
-              + kk * (per_micro[None] + c.stage_act_bytes[:, None, None]))
+    memory = (
+        static[None]
+        + c.stage_static_bytes[:, None, None]
+        + work[None]
+        + kk * (per_micro[None] + c.stage_act_bytes[:, None, None])
+    )
     valid = (n > 0)[None] & (memory <= c.memory_limit_bytes)
-    out = RangeCosts(base_time[None] + c.stage_time_ns[:, None, None],
-                     base_tail[None] + c.stage_tail_ns[:, None, None], memory, valid)
+    out = RangeCosts(
+        base_time[None] + c.stage_time_ns[:, None, None],
+        base_tail[None] + c.stage_tail_ns[:, None, None],
+        memory,
+        valid,
+    )
     c.memo.range_costs = (r, out)
     return out
 
@@ -164,12 +183,15 @@ def best_for_r(c: SplitCoefficients, r: int, incumbent: int):
     rc = range_costs(c, r)
     times = np.unique(rc.time[rc.valid])
     best_obj, best_n = incumbent, None
-    for b_value in times[_first_feasible(times, lambda v: _reachable(rc.valid & (rc.time <= v))):]:
+    for b_value in times[_first_feasible(times, lambda v: _reachable(rc.valid & (rc.time <= v))) :]:
         if sum_lb + (m - 1) * int(b_value) + tail_lb >= best_obj:
             break
         under_b = rc.valid & (rc.time <= b_value)
         tails = np.unique(rc.tail[under_b])
-        for c_value in tails[_first_feasible(tails, lambda v: _reachable(under_b & (rc.tail <= v))):]:
+        first = _first_feasible(
+            tails, lambda v, under_b=under_b: _reachable(under_b & (rc.tail <= v))
+        )
+        for c_value in tails[first:]:
             if sum_lb + (m - 1) * int(b_value) + int(c_value) >= best_obj:
                 break
             allowed = under_b & (rc.tail <= c_value)
@@ -221,13 +243,22 @@ def uniform_fits(c: SplitCoefficients, r_values) -> bool:
     n = np.maximum(e - b, 0)
     static = _prefix(c.layer_static_bytes)
     kk = c.stage_inflight_x_v.astype(np.int64)[:, None, None]
-    base = ((static[e] - static[b])[None] + c.stage_static_bytes[:, None, None]
-            + kk * c.stage_act_bytes[:, None, None])
+    base = (
+        (static[e] - static[b])[None]
+        + c.stage_static_bytes[:, None, None]
+        + kk * c.stage_act_bytes[:, None, None]
+    )
     ranges = (n > 0)[None]
-    if not _reachable(ranges & (base + kk * c.checkpoint_bytes + c.work_bytes <= c.memory_limit_bytes)):
+    if not _reachable(
+        ranges & (base + kk * c.checkpoint_bytes + c.work_bytes <= c.memory_limit_bytes)
+    ):
         return False
     for r in r_values:
-        memory = base + kk * (-(-n // r) * c.checkpoint_bytes)[None] + (np.minimum(r, n) * c.work_bytes)[None]
+        memory = (
+            base
+            + kk * (-(-n // r) * c.checkpoint_bytes)[None]
+            + (np.minimum(r, n) * c.work_bytes)[None]
+        )
         if _reachable(ranges & (memory <= c.memory_limit_bytes)):
             return True
     return False
@@ -247,7 +278,6 @@ def cheap_bound(c: SplitCoefficients) -> int:
     tails = int(c.layer_tail_ns.sum() + c.stage_tail_ns.sum())
     tail_lb = max(-(-tails // p), int((c.stage_tail_ns + c.layer_tail_ns.min()).max()))
     return sum_lb + (m - 1) * max_lb + tail_lb
-
 
 
 def layer_prefix(c: SplitCoefficients) -> dict[str, list[int]]:

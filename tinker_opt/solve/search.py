@@ -22,18 +22,18 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
+from tinker_opt.costs.evaluate import CostModel, Evaluation
 from tinker_opt.errors import ConfigError, InfeasibleError
 from tinker_opt.solve.bounds import lower_bound_x_v
-from tinker_opt.costs.evaluate import CostModel, Evaluation
+from tinker_opt.solve.cpsat import solve_cpsat
 from tinker_opt.solve.enumerate import Candidate, enumerate_splits, presolve
 from tinker_opt.solve.infeasible import infeasible_message
-from tinker_opt.solve.stacks import best_split
-from tinker_opt.solve.cpsat import solve_cpsat
 from tinker_opt.solve.milp import solve_milp
 from tinker_opt.solve.space import DEFAULT_MAX_MBS, SearchSpace, outer_choices
+from tinker_opt.solve.stacks import best_split
 
 SOLVERS = ("cpsat", "milp", "enum")
 ENUM_POOL = 500
@@ -71,9 +71,17 @@ class SearchResult:
         return self.top[0]
 
 
-def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float = 60, cpus: int = 2,
-           top_k: int = 10, space: SearchSpace | None = None,
-           progress: Callable[[str], None] | None = None, prune: bool = True) -> SearchResult:
+def search(
+    cost_model: CostModel,
+    *,
+    solver: str = "cpsat",
+    time_limit_s: float = 60,
+    cpus: int = 2,
+    top_k: int = 10,
+    space: SearchSpace | None = None,
+    progress: Callable[[str], None] | None = None,
+    prune: bool = True,
+) -> SearchResult:
     """Find the fastest strategy that fits; raise InfeasibleError when none does.
 
     `prune=False` puts every feasible configuration into the CP-SAT / MILP model (no bound
@@ -87,19 +95,52 @@ def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float 
     outers = _outers(cost_model, space)
     note(f"{len(outers)} valid outer configurations")
     if solver == "enum":
-        found, complete = enumerate_splits(cost_model, outers, cpus=cpus, time_limit_s=time_limit_s)
-        if not found and complete:
-            raise InfeasibleError(infeasible_message(cost_model, outers))
-        if not found:
-            raise InfeasibleError(f"enumeration stopped at the {time_limit_s:g} s time limit before "
-                                  "finding a strategy that fits; raise --time-limit or use --solver cpsat")
-        pool = [_evaluate(cost_model, cand) for cand in found[:max(top_k, ENUM_POOL)]]
-        top = pool[:top_k]
-        elapsed = time.perf_counter() - start
-        # An interrupted enumeration proves nothing about the configurations it did not visit.
-        bound_ns = top[0].time_ns_x_vpp / top[0].strategy.vpp if complete else 0.0
-        return _result("enum", "optimal" if complete else "feasible", top, bound_ns, start,
-                       len(outers), len(found), len(outers), cost_model, elapsed, pool)
+        return _search_enum(cost_model, outers, cpus, time_limit_s, top_k, start)
+    return _search_model(cost_model, outers, solver, cpus, time_limit_s, top_k, start, note, prune)
+
+
+def _search_enum(cost_model, outers, cpus: int, time_limit_s: float, top_k: int, start: float):
+    """Exhaustive enumeration (the reference): optimal when it finishes, else feasible."""
+    found, complete = enumerate_splits(cost_model, outers, cpus=cpus, time_limit_s=time_limit_s)
+    if not found and complete:
+        raise InfeasibleError(infeasible_message(cost_model, outers))
+    if not found:
+        raise InfeasibleError(
+            f"enumeration stopped at the {time_limit_s:g} s time limit before "
+            "finding a strategy that fits; raise --time-limit or use --solver cpsat"
+        )
+    pool = [_evaluate(cost_model, cand) for cand in found[: max(top_k, ENUM_POOL)]]
+    top = pool[:top_k]
+    elapsed = time.perf_counter() - start
+    # An interrupted enumeration proves nothing about the configurations it did not visit.
+    bound_ns = top[0].time_ns_x_vpp / top[0].strategy.vpp if complete else 0.0
+    return _result(
+        "enum",
+        "optimal" if complete else "feasible",
+        top,
+        bound_ns,
+        start,
+        len(outers),
+        len(found),
+        len(outers),
+        cost_model,
+        elapsed,
+        pool,
+    )
+
+
+def _search_model(
+    cost_model,
+    outers,
+    solver: str,
+    cpus: int,
+    time_limit_s: float,
+    top_k: int,
+    start: float,
+    note,
+    prune: bool,
+):
+    """Presolve, incumbents from the exact splits, bound pruning, then the CP-SAT / MILP model."""
     cheap = presolve(cost_model, outers, cpus=cpus)  # feasibility and cheap bounds, in parallel
     if not cheap:
         raise InfeasibleError(infeasible_message(cost_model, outers))
@@ -108,18 +149,38 @@ def search(cost_model: CostModel, *, solver: str = "cpsat", time_limit_s: float 
     feasible = bounds.order
     hints = _split_all(coeffs, bounds.order[:top_k])
     note(f"{len(feasible)} fit in memory; incumbent {hints[0].time_ns / 1e6:.3f} ms")
-    in_model = [o for o in bounds.order if not prune or o == hints[0].outer or (
-        bounds.cheap[o] < hints[0].time_ns and bounds.tight(o) < hints[0].time_ns)]
+    in_model = [
+        o
+        for o in bounds.order
+        if not prune
+        or o == hints[0].outer
+        or (bounds.cheap[o] < hints[0].time_ns and bounds.tight(o) < hints[0].time_ns)
+    ]
     note(f"{len(in_model)} configurations in the {solver} model")
-    outcome = _solve(solver, coeffs, in_model, hints[0], time_limit_s - (time.perf_counter() - start), cpus)
+    outcome = _solve(
+        solver, coeffs, in_model, hints[0], time_limit_s - (time.perf_counter() - start), cpus
+    )
     best = hints[0]
     if outcome.split is not None and outcome.split.time_ns_x_v / outcome.split_vpp < best.time_ns:
-        best = Candidate(in_model[outcome.index], outcome.split, coeffs[in_model[outcome.index]].vpp)
+        best = Candidate(
+            in_model[outcome.index], outcome.split, coeffs[in_model[outcome.index]].vpp
+        )
     ranked = _complete_ranking(coeffs, bounds, [best] + hints, top_k)
     bound_ns = min(outcome.bound_ns, best.time_ns)
     pool = [_evaluate(cost_model, cand) for cand in ranked]
-    return _result(solver, outcome.status, pool[:top_k], bound_ns, start, len(outers), len(feasible), len(in_model),
-                   cost_model, outcome.solve_time_s, pool)
+    return _result(
+        solver,
+        outcome.status,
+        pool[:top_k],
+        bound_ns,
+        start,
+        len(outers),
+        len(feasible),
+        len(in_model),
+        cost_model,
+        outcome.solve_time_s,
+        pool,
+    )
 
 
 class _LazyCoefficients:
@@ -151,8 +212,14 @@ class _Bounds:
 def _outers(cost_model: CostModel, space: SearchSpace):
     profiled = cost_model.blocks.profiled_mbs()
     max_mbs = space.max_mbs or max([DEFAULT_MAX_MBS] + profiled)
-    return outer_choices(cost_model.model, cost_model.cluster.num_devices,
-                         cost_model.global_batch_size, space, cost_model.available, max_mbs)
+    return outer_choices(
+        cost_model.model,
+        cost_model.cluster.num_devices,
+        cost_model.global_batch_size,
+        space,
+        cost_model.available,
+        max_mbs,
+    )
 
 
 def _split_all(coeffs, outers) -> list[Candidate]:
@@ -161,7 +228,9 @@ def _split_all(coeffs, outers) -> list[Candidate]:
     return sorted(found, key=lambda cand: (cand.time_ns, cand.outer.label()))
 
 
-def _complete_ranking(coeffs, bounds: _Bounds, known: list[Candidate], top_k: int) -> list[Candidate]:
+def _complete_ranking(
+    coeffs, bounds: _Bounds, known: list[Candidate], top_k: int
+) -> list[Candidate]:
     """Ranks 2..k: exact splits in increasing bound order until the next bound reaches the k-th
     best time (a configuration not visited cannot enter the top k)."""
     by_outer = {}
@@ -194,15 +263,22 @@ class _Outcome:
     solve_time_s: float
 
 
-def _solve(solver: str, coeffs, in_model, incumbent: Candidate, time_left_s: float, cpus: int) -> _Outcome:
+def _solve(
+    solver: str, coeffs, in_model, incumbent: Candidate, time_left_s: float, cpus: int
+) -> _Outcome:
     items = [coeffs[o] for o in in_model]
     limit = max(time_left_s, 1.0)
     if solver == "cpsat":
         hint_index = in_model.index(incumbent.outer) if incumbent.outer in in_model else None
         hint = (hint_index, incumbent.split) if hint_index is not None else None
         scale = math.lcm(*[c.vpp for c in items])
-        out = solve_cpsat(items, time_limit_s=limit, workers=cpus, hint=hint,
-                          upper_x_scale=int(incumbent.time_ns * scale))
+        out = solve_cpsat(
+            items,
+            time_limit_s=limit,
+            workers=cpus,
+            hint=hint,
+            upper_x_scale=int(incumbent.time_ns * scale),
+        )
     else:
         out = solve_milp(items, time_limit_s=limit, workers=cpus)
     vpp = items[out.index].vpp if out.index is not None else 1
@@ -210,25 +286,50 @@ def _solve(solver: str, coeffs, in_model, incumbent: Candidate, time_left_s: flo
 
 
 def _evaluate(cost_model: CostModel, cand: Candidate) -> Evaluation:
-    strategy = cost_model.split_strategy(cand.outer, cand.split.layers, cand.split.recompute_num_layers)
+    strategy = cost_model.split_strategy(
+        cand.outer, cand.split.layers, cand.split.recompute_num_layers
+    )
     evaluation = cost_model.evaluate(strategy)
     # One truth: the solver's integer objective and evaluate() agree exactly.
-    assert evaluation.time_ns_x_vpp == cand.split.time_ns_x_v, (strategy.label(), evaluation.time_ns_x_vpp,
-                                                                cand.split.time_ns_x_v)
+    assert evaluation.time_ns_x_vpp == cand.split.time_ns_x_v, (
+        strategy.label(),
+        evaluation.time_ns_x_vpp,
+        cand.split.time_ns_x_v,
+    )
     assert evaluation.fits, strategy.label()
     return evaluation
 
 
-def _result(solver, status, top, bound_ns, start, num_candidates, num_feasible, num_in_model, cost_model,
-            solver_time_s: float, pool: list[Evaluation]):
+def _result(
+    solver,
+    status,
+    top,
+    bound_ns,
+    start,
+    num_candidates,
+    num_feasible,
+    num_in_model,
+    cost_model,
+    solver_time_s: float,
+    pool: list[Evaluation],
+):
     objective_ms = top[0].iteration_time_ms
     bound_ms = min(bound_ns / 1e6, objective_ms)
     gap = 0.0 if status == "optimal" else (objective_ms - bound_ms) / objective_ms
     if status == "optimal" and gap == 0.0:
         bound_ms = objective_ms
-    return SearchResult(solver=solver, status=status if status != "unknown" else "feasible",
-                        objective_ms=objective_ms, bound_ms=bound_ms, gap=gap,
-                        solve_time_s=time.perf_counter() - start, top=top,
-                        num_candidates=num_candidates, num_feasible=num_feasible,
-                        num_in_model=num_in_model, solver_time_s=solver_time_s,
-                        warnings=list(cost_model.warnings), pool=pool)
+    return SearchResult(
+        solver=solver,
+        status=status if status != "unknown" else "feasible",
+        objective_ms=objective_ms,
+        bound_ms=bound_ms,
+        gap=gap,
+        solve_time_s=time.perf_counter() - start,
+        top=top,
+        num_candidates=num_candidates,
+        num_feasible=num_feasible,
+        num_in_model=num_in_model,
+        solver_time_s=solver_time_s,
+        warnings=list(cost_model.warnings),
+        pool=pool,
+    )

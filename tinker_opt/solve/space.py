@@ -11,12 +11,18 @@ the distributed optimizer without any data-parallel group).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from tinker_opt.errors import ConfigError
-from tinker_opt.strategy import OVERLAP_KEYS, RECOMPUTE_KINDS, RECOMPUTE_METHODS, ZERO_LEVELS, Strategy
 from tinker_opt.rules import LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES
+from tinker_opt.strategy import (
+    OVERLAP_KEYS,
+    RECOMPUTE_KINDS,
+    RECOMPUTE_METHODS,
+    ZERO_LEVELS,
+    Strategy,
+)
 
 SEARCHED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo")
 """Context-parallel algorithms searched by default (kvallgather can be simulated and allowed)."""
@@ -66,18 +72,28 @@ class SearchSpace:
     def __post_init__(self) -> None:
         unknown = sorted(set(self.recompute) - set(RECOMPUTE_KINDS))
         if unknown:
-            raise ConfigError(f"unknown recompute kind(s) {unknown}; expected some of {list(RECOMPUTE_KINDS)}")
+            raise ConfigError(
+                f"unknown recompute kind(s) {unknown}; expected some of {list(RECOMPUTE_KINDS)}"
+            )
         bad_methods = sorted(set(self.recompute_methods) - set(RECOMPUTE_METHODS))
         if bad_methods or not self.recompute_methods:
-            raise ConfigError(f"recompute method(s) {bad_methods or '()'} not allowed; use some of {list(RECOMPUTE_METHODS)}")
+            raise ConfigError(
+                f"recompute method(s) {bad_methods or '()'} not allowed; use some of {list(RECOMPUTE_METHODS)}"
+            )
         bad_overlaps = sorted(set(self.overlaps or ()) - set(OVERLAP_KEYS))
         if bad_overlaps:
-            raise ConfigError(f"unknown overlap knob(s) {bad_overlaps}; expected some of {list(OVERLAP_KEYS)}")
+            raise ConfigError(
+                f"unknown overlap knob(s) {bad_overlaps}; expected some of {list(OVERLAP_KEYS)}"
+            )
         bad_algos = sorted(set(self.cp_algos) - set(MODELLED_CP_ALGOS))
         if bad_algos:
-            raise ConfigError(f"context-parallel algorithm(s) {bad_algos} are not modelled; use {list(MODELLED_CP_ALGOS)}")
+            raise ConfigError(
+                f"context-parallel algorithm(s) {bad_algos} are not modelled; use {list(MODELLED_CP_ALGOS)}"
+            )
         if self.layer_form not in LAYER_FORMS:
-            raise ConfigError(f"layer_form must be one of {list(LAYER_FORMS)}, got {self.layer_form!r}")
+            raise ConfigError(
+                f"layer_form must be one of {list(LAYER_FORMS)}, got {self.layer_form!r}"
+            )
         if not self.zero_levels or set(self.zero_levels) - set(ZERO_LEVELS):
             raise ConfigError(f"zero_levels {self.zero_levels} must be some of {ZERO_LEVELS}")
         if self.max_mbs is not None and self.max_mbs < 1:
@@ -96,18 +112,27 @@ ShapeCheck = Callable[[int, bool, int, int, int], bool]
 """available(tp, sp, cp, ep, etp): whether the profile holds every block at that shape."""
 
 
-def outer_choices(model, num_devices: int, global_batch_size: int, space: SearchSpace,
-                  available: ShapeCheck, max_mbs: int) -> list[Strategy]:
+def outer_choices(
+    model,
+    num_devices: int,
+    global_batch_size: int,
+    space: SearchSpace,
+    available: ShapeCheck,
+    max_mbs: int,
+) -> list[Strategy]:
     """Every valid outer configuration of the space, in a deterministic order."""
     return list(_iter_outer(model, num_devices, global_batch_size, space, available, max_mbs))
 
 
 def _iter_outer(model, num_devices, gbs, space, available, max_mbs) -> Iterator[Strategy]:
-    for tp, cp in itertools.product(_allowed(divisors(num_devices), space.tp),
-                                    _allowed(divisors(num_devices), space.cp)):
+    for tp, cp in itertools.product(
+        _allowed(divisors(num_devices), space.tp), _allowed(divisors(num_devices), space.cp)
+    ):
         if (cp > 1 and not space.allow_cp) or num_devices % (tp * cp):
             continue
-        for pp in _allowed([p for p in divisors(num_devices // (tp * cp)) if p <= model.num_layers], space.pp):
+        for pp in _allowed(
+            [p for p in divisors(num_devices // (tp * cp)) if p <= model.num_layers], space.pp
+        ):
             dp = num_devices // (tp * cp * pp)
             for parallel in _iter_parallel(model, tp, cp, pp, dp, space, available):
                 yield from _iter_schedule(model, parallel, gbs, space, max_mbs, num_devices)
@@ -134,10 +159,15 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
     """vpp, micro-batch, ZeRO stage (distributed optimizer) and recompute kind for one parallel layout."""
     vpps = [1]
     if space.allow_vpp and base.pp > 2:
-        vpps += [v for v in divisors(model.num_layers // base.pp) if v > 1
-                 and model.num_layers % (base.pp * v) == 0]
+        vpps += [
+            v
+            for v in divisors(model.num_layers // base.pp)
+            if v > 1 and model.num_layers % (base.pp * v) == 0
+        ]
     vpps = _allowed(vpps, space.vpp) or []
-    data_groups = base.dp * base.cp > 1 or (model.is_moe and base.tp * base.dp * base.cp > base.ep * base.expert_tp)
+    data_groups = base.dp * base.cp > 1 or (
+        model.is_moe and base.tp * base.dp * base.cp > base.ep * base.expert_tp
+    )
     zeros = [z for z in space.zero_levels if z == 0 or (data_groups and space.allow_dist_opt)]
     if space.require_dist_opt:
         zeros = [z for z in space.zero_levels if z >= 1] or [1]
@@ -148,20 +178,31 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
     mbss = [b for b in range(1, max_mbs + 1) if gbs % (b * base.dp) == 0]
     # Full recompute comes with each of Megatron's methods (block, uniform): the solver picks the
     # method with the count and the split.
-    kinds = [(kind, method) for kind in space.recompute
-             for method in (space.recompute_methods if kind == "full" else (None,))]
+    kinds = [
+        (kind, method)
+        for kind in space.recompute
+        for method in (space.recompute_methods if kind == "full" else (None,))
+    ]
     for vpp, mbs, zero, (recompute, method) in itertools.product(vpps, mbss, zeros, kinds):
         if vpp > 1 and (gbs // (mbs * base.dp)) % base.pp:
             continue
-        candidate = base.replace(vpp=vpp, mbs=mbs, dist_opt=zero >= 1, zero=zero, recompute=recompute,
-                                 recompute_method=method)
+        candidate = base.replace(
+            vpp=vpp,
+            mbs=mbs,
+            dist_opt=zero >= 1,
+            zero=zero,
+            recompute=recompute,
+            recompute_method=method,
+        )
         for knobs in overlap_choices(candidate, model.is_moe, space.overlaps):
             choice = candidate.replace(**knobs)
             if all(rule(choice, model, num_devices, gbs) is None for rule in OUTER_RULES):
                 yield choice
 
 
-def overlap_choices(s: Strategy, is_moe: bool, allowed: tuple[str, ...] | None) -> list[dict[str, bool | None]]:
+def overlap_choices(
+    s: Strategy, is_moe: bool, allowed: tuple[str, ...] | None
+) -> list[dict[str, bool | None]]:
     """The overlap switches of an outer configuration: on where allowed and where the framework
     accepts them (rules.overlap_message), off where allowed but not applicable to this layout,
     None where the knob does not exist (schema of ARCHITECTURE.md). Two choices where TP overlap
@@ -180,7 +221,12 @@ def overlap_choices(s: Strategy, is_moe: bool, allowed: tuple[str, ...] | None) 
     pairs = [(tp_overlap, moe_overlap and not tp_overlap)]
     if tp_overlap and moe_overlap:
         pairs.append((False, True))
-    return [{"overlap_grad_reduce": grad,
-             "overlap_param_gather": (grad and "overlap_param_gather" in on) if s.dist_opt else None,
-             "overlap_moe_comm": moe if is_moe else None,
-             "tp_comm_overlap": tp if s.tp > 1 else None} for tp, moe in pairs]
+    return [
+        {
+            "overlap_grad_reduce": grad,
+            "overlap_param_gather": (grad and "overlap_param_gather" in on) if s.dist_opt else None,
+            "overlap_moe_comm": moe if is_moe else None,
+            "tp_comm_overlap": tp if s.tp > 1 else None,
+        }
+        for tp, moe in pairs
+    ]

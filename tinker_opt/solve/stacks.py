@@ -166,8 +166,9 @@ class UniformStack(Stack):
                 return self.best_split() is not None
             return feasible_under_caps(loosest_caps(c, k), c.num_layers, c.layer_form)
         if c.method == "uniform":  # no r uses the least memory everywhere: some r must fit
-            return any(pack(memory_caps(c, k, r), c.num_layers) is not None
-                       for r in recompute_range(c))
+            return any(
+                pack(memory_caps(c, k, r), c.num_layers) is not None for r in recompute_range(c)
+            )
         caps = loosest_caps(c, k)
         return bool(caps.min() >= 1 and caps.sum() >= c.num_layers)
 
