@@ -16,6 +16,7 @@ from cli_support import run_cli
 from script_support import bash_syntax_ok
 from tinker_opt.emit.fsdp2_writer import apply_fsdp2
 from tinker_opt.emit.yaml_edit import set_yaml_values
+from tinker_opt.script.hf_config import model_from_hf_config
 from tinker_opt.script.reader import read_script, read_script_text
 from tinker_opt.strategy import Strategy
 
@@ -72,6 +73,28 @@ def test_no_layer_in_recompute_modules_reads_as_none(tmp_path):
     info = read_script_text(QWEN3_30B_EP.read_text(), QWEN3_30B_EP.name, path=QWEN3_30B_EP, fsdp2_yaml=yaml_text)
     assert info.train.strategy.recompute == "none"
     assert any("name no decoder layer" in w for w in info.warnings)
+
+
+def test_other_recompute_modules_entries_stay():
+    """DeepSeek-V4 style `mtp.layers.{*}.layer` entries stay when the layer entry changes."""
+    yaml_text = (FSDP2 / "pretrain_qwen3_30b_4k_fsdp2_ep_A3.yaml").read_text().replace(
+        "  recompute: False\n  recompute_modules: [\"model.layers.{*}\"]",
+        "  recompute: True\n  recompute_modules:\n    - model.layers.{*}\n    - mtp.layers.{*}.layer")
+    info = read_script_text(QWEN3_30B_EP.read_text(), QWEN3_30B_EP.name, path=QWEN3_30B_EP, fsdp2_yaml=yaml_text)
+    out = apply_fsdp2(info, Strategy(tp=1, dp=32, ep=8, zero=2, mbs=1, recompute="selective"),
+                      nnodes=2, nproc_per_node=16, yaml_reference="t.yaml")
+    assert yaml.safe_load(out.yaml_text)["parallel"]["recompute_modules"] == [
+        "model.layers.{*}.self_attn", "mtp.layers.{*}.layer"]
+
+
+def test_sliding_and_linear_attention_are_warned():
+    """GPT-OSS's sliding-window layers and Qwen3-Next's linear attention are modelled as full attention."""
+    config = json.loads(GPT_OSS_CONFIG.read_text())
+    warnings: list[str] = []
+    model_from_hf_config({**config, "layer_types": ["sliding_attention", "full_attention"]}, seq_length=4096,
+                         warn=warnings.append)
+    model_from_hf_config({**config, "full_attention_interval": 4}, seq_length=4096, warn=warnings.append)
+    assert "sliding_attention layers" in warnings[0] and "linear_attention layers" in warnings[1]
 
 
 def _targets(info, nodes: int):
