@@ -14,6 +14,7 @@ import yaml
 
 from cli_support import run_cli
 from script_support import bash_syntax_ok
+from tinker_opt.emit.expressible import search_space_for
 from tinker_opt.emit.fsdp2_writer import apply_fsdp2
 from tinker_opt.emit.yaml_edit import set_yaml_values
 from tinker_opt.script.hf_config import model_from_hf_config
@@ -221,3 +222,10 @@ def test_yaml_lists_block_flow_and_quoting():
     assert out == "parallel:\n  recompute_modules:  # keep\n    - model.layers.{*}\n\n  cp_size: 2\n"
     out = set_yaml_values("parallel:\n  cp_size: 2\n", {"parallel.recompute_modules": ["m"]})
     assert yaml.safe_load(out)["parallel"] == {"recompute_modules": ["m"], "cp_size": 2}
+
+
+def test_search_space_has_zero_2_and_3():
+    """FSDP2 can say ZeRO-3 (reshard_after_forward True) and ZeRO-2 (False): both are searched."""
+    info = _read(QWEN3_30B_EP)
+    space = search_space_for(info, info.version_range)
+    assert space.zero_levels == (2, 3) and space.pp == (1,)
