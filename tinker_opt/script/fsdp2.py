@@ -26,7 +26,9 @@ Strategy, in the Strategy schema:
 * `parallel.reshard_after_forward` (default True) frees each unit's gathered weights after its
   forward (ZeRO-3); False keeps them until the backward, so every layer's full weights are held at
   the peak and only one all-gather runs per micro-batch: ZeRO-2 in the cost model (gradients and
-  optimizer states sharded, weights whole at the peak).
+  optimizer states sharded, weights whole at the peak). ASSUMPTION: the cost model's stage 2 prices
+  that gather once in the step tail (costs/zero_terms.py), where FSDP2 runs it in each micro-batch's
+  forward under the prefetch; with gradient accumulation the traffic differs, the memory does not.
 """
 
 from __future__ import annotations
