@@ -14,7 +14,10 @@ one rank's share with the data-parallel size n = dp x cp, no tp / ep):
   ZeRO 0: 2P + 4P + 12P; 1: 2P + 4P + 12P/n; 2: 2P + (4P + 12P)/n; 3: (2P + 4P + 12P)/n.
 P is counted from the Hugging Face config (embedding V*h, head V*h untied, per layer q/k/v/o
 projections h*(a*d) + 2*h*(g*d) + (a*d)*h, the gated MLP 3*h*f, two RMSNorm weights 2*h and
-Qwen3's q/k norms 2*d, the final norm h).
+Qwen3's q/k norms 2*d, the final norm h). Transient: ZeRO 0 and 1 add nothing to the blocks' own
+peak T0 (the ZeRO-0 column); ZeRO 2 adds one unit's fp32 gradients before their reduce-scatter,
+4U, and ZeRO 3 also the bf16 weights of the computing and one prefetched unit, 2 x 2U, where U is
+the largest FSDP unit (here the embedding, V*h parameters).
 """
 
 from __future__ import annotations
@@ -125,10 +128,13 @@ def hand_check(work: Path) -> list[str]:
     n = 16
     expected = {0: (2 * total, 4 * total, 12 * total), 1: (2 * total, 4 * total, 12 * total / n),
                 2: (2 * total, 4 * total / n, 12 * total / n), 3: (2 * total / n, 4 * total / n, 12 * total / n)}
+    unit = max(layer, embed)
+    gathered = {0: 0, 1: 0, 2: 4 * unit, 3: 4 * unit + 2 * 2 * unit}
     rows = [f"Qwen3-8B: P = {total:,} parameters (a layer {layer:,}, embedding = head {embed:,}); 16 NPUs, tp 1, "
-            "dp 16, mbs 1, no recompute",
-            "| zero | weights MB (model / hand) | gradients MB | optimizer MB | transient MB | total MB |",
+            "dp 16, mbs 1, no recompute; MB = MiB; each cell model / hand",
+            "| zero | weights MB | gradients MB | optimizer MB | transient MB | total MB |",
             "|---|---|---|---|---|---|"]
+    base = None
     for zero in (0, 1, 2, 3):
         strategy = work / f"z{zero}.json"
         strategy.write_text(json.dumps({"tp": 1, "dp": n, "zero": zero, "dist_opt": zero >= 1, "mbs": 1}))
@@ -138,8 +144,12 @@ def hand_check(work: Path) -> list[str]:
         assert proc.returncode == 0, proc.stderr
         stage = json.loads(proc.stdout)["stages"][0]
         w, g, o = (x / MiB for x in expected[zero])
+        base = stage["transient_mb"] if base is None else base  # T0, the ZeRO-0 run's
+        tr = base + gathered[zero] / MiB
+        rest = stage["memory_mb"] - sum(stage[k] for k in ("weights_mb", "gradients_mb", "optimizer_mb", "transient_mb"))
         rows.append(f"| {zero} | {stage['weights_mb']:.1f} / {w:.1f} | {stage['gradients_mb']:.1f} / {g:.1f} | "
-                    f"{stage['optimizer_mb']:.1f} / {o:.1f} | {stage['transient_mb']:.1f} | {stage['memory_mb']:.1f} |")
+                    f"{stage['optimizer_mb']:.1f} / {o:.1f} | {stage['transient_mb']:.1f} / {tr:.1f} | "
+                    f"{stage['memory_mb']:.1f} / {w + g + o + tr + rest:.1f} |")
         print(rows[-1], flush=True)
     return rows
 
@@ -148,10 +158,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="1,2,4")
     parser.add_argument("--out", type=Path, default=None, help="Also write the tables to this Markdown file.")
+    parser.add_argument("--only", choices=("search", "hand"), default=None, help="Run one part only.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        lines = search_table([int(n) for n in args.nodes.split(",")], work) + [""] + hand_check(work)
+        lines = [] if args.only == "hand" else search_table([int(n) for n in args.nodes.split(",")], work) + [""]
+        lines += [] if args.only == "search" else hand_check(work)
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
 
