@@ -79,12 +79,16 @@ def run_all(script: Path, config: Path | None, nodes: int, work: Path) -> dict:
     folder = next((out / "res").iterdir())
     summary = json.loads((folder / "summary.json").read_text())
     best = Strategy.from_dict(summary["best"]["strategy"])
-    tuned = next((folder / "configs").glob("*rank1*.sh"))
-    back = read_script(tuned, model_config=config or _model_config(script))
+    tuned = next((folder / "configs").glob("*rank1*.sh"), None)
+    if tuned is None:
+        reads_back = "no tuned script"
+    else:
+        back = read_script(tuned, model_config=config or _model_config(script))
+        reads_back = (back.train.strategy == best and back.train.global_batch_size == GBS
+                      and tuned.with_suffix(".yaml").is_file())
     return {"status": summary["status"], "wall_s": wall, "best": label(best, GBS),
             "time_ms": summary["best"]["iteration_time_ms"], "memory_mb": summary["best"]["peak_memory_mb"],
-            "reads_back": back.train.strategy == best and back.train.global_batch_size == GBS
-            and tuned.with_suffix(".yaml").is_file()}
+            "reads_back": reads_back}
 
 
 def _model_config(script: Path) -> Path:

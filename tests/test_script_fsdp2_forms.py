@@ -229,3 +229,17 @@ def test_search_space_has_zero_2_and_3():
     info = _read(QWEN3_30B_EP)
     space = search_space_for(info, info.version_range)
     assert space.zero_levels == (2, 3) and space.pp == (1,)
+
+
+@pytest.mark.parametrize("nodes, cp", [(1, 16), (1, 4), (8, 32)])
+def test_apply_to_another_node_count(nodes, cp):
+    """The cp-32 launch for 4 nodes written for 1 or 8: the old cp need not fit the new device count
+    between the writer's edits."""
+    info = _read(GPT_OSS_128K)
+    target = Strategy(tp=1, dp=nodes * 16 // cp, cp=cp, cp_algo="megatron_cp_algo", ep=2, etp=1, zero=3, mbs=1,
+                      recompute="full", recompute_method="block", recompute_num_layers=24)
+    out = apply_fsdp2(info, target, nnodes=nodes, nproc_per_node=16, yaml_reference="t.yaml", global_batch_size=64)
+    check = read_script_text(out.text, GPT_OSS_128K.name, path=GPT_OSS_128K, fsdp2_yaml=out.yaml_text,
+                             model_config=GPT_OSS_CONFIG)
+    assert (check.train.strategy, check.train.nnodes) == (target, nodes)
+    assert f"  cp_size: {cp}\n  cp_type: ring\n" in out.yaml_text

@@ -28,7 +28,11 @@ from tinker_opt.emit.yaml_edit import set_yaml_values, yaml_scalar
 from tinker_opt.errors import ConfigError, ScriptError, StrategyError
 from tinker_opt.io_utils import write_text_atomic
 from tinker_opt.strategy import Strategy
-from tinker_opt.script.fsdp2 import CP_TYPES, DEFAULTS, LAYERS, SELECTIVE_MODULE, recompute_modules
+from tinker_opt.script.expand import Expansion, expand_script
+from tinker_opt.script.fsdp2 import (CP_TYPES, DEFAULTS, LAYERS, SELECTIVE_MODULE, Fsdp2Config, load_fsdp2_config,
+                                     recompute_modules)
+from tinker_opt.script.launch import Launch, find_launch
+from tinker_opt.script.shell import ShellSyntaxError
 from tinker_opt.script.reader import ScriptInfo, read_script_text
 
 _CP_TYPE_OF_ALGO = {algo: name for name, algo in CP_TYPES.items()}
@@ -137,6 +141,30 @@ def _reader(info: ScriptInfo, yaml_text: str):
     return read
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where the launch's arguments are in a script text: enough to edit it. Unlike a ScriptInfo it
+    checks no strategy: between edits the old parallel sizes need not fit the new device count
+    (cp_size 32 in the YAML while NNODES already went from 4 to 1)."""
+
+    launch: Launch
+    expansion: Expansion
+    fsdp2: Fsdp2Config
+
+
+def _layout_reader(info: ScriptInfo, yaml_text: str):
+    def read(text: str) -> _Layout:
+        name = info.path.name if info.path else "script.sh"
+        try:
+            expansion = expand_script(text, name)
+        except ShellSyntaxError as exc:
+            raise ScriptError(f"the tuned {name} does not parse ({exc}); set the values by hand") from None
+        launch = find_launch(expansion)
+        return _Layout(launch, expansion, load_fsdp2_config(launch, info.path, yaml_text=yaml_text,
+                                                            model_config=info.fsdp2.model_config_path))
+    return read
+
+
 def apply_fsdp2(info: ScriptInfo, strategy: Strategy, *, nnodes: int, nproc_per_node: int,
                 yaml_reference: str | Path, global_batch_size: int | None = None,
                 header: Sequence[str] = ()) -> AppliedFsdp2:
@@ -153,8 +181,9 @@ def apply_fsdp2(info: ScriptInfo, strategy: Strategy, *, nnodes: int, nproc_per_
                           modules=recompute_modules(info.fsdp2))
     line, in_yaml = _split_values(info, values)
     yaml_text = set_yaml_values(info.fsdp2.yaml_text, in_yaml)
-    tuned, warnings = apply_cluster(info.text, nnodes, nproc_per_node, read=_reader(info, info.fsdp2.yaml_text))
-    current = _reader(info, info.fsdp2.yaml_text)(tuned)
+    layout = _layout_reader(info, info.fsdp2.yaml_text)
+    tuned, warnings = apply_cluster(info.text, nnodes, nproc_per_node, read=layout)
+    current = layout(tuned)
     edits = [script_edit.value_edit(tuned, current.fsdp2.overrides[key], yaml_scalar(value), current.expansion)
              for key, value in line.items()]
     loc = script_edit.value_location((current.fsdp2.yaml_field,), current.expansion, prefer_assignment=False)
