@@ -144,3 +144,10 @@ def test_max_ep_below_one_is_an_error():
     """max_ep = 0 is a ConfigError."""
     with pytest.raises(ConfigError, match="max_ep"):
         MeasureSettings(**SMALL, max_ep=0)
+
+
+def test_script_cp_brings_its_power_of_two_divisors():
+    """A script with cp 8 gets cp 2, 4 and 8 profiled, so fewer nodes can still split the context."""
+    train = TrainSpec(micro_batch_size=1, global_batch_size=8, nnodes=2, nproc_per_node=8,
+                      strategy=Strategy(tp=1, dp=2, cp=8, cp_algo="ulysses_cp_algo"))
+    assert MeasureSettings(**SMALL).limits(train).prof_cp == (2, 4, 8)

@@ -149,7 +149,6 @@ def test_cli_inspect_missing_model_one_line():
 
 @pytest.mark.parametrize("strategy, message", [
     (Strategy(tp=1, pp=2, dp=8, dist_opt=True), "pipeline"),
-    (Strategy(tp=2, dp=8, sp=True, dist_opt=True, recompute="selective"), "selective"),
     (Strategy(tp=1, dp=16, cp=1, dist_opt=True, recompute="full", recompute_method="block",
               recompute_num_layers=4), "every decoder layer"),
 ])

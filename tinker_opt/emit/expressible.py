@@ -287,10 +287,11 @@ def searched_overlaps(info: ScriptInfo, vr: VersionRange) -> tuple[str, ...]:
 
 
 def fsdp2_search_space(info: ScriptInfo, base: SearchSpace | None = None) -> SearchSpace:
-    """MindSpeed-LLM FSDP2: tp, dp (sharded: ZeRO-3), ep, cp (ulysses | ring), recompute of every
-    layer or none, micro-batch size (and so gradient accumulation); no pipeline, no sequence
-    parallelism flag, no separate expert tensor parallelism, none of Megatron's overlap flags (the
-    prefetch overlap is priced in costs/zero_terms.py) (docs/en/pytorch/features/fsdp2/arguments.md)."""
+    """MindSpeed-LLM FSDP2: tp, dp (sharded: ZeRO-3, or ZeRO-2 with parallel.reshard_after_forward
+    False), ep, cp (ulysses | ring), recompute of every layer or none, micro-batch size (and so
+    gradient accumulation); no pipeline, no sequence parallelism flag, no separate expert tensor
+    parallelism, none of Megatron's overlap flags (the prefetch overlap is priced in
+    costs/zero_terms.py) (docs/en/pytorch/features/fsdp2/arguments.md)."""
     return dataclasses.replace(
         base or SearchSpace(),
         pp=(1,),
@@ -298,7 +299,7 @@ def fsdp2_search_space(info: ScriptInfo, base: SearchSpace | None = None) -> Sea
         allow_sp=False,
         layer_form="even",
         etp_follows_tp=True,
-        zero_levels=(3,),
+        zero_levels=(2, 3),
         recompute=("none", "full"),
         recompute_methods=("block",),
         overlaps=None,

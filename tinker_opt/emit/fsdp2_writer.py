@@ -1,8 +1,11 @@
 """Writing an FSDP2 launch back with a new strategy: `apply_fsdp2`.
 
 The strategy owns `parallel.tp_size, fsdp_size, cp_size, cp_type, ep_size, ep_fsdp_size,
-recompute` and `training.per_device_train_batch_size, gradient_accumulation_steps` (see
-script/fsdp2.py for how each maps onto the Strategy schema). A key the launch line overrides
+recompute, reshard_after_forward` and `training.per_device_train_batch_size,
+gradient_accumulation_steps` (see script/fsdp2.py for how each maps onto the Strategy schema), and
+the decoder-layer entries of `parallel.recompute_modules` when they must change (full recompute
+needs `model.layers.{*}`, selective `model.layers.{*}.self_attn`; other entries, such as
+DeepSeek-V4's `mtp.layers.{*}.layer`, stay). A key the launch line overrides
 (`--parallel.fsdp_size 16`) changes there, in place; every other owned key is set in a tuned copy
 of the YAML, which the tuned script names instead of the original. The original YAML is never
 touched; keys the strategy does not own stay byte for byte in both files. A key absent from both
@@ -25,7 +28,11 @@ from tinker_opt.emit.yaml_edit import set_yaml_values, yaml_scalar
 from tinker_opt.errors import ConfigError, ScriptError, StrategyError
 from tinker_opt.io_utils import write_text_atomic
 from tinker_opt.strategy import Strategy
-from tinker_opt.script.fsdp2 import CP_TYPES, DEFAULTS
+from tinker_opt.script.expand import Expansion, expand_script
+from tinker_opt.script.fsdp2 import (CP_TYPES, DEFAULTS, LAYERS, SELECTIVE_MODULE, Fsdp2Config, load_fsdp2_config,
+                                     recompute_modules)
+from tinker_opt.script.launch import Launch, find_launch
+from tinker_opt.script.shell import ShellSyntaxError
 from tinker_opt.script.reader import ScriptInfo, read_script_text
 
 _CP_TYPE_OF_ALGO = {algo: name for name, algo in CP_TYPES.items()}
@@ -48,25 +55,40 @@ def fsdp2_target(strategy: Strategy, info: ScriptInfo) -> Strategy:
     if strategy.cp > 1 and strategy.cp_algo not in _CP_TYPE_OF_ALGO:
         raise StrategyError(f"cp_algo {strategy.cp_algo!r}: FSDP2's cp_type is ulysses or ring "
                             "(ulysses_cp_algo or megatron_cp_algo)")
-    if strategy.recompute == "selective":
-        raise StrategyError("selective recompute: FSDP2 recomputes whole decoder layers (parallel.recompute)")
     layers = info.model.num_layers
     if strategy.recompute == "full" and (strategy.recompute_method, strategy.recompute_num_layers) not in (
             ("uniform", 1), ("block", layers)):
         raise StrategyError(f"full recompute of {strategy.recompute_num_layers} layer(s) "
                             f"({strategy.recompute_method}): FSDP2 recomputes every decoder layer or none")
     recompute = {"recompute": "full", "recompute_method": "block", "recompute_num_layers": layers} \
-        if strategy.recompute == "full" else {"recompute": "none"}
+        if strategy.recompute == "full" else {"recompute": strategy.recompute}
     sharded = strategy.dist_opt and strategy.dp * strategy.cp > 1  # FSDP2 shards everything or nothing
+    # ZeRO-2 is reshard_after_forward False; 1 (Megatron's distributed optimizer) becomes FSDP2's 3.
+    zero = (2 if strategy.zero == 2 else 3) if sharded else 0
     return Strategy(tp=strategy.tp, pp=1, dp=strategy.dp, cp=strategy.cp,
                     cp_algo=strategy.cp_algo if strategy.cp > 1 else None,
                     ep=strategy.ep if info.model.is_moe else 1,
                     etp=strategy.tp if info.model.is_moe else None, sp=False, vpp=1,
-                    dist_opt=sharded, zero=3 if sharded else 0, mbs=strategy.mbs, **recompute)
+                    dist_opt=sharded, zero=zero, mbs=strategy.mbs, **recompute)
 
 
-def fsdp2_values(target: Strategy, *, global_batch_size: int, is_moe: bool) -> dict[str, Any]:
-    """The owned `section.key` values of a (normal-form) strategy."""
+def _recompute_modules(target: Strategy, modules: list[str]) -> list[str] | None:
+    """The `recompute_modules` list the target needs, or None when the current one reads right
+    (script/fsdp2.py: full iff `model.layers.{*}` is listed, selective iff only its sub-modules are)."""
+    parts = [m for m in modules if m.startswith(LAYERS + ".")]
+    if target.recompute == "full" and LAYERS not in modules:
+        wanted = [LAYERS]
+    elif target.recompute == "selective" and (LAYERS in modules or not parts):
+        wanted = [SELECTIVE_MODULE]
+    else:
+        return None
+    return wanted + [m for m in modules if m != LAYERS and m not in parts]
+
+
+def fsdp2_values(target: Strategy, *, global_batch_size: int, is_moe: bool,
+                 modules: list[str] | None = None) -> dict[str, Any]:
+    """The owned `section.key` values of a (normal-form) strategy; `modules` is the launch's
+    current `recompute_modules` (MindSpeed-LLM's default when None)."""
     per_step = target.dp * target.mbs
     if global_batch_size % per_step:
         raise StrategyError(f"global batch {global_batch_size} is not a multiple of dp x mbs = {per_step}; "
@@ -74,9 +96,14 @@ def fsdp2_values(target: Strategy, *, global_batch_size: int, is_moe: bool) -> d
     shard = target.dp * target.cp if target.dist_opt else 1
     values: dict[str, Any] = {
         "parallel.tp_size": target.tp, "parallel.fsdp_size": shard, "parallel.cp_size": target.cp,
-        "parallel.recompute": target.recompute == "full",
+        "parallel.recompute": target.recompute != "none",
         "training.per_device_train_batch_size": target.mbs,
         "training.gradient_accumulation_steps": global_batch_size // per_step}
+    if target.dist_opt:
+        values["parallel.reshard_after_forward"] = target.zero == 3
+    wanted = _recompute_modules(target, modules if modules is not None else [LAYERS])
+    if wanted is not None:
+        values["parallel.recompute_modules"] = wanted
     if target.cp > 1:
         values["parallel.cp_type"] = _CP_TYPE_OF_ALGO[target.cp_algo]
     if is_moe:
@@ -95,6 +122,9 @@ def _split_values(info: ScriptInfo, values: dict[str, Any]) -> tuple[dict[str, A
     """(launch-line overrides to change, YAML keys to set); defaults absent from both are skipped."""
     line, in_yaml = {}, {}
     for key, value in values.items():
+        if key in info.fsdp2.overrides and isinstance(value, list):
+            raise ScriptError(f"--{key} on the launch line must become {value}; the writer sets lists only "
+                              "in the YAML: move it there or set it by hand")
         if key in info.fsdp2.overrides:
             line[key] = value
         elif _in_yaml(info, key) or value != DEFAULTS.get(key):
@@ -111,6 +141,30 @@ def _reader(info: ScriptInfo, yaml_text: str):
     return read
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where the launch's arguments are in a script text: enough to edit it. Unlike a ScriptInfo it
+    checks no strategy: between edits the old parallel sizes need not fit the new device count
+    (cp_size 32 in the YAML while NNODES already went from 4 to 1)."""
+
+    launch: Launch
+    expansion: Expansion
+    fsdp2: Fsdp2Config
+
+
+def _layout_reader(info: ScriptInfo, yaml_text: str):
+    def read(text: str) -> _Layout:
+        name = info.path.name if info.path else "script.sh"
+        try:
+            expansion = expand_script(text, name)
+        except ShellSyntaxError as exc:
+            raise ScriptError(f"the tuned {name} does not parse ({exc}); set the values by hand") from None
+        launch = find_launch(expansion)
+        return _Layout(launch, expansion, load_fsdp2_config(launch, info.path, yaml_text=yaml_text,
+                                                            model_config=info.fsdp2.model_config_path))
+    return read
+
+
 def apply_fsdp2(info: ScriptInfo, strategy: Strategy, *, nnodes: int, nproc_per_node: int,
                 yaml_reference: str | Path, global_batch_size: int | None = None,
                 header: Sequence[str] = ()) -> AppliedFsdp2:
@@ -123,10 +177,13 @@ def apply_fsdp2(info: ScriptInfo, strategy: Strategy, *, nnodes: int, nproc_per_
         raise StrategyError(f"tp x cp x dp = {target.world_size} but the target has {world} devices; "
                             "make them equal")
     gbs = global_batch_size or info.train.global_batch_size
-    line, in_yaml = _split_values(info, fsdp2_values(target, global_batch_size=gbs, is_moe=info.model.is_moe))
+    values = fsdp2_values(target, global_batch_size=gbs, is_moe=info.model.is_moe,
+                          modules=recompute_modules(info.fsdp2))
+    line, in_yaml = _split_values(info, values)
     yaml_text = set_yaml_values(info.fsdp2.yaml_text, in_yaml)
-    tuned, warnings = apply_cluster(info.text, nnodes, nproc_per_node, read=_reader(info, info.fsdp2.yaml_text))
-    current = _reader(info, info.fsdp2.yaml_text)(tuned)
+    layout = _layout_reader(info, info.fsdp2.yaml_text)
+    tuned, warnings = apply_cluster(info.text, nnodes, nproc_per_node, read=layout)
+    current = layout(tuned)
     edits = [script_edit.value_edit(tuned, current.fsdp2.overrides[key], yaml_scalar(value), current.expansion)
              for key, value in line.items()]
     loc = script_edit.value_location((current.fsdp2.yaml_field,), current.expansion, prefer_assignment=False)

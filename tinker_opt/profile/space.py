@@ -6,7 +6,7 @@ parallelism across nodes (tp 16 on nodes of 8), profiled like any other shape; i
 priced with the inter-node link by the cost model (model.comm_model.group_scope: a tp group
 wider than a node is `inter_node`), and comm.csv holds inter-node rows for every group size;
 sp on and off (on only with tp > 1; always on for MoE models with tp > 1, as Megatron requires);
-cp over 1 and the values the script or the settings ask for; ep over the divisors of num_experts
+cp over 1 and the values the script (its cp and the powers of two dividing it) or the settings ask for; ep over the divisors of num_experts
 (up to max_ep when set, plus the script's own ep: expert-parallel groups live in the data-parallel
 dimension and span nodes, so ep is not bounded by one node's devices), etp over 1, tp and the
 values asked for (MoE layers only; the search considers etp in {1, tp}); mbs 1, 2, 4, ... up to

@@ -18,7 +18,17 @@ Strategy, in the Strategy schema:
 * mbs = `training.per_device_train_batch_size` (default 8), global batch = mbs x
   `training.gradient_accumulation_steps` (default 1) x dp;
 * `parallel.recompute: True` with `recompute_modules: [model.layers.{*}]` recomputes every decoder
-  layer whole: full recompute of all layers of the one stage (block method, r = num_layers).
+  layer whole: full recompute of all layers of the one stage (block method, r = num_layers). With
+  only sub-modules of the layers listed (`model.layers.{*}.self_attn`, as in
+  examples/fsdp2/qwen3/pretrain_qwen3_14b_4k_fsdp2_A3_optimized.yaml) part of each layer is
+  recomputed: read as selective recompute (with a warning: Megatron's core-attention recompute
+  prices it, which leaves out the attention projections);
+* `parallel.reshard_after_forward` (default True) frees each unit's gathered weights after its
+  forward (ZeRO-3); False keeps them until the backward, so every layer's full weights are held at
+  the peak and only one all-gather runs per micro-batch: ZeRO-2 in the cost model (gradients and
+  optimizer states sharded, weights whole at the peak). ASSUMPTION: the cost model's stage 2 prices
+  that gather once in the step tail (costs/zero_terms.py), where FSDP2 runs it in each micro-batch's
+  forward under the prefetch; with gradient accumulation the traffic differs, the memory does not.
 """
 
 from __future__ import annotations
@@ -42,11 +52,17 @@ DEFAULTS: dict[str, Any] = {
     "parallel.tp_size": 1, "parallel.fsdp_size": 1, "parallel.cp_size": 1, "parallel.cp_type": "ulysses",
     "parallel.ep_size": 1, "parallel.ep_fsdp_size": 1, "parallel.recompute": False,
     "parallel.num_to_forward_prefetch": 1, "parallel.num_to_backward_prefetch": 1,
+    "parallel.reshard_after_forward": True, "parallel.recompute_modules": ["model.layers.{*}"],
+    "parallel.reduce_dtype": "fp32",
     "training.per_device_train_batch_size": 8, "training.gradient_accumulation_steps": 1,
     "data.cutoff_len": 2048,
 }
 """MindSpeed-LLM's defaults for the keys read here (docs/en/pytorch/features/fsdp2/arguments.md)."""
 CP_TYPES = {"ulysses": "ulysses_cp_algo", "ring": "megatron_cp_algo"}
+LAYERS = "model.layers.{*}"
+"""The `recompute_modules` / `fsdp_modules` pattern naming every decoder layer."""
+SELECTIVE_MODULE = LAYERS + ".self_attn"
+"""What the writer recomputes for a selective strategy (the attention of every layer)."""
 
 
 def is_fsdp2(launch: Launch) -> bool:
@@ -189,6 +205,43 @@ def read_fsdp2_model(config: Fsdp2Config, warn: Callable[[str], None]) -> ModelS
                                 use_flash_attn=bool(optimization.get("use_flash_attn")), warn=warn)
 
 
+def recompute_modules(config: Fsdp2Config) -> list[str]:
+    """`parallel.recompute_modules` as a list of module patterns (a launch-line value may be one string)."""
+    value = config.get("parallel.recompute_modules")
+    if isinstance(value, str):
+        value = [part for part in value.replace(",", " ").split() if part]
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ScriptError(f"parallel.recompute_modules is {value!r}; give a list of module patterns")
+    return value
+
+
+def _recompute(config: Fsdp2Config, num_layers: int, warn: Callable[[str], None]) -> dict[str, Any]:
+    """The Strategy recompute fields of `parallel.recompute` and `recompute_modules` (module docstring)."""
+    if not _flag(config, "parallel.recompute"):
+        return {}
+    modules = recompute_modules(config)
+    if LAYERS in modules:
+        return {"recompute": "full", "recompute_method": "block", "recompute_num_layers": num_layers}
+    parts = [m for m in modules if m.startswith(LAYERS + ".")]
+    if parts:
+        warn(f"parallel.recompute_modules {parts} recompute part of each decoder layer: read as selective "
+             "recompute, priced as Megatron's core-attention recompute (the projections' recompute is left out)")
+        return {"recompute": "selective"}
+    warn(f"parallel.recompute_modules {modules} name no decoder layer ({LAYERS}); read as no recompute")
+    return {}
+
+
+def _priced_defaults(config: Fsdp2Config, warn: Callable[[str], None]) -> None:
+    """Warn where a setting differs from what the cost model prices (costs/zero_terms.py)."""
+    for key in ("parallel.num_to_forward_prefetch", "parallel.num_to_backward_prefetch"):
+        if config.get(key) != DEFAULTS[key]:
+            warn(f"{key} is {config.get(key)!r}; the cost model prices {DEFAULTS[key]} prefetched unit "
+                 "(its overlap and gathered-weight memory)")
+    if str(config.get("parallel.reduce_dtype")) != "fp32":
+        warn(f"parallel.reduce_dtype is {config.get('parallel.reduce_dtype')!r}; the gradient reduce-scatter "
+             "is priced in fp32 (an upper bound on its time)")
+
+
 def read_fsdp2_strategy(config: Fsdp2Config, *, world: int, is_moe: bool, num_layers: int,
                         warn: Callable[[str], None]) -> tuple[Strategy, int]:
     """(the strategy the settings run, the global batch size) in the schema's normal form."""
@@ -204,13 +257,14 @@ def read_fsdp2_strategy(config: Fsdp2Config, *, world: int, is_moe: bool, num_la
     if cp > 1 and cp_type not in CP_TYPES:
         raise ScriptError(f"parallel.cp_type is {cp_type!r}; MindSpeed-LLM's FSDP2 has ulysses and ring")
     mbs = _int(config, "training.per_device_train_batch_size")
-    recompute = {"recompute": "full", "recompute_method": "block", "recompute_num_layers": num_layers} \
-        if _flag(config, "parallel.recompute") else {}
+    recompute = _recompute(config, num_layers, warn)
+    zero = (3 if _flag(config, "parallel.reshard_after_forward") else 2) if fsdp > 1 else 0
+    if fsdp > 1:
+        _priced_defaults(config, warn)
     try:
         strategy = Strategy(tp=tp, pp=1, dp=dp, cp=cp, cp_algo=CP_TYPES[cp_type] if cp > 1 else None,
                             ep=ep if is_moe else 1, etp=tp if is_moe else None, sp=False, vpp=1, dist_opt=fsdp > 1,
-                            zero=3 if fsdp > 1 else 0, mbs=mbs,
-                            **recompute)
+                            zero=zero, mbs=mbs, **recompute)
     except StrategyError as exc:
         raise ScriptError(f"the FSDP2 parallel settings are inconsistent: {exc}") from None
     return strategy, mbs * _int(config, "training.gradient_accumulation_steps") * dp
@@ -222,5 +276,6 @@ def fsdp2_summary(config: Fsdp2Config) -> dict[str, Any]:
             "model_config": str(config.model_config_path),
             "overrides": sorted(config.overrides),
             **{key.split(".", 1)[1]: config.get(key) for key in (
-                "parallel.fsdp_size", "parallel.ep_fsdp_size", "parallel.num_to_forward_prefetch",
+                "parallel.fsdp_size", "parallel.ep_fsdp_size", "parallel.reshard_after_forward",
+                "parallel.recompute_modules", "parallel.num_to_forward_prefetch",
                 "parallel.num_to_backward_prefetch", "training.gradient_accumulation_steps")}}

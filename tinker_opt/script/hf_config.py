@@ -66,6 +66,18 @@ def _mla_fields(config: dict[str, Any]) -> dict[str, Any]:
             "qk_pos_emb_head_dim": config.get("qk_rope_head_dim"), "v_head_dim": config.get("v_head_dim")}
 
 
+def _warn_other_attention(config: dict[str, Any], source: str, warn: Callable[[str], None]) -> None:
+    """Attention kinds the reference layer does not have are modelled as full causal attention:
+    sliding-window layers (GPT-OSS `layer_types`, `sliding_window`) and linear-attention layers
+    (Qwen3-Next's Gated DeltaNet, `full_attention_interval` / `linear_*` keys)."""
+    kinds = sorted({str(k) for k in config.get("layer_types") or []} - {"full_attention"})
+    if config.get("full_attention_interval") or any(key.startswith("linear_") for key in config):
+        kinds.append("linear_attention")
+    if kinds:
+        warn(f"{source}: {', '.join(kinds)} layers are modelled as full attention (an upper bound on their "
+             "time and activations)")
+
+
 def model_from_hf_config(config: dict[str, Any], *, seq_length: int, source: str = "config.json",
                          use_flash_attn: bool = False, precision: str = "bf16",
                          warn: Callable[[str], None] = lambda _: None) -> ModelSpec:
@@ -97,6 +109,7 @@ def model_from_hf_config(config: dict[str, Any], *, seq_length: int, source: str
         "add_bias_linear": bool(config.get("mlp_bias", False)),
         "precision": precision,
     }
+    _warn_other_attention(config, source, warn)
     try:
         return ModelSpec(**fields, **_moe_fields(config, source, warn), **_mla_fields(config))
     except ConfigError as exc:
