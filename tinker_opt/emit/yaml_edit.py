@@ -40,9 +40,9 @@ def _section_span(lines: list[str], section: str) -> tuple[int, int] | None:
 
 
 def _child_indent(lines: list[str], start: int, end: int) -> str:
-    for line in lines[start + 1:end]:
+    for line in lines[start + 1 : end]:
         if line.strip() and not line.lstrip().startswith("#"):
-            return line[:len(line) - len(line.lstrip(" \t"))]
+            return line[: len(line) - len(line.lstrip(" \t"))]
     return "  "
 
 
@@ -52,8 +52,11 @@ def _sequence_end(lines: list[str], key_line: int, end: int, indent: str) -> tup
     while i < end:
         stripped = lines[i].lstrip(" \t")
         depth = len(lines[i]) - len(stripped)
-        if stripped.strip() and not stripped.startswith("#") and not (
-                depth > len(indent) or (depth == len(indent) and stripped.startswith("- "))):
+        if (
+            stripped.strip()
+            and not stripped.startswith("#")
+            and not (depth > len(indent) or (depth == len(indent) and stripped.startswith("- ")))
+        ):
             break
         if stripped.startswith("- ") and item_indent == indent + "  ":
             item_indent = lines[i][:depth]
@@ -79,7 +82,9 @@ def _key_lines(indent: str, key: str, value: str | list[str], newline: str) -> l
     return [f"{indent}{key}:{newline}"] + [f"{indent}  - {_item(v)}{newline}" for v in value]
 
 
-def _set_one(lines: list[str], section: str, key: str, value: str | list[str], newline: str) -> None:
+def _set_one(
+    lines: list[str], section: str, key: str, value: str | list[str], newline: str
+) -> None:
     span = _section_span(lines, section)
     if span is None:
         if lines and not lines[-1].endswith("\n"):
@@ -88,18 +93,21 @@ def _set_one(lines: list[str], section: str, key: str, value: str | list[str], n
         return
     start, end = span
     indent = _child_indent(lines, start, end)
-    pattern = re.compile(rf"^({re.escape(indent)}{re.escape(key)}\s*:[ \t]*)([^#\r\n]*?)([ \t]+#.*)?(\r?\n)?$")
+    pattern = re.compile(
+        rf"^({re.escape(indent)}{re.escape(key)}\s*:[ \t]*)([^#\r\n]*?)([ \t]+#.*)?(\r?\n)?$"
+    )
     for i in range(start + 1, end):
         match = pattern.match(lines[i])
         if match and isinstance(value, list):
             seq_end, item_indent = _sequence_end(lines, i, end, indent)
             lines[i:seq_end] = [match.group(1).rstrip(" \t") + (match.group(3) or "") + newline] + [
-                f"{item_indent}- {_item(v)}{newline}" for v in value]
+                f"{item_indent}- {_item(v)}{newline}" for v in value
+            ]
             return
         if match:
             lines[i] = match.group(1) + value + (match.group(3) or "") + (match.group(4) or "")
             return
-    lines[start + 1:start + 1] = _key_lines(indent, key, value, newline)
+    lines[start + 1 : start + 1] = _key_lines(indent, key, value, newline)
 
 
 def set_yaml_values(text: str, values: dict[str, Any]) -> str:
@@ -108,14 +116,21 @@ def set_yaml_values(text: str, values: dict[str, Any]) -> str:
     newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
     for dotted, value in reversed(values.items()):  # reversed: inserted keys keep the given order
         section, key = dotted.split(".", 1)
-        _set_one(lines, section, key, [str(v) for v in value] if isinstance(value, list) else yaml_scalar(value),
-                 newline)
+        _set_one(
+            lines,
+            section,
+            key,
+            [str(v) for v in value] if isinstance(value, list) else yaml_scalar(value),
+            newline,
+        )
     out = "".join(lines)
     data = yaml.safe_load(out) or {}
     for dotted, value in values.items():
         section, key = dotted.split(".", 1)
         got = (data.get(section) or {}).get(key)
         if got != value:
-            raise ScriptError(f"could not set {dotted} to {value!r} in the YAML copy (it reads {got!r}); "
-                              "its layout is beyond the writer: set it by hand")
+            raise ScriptError(
+                f"could not set {dotted} to {value!r} in the YAML copy (it reads {got!r}); "
+                "its layout is beyond the writer: set it by hand"
+            )
     return out

@@ -141,8 +141,11 @@ class MeasureSettings:
         strategy = train.strategy if train is not None else None
         # The script's cp and its power-of-two divisors: a long-context script written for more
         # nodes (cp 32 on 4 nodes) can then be searched with a smaller cp on fewer.
-        cp = set(self.prof_cp or ()) | ({c for c in (2**i for i in range(1, 12)) if strategy.cp % c == 0}
-                                        | {strategy.cp} if strategy and strategy.cp > 1 else set())
+        cp = set(self.prof_cp or ()) | (
+            {c for c in (2**i for i in range(1, 12)) if strategy.cp % c == 0} | {strategy.cp}
+            if strategy and strategy.cp > 1
+            else set()
+        )
         etp = set(self.prof_etp or ()) | ({strategy.etp} if strategy and strategy.etp else set())
         return SpaceLimits(
             max_npu=self.max_npu,

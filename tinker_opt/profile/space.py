@@ -3,10 +3,11 @@
 tp runs over the divisors of max_npu that divide the heads, the query groups and the MLP width,
 plus the tp sizes asked for above max_npu (`prof_tp`, the script's own tp in `extra_tp`): tensor
 parallelism across nodes (tp 16 on nodes of 8), profiled like any other shape; its collectives are
-priced with the inter-node link by the cost model (model.comm_model.group_scope: a tp group
+priced with the inter-node link by the cost model (costs.comm_model.group_scope: a tp group
 wider than a node is `inter_node`), and comm.csv holds inter-node rows for every group size;
 sp on and off (on only with tp > 1; always on for MoE models with tp > 1, as Megatron requires);
-cp over 1 and the values the script (its cp and the powers of two dividing it) or the settings ask for; ep over the divisors of num_experts
+cp over 1 and the values the script (its cp and the powers of two dividing it) or the settings ask
+for; ep over the divisors of num_experts
 (up to max_ep when set, plus the script's own ep: expert-parallel groups live in the data-parallel
 dimension and span nodes, so ep is not bounded by one node's devices), etp over 1, tp and the
 values asked for (MoE layers only; the search considers etp in {1, tp}); mbs 1, 2, 4, ... up to
@@ -88,7 +89,7 @@ def model_allows_tp(model: ModelSpec, tp: int) -> bool:
 
 def tiles_nodes(tp: int, max_npu: int) -> bool:
     """Whether tp groups tile the devices: inside a node of max_npu (tp divides it) or over whole
-    nodes (a multiple of it), so that every tp group has the same links (model.comm_model.group_scope)."""
+    nodes (a multiple of it), so that every tp group has the same links (costs.comm_model.group_scope)."""
     return max_npu % tp == 0 or tp % max_npu == 0
 
 

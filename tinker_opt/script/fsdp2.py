@@ -34,27 +34,36 @@ Strategy, in the Strategy schema:
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
 from tinker_opt.errors import ScriptError, StrategyError
-from tinker_opt.strategy import Strategy
 from tinker_opt.script.expand import Field, field_text
 from tinker_opt.script.hf_config import load_hf_config, model_from_hf_config
 from tinker_opt.script.launch import ArgOccurrence, Launch
 from tinker_opt.specs import ModelSpec
+from tinker_opt.strategy import Strategy
 
 ENTRY = "train_fsdp2.py"
 DEFAULTS: dict[str, Any] = {
-    "parallel.tp_size": 1, "parallel.fsdp_size": 1, "parallel.cp_size": 1, "parallel.cp_type": "ulysses",
-    "parallel.ep_size": 1, "parallel.ep_fsdp_size": 1, "parallel.recompute": False,
-    "parallel.num_to_forward_prefetch": 1, "parallel.num_to_backward_prefetch": 1,
-    "parallel.reshard_after_forward": True, "parallel.recompute_modules": ["model.layers.{*}"],
+    "parallel.tp_size": 1,
+    "parallel.fsdp_size": 1,
+    "parallel.cp_size": 1,
+    "parallel.cp_type": "ulysses",
+    "parallel.ep_size": 1,
+    "parallel.ep_fsdp_size": 1,
+    "parallel.recompute": False,
+    "parallel.num_to_forward_prefetch": 1,
+    "parallel.num_to_backward_prefetch": 1,
+    "parallel.reshard_after_forward": True,
+    "parallel.recompute_modules": ["model.layers.{*}"],
     "parallel.reduce_dtype": "fp32",
-    "training.per_device_train_batch_size": 8, "training.gradient_accumulation_steps": 1,
+    "training.per_device_train_batch_size": 8,
+    "training.gradient_accumulation_steps": 1,
     "data.cutoff_len": 2048,
 }
 """MindSpeed-LLM's defaults for the keys read here (docs/en/pytorch/features/fsdp2/arguments.md)."""
@@ -98,8 +107,10 @@ class Fsdp2Config:
 
 def _yaml_field(launch: Launch) -> Field:
     if not launch.positionals:
-        raise ScriptError(f"{ENTRY} has no YAML config argument; the launch needs "
-                          f"`{ENTRY} CONFIG.yaml [--section.key value ...]`")
+        raise ScriptError(
+            f"{ENTRY} has no YAML config argument; the launch needs "
+            f"`{ENTRY} CONFIG.yaml [--section.key value ...]`"
+        )
     return launch.positionals[0]
 
 
@@ -114,8 +125,10 @@ def find_yaml(reference: str, script_path: Path | None) -> Path:
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    raise ScriptError(f"the FSDP2 config {reference} (the {ENTRY} argument) is not found from the "
-                      "working directory or beside the script; put it there or fix the path")
+    raise ScriptError(
+        f"the FSDP2 config {reference} (the {ENTRY} argument) is not found from the "
+        "working directory or beside the script; put it there or fix the path"
+    )
 
 
 def _parse_yaml(text: str, source: str) -> dict[str, Any]:
@@ -128,7 +141,9 @@ def _parse_yaml(text: str, source: str) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ScriptError(f"{source}: the FSDP2 config must be a mapping of sections (model, data, parallel, training)")
+        raise ScriptError(
+            f"{source}: the FSDP2 config must be a mapping of sections (model, data, parallel, training)"
+        )
     return data
 
 
@@ -144,7 +159,9 @@ def _override_value(arg: ArgOccurrence) -> Any:
 
 
 def _overrides(launch: Launch) -> dict[str, ArgOccurrence]:
-    return {arg.name[2:]: arg for arg in launch.args if arg.name.startswith("--") and "." in arg.name}
+    return {
+        arg.name[2:]: arg for arg in launch.args if arg.name.startswith("--") and "." in arg.name
+    }
 
 
 def _merge(data: dict[str, Any], overrides: dict[str, ArgOccurrence]) -> dict[str, Any]:
@@ -160,8 +177,13 @@ def _merge(data: dict[str, Any], overrides: dict[str, ArgOccurrence]) -> dict[st
     return merged
 
 
-def load_fsdp2_config(launch: Launch, script_path: Path | None, *, yaml_text: str | None = None,
-                      model_config: str | Path | None = None) -> Fsdp2Config:
+def load_fsdp2_config(
+    launch: Launch,
+    script_path: Path | None,
+    *,
+    yaml_text: str | None = None,
+    model_config: str | Path | None = None,
+) -> Fsdp2Config:
     """The FSDP2 settings of a launch; `yaml_text` stands in for the YAML file (the writer's check)."""
     yaml_field = _yaml_field(launch)
     reference = field_text(yaml_field)
@@ -177,9 +199,15 @@ def load_fsdp2_config(launch: Launch, script_path: Path | None, *, yaml_text: st
     model = merged.get("model") if isinstance(merged.get("model"), dict) else {}
     bases = [Path.cwd()] + ([script_path.parent] if script_path is not None else [])
     hf_config, config_path = load_hf_config(model.get("model_name_or_path"), model_config, bases)
-    return Fsdp2Config(yaml_field=yaml_field, yaml_path=path, yaml_text=yaml_text,
-                       overrides=overrides, merged=merged, model_config_path=config_path,
-                       model_config=hf_config)
+    return Fsdp2Config(
+        yaml_field=yaml_field,
+        yaml_path=path,
+        yaml_text=yaml_text,
+        overrides=overrides,
+        merged=merged,
+        model_config_path=config_path,
+        model_config=hf_config,
+    )
 
 
 def _int(config: Fsdp2Config, key: str) -> int:
@@ -198,11 +226,21 @@ def _flag(config: Fsdp2Config, key: str) -> bool:
 
 def read_fsdp2_model(config: Fsdp2Config, warn: Callable[[str], None]) -> ModelSpec:
     """The ModelSpec from the model's config.json and the data settings (`data.cutoff_len`)."""
-    optimization = {**(config.merged.get("training") or {}), **(config.merged.get("optimization") or {})}
-    precision = {"fp32": "fp32", "fp16": "fp16"}.get(str(config.get("parallel.param_dtype")), "bf16")
-    return model_from_hf_config(config.model_config, seq_length=_int(config, "data.cutoff_len"),
-                                source=str(config.model_config_path), precision=precision,
-                                use_flash_attn=bool(optimization.get("use_flash_attn")), warn=warn)
+    optimization = {
+        **(config.merged.get("training") or {}),
+        **(config.merged.get("optimization") or {}),
+    }
+    precision = {"fp32": "fp32", "fp16": "fp16"}.get(
+        str(config.get("parallel.param_dtype")), "bf16"
+    )
+    return model_from_hf_config(
+        config.model_config,
+        seq_length=_int(config, "data.cutoff_len"),
+        source=str(config.model_config_path),
+        precision=precision,
+        use_flash_attn=bool(optimization.get("use_flash_attn")),
+        warn=warn,
+    )
 
 
 def recompute_modules(config: Fsdp2Config) -> list[str]:
@@ -211,7 +249,9 @@ def recompute_modules(config: Fsdp2Config) -> list[str]:
     if isinstance(value, str):
         value = [part for part in value.replace(",", " ").split() if part]
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ScriptError(f"parallel.recompute_modules is {value!r}; give a list of module patterns")
+        raise ScriptError(
+            f"parallel.recompute_modules is {value!r}; give a list of module patterns"
+        )
     return value
 
 
@@ -221,13 +261,21 @@ def _recompute(config: Fsdp2Config, num_layers: int, warn: Callable[[str], None]
         return {}
     modules = recompute_modules(config)
     if LAYERS in modules:
-        return {"recompute": "full", "recompute_method": "block", "recompute_num_layers": num_layers}
+        return {
+            "recompute": "full",
+            "recompute_method": "block",
+            "recompute_num_layers": num_layers,
+        }
     parts = [m for m in modules if m.startswith(LAYERS + ".")]
     if parts:
-        warn(f"parallel.recompute_modules {parts} recompute part of each decoder layer: read as selective "
-             "recompute, priced as Megatron's core-attention recompute (the projections' recompute is left out)")
+        warn(
+            f"parallel.recompute_modules {parts} recompute part of each decoder layer: read as selective "
+            "recompute, priced as Megatron's core-attention recompute (the projections' recompute is left out)"
+        )
         return {"recompute": "selective"}
-    warn(f"parallel.recompute_modules {modules} name no decoder layer ({LAYERS}); read as no recompute")
+    warn(
+        f"parallel.recompute_modules {modules} name no decoder layer ({LAYERS}); read as no recompute"
+    )
     return {}
 
 
@@ -235,36 +283,59 @@ def _priced_defaults(config: Fsdp2Config, warn: Callable[[str], None]) -> None:
     """Warn where a setting differs from what the cost model prices (costs/zero_terms.py)."""
     for key in ("parallel.num_to_forward_prefetch", "parallel.num_to_backward_prefetch"):
         if config.get(key) != DEFAULTS[key]:
-            warn(f"{key} is {config.get(key)!r}; the cost model prices {DEFAULTS[key]} prefetched unit "
-                 "(its overlap and gathered-weight memory)")
+            warn(
+                f"{key} is {config.get(key)!r}; the cost model prices {DEFAULTS[key]} prefetched unit "
+                "(its overlap and gathered-weight memory)"
+            )
     if str(config.get("parallel.reduce_dtype")) != "fp32":
-        warn(f"parallel.reduce_dtype is {config.get('parallel.reduce_dtype')!r}; the gradient reduce-scatter "
-             "is priced in fp32 (an upper bound on its time)")
+        warn(
+            f"parallel.reduce_dtype is {config.get('parallel.reduce_dtype')!r}; the gradient reduce-scatter "
+            "is priced in fp32 (an upper bound on its time)"
+        )
 
 
-def read_fsdp2_strategy(config: Fsdp2Config, *, world: int, is_moe: bool, num_layers: int,
-                        warn: Callable[[str], None]) -> tuple[Strategy, int]:
+def read_fsdp2_strategy(
+    config: Fsdp2Config, *, world: int, is_moe: bool, num_layers: int, warn: Callable[[str], None]
+) -> tuple[Strategy, int]:
     """(the strategy the settings run, the global batch size) in the schema's normal form."""
     tp, cp, ep = (_int(config, f"parallel.{k}") for k in ("tp_size", "cp_size", "ep_size"))
     if world % (tp * cp):
-        raise ScriptError(f"world size {world} is not a multiple of parallel.tp_size x cp_size = {tp * cp}; fix them")
+        raise ScriptError(
+            f"world size {world} is not a multiple of parallel.tp_size x cp_size = {tp * cp}; fix them"
+        )
     dp = world // (tp * cp)
     fsdp = _int(config, "parallel.fsdp_size")
     if fsdp > 1 and fsdp != dp * cp:
-        warn(f"parallel.fsdp_size {fsdp} is not the data x context parallel size {dp * cp}; read as "
-             "sharded over all of them (the shipped examples shard over every rank)")
+        warn(
+            f"parallel.fsdp_size {fsdp} is not the data x context parallel size {dp * cp}; read as "
+            "sharded over all of them (the shipped examples shard over every rank)"
+        )
     cp_type = str(config.get("parallel.cp_type"))
     if cp > 1 and cp_type not in CP_TYPES:
-        raise ScriptError(f"parallel.cp_type is {cp_type!r}; MindSpeed-LLM's FSDP2 has ulysses and ring")
+        raise ScriptError(
+            f"parallel.cp_type is {cp_type!r}; MindSpeed-LLM's FSDP2 has ulysses and ring"
+        )
     mbs = _int(config, "training.per_device_train_batch_size")
     recompute = _recompute(config, num_layers, warn)
     zero = (3 if _flag(config, "parallel.reshard_after_forward") else 2) if fsdp > 1 else 0
     if fsdp > 1:
         _priced_defaults(config, warn)
     try:
-        strategy = Strategy(tp=tp, pp=1, dp=dp, cp=cp, cp_algo=CP_TYPES[cp_type] if cp > 1 else None,
-                            ep=ep if is_moe else 1, etp=tp if is_moe else None, sp=False, vpp=1, dist_opt=fsdp > 1,
-                            zero=zero, mbs=mbs, **recompute)
+        strategy = Strategy(
+            tp=tp,
+            pp=1,
+            dp=dp,
+            cp=cp,
+            cp_algo=CP_TYPES[cp_type] if cp > 1 else None,
+            ep=ep if is_moe else 1,
+            etp=tp if is_moe else None,
+            sp=False,
+            vpp=1,
+            dist_opt=fsdp > 1,
+            zero=zero,
+            mbs=mbs,
+            **recompute,
+        )
     except StrategyError as exc:
         raise ScriptError(f"the FSDP2 parallel settings are inconsistent: {exc}") from None
     return strategy, mbs * _int(config, "training.gradient_accumulation_steps") * dp
@@ -272,10 +343,20 @@ def read_fsdp2_strategy(config: Fsdp2Config, *, world: int, is_moe: bool, num_la
 
 def fsdp2_summary(config: Fsdp2Config) -> dict[str, Any]:
     """What `inspect` shows of an FSDP2 launch: its files and the sharding settings as read."""
-    return {"yaml": str(config.yaml_path) if config.yaml_path else field_text(config.yaml_field),
-            "model_config": str(config.model_config_path),
-            "overrides": sorted(config.overrides),
-            **{key.split(".", 1)[1]: config.get(key) for key in (
-                "parallel.fsdp_size", "parallel.ep_fsdp_size", "parallel.reshard_after_forward",
-                "parallel.recompute_modules", "parallel.num_to_forward_prefetch",
-                "parallel.num_to_backward_prefetch", "training.gradient_accumulation_steps")}}
+    return {
+        "yaml": str(config.yaml_path) if config.yaml_path else field_text(config.yaml_field),
+        "model_config": str(config.model_config_path),
+        "overrides": sorted(config.overrides),
+        **{
+            key.split(".", 1)[1]: config.get(key)
+            for key in (
+                "parallel.fsdp_size",
+                "parallel.ep_fsdp_size",
+                "parallel.reshard_after_forward",
+                "parallel.recompute_modules",
+                "parallel.num_to_forward_prefetch",
+                "parallel.num_to_backward_prefetch",
+                "training.gradient_accumulation_steps",
+            )
+        },
+    }

@@ -153,7 +153,9 @@ def brute_force(cost_model, outers: Sequence[Strategy]) -> list[Candidate]:
         for layers in splits:
             counts = recompute_range(coeffs)
             if coeffs.recompute_all and coeffs.outer.recompute == "full":
-                counts = [max(layers) // coeffs.vpp]  # every layer of each chunk, whatever the split
+                counts = [
+                    max(layers) // coeffs.vpp
+                ]  # every layer of each chunk, whatever the split
             for r in counts:
                 if r > max(layers) // coeffs.vpp:
                     break
