@@ -17,9 +17,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from tinker_opt.config import ProfileSettings
 from tinker_opt.profile.device import detect_device
 from tinker_opt.profile.measure import measure_block
-from tinker_opt.config import ProfileSettings
 from tinker_opt.profile.runner import MeasureSettings, run_profile
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.subgraphs import build_block

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from tinker_opt.hardware import HardwareSpec, load_hardware, shipped_hardware
-from tinker_opt.strategy import Strategy
 from tinker_opt.specs import ModelSpec
+from tinker_opt.strategy import Strategy
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUNS_FILE = REPO_ROOT.parent / "shared" / "data" / "published_calibration.json"

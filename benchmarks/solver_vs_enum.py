@@ -26,11 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from model_support import cluster, dense_model, moe_model, synthetic_profile  # noqa: E402
-from tinker_opt.errors import InfeasibleError  # noqa: E402
-from tinker_opt.io_utils import write_text_atomic  # noqa: E402
-from tinker_opt.costs.evaluate import CostModel  # noqa: E402
-from tinker_opt.solve.search import search  # noqa: E402
+from model_support import cluster, dense_model, moe_model, synthetic_profile
+
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.errors import InfeasibleError
+from tinker_opt.io_utils import write_text_atomic
+from tinker_opt.solve.search import search
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPES = {"tps": (1, 2, 4, 8), "cps": (1, 2, 4, 8), "mbss": (1, 2, 4)}

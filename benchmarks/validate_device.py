@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import gc
 import json
 import os
@@ -44,11 +45,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tinker_opt.profile.device import Device, detect_device  # noqa: E402
-from tinker_opt.profile.kernels import KernelSet, requested_ops, select_kernels  # noqa: E402
-from tinker_opt.profile.shape import Shape  # noqa: E402
-from tinker_opt.profile.subgraphs import build_block  # noqa: E402
-from tinker_opt.specs import ModelSpec  # noqa: E402
+from tinker_opt.profile.device import Device, detect_device
+from tinker_opt.profile.kernels import KernelSet, requested_ops, select_kernels
+from tinker_opt.profile.shape import Shape
+from tinker_opt.profile.subgraphs import build_block
+from tinker_opt.specs import ModelSpec
 
 FLAGS = ("--use-flash-attn", "--use-fused-rmsnorm", "--use-fused-swiglu", "--use-fused-rotary-pos-emb")
 RECOMPUTES = ("none", "selective", "full")
@@ -127,11 +128,11 @@ class MixedPrecisionAdam:
         p.grad = None
 
     def step(self) -> None:
-        for p, m in zip(self.params, self.master):
+        for p, m in zip(self.params, self.master, strict=True):
             m.grad = p.main_grad
         self.adam.step()
         with torch.no_grad():
-            for p, m in zip(self.params, self.master):
+            for p, m in zip(self.params, self.master, strict=True):
                 p.copy_(m)
                 p.main_grad.zero_()
 
@@ -202,11 +203,11 @@ def train_row(model: ModelSpec, mbs: int, recompute: str, device: Device, plan: 
     if trainer == "megatron-core":
         net = mcore_model(model, recompute, device)
         positions = torch.arange(model.seq_length, device=device.torch_device).unsqueeze(0).expand(mbs, -1)
-        loss_fn = lambda: net(ids, positions, None, labels=ids).float().mean()  # noqa: E731
+        loss_fn = functools.partial(_mcore_loss, net, ids, positions)
     else:
         kernels = select_kernels(requested_ops(FLAGS, flash_attn=True), device.kind)
         net = ReferenceModel(model, mbs, device, kernels, recompute)
-        loss_fn = lambda: net(ids, ids)  # noqa: E731
+        loss_fn = functools.partial(net, ids, ids)
     optimizer = MixedPrecisionAdam([p for p in net.parameters() if p.requires_grad])
     times = []
     tracker = LiveBytesTracker() if device.kind == "cpu" else None
@@ -226,8 +227,13 @@ def train_row(model: ModelSpec, mbs: int, recompute: str, device: Device, plan: 
         peak = state + tracker.peak_bytes
     else:
         peak = device.peak_allocated_bytes()
-    del net, optimizer
+    del loss_fn, net, optimizer
     return statistics.median(times[plan.warmup_steps:]), peak / MIB
+
+
+def _mcore_loss(net, ids, positions):
+    """megatron-core GPTModel's loss of one micro-batch (labels = inputs)."""
+    return net(ids, positions, None, labels=ids).float().mean()
 
 
 def _state_tensors(net: torch.nn.Module, optimizer: MixedPrecisionAdam) -> list[torch.Tensor]:

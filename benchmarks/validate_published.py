@@ -35,16 +35,28 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from published_runs import (DEFAULT_RUNS_FILE, PublishedRun, hardware_for, launch_script,  # noqa: E402
-                            load_runs, model_spec_of, strategy_of)
+from published_runs import (
+    DEFAULT_RUNS_FILE,
+    PublishedRun,
+    hardware_for,
+    launch_script,
+    load_runs,
+    model_spec_of,
+    strategy_of,
+)
 
-from tinker_opt.hardware import HardwareSpec  # noqa: E402
-from tinker_opt.costs.evaluate import CostModel  # noqa: E402
-from tinker_opt.strategy import Strategy  # noqa: E402
-from tinker_opt.profile.analytic import analytic_meta, blocks_frame, trace_space, write_analytic_folder  # noqa: E402
-from tinker_opt.profile.space import SpaceLimits, profile_space  # noqa: E402
-from tinker_opt.profile.store import load_profiled_data  # noqa: E402
-from tinker_opt.specs import ClusterSpec, ModelSpec  # noqa: E402
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.hardware import HardwareSpec
+from tinker_opt.profile.analytic import (
+    analytic_meta,
+    blocks_frame,
+    trace_space,
+    write_analytic_folder,
+)
+from tinker_opt.profile.space import SpaceLimits, profile_space
+from tinker_opt.profile.store import load_profiled_data
+from tinker_opt.specs import ClusterSpec, ModelSpec
+from tinker_opt.strategy import Strategy
 
 GIB = 2**30
 
@@ -242,7 +254,7 @@ def fit_time_parameters(runs, profiles: Profiles, hardware_override: str | None,
     for kind, kind_runs in kinds.items():
         memory_now = hardware_for(kind_runs[0], hardware_override).efficiency.memory.max_efficiency
 
-        def cost(pair: tuple[float, float]) -> float:
+        def cost(pair: tuple[float, float], kind=kind, kind_runs=kind_runs) -> float:
             rows = evaluate_all(kind_runs, profiles, hardware_override, {kind: pair})
             return sum(overlap_residual(p, r.iteration_time_s) ** 2 for r, p, _, _ in rows)
 

@@ -28,6 +28,7 @@ def run_cli(*args: str, cwd: Path | None = None, block_torch: bool = False) -> s
 def write_synthetic_profile(folder: Path, script: Path = EXAMPLE) -> Path:
     """A profiled-data folder for the example model from the formula-based test profile."""
     from model_support import synthetic_profile
+
     from tinker_opt.script.reader import read_script
 
     model = read_script(script).model

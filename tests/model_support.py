@@ -43,7 +43,7 @@ def moe_model(num_layers: int = 8, hidden: int = 1024, heads: int = 16, experts:
 
 
 def _us(flops: float) -> int:
-    return max(1, int(round(flops / (ACHIEVED_TFLOPS * 1e6))))
+    return max(1, round(flops / (ACHIEVED_TFLOPS * 1e6)))
 
 
 def _layer_row(m: ModelSpec, kind: str, tp: int, sp: int, cp: int, ep: int, etp: int, mbs: int) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import itertools
 import math
 import re
 import subprocess
@@ -10,10 +11,10 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from tinker_opt.strategy import Strategy
 from tinker_opt.script import versions
 from tinker_opt.script.reader import ScriptInfo, p2p_overlap
 from tinker_opt.script.strategy_args import OVERLAP_FLAGS
+from tinker_opt.strategy import Strategy
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scripts"
 FIXTURE_PATHS = sorted(FIXTURES.glob("*.sh"))
@@ -58,7 +59,7 @@ def foreign_changes(before: str, after: str) -> list[str]:
         if tag == "equal":
             continue
         old = " ".join(a_lines[i1:i2]).split()
-        new = " ".join(l for l in b_lines[j1:j2] if not l.startswith("# tinker-opt: ")).split()
+        new = " ".join(line for line in b_lines[j1:j2] if not line.startswith("# tinker-opt: ")).split()
         words = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
         for wtag, x1, x2, y1, y2 in words.get_opcodes():
             if wtag != "equal":
@@ -78,7 +79,7 @@ def strategies_for(draw, info: ScriptInfo):
     """(strategy, nnodes, nproc_per_node, expected read-back) valid for the fixture's model."""
     model, launch = info.model, info.launch
     vr = info.version_range
-    allowed = lambda flag: launch.has(flag) or versions.flag_allowed(flag, vr)  # noqa: E731
+    allowed = lambda flag: launch.has(flag) or versions.flag_allowed(flag, vr)
     nnodes = draw(st.sampled_from([1, 2, 4]))
     nproc = draw(st.sampled_from([4, 8, 16]))
     world = nnodes * nproc
@@ -168,11 +169,11 @@ def _layer_list(draw, total, pp, megatron, info, allowed):
             return None
         options = [(f, m, total - f - m * (pp - 2)) for m in range(1, total // max(pp - 2, 1) + 1)
                    for f in range(1, total) if pp > 2 or m == 1]
-        options = [(f, m, l) for f, m, l in options if l >= 1 and (pp > 2 or f + l == total)]
-        if even and draw(st.booleans()) or not options:
+        options = [(f, m, last) for f, m, last in options if last >= 1 and (pp > 2 or f + last == total)]
+        if (even and draw(st.booleans())) or not options:
             return None
-        f, m, l = draw(st.sampled_from(options[:50]))
-        return (f,) + (m,) * (pp - 2) + (l,)
+        f, m, last = draw(st.sampled_from(options[:50]))
+        return (f,) + (m,) * (pp - 2) + (last,)
     if not allowed("--num-layer-list") or (even and draw(st.booleans())):
         return None
     if pp > total:
@@ -180,4 +181,4 @@ def _layer_list(draw, total, pp, megatron, info, allowed):
     cuts = sorted(draw(st.lists(st.integers(1, total - 1), min_size=pp - 1, max_size=pp - 1,
                                 unique=True)))
     bounds = [0] + cuts + [total]
-    return tuple(b - a for a, b in zip(bounds, bounds[1:]))
+    return tuple(b - a for a, b in itertools.pairwise(bounds))

@@ -38,7 +38,7 @@ def test_matmul_flops_are_two_per_multiply_add(m: int, k: int, n: int) -> None:
 
 def test_per_op_flops_add_up_to_flop_counter_total() -> None:
     """The recorded per-op FLOPs sum to FlopCounterMode's own total, forward and backward."""
-    layer = lambda x, w: F.gelu(x @ w).sum()  # noqa: E731
+    layer = lambda x, w: F.gelu(x @ w).sum()
     trace = _trace(layer, (64, 32), (32, 48), backward=True)
     assert trace.total_flops() == trace.counter_total_flops > 0
     assert trace.total_flops("bwd") == 2 * trace.total_flops("fwd")
@@ -53,7 +53,7 @@ def test_views_move_no_bytes() -> None:
 
 def test_cpu_attention_kernel_has_a_formula() -> None:
     """The CPU flash-attention kernel gets FLOPs; a causal mask halves them."""
-    attend = lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    attend = lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     shape = (1, 2, 16, 8)
     full = _trace(lambda q, k, v: attend(q, k, v, False), shape, shape, shape).total_flops()
     causal = _trace(lambda q, k, v: attend(q, k, v, True), shape, shape, shape).total_flops()
@@ -100,7 +100,7 @@ def test_fusion_off_keeps_one_kernel_per_op() -> None:
 
 def test_fusion_never_adds_time() -> None:
     """A real layer's fused kernels take no longer than its ops one by one."""
-    layer = lambda x, w: F.dropout(F.gelu(x @ w) * 2.0 + 1.0, 0.1).sum()  # noqa: E731
+    layer = lambda x, w: F.dropout(F.gelu(x @ w) * 2.0 + 1.0, 0.1).sum()
     trace = _trace(layer, (256, 128), (128, 512), backward=True)
     hardware = load_hardware("a100-80gb")
     fused = total_time_us(OpArrays.from_ops(fused_kernels(trace.records), hardware), hardware)

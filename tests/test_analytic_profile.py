@@ -7,14 +7,13 @@ import dataclasses
 import pandas as pd
 import pytest
 
+from tests.profile_support import gpt_model, llama_model
 from tinker_opt.hardware import comm_table, load_hardware
 from tinker_opt.profile.analytic import DEVICE_PREFIX, analytic_profile, block_row, trace_block
 from tinker_opt.profile.runner import MeasureSettings, run_profile
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.space import SpaceLimits
 from tinker_opt.profile.store import BLOCK_COLUMNS, load_profiled_data
-
-from tests.profile_support import gpt_model, llama_model
 
 MEASURED = dict(device="cpu", max_npu=2, max_mbs=2, comm="skip", warmup=1, repeats=5)
 BYTE_COLUMNS = ["param_count", "expert_param_count", "weight_bytes", "input_bytes", "output_bytes",

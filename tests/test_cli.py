@@ -5,9 +5,14 @@ import subprocess
 
 import pandas as pd
 import pytest
-
-from cli_support import (EXAMPLE, EXAMPLE_CONFIG, assert_one_line_error, read_json, run_cli,
-                         write_synthetic_profile)
+from cli_support import (
+    EXAMPLE,
+    EXAMPLE_CONFIG,
+    assert_one_line_error,
+    read_json,
+    run_cli,
+    write_synthetic_profile,
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +72,8 @@ def test_search_compares_with_the_script_and_offers_real_alternatives(search_run
 
 def test_tuned_script_holds_best_strategy(search_run):
     """The rank-1 script, read back, carries the best strategy and the target cluster."""
-    from tinker_opt.strategy import OVERLAP_KEYS, Strategy
     from tinker_opt.script.reader import read_script
+    from tinker_opt.strategy import OVERLAP_KEYS, Strategy
 
     best = Strategy.from_dict(read_json(search_run / "summary.json"))
     rank1 = next((search_run / "configs").glob("*-rank1_*.sh"))

@@ -7,6 +7,7 @@ import pytest
 from cli_support import EXAMPLE
 from model_support import cluster, synthetic_profile
 
+from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.emit.picks import (
     computing_layer_strategy,
     current_evaluation,
@@ -18,10 +19,9 @@ from tinker_opt.emit.picks import (
     speedup,
 )
 from tinker_opt.errors import ConfigError, InfeasibleError, TinkerError
-from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.script.reader import read_script
 from tinker_opt.solve.space import SearchSpace
 from tinker_opt.strategy import Strategy
-from tinker_opt.script.reader import read_script
 
 
 def _ev(time_ms: float, memory_mb: float, **knobs) -> dict:

@@ -2,6 +2,7 @@
 terminal tables (tinker_opt/emit/report.py, plots.py, schedule.py, tables.py)."""
 
 import base64
+import itertools
 import os
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from cli_support import EXAMPLE
 from model_support import cluster, synthetic_profile
 from rich.console import Console
 
+from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.emit.picks import pareto_front
 from tinker_opt.emit.results import (
     CANDIDATES_PNG,
@@ -26,9 +28,8 @@ from tinker_opt.emit.results import (
 )
 from tinker_opt.emit.schedule import pipeline_ops
 from tinker_opt.emit.tables import picks_table, strategies_table
-from tinker_opt.costs.evaluate import CostModel
-from tinker_opt.strategy import Strategy
 from tinker_opt.script.reader import read_script
+from tinker_opt.strategy import Strategy
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -141,7 +142,7 @@ def test_schedule_of_balanced_stages_takes_the_modelled_time(p, v, m):
     assert len(ops) == 2 * p * m * v
     for s in range(p):  # a stage never runs two operations at once
         mine = sorted((op.start, op.end) for op in ops if op.stage == s)
-        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(mine, mine[1:]))
+        assert all(a[1] <= b[0] + 1e-9 for a, b in itertools.pairwise(mine))
 
 
 def test_schedule_1f1b_warmup_and_recompute_before_backward():

@@ -11,8 +11,14 @@ from hypothesis import strategies as st
 
 from tinker_opt.comm_cost import collective_time_us
 from tinker_opt.errors import ConfigError
-from tinker_opt.hardware import (DeviceEfficiency, EfficiencyCurve, HardwareSpec, comm_table, load_hardware,
-                                 shipped_hardware)
+from tinker_opt.hardware import (
+    DeviceEfficiency,
+    EfficiencyCurve,
+    HardwareSpec,
+    comm_table,
+    load_hardware,
+    shipped_hardware,
+)
 from tinker_opt.hardware.fit import TimedOps, bounded_lstsq, fit_efficiency, fit_link
 
 SHIPPED = ("910b", "a100-40gb", "a100-80gb", "h100-80gb")
@@ -152,7 +158,7 @@ def test_fit_efficiency_recovers_known_curves() -> None:
 def test_fit_link_recovers_latency_and_bandwidth() -> None:
     """Fitting alpha-beta times gives the latency and bandwidth back."""
     ops, groups, sizes = ["all_reduce", "all_gather", "send_recv", "reduce_scatter"], [8, 8, 2, 4], [1e6, 1e8, 1e7, 1e5]
-    times = [collective_time_us(o, g, b, 150.0, 7.0) for o, g, b in zip(ops, groups, sizes)]
+    times = [collective_time_us(o, g, b, 150.0, 7.0) for o, g, b in zip(ops, groups, sizes, strict=True)]
     latency_us, bandwidth_gbs, _ = fit_link(ops, groups, sizes, times)
     assert latency_us == pytest.approx(7.0, rel=1e-6)
     assert bandwidth_gbs == pytest.approx(150.0, rel=1e-6)

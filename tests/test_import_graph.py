@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-
 PACKAGE = "tinker_opt"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 

@@ -24,11 +24,13 @@ import torch
 
 pytest.importorskip("megatron.core")
 
-from profile_support import gpt_model, llama_model, moe_model  # noqa: E402
-from tinker_opt.profile import kernels as K  # noqa: E402
-from tinker_opt.profile.mcore_blocks import build_block as build_mcore  # noqa: E402
-from tinker_opt.profile.shape import Shape  # noqa: E402
-from tinker_opt.profile.subgraphs import build_block as build_reference, saved_activation_bytes  # noqa: E402
+from profile_support import gpt_model, llama_model, moe_model
+
+from tinker_opt.profile import kernels as K
+from tinker_opt.profile.mcore_blocks import build_block as build_mcore
+from tinker_opt.profile.shape import Shape
+from tinker_opt.profile.subgraphs import build_block as build_reference
+from tinker_opt.profile.subgraphs import saved_activation_bytes
 
 SHAPE = Shape(mbs=2)
 MODELS = {
@@ -128,6 +130,7 @@ def test_profile_with_megatron_core_blocks(tmp_path):
     import json
 
     from cli_support import EXAMPLE
+
     from tinker_opt.profile.runner import MeasureSettings, run_profile
     from tinker_opt.script.reader import read_script
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from model_support import cluster, synthetic_profile
+
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.emit.expressible import expressible_strategy, search_space_for
 from tinker_opt.emit.script_writer import apply_strategy
+from tinker_opt.rules import layer_form_message
 from tinker_opt.script import versions
 from tinker_opt.script.reader import read_script
 from tinker_opt.solve.search import search
-from tinker_opt.rules import layer_form_message
 
 GPT3 = Path(__file__).parent / "fixtures" / "scripts" / "train_gpt3_175b_distributed.sh"
 
@@ -52,8 +52,8 @@ def test_megatron_search_yields_only_writable_layer_lists(tmp_path, num_layers, 
 def test_simulate_warns_when_the_framework_cannot_write_the_split(tmp_path):
     """simulate still evaluates an unequal middle split on a Megatron-LM script, with the warning."""
     from tinker_opt.config import SimulateSettings
-    from tinker_opt.verbs.simulate import _layer_form_warning
     from tinker_opt.strategy import Strategy
+    from tinker_opt.verbs.simulate import _layer_form_warning
 
     info = _megatron_script(tmp_path, 30)
     strategy = Strategy(tp=8, pp=4, dp=1, num_layer_list=(7, 7, 8, 8))
@@ -65,9 +65,9 @@ def test_simulate_warns_when_the_framework_cannot_write_the_split(tmp_path):
 def test_a_row_the_writer_refuses_is_reported_not_fatal(tmp_path):
     """If a ranked row still cannot be written, the writer logs it, adds a warning and returns no
     script, so the finished search keeps its results folder."""
+    from tinker_opt.emit.search_folder import script_writer as _script_writer
     from tinker_opt.specs import ClusterSpec
     from tinker_opt.strategy import Strategy
-    from tinker_opt.emit.search_folder import script_writer as _script_writer
     from tinker_opt.verbs import RunLog
 
     info = _megatron_script(tmp_path, 30)

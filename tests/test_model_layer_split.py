@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from model_support import cluster, dense_model, synthetic_profile
-from tinker_opt.solve.bounds import is_feasible, lower_bound_x_v, recompute_bounds
+
 from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.solve.bounds import is_feasible, lower_bound_x_v, recompute_bounds
 from tinker_opt.solve.enumerate import brute_force, compositions
 from tinker_opt.solve.layer_split import pack
 from tinker_opt.solve.stacks import best_split
@@ -85,7 +85,7 @@ def test_packing_minimises_the_recompute_sum(caps, total, r):
     """Packing into the largest caps gives the least sum of min(r, n_s) over every split."""
     caps_array = np.array(caps)
     packed = pack(caps_array, total)
-    feasible = [c for c in compositions(total, len(caps)) if all(n <= u for n, u in zip(c, caps))]
+    feasible = [c for c in compositions(total, len(caps)) if all(n <= u for n, u in zip(c, caps, strict=True))]
     assert (packed is None) == (not feasible)
     if feasible:
         assert packed.sum() == total and (packed <= caps_array).all() and packed.min() >= 1

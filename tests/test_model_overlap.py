@@ -9,8 +9,8 @@ import itertools
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from model_support import cluster, dense_model, moe_model, solvers_agree, synthetic_profile
+
 from tinker_opt.costs import overlap
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.solve.search import _outers
@@ -72,7 +72,7 @@ def test_an_overlap_never_makes_an_iteration_slower(cost_model, keys):
             off_c, on_c = cost_model.coefficients(outer), cost_model.coefficients(on)
             off_st, on_st = off_c.stage_costs(layers, r), on_c.stage_costs(layers, r)
             assert on_c.iteration_time_ns_x_v(on_st) <= off_c.iteration_time_ns_x_v(off_st), on.label()
-            for a, b in zip(off_st, on_st):
+            for a, b in zip(off_st, on_st, strict=True):
                 assert b.memory_bytes_x_v == a.memory_bytes_x_v
                 assert b.time_ns <= a.time_ns and b.tail_ns <= a.tail_ns
                 assert b.hidden_comm_ns >= 0 and b.hidden_sync_ns >= 0

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tinker_opt.hardware import load_hardware
 from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.hardware import load_hardware
+from tinker_opt.profile.store import load_profiled_data
 from tinker_opt.solve.search import search
 from tinker_opt.solve.space import SearchSpace
-from tinker_opt.profile.store import load_profiled_data
 from tinker_opt.specs import ClusterSpec
 
 SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "pretrain_llama2_7b_ptd.sh"

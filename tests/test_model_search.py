@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
 from model_support import cluster, dense_model, synthetic_profile
-from tinker_opt.errors import ConfigError, InfeasibleError
+
 from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.errors import ConfigError, InfeasibleError
 from tinker_opt.solve.enumerate import enumerate_splits
 from tinker_opt.solve.search import _outers, search
 from tinker_opt.solve.space import SearchSpace

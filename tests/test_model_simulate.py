@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
 from model_support import cluster, dense_model, synthetic_profile
-from tinker_opt.errors import StrategyError
+
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.costs.simulate import parse_layer_list, strategy_from_flags
+from tinker_opt.errors import StrategyError
 from tinker_opt.strategy import Strategy
 
 MODEL = dense_model(num_layers=8, hidden=512, heads=8, seq=1024)

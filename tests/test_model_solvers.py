@@ -6,16 +6,16 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from model_support import cluster, dense_model, moe_model, solvers_agree, synthetic_profile
-from tinker_opt.solve.bounds import is_feasible
+
 from tinker_opt.costs.evaluate import CostModel
-from tinker_opt.solve.enumerate import brute_force
+from tinker_opt.rules import form_allows
+from tinker_opt.solve.bounds import is_feasible
 from tinker_opt.solve.cpsat import solve_cpsat
+from tinker_opt.solve.enumerate import brute_force
 from tinker_opt.solve.milp import solve_milp
 from tinker_opt.solve.search import _outers
 from tinker_opt.solve.space import SearchSpace
-from tinker_opt.rules import form_allows
 
 SPACE = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1, 2), ep=(1, 2))
 UNIFORM_SPACE = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1, 2), ep=(1, 2), recompute=("full",),

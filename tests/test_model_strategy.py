@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
 from model_support import cluster, dense_model, moe_model
+
 from tinker_opt.errors import StrategyError
+from tinker_opt.rules import check_strategy
 from tinker_opt.solve.space import SearchSpace, outer_choices
 from tinker_opt.strategy import Strategy
-from tinker_opt.rules import check_strategy
 
 DENSE = dense_model(num_layers=8, hidden=1024, heads=16, seq=2048)
 MOE = moe_model(num_layers=8, hidden=1024, heads=16, experts=8)

@@ -7,11 +7,11 @@ import dataclasses
 
 import numpy as np
 import pytest
-
 from model_support import HARDWARE, cluster, dense_model, moe_model, synthetic_profile
+
+from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.errors import ConfigError, InfeasibleError
 from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS, HardwareSpec
-from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.solve.enumerate import brute_force
 from tinker_opt.solve.search import _outers, search
 from tinker_opt.solve.space import SearchSpace

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from model_support import cluster, dense_model, moe_model, solvers_agree, synthetic_profile
+
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.costs.zero_terms import PREFETCH_UNITS
 from tinker_opt.errors import InfeasibleError, StrategyError

@@ -1,6 +1,7 @@
 """Mapping computing-layer splits to script layer lists with noop layers (emit/noop_layers.py)."""
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tinker_opt.emit.noop_layers import script_stage_layers, strategy_for_script
 from tinker_opt.strategy import Strategy
@@ -28,6 +29,6 @@ def test_counts_add_up_and_keep_computing_layers(stage_layers, data):
     counts = script_stage_layers(stage_layers, noop, total)
     assert sum(counts) == total
     start = 0
-    for computing, count in zip(stage_layers, counts):
+    for computing, count in zip(stage_layers, counts, strict=True):
         assert sum(1 for i in range(start, start + count) if i not in set(noop)) == computing
         start += count

@@ -3,6 +3,7 @@
 import dataclasses
 
 from profile_support import llama_model
+
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.subgraphs import build_block, saved_activation_bytes
 

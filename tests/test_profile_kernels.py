@@ -15,8 +15,8 @@ from types import ModuleType
 import pytest
 import torch
 import torch.nn.functional as F
-
 from profile_support import llama_model, moe_model
+
 from tinker_opt.errors import ConfigError
 from tinker_opt.profile import kernels as K
 from tinker_opt.profile.runner import MeasureSettings
@@ -102,7 +102,8 @@ def _hide_cuda_libraries(monkeypatch) -> None:
         monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
 
 
-def _layer_output(model, kernels, *, seed: int = 0, shape: Shape = Shape(mbs=2)):
+def _layer_output(model, kernels, *, seed: int = 0, shape: Shape | None = None):
+    shape = shape or Shape(mbs=2)
     """Forward + backward of one decoder layer with fixed weights and input; (output, input grad, block)."""
     torch.manual_seed(seed)
     block = build_block(model, "layer", shape, dtype=torch.float32, kernels=kernels)
@@ -123,6 +124,7 @@ def test_requested_ops_follow_the_flags():
 def test_script_flags_of_the_example():
     """The bundled example asks for flash attention, fused RMSNorm and fused SwiGLU."""
     from cli_support import EXAMPLE
+
     from tinker_opt.script.reader import read_script
 
     assert set(K.script_flags(read_script(EXAMPLE).launch)) == {

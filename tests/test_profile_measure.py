@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from tests.profile_support import gpt_model
 from tinker_opt.profile.device import Device, detect_device
 from tinker_opt.profile.measure import measure_block
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.subgraphs import build_block, saved_activation_bytes
-
-from tests.profile_support import gpt_model
 
 
 def test_measure_block_fills_every_measure():

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from tests.profile_support import mla_model
 from tinker_opt.errors import ConfigError
 from tinker_opt.hardware import load_hardware
 from tinker_opt.profile.analytic import analytic_profile
@@ -16,8 +17,6 @@ from tinker_opt.profile.mla import LatentAttention
 from tinker_opt.profile.runner import MeasureSettings, run_profile
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.subgraphs import build_block, saved_activation_bytes
-
-from tests.profile_support import mla_model
 
 
 def mla_attention_params(model, tp: int) -> int:

@@ -7,14 +7,13 @@ import re
 import pandas as pd
 import pytest
 
+from tests.profile_support import llama_model
 from tinker_opt.errors import ConfigError, ProfileDataError
-from tinker_opt.strategy import Strategy
 from tinker_opt.profile import rows as row_module
 from tinker_opt.profile.runner import MeasureSettings, default_profile_dir, run_profile
 from tinker_opt.profile.store import load_profiled_data
 from tinker_opt.specs import TrainSpec
-
-from tests.profile_support import llama_model
+from tinker_opt.strategy import Strategy
 
 SMALL = dict(device="cpu", max_npu=2, max_mbs=2, comm="skip", warmup=1, repeats=5)
 

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from tests.profile_support import gpt_model, llama_model, moe_model
 from tinker_opt.errors import ConfigError
 from tinker_opt.profile.shape import Shape
-from tinker_opt.profile.space import OomFrontier, ProfilePoint, SpaceLimits, ep_values, expert_values, profile_space, tp_values
-
-from tests.profile_support import gpt_model, llama_model, moe_model
+from tinker_opt.profile.space import (
+    OomFrontier,
+    ProfilePoint,
+    SpaceLimits,
+    ep_values,
+    expert_values,
+    profile_space,
+    tp_values,
+)
 
 
 def test_tp_divides_heads_groups_and_ffn():

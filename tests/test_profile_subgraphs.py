@@ -6,12 +6,11 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from tests.profile_support import gpt_model, llama_model, moe_model
 from tinker_opt.errors import ConfigError
 from tinker_opt.profile.moe import GroupedExperts
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.subgraphs import build_block, saved_activation_bytes, selective_recompute
-
-from tests.profile_support import gpt_model, llama_model, moe_model
 
 SEQ, MBS, HIDDEN, HEADS = 128, 2, 128, 8
 TP_SP = [(1, False), (2, False), (2, True), (4, False), (4, True)]

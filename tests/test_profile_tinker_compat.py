@@ -6,12 +6,18 @@ import json
 from pathlib import Path
 
 import pytest
+from tinker_folder import (
+    LLAMA2_7B,
+    LLAMA2_70B,
+    TINY,
+    block_rows,
+    profile_space,
+    write_tinker_folder,
+)
 
 from tinker_opt.errors import ProfileDataError
 from tinker_opt.profile.store import load_profiled_data
-from tinker_folder import LLAMA2_7B, LLAMA2_70B, TINY, block_rows, profile_space, write_tinker_folder
-from tinker_opt.profile.tinker_compat import (parse_config,
-                                              read_tinker_folder)
+from tinker_opt.profile.tinker_compat import parse_config, read_tinker_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,14 +101,14 @@ def test_generated_folder_reads_every_measured_group(llama7b):
     """Each (tp, sp, mbs) group gives four blocks; the out-of-memory group is left out."""
     data = load_profiled_data(llama7b)
     groups = set(profile_space(LLAMA2_7B)) - {(1, 0, 4)}
-    shapes = set(zip(data.blocks["tp"], data.blocks["sp"], data.blocks["mbs"]))
+    shapes = set(zip(data.blocks["tp"], data.blocks["sp"], data.blocks["mbs"], strict=True))
     assert shapes == groups and len(data.blocks) == 4 * len(groups)
     assert (data.blocks["status"] == "ok").all()
 
 
 def test_generated_values_are_read_in_tinker_units(llama7b):
     """Microseconds stay microseconds; MiB become bytes; weights / 2 B are parameters."""
-    fwd, bwd, inp, out, weights, act, fwd_res, bwd_res = _written(LLAMA2_7B, 2, 1, 2, "transformer_block")
+    fwd, bwd, inp, _out, weights, act, fwd_res, bwd_res = _written(LLAMA2_7B, 2, 1, 2, "transformer_block")
     blocks = read_tinker_folder(llama7b).blocks.set_index(["block", "tp", "sp", "mbs"])
     layer = blocks.loc[("layer", 2, 1, 2)]
     assert (layer["fwd_us"], layer["bwd_us"]) == (fwd, bwd)

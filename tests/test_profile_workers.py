@@ -10,14 +10,14 @@ import json
 
 import pandas as pd
 import pytest
-
 from cli_support import EXAMPLE
+
 from tinker_opt.errors import ConfigError
 from tinker_opt.profile import runner, store
 from tinker_opt.profile.device import detect_device
 from tinker_opt.profile.runner import MeasureSettings, run_profile
-from tinker_opt.profile.space import ProfilePoint
 from tinker_opt.profile.shape import Shape
+from tinker_opt.profile.space import ProfilePoint
 from tinker_opt.profile.workers import deal
 from tinker_opt.script.reader import read_script
 
@@ -83,7 +83,7 @@ def test_more_devices_than_the_node_has_is_an_error():
     assert MeasureSettings(**BASE, devices=4).num_workers(cpu) == 4
     assert MeasureSettings(**BASE).num_workers(cpu) == 1
     fake_gpu = replace(cpu, kind="cuda", count=2)
-    with pytest.raises(ConfigError, match="--devices 4.*2 cuda"):
+    with pytest.raises(ConfigError, match=r"--devices 4.*2 cuda"):
         MeasureSettings(**BASE, devices=4).num_workers(fake_gpu)
     assert MeasureSettings(**BASE).num_workers(fake_gpu) == 2
 

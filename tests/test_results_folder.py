@@ -7,8 +7,13 @@ from datetime import datetime
 import pandas as pd
 import pytest
 
-from tinker_opt.emit.results import (RunLabels, SearchReport, config_script_name, results_folder_name,
-                                     write_results_folder)
+from tinker_opt.emit.results import (
+    RunLabels,
+    SearchReport,
+    config_script_name,
+    results_folder_name,
+    write_results_folder,
+)
 from tinker_opt.errors import ConfigError
 from tinker_opt.strategy import Strategy
 

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from script_support import FIXTURES
+
 from tinker_opt.script import flags
 from tinker_opt.script.reader import read_script
 

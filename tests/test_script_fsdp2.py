@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cli_support import run_cli
 from script_support import bash_syntax_ok
+
 from tinker_opt.emit.fsdp2_writer import apply_fsdp2
 from tinker_opt.emit.yaml_edit import set_yaml_values
 from tinker_opt.errors import ScriptError, StrategyError
-from tinker_opt.strategy import Strategy
 from tinker_opt.script.reader import read_script, read_script_text
+from tinker_opt.strategy import Strategy
 
 FSDP2 = Path(__file__).parent / "fixtures" / "fsdp2"
 QWEN3_8B = FSDP2 / "pretrain_qwen3_8b_4k_fsdp2_A3.sh"
@@ -86,7 +86,7 @@ def test_launch_line_wins_over_yaml(tmp_path):
 def test_missing_yaml_is_one_line_error(tmp_path):
     script = _copy(tmp_path, QWEN3_8B)
     (tmp_path / "pretrain_qwen3_8b_4k_fsdp2_A3.yaml").unlink()
-    with pytest.raises(ScriptError, match="FSDP2 config .* not found"):
+    with pytest.raises(ScriptError, match=r"FSDP2 config .* not found"):
         read_script(script)
 
 

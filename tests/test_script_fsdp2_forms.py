@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cli_support import run_cli
 from script_support import bash_syntax_ok
+
 from tinker_opt.emit.expressible import search_space_for
 from tinker_opt.emit.fsdp2_writer import apply_fsdp2
 from tinker_opt.emit.yaml_edit import set_yaml_values

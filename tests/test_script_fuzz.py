@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 from script_support import bash_syntax_ok
 
 from tinker_opt.emit.expressible import expressible_strategy
-from tinker_opt.script import versions
-from tinker_opt.strategy import OVERLAP_KEYS
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.errors import TinkerError
+from tinker_opt.script import versions
 from tinker_opt.script.reader import inspect_dict, read_script_text
+from tinker_opt.strategy import OVERLAP_KEYS
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash for bash -n")
 
@@ -189,5 +189,5 @@ def test_apply_keeps_bash_syntax_and_reads_back(script, tp_pp, sp, dist_opt, rec
     expressed = expressible_strategy(target, info, versions.resolve(None, script, info.train.framework.flavour),
                                      world=8)
     assert back.strategy == expressed
-    assert back.strategy.replace(**{k: None for k in OVERLAP_KEYS}) == target.replace(**{k: None for k in OVERLAP_KEYS})
+    assert back.strategy.replace(**dict.fromkeys(OVERLAP_KEYS)) == target.replace(**dict.fromkeys(OVERLAP_KEYS))
     assert (back.nnodes, back.nproc_per_node) == (1, 8)

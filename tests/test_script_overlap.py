@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from script_support import FIXTURES
+
 from tinker_opt.emit.expressible import expressible_strategy
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.errors import StrategyError

@@ -5,10 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from script_support import FIXTURES
+
 from tinker_opt.errors import ScriptError
-from tinker_opt.script.reader import inspect_dict, labels_from_filename, read_script, read_script_text
+from tinker_opt.script.reader import (
+    inspect_dict,
+    labels_from_filename,
+    read_script,
+    read_script_text,
+)
 
 MODEL = "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000"
 

@@ -7,8 +7,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from script_support import FIXTURE_PATHS, bash_syntax_ok, foreign_changes, strategies_for
+
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.script.reader import read_script, read_script_text
 
@@ -55,6 +55,6 @@ def test_own_strategy_removes_only_a_valueless_vpp_flag():
     """A vpp flag left without value (unset variable) is dropped with its reference, nothing else."""
     info = read_script(FIXTURE_PATHS[0].parent / _BROKEN)
     out = apply_strategy(info.text, info.train.strategy, nnodes=1, nproc_per_node=8)
-    removed = [l for l in info.text.splitlines() if l not in out.text.splitlines()]
+    removed = [line for line in info.text.splitlines() if line not in out.text.splitlines()]
     assert removed == ["    --num-layers-per-virtual-pipeline-stage ${VPP} \\"]
     assert len(out.text.splitlines()) == len(info.text.splitlines()) - 1

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
 from script_support import FIXTURES
+
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.errors import ScriptError
-from tinker_opt.strategy import Strategy
 from tinker_opt.script.reader import inspect_dict, read_script_text
+from tinker_opt.strategy import Strategy
 
 DEEPSEEK = "pretrain_deepseek3_671b_4k_ptd.sh"
 SWAP_LINE = "    --swap-optimizer \\\n"
@@ -49,7 +49,7 @@ def test_script_without_flag_does_not_swap():
 
 def test_non_positive_times_are_a_script_error():
     """--swap-optimizer-times 0 names the flag and the default."""
-    with pytest.raises(ScriptError, match="swap-optimizer-times.*16"):
+    with pytest.raises(ScriptError, match=r"swap-optimizer-times.*16"):
         read_script_text(with_times("0"), DEEPSEEK)
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
 from script_support import FIXTURES
+
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.errors import ConfigError, StrategyError
-from tinker_opt.strategy import Strategy
 from tinker_opt.script.reader import read_script_text
+from tinker_opt.strategy import Strategy
 
 MODEL = "--num-layers 8 --hidden-size 64 --num-attention-heads 8 --seq-length 128 --vocab-size 1000"
 
@@ -19,7 +19,7 @@ def text_of(name: str) -> str:
 
 def changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
     old, new = before.splitlines(), after.splitlines()
-    return [l for l in old if l not in new], [l for l in new if l not in old]
+    return [line for line in old if line not in new], [line for line in new if line not in old]
 
 
 def test_variable_used_once_changes_at_its_assignment():

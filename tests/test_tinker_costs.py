@@ -7,9 +7,9 @@ from __future__ import annotations
 import csv
 
 import pytest
-
 from cli_support import ROOT
 from tinker_folder import LLAMA2_7B, LLAMA2_70B, write_tinker_folder
+
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.costs.simulate import strategy_from_flags
 from tinker_opt.profile.store import load_profiled_data
@@ -55,7 +55,7 @@ def _tinker_prediction_ms(folder, num_layers: int, tp: int, sp: int, mbs: int, n
 def test_compute_reproduces_the_folder_block_times_with_no_tp_term(tinker, tp, sp):
     """For a fully profiled strategy the compute term is the folder's own block times and no TP
     collective is added (they are inside Tinker's times); the breakdown says so."""
-    shape, folder, model = tinker
+    _shape, folder, model = tinker
     cost_model = _cost_model(folder, model)
     strategy = strategy_from_flags(num_devices=8, num_layers=model.num_layers, tp=tp, sp=bool(sp), mbs=1)
     evaluation = cost_model.evaluate(strategy)
@@ -70,7 +70,7 @@ def test_compute_reproduces_the_folder_block_times_with_no_tp_term(tinker, tp, s
 
 def test_recompute_forward_adds_no_tp_term(tinker):
     """Full recompute re-runs the layer's forward as Tinker measured it (its collectives inside)."""
-    shape, folder, model = tinker
+    _shape, folder, model = tinker
     strategy = strategy_from_flags(num_devices=8, num_layers=model.num_layers, tp=8, sp=True, mbs=1, recompute=1)
     evaluation = _cost_model(folder, model).evaluate(strategy)
     fwd = _tinker_rows(folder, 8, 1, 1)["transformer_block"][0]
@@ -83,7 +83,7 @@ def test_recompute_forward_adds_no_tp_term(tinker):
 def test_a_tinker_pick_differs_from_tinker_only_by_the_terms_it_leaves_out(tinker, tp, sp, mbs, recompute):
     """Single node, pp = 1: modelled time - Tinker's prediction = data-parallel sync + optimizer step,
     each a term of the breakdown (no bubble and no send / receive with one stage)."""
-    shape, folder, model = tinker
+    _shape, folder, model = tinker
     cost_model = _cost_model(folder, model)
     strategy = strategy_from_flags(num_devices=8, num_layers=model.num_layers, tp=tp, sp=bool(sp), mbs=mbs,
                                    recompute=int(recompute))
@@ -109,7 +109,7 @@ def test_with_pipeline_stages_the_difference_is_the_send_receive_and_the_tail(ti
     """Single node, pp = 2 with a Tinker-style uneven list: modelled time - Tinker's block formula
     (sum of stages + (m - 1) x the slowest, before Tinker adds its table's send / receive) = the
     pipeline send / receive per stage (p + m - 1 times, the stage comm term) + dp sync + optimizer."""
-    shape, folder, model = tinker
+    _shape, folder, model = tinker
     L = model.num_layers
     layers = (L // 2 - 1, L // 2 + 1)
     strategy = strategy_from_flags(num_devices=8, num_layers=L, tp=4, pp=2, sp=True, mbs=1,

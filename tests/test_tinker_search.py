@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from cli_support import ROOT, read_json, run_cli
 from tinker_folder import TINY, write_tinker_folder
 
