@@ -16,6 +16,7 @@ from tinker_opt.rules import (
     interleaved_pipeline_message,
     layer_form_message,
     overlap_message,
+    ulysses_heads_message,
 )
 from tinker_opt.script import versions
 from tinker_opt.script.reader import ScriptInfo, p2p_overlap
@@ -54,7 +55,10 @@ def _needs(flag: str, purpose: str, info: ScriptInfo, vr: VersionRange) -> None:
 def framework_rules(info: ScriptInfo, vr: VersionRange) -> FrameworkRules:
     """The version-dependent rule facts for this script at version `vr`."""
     return FrameworkRules(
-        overlap_p2p_comm=p2p_overlap(info.launch, vr), layer_form=layer_form(info, vr)
+        overlap_p2p_comm=p2p_overlap(info.launch, vr),
+        layer_form=layer_form(info, vr),
+        unaligned_ulysses=vr.family == versions.MINDSPEED
+        and vr.allows(versions.UNALIGNED_ULYSSES_SINCE),
     )
 
 
@@ -176,6 +180,11 @@ def _cp_algo(s: Strategy, info: ScriptInfo, vr: VersionRange) -> str | None:
             f"cp_algo {algo} is not available in MindSpeed-LLM {vr.label}; use "
             f"ulysses_cp_algo, megatron_cp_algo or hybrid_cp_algo"
         )
+    if algo == "ulysses_cp_algo":
+        heads = info.model.num_attention_heads
+        message = ulysses_heads_message(heads, s.tp, s.cp, framework_rules(info, vr))
+        if message:
+            raise StrategyError(f"{message} in MindSpeed-LLM {vr.label}")
     return algo
 
 
