@@ -1,0 +1,47 @@
+"""The writer's context-parallel companions: hybrid's Ulysses degree and unaligned Ulysses by version."""
+
+from __future__ import annotations
+
+import pytest
+from script_support import FIXTURES
+
+from tinker_opt.emit.script_writer import apply_strategy
+from tinker_opt.errors import StrategyError
+from tinker_opt.script.reader import read_script_text
+
+
+def text_of(name: str) -> str:
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+def test_hybrid_degree_kept_where_valid_else_the_modelled_fallback():
+    """--ulysses-degree-in-cp 4 stays at cp 8 (ring 2); at cp 4 it would leave no ring, so the
+    writer writes 2, the degree the cost model prices (rules.hybrid_ulysses_degree)."""
+    text = text_of("pretrain_chatglm3_6b_64k_ptd.sh")
+    info = read_script_text(text)
+    s = info.train.strategy
+    kept = apply_strategy(
+        text, s, nnodes=info.train.nnodes, nproc_per_node=info.train.nproc_per_node
+    )
+    assert read_script_text(kept.text).launch.value("--ulysses-degree-in-cp") == "4"
+    half = s.replace(cp=4, dp=s.dp * 2)
+    out = apply_strategy(
+        text, half, nnodes=info.train.nnodes, nproc_per_node=info.train.nproc_per_node
+    )
+    assert read_script_text(out.text).launch.value("--ulysses-degree-in-cp") == "2"
+
+
+def test_unaligned_ulysses_needs_a_version_with_it():
+    """28 heads over tp*cp 8 (Qwen2.5-7B 32k): written for recent MindSpeed-LLM, refused before."""
+    text = text_of("pretrain_qwen25_7b_32k_ptd.sh")
+    info = read_script_text(text)
+    s = info.train.strategy
+    apply_strategy(text, s, nnodes=info.train.nnodes, nproc_per_node=info.train.nproc_per_node)
+    with pytest.raises(StrategyError, match=r"num_attention_heads \(28\).*tp\*cp \(8\)"):
+        apply_strategy(
+            text,
+            s,
+            nnodes=info.train.nnodes,
+            nproc_per_node=info.train.nproc_per_node,
+            version="2.0.0",
+        )
