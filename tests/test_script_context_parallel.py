@@ -45,3 +45,16 @@ def test_unaligned_ulysses_needs_a_version_with_it():
             nproc_per_node=info.train.nproc_per_node,
             version="2.0.0",
         )
+
+
+def test_simulate_says_which_hybrid_degree_it_priced():
+    """No warning with the script's valid degree; one naming the fallback otherwise."""
+    from tinker_opt.verbs.simulate import _hybrid_degree_warning
+
+    info = read_script_text(text_of("pretrain_chatglm3_6b_64k_ptd.sh"))
+    s = info.train.strategy
+    assert _hybrid_degree_warning(s, info, info.model) == []
+    (warning,) = _hybrid_degree_warning(s.replace(cp=4, dp=2), info, info.model)
+    assert "--ulysses-degree-in-cp 4" in warning and "Ulysses degree 2" in warning
+    (none_given,) = _hybrid_degree_warning(s, None, info.model)
+    assert "no --ulysses-degree-in-cp" in none_given and "degree 2" in none_given
