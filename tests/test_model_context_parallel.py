@@ -134,3 +134,14 @@ def test_hybrid_is_valid_and_searchable():
     result = search(cm, solver="cpsat", cpus=1, top_k=1, space=space, time_limit_s=60)
     assert result.status == "optimal" and result.best.strategy.cp_algo == "hybrid_cp_algo"
     assert cm.evaluate(result.best.strategy).time_ns_x_vpp == result.best.time_ns_x_vpp
+
+
+def test_solvers_agree_with_hybrid_and_unaligned_ulysses():
+    """cpsat, milp and enum find brute force's optimum when hybrid and unaligned Ulysses are in."""
+    from model_support import solvers_agree
+
+    cm = _cost_model(UNALIGNED_MODEL, nodes=1, per_node=8, ulysses_degree=2)
+    algos = ("hybrid_cp_algo", "ulysses_cp_algo", "megatron_cp_algo")
+    space = SearchSpace(max_mbs=1, tp=(1,), cp=(4, 8), cp_algos=algos)
+    results = solvers_agree(cm, space)
+    assert results  # something fits
