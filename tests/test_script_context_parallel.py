@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 from script_support import FIXTURES
 
 from tinker_opt.emit.script_writer import apply_strategy
-from tinker_opt.errors import StrategyError
 from tinker_opt.script.reader import read_script_text
 
 
@@ -31,20 +29,18 @@ def test_hybrid_degree_kept_where_valid_else_the_modelled_fallback():
     assert read_script_text(out.text).launch.value("--ulysses-degree-in-cp") == "2"
 
 
-def test_unaligned_ulysses_needs_a_version_with_it():
-    """28 heads over tp*cp 8 (Qwen2.5-7B 32k): written for recent MindSpeed-LLM, refused before."""
-    text = text_of("pretrain_qwen25_7b_32k_ptd.sh")
-    info = read_script_text(text)
+def test_unaligned_ulysses_warned_where_the_version_lacks_it():
+    """28 heads over tp*cp 8 (Qwen2.5-7B 32k): no warning for recent MindSpeed-LLM, one before."""
+    from types import SimpleNamespace
+
+    from tinker_opt.verbs.simulate import _unaligned_ulysses_warning
+
+    info = read_script_text(text_of("pretrain_qwen25_7b_32k_ptd.sh"))
     s = info.train.strategy
-    apply_strategy(text, s, nnodes=info.train.nnodes, nproc_per_node=info.train.nproc_per_node)
-    with pytest.raises(StrategyError, match=r"num_attention_heads \(28\).*tp\*cp \(8\)"):
-        apply_strategy(
-            text,
-            s,
-            nnodes=info.train.nnodes,
-            nproc_per_node=info.train.nproc_per_node,
-            version="2.0.0",
-        )
+    recent, old = SimpleNamespace(version=None), SimpleNamespace(version="2.0.0")
+    assert _unaligned_ulysses_warning(s, info, info.model, recent) == []
+    (warning,) = _unaligned_ulysses_warning(s, info, info.model, old)
+    assert "num_attention_heads (28)" in warning and "tp*cp (8)" in warning
 
 
 def test_simulate_says_which_hybrid_degree_it_priced():

@@ -16,7 +16,6 @@ from tinker_opt.rules import (
     interleaved_pipeline_message,
     layer_form_message,
     overlap_message,
-    ulysses_heads_message,
 )
 from tinker_opt.script import versions
 from tinker_opt.script.reader import ScriptInfo, p2p_overlap
@@ -180,11 +179,6 @@ def _cp_algo(s: Strategy, info: ScriptInfo, vr: VersionRange) -> str | None:
             f"cp_algo {algo} is not available in MindSpeed-LLM {vr.label}; use "
             f"ulysses_cp_algo, megatron_cp_algo or hybrid_cp_algo"
         )
-    if algo == "ulysses_cp_algo":
-        heads = info.model.num_attention_heads
-        message = ulysses_heads_message(heads, s.tp, s.cp, framework_rules(info, vr))
-        if message:
-            raise StrategyError(f"{message} in MindSpeed-LLM {vr.label}")
     return algo
 
 

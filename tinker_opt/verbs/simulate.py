@@ -67,7 +67,25 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
         list(cost_model.warnings)
         + _layer_form_warning(strategy, info, settings)
         + _hybrid_degree_warning(strategy, info, model)
+        + _unaligned_ulysses_warning(strategy, info, model, settings)
     )
+
+
+def _unaligned_ulysses_warning(strategy: Strategy, info, model, settings) -> list[str]:
+    """Unaligned Ulysses is priced (rules.ulysses_heads_factor) but the script's MindSpeed-LLM
+    version may lack it (FrameworkRules.unaligned_ulysses, script/versions.py): say so."""
+    from tinker_opt.emit.expressible import framework_rules
+    from tinker_opt.rules import ulysses_heads_message
+    from tinker_opt.script import versions
+
+    if info is None or strategy.cp == 1 or strategy.cp_algo != "ulysses_cp_algo":
+        return []
+    vr = versions.resolve(
+        getattr(settings, "version", None), info.text, info.train.framework.flavour
+    )
+    rules = framework_rules(info, vr)
+    message = ulysses_heads_message(model.num_attention_heads, strategy.tp, strategy.cp, rules)
+    return [f"{message} in {vr.label}: this version may refuse the launch"] if message else []
 
 
 def _hybrid_degree_warning(strategy: Strategy, info, model) -> list[str]:
