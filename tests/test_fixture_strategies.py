@@ -1,5 +1,6 @@
 """Every launch script of tests/fixtures/scripts: its own strategy simulates on an analytic profile
-(no "not modelled" refusal, Megatron's `uniform` recompute included), and a search over the
+(no "not modelled" refusal: Megatron's `uniform` recompute, MindSpeed's hybrid and unaligned
+Ulysses context parallelism included), and a search over the
 script's own layout (tp, pp, cp, ep, vpp and micro-batch fixed; recompute kind, method, count,
 distributed optimizer and layer split free) proves its optimum. The profile holds only the shapes
 the script uses, so each script takes about a second."""
@@ -19,11 +20,6 @@ from tinker_opt.specs import ClusterSpec
 from tinker_opt.verbs import job_cost_options
 
 SCRIPTS = sorted((Path(__file__).parent / "fixtures" / "scripts").glob("*.sh"))
-NOT_RECOMPUTE = {
-    "pretrain_chatglm3_6b_64k_ptd.sh": "hybrid_cp_algo is not modelled (a context-parallel rule)",
-    "pretrain_qwen25_7b_32k_ptd.sh": "Ulysses: heads (28) not divisible by tp*cp (8)",
-}
-"""Scripts refused for a rule that is not about recompute (left to the context-parallel work)."""
 
 
 def _computing_layers(layer_list, noop_layers) -> tuple[int, ...]:
@@ -77,8 +73,6 @@ def _cost_model(script: Path, tmp: Path):
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.name for p in SCRIPTS])
 def test_own_strategy_simulates_and_search_is_exact(script, tmp_path):
-    if script.name in NOT_RECOMPUTE:
-        pytest.skip(NOT_RECOMPUTE[script.name])
     cost_model, strategy = _cost_model(script, tmp_path)
     evaluation = cost_model.evaluate(strategy)
     assert evaluation.iteration_time_ms > 0

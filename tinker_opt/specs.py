@@ -184,6 +184,10 @@ class TrainSpec:
     recompute_activation_function_num_layers: int | None = None
     """MindSpeed `--recompute-activation-function-num-layers`: only the first N layers of each stage
     recompute the activation; None for every layer (or when the switch is off)."""
+    ulysses_degree_in_cp: int | None = None
+    """MindSpeed `--ulysses-degree-in-cp`: the Ulysses group size of `hybrid_cp_algo` (the ring
+    runs over cp / this many ranks); None when the script does not give it
+    (rules.hybrid_ulysses_degree says which degree the model then uses)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -82,6 +82,7 @@ class CostModel:
         overlap_p2p_comm: bool = True,
         reuse_fp32_param: bool = False,
         recompute_all: bool = False,
+        ulysses_degree: int | None = None,
     ) -> None:
         self.model = model
         self.cluster = cluster
@@ -107,6 +108,7 @@ class CostModel:
             overlap_p2p_comm=overlap_p2p_comm,
             reuse_fp32_param=reuse_fp32_param,
             recompute_all=recompute_all,
+            ulysses_degree=ulysses_degree,
         )
         self._cache: dict[Strategy, SplitCoefficients] = {}
 
@@ -125,13 +127,16 @@ class CostModel:
         overlap_p2p_comm: bool = True,
         reuse_fp32_param: bool = False,
         recompute_all: bool = False,
+        ulysses_degree: int | None = None,
     ) -> CostModel:
         """Build from a loaded profiled-data folder; see CommModel for the inter-node defaults.
         `swap_optimizer_times`: the script's `--swap-optimizer` chunk count (None: not swapping);
         `recompute_activation`: MindSpeed's `--recompute-activation-function` (costs/recompute.py);
         `overlap_p2p_comm`: the script's p2p overlap of the interleaved schedule and
         `reuse_fp32_param` its MindSpeed `--reuse-fp32-param` (TrainSpec);
-        `recompute_all`: full recompute is all layers or none (an FSDP2 launch)."""
+        `recompute_all`: full recompute is all layers or none (an FSDP2 launch);
+        `ulysses_degree`: the script's `--ulysses-degree-in-cp` (hybrid_cp_algo; None: the
+        degree rules.hybrid_ulysses_degree falls back to)."""
         comm = CommModel(
             profiled.comm,
             hardware=hardware,
@@ -157,6 +162,7 @@ class CostModel:
             overlap_p2p_comm=overlap_p2p_comm,
             reuse_fp32_param=reuse_fp32_param,
             recompute_all=recompute_all,
+            ulysses_degree=ulysses_degree,
         )
 
     @property

@@ -20,11 +20,13 @@ Rules and their sources:
   time is the layer's compute times the share of its flops in the linear layers (`matmul_share`;
   ASSUMPTION: compute time splits like the flops). MoE layers: MindSpeed does not use MC2 in the MLP
   of mcore MoE models (mc2.md, "注意事项"), so only their attention part (1 of their TP pairs) hides.
-* Ring attention (context parallelism `megatron_cp_algo`, always on): each of the cp-1 K/V hops of
-  the forward (and the K/V + dK/dV hops of the backward) is sent while the previous block's
-  attention runs (NVIDIA/Megatron-LM / TransformerEngine attention with cp_comm_type p2p; Ascend/MindSpeed
-  mindspeed/core/context_parallel/ring_context_parallel.py). Exposed per hop = max(0, hop - one
-  block's attention), one block being the layer's attention-core compute / cp.
+* Ring attention (context parallelism `megatron_cp_algo`, and the ring of `hybrid_cp_algo`, always
+  on): each of the r-1 K/V hops of the forward (and the K/V + dK/dV hops of the backward) is sent
+  while the previous block's attention runs (NVIDIA/Megatron-LM / TransformerEngine attention with
+  cp_comm_type p2p; Ascend/MindSpeed mindspeed/core/context_parallel/ring_context_parallel.py).
+  Exposed per hop = max(0, hop - one block's attention), one block being the layer's attention-core
+  compute / r, r the ring size (cp; cp / u for hybrid). The Ulysses all-to-all (ulysses_cp_algo and
+  hybrid's inner one) has no compute to hide behind: it is exposed in full.
 * MoE all-to-all overlap (`overlap_moe_comm`: MindSpeed `--moe-alltoall-overlap-comm`, Megatron
   `--overlap-moe-expert-parallel-comm`): the token dispatch / combine runs asynchronously with
   independent compute (Ascend/MindSpeed mindspeed/features_manager/moe/moe_alltoall_overlap.py:

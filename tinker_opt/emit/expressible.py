@@ -54,7 +54,10 @@ def _needs(flag: str, purpose: str, info: ScriptInfo, vr: VersionRange) -> None:
 def framework_rules(info: ScriptInfo, vr: VersionRange) -> FrameworkRules:
     """The version-dependent rule facts for this script at version `vr`."""
     return FrameworkRules(
-        overlap_p2p_comm=p2p_overlap(info.launch, vr), layer_form=layer_form(info, vr)
+        overlap_p2p_comm=p2p_overlap(info.launch, vr),
+        layer_form=layer_form(info, vr),
+        unaligned_ulysses=vr.family == versions.MINDSPEED
+        and vr.allows(versions.UNALIGNED_ULYSSES_SINCE),
     )
 
 

@@ -12,6 +12,7 @@ from tinker_opt.emit import script_edit
 from tinker_opt.emit.expressible import overlap_flag
 from tinker_opt.emit.script_edit import Edit
 from tinker_opt.errors import StrategyError
+from tinker_opt.rules import hybrid_ulysses_degree
 from tinker_opt.script import versions
 from tinker_opt.script.launch import ArgOccurrence
 from tinker_opt.script.reader import ScriptInfo
@@ -150,12 +151,11 @@ def _context_parallel(plan: _Plan, s: Strategy) -> None:
         plan.remove(*CP_ADAPTIVE_ONLY)
     if algo == "hybrid_cp_algo":
         current = plan.launch.value("--ulysses-degree-in-cp")
-        degree = (
-            int(current)
-            if current and current.isdigit() and s.cp % int(current) == 0
-            else (2 if s.cp % 2 == 0 else s.cp)
-        )  # ulysses x ring = cp
-        plan.value("--ulysses-degree-in-cp", degree)
+        requested = int(current) if current and current.isdigit() else None
+        heads = plan.info.model.num_attention_heads
+        # ulysses x ring = cp: the script's degree where MindSpeed accepts it, else the fallback
+        # the cost model prices too (rules.hybrid_ulysses_degree).
+        plan.value("--ulysses-degree-in-cp", hybrid_ulysses_degree(s.cp, s.tp, heads, requested))
     else:
         plan.remove("--ulysses-degree-in-cp")
 

@@ -97,6 +97,8 @@ FLAGS: tuple[Flag, ...] = (
            "dist-opt; MindSpeed docs/features/reuse-fp32-param.md)", "--reuse-fp32-param"),
     *_rows("job", "MLP activation output dropped and recomputed in the backward (MindSpeed; costs/recompute.py)",
            "--recompute-activation-function"),
+    *_rows("job", "Ulysses group of hybrid_cp_algo: all-to-all over it, ring over cp / it (MindSpeed; "
+           "rules.hybrid_ulysses_degree)", "--ulysses-degree-in-cp"),
     *_rows("job, not priced", "activation recompute in the first N layers of each chunk only; with it the "
            "activation recompute is left out of the prediction", "--recompute-activation-function-num-layers"),
     # The model (profiled shapes).

@@ -252,6 +252,7 @@ def _train_spec(
         swap_optimizer_times=_swap_optimizer_times(launch),
         overlap_p2p_comm=p2p_overlap(launch, version_range),
         reuse_fp32_param=launch.has("--reuse-fp32-param"),
+        ulysses_degree_in_cp=int_value(launch, "--ulysses-degree-in-cp"),
         **_activation_recompute(launch, version_range),
     )
 

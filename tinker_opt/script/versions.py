@@ -71,6 +71,17 @@ CP_ALGO_SINCE: dict[str, tuple[int, ...]] = {
     "kvallgather_cp_algo": (26, 1, 0),
 }
 
+UNALIGNED_ULYSSES_SINCE: tuple[int, ...] = (2, 1, 0)
+"""First MindSpeed-LLM release assumed to run Ulysses with num_attention_heads not a multiple of
+tp*cp (rules.FrameworkRules.unaligned_ulysses). The execution path is MindSpeed's unaligned
+all-to-all (Ascend/MindSpeed mindspeed/core/context_parallel/ulysses_context_parallel/
+unaligned_cp/mapping.py, used by ulysses_context_parallel.py UlyssesContextAttention and by
+MindSpeed-LLM's FSDP2 backend). ASSUMPTION, not sourced: MindSpeed-LLM's own argument check
+(mindspeed_llm/training/arguments.py _validate_cp_args._check_attention_head) still asks for
+heads divisible by tp*cp in every version read (ModelLink 1.0.RC* up to a `--use-ascend-mc2`
+release); its example pretrain_qwen25_7b_32k_ptd.sh (28 heads, Ulysses cp 8) relies on the
+unaligned path. Megatron-LM has no Ulysses algorithm at all."""
+
 # Evidence in a script: (pattern, family, lower bound or None, upper bound (exclusive) or None).
 _EVIDENCE = (
     (r"--use-mcore-models\b", MINDSPEED, (0, 9, 3), None),

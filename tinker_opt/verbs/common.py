@@ -115,8 +115,8 @@ def cost_model_for(profiled, model, cluster: ClusterSpec, global_batch_size: int
 
 def job_cost_options(info: ScriptInfo) -> dict:
     """The CostModel options a script's job flags set (swap optimizer, activation-function
-    recompute, interleaved p2p overlap, reuse-fp32-param; an FSDP2 launch recomputes all
-    layers or none)."""
+    recompute, interleaved p2p overlap, reuse-fp32-param, the Ulysses degree of hybrid context
+    parallelism; an FSDP2 launch recomputes all layers or none)."""
     train = info.train
     # MindSpeed's activation-function recompute, priced for every kept layer; a layer count
     # (first N layers of each chunk) is not modelled and stays out (flags.py warns).
@@ -130,4 +130,5 @@ def job_cost_options(info: ScriptInfo) -> dict:
         "overlap_p2p_comm": train.overlap_p2p_comm,
         "reuse_fp32_param": train.reuse_fp32_param,
         "recompute_all": info.fsdp2 is not None,
+        "ulysses_degree": train.ulysses_degree_in_cp,
     }

@@ -63,9 +63,47 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
     cost_model = cost_model_for(
         profiled, model, cluster, settings.global_batch_size, settings, info
     )
-    return cost_model.evaluate(strategy), list(cost_model.warnings) + _layer_form_warning(
-        strategy, info, settings
+    return cost_model.evaluate(strategy), (
+        list(cost_model.warnings)
+        + _layer_form_warning(strategy, info, settings)
+        + _hybrid_degree_warning(strategy, info, model)
+        + _unaligned_ulysses_warning(strategy, info, model, settings)
     )
+
+
+def _unaligned_ulysses_warning(strategy: Strategy, info, model, settings) -> list[str]:
+    """Unaligned Ulysses is priced (rules.ulysses_heads_factor) but the script's MindSpeed-LLM
+    version may lack it (FrameworkRules.unaligned_ulysses, script/versions.py): say so."""
+    from tinker_opt.emit.expressible import framework_rules
+    from tinker_opt.rules import ulysses_heads_message
+    from tinker_opt.script import versions
+
+    if info is None or strategy.cp == 1 or strategy.cp_algo != "ulysses_cp_algo":
+        return []
+    vr = versions.resolve(
+        getattr(settings, "version", None), info.text, info.train.framework.flavour
+    )
+    rules = framework_rules(info, vr)
+    message = ulysses_heads_message(model.num_attention_heads, strategy.tp, strategy.cp, rules)
+    return [f"{message} in {vr.label}: this version may refuse the launch"] if message else []
+
+
+def _hybrid_degree_warning(strategy: Strategy, info, model) -> list[str]:
+    """hybrid_cp_algo priced with another Ulysses degree than the script's (or none given): say
+    which (MindSpeed has no default; rules.hybrid_ulysses_degree, the degree `apply` writes)."""
+    from tinker_opt.rules import hybrid_ulysses_degree
+
+    if strategy.cp == 1 or strategy.cp_algo != "hybrid_cp_algo":
+        return []
+    requested = info.train.ulysses_degree_in_cp if info is not None else None
+    used = hybrid_ulysses_degree(strategy.cp, strategy.tp, model.num_attention_heads, requested)
+    if used == requested:
+        return []
+    given = f"--ulysses-degree-in-cp {requested}" if requested else "no --ulysses-degree-in-cp"
+    return [
+        f"hybrid_cp_algo at cp {strategy.cp} with {given}: priced with Ulysses degree {used} "
+        f"(ring over {strategy.cp // used}); MindSpeed needs the degree given, `apply` writes {used}"
+    ]
 
 
 def _layer_form_warning(strategy: Strategy, info, settings: SimulateSettings) -> list[str]:
