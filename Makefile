@@ -1,5 +1,5 @@
-# Two entry points (README): `make demo` runs the example end to end, `make test` runs the tests;
-# `make lint` runs ruff.
+# Two entry points (README): `make demo` runs the example end to end, `make test` runs ruff
+# (`make lint`) and then the tests.
 # Each creates the virtual environment .venv when it is missing.
 PYTHON ?= python3
 VENV ?= .venv
@@ -19,7 +19,8 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(VENV)/bin/tinker-opt all $(EXAMPLE) --config-path examples/config.json
 
-test: $(VENV)/.installed
+# The tests start with the linter: ruff's checks and its formatter in check mode.
+test: $(VENV)/.installed lint
 	$(PY) -m pytest -n 2
 
 # Lint: ruff's checks and its formatter in check mode (configured in pyproject.toml).

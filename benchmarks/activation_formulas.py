@@ -25,22 +25,48 @@ def korthikanti(s, b, h, a, tp, sp, selective) -> float:
 
 
 def gpt_rows(s, b, h, a):
-    model = ModelSpec(num_layers=2, hidden_size=h, ffn_hidden_size=4 * h, num_attention_heads=a,
-                      num_query_groups=a, kv_channels=h // a, seq_length=s, vocab_size=32000)
+    model = ModelSpec(
+        num_layers=2,
+        hidden_size=h,
+        ffn_hidden_size=4 * h,
+        num_attention_heads=a,
+        num_query_groups=a,
+        kv_channels=h // a,
+        seq_length=s,
+        vocab_size=32000,
+    )
     for tp, sp in ((1, False), (2, False), (2, True), (4, False), (4, True)):
         for selective in (False, True):
             with FakeTensorMode():
-                measured = saved_activation_bytes(build_block(model, "layer", Shape(tp=tp, sp=sp, mbs=b)),
-                                                  selective=selective)
-            yield f"GPT tp{tp} sp{int(sp)}{' selective' if selective else ''}", measured, korthikanti(s, b, h, a, tp, sp, selective)
+                measured = saved_activation_bytes(
+                    build_block(model, "layer", Shape(tp=tp, sp=sp, mbs=b)), selective=selective
+                )
+            yield (
+                f"GPT tp{tp} sp{int(sp)}{' selective' if selective else ''}",
+                measured,
+                korthikanti(s, b, h, a, tp, sp, selective),
+            )
 
 
 def llama_rows(s, b, h, a):
     for g, f in ((a // 4, h * 43 // 16), (a, 4 * h)):
-        model = ModelSpec(num_layers=2, hidden_size=h, ffn_hidden_size=f, num_attention_heads=a, num_query_groups=g,
-                          kv_channels=h // a, seq_length=s, vocab_size=32000, normalization="RMSNorm", swiglu=True,
-                          position_embedding_type="rope", use_flash_attn=True, attention_dropout=0.0,
-                          hidden_dropout=0.0, add_bias_linear=False)
+        model = ModelSpec(
+            num_layers=2,
+            hidden_size=h,
+            ffn_hidden_size=f,
+            num_attention_heads=a,
+            num_query_groups=g,
+            kv_channels=h // a,
+            seq_length=s,
+            vocab_size=32000,
+            normalization="RMSNorm",
+            swiglu=True,
+            position_embedding_type="rope",
+            use_flash_attn=True,
+            attention_dropout=0.0,
+            hidden_dropout=0.0,
+            add_bias_linear=False,
+        )
         with FakeTensorMode():
             measured = saved_activation_bytes(build_block(model, "layer", Shape(mbs=b)))
         yield f"LLaMA g{g} f{f}", measured, s * b * h * (22 + 6 * g / a + 8 * f / h) + 4 * a * s * b
@@ -58,7 +84,9 @@ def main() -> None:
     print(f"| {'layer':<24} | {'measured MiB':>12} | {'formula MiB':>11} | {'ratio':>6} |")
     print(f"|{'-' * 26}|{'-' * 13}:|{'-' * 12}:|{'-' * 7}:|")
     for name, measured, formula in [*gpt_rows(s, b, h, a), *llama_rows(s, b, h, a)]:
-        print(f"| {name:<24} | {measured / 2**20:>12.3f} | {formula / 2**20:>11.3f} | {measured / formula:>6.4f} |")
+        print(
+            f"| {name:<24} | {measured / 2**20:>12.3f} | {formula / 2**20:>11.3f} | {measured / formula:>6.4f} |"
+        )
 
 
 if __name__ == "__main__":

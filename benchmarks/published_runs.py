@@ -30,8 +30,12 @@ from tinker_opt.strategy import Strategy
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUNS_FILE = REPO_ROOT.parent / "shared" / "data" / "published_calibration.json"
 HARDWARE_BY_ID = {
-    "a100_80gb_sxm_selene": "a100-80gb", "a100_80gb_sxm": "a100-80gb", "a100_40gb_sxm": "a100-40gb",
-    "h100_sxm_80gb": "h100-80gb", "h100_80gb_sxm": "h100-80gb", "ascend_910b_atlas_a2": "910b",
+    "a100_80gb_sxm_selene": "a100-80gb",
+    "a100_80gb_sxm": "a100-80gb",
+    "a100_40gb_sxm": "a100-40gb",
+    "h100_sxm_80gb": "h100-80gb",
+    "h100_80gb_sxm": "h100-80gb",
+    "ascend_910b_atlas_a2": "910b",
 }
 """Hardware ids of the published-runs file -> shipped description names."""
 
@@ -75,16 +79,26 @@ def load_runs(path: Path = DEFAULT_RUNS_FILE) -> list[PublishedRun]:
     """The runs of a published-runs JSON file; SystemExit with one line when it is missing."""
     path = Path(path)
     if not path.is_file():
-        raise SystemExit(f"published-runs file {path} not found: it is shared/data/"
-                         "published_calibration.json in the folder beside the repository "
-                         "(../shared/ from its root); pass the file's path as the first argument")
+        raise SystemExit(
+            f"published-runs file {path} not found: it is shared/data/"
+            "published_calibration.json in the folder beside the repository "
+            "(../shared/ from its root); pass the file's path as the first argument"
+        )
     data = json.loads(path.read_text(encoding="utf-8"))
     runs = []
     for run in data["runs"]:
         hw = run.get("hardware", {})
-        runs.append(PublishedRun(
-            run_id=run["id"], model=run["model"], strategy=run["strategy"], hardware_id=hw.get("id", ""),
-            hardware_name=hw.get("name", ""), n_devices=int(run["n_devices"]), measured=run.get("measured", {})))
+        runs.append(
+            PublishedRun(
+                run_id=run["id"],
+                model=run["model"],
+                strategy=run["strategy"],
+                hardware_id=hw.get("id", ""),
+                hardware_name=hw.get("name", ""),
+                n_devices=int(run["n_devices"]),
+                measured=run.get("measured", {}),
+            )
+        )
     return runs
 
 
@@ -95,9 +109,18 @@ def hardware_for(run: PublishedRun, override: str | None = None) -> HardwareSpec
     name = HARDWARE_BY_ID.get(run.hardware_id)
     if name is None:
         text = f"{run.hardware_id} {run.hardware_name}".lower()
-        name = next((n for n in shipped_hardware() if n.replace("-", "") in text.replace("-", "").replace("_", "")), None)
+        name = next(
+            (
+                n
+                for n in shipped_hardware()
+                if n.replace("-", "") in text.replace("-", "").replace("_", "")
+            ),
+            None,
+        )
     if name is None:
-        raise SystemExit(f"run {run.run_id}: no shipped hardware for '{run.hardware_id}'; pass --hardware FILE")
+        raise SystemExit(
+            f"run {run.run_id}: no shipped hardware for '{run.hardware_id}'; pass --hardware FILE"
+        )
     return load_hardware(name)
 
 
@@ -108,7 +131,11 @@ def recompute_flags(strategy: dict[str, Any]) -> list[str]:
     if kind == "full":
         # Korthikanti et al. 2022 checkpoint every transformer layer: Megatron's standard full
         # recompute, `--recompute-method uniform --recompute-num-layers 1`, as published.
-        return ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+        return [
+            "--recompute-granularity full",
+            "--recompute-method uniform",
+            "--recompute-num-layers 1",
+        ]
     return []
 
 
@@ -117,22 +144,41 @@ def launch_script(run: PublishedRun) -> str:
     m, s = run.model, run.strategy
     layers_per_chunk = m["layers"] // (s["pp"] * s.get("vpp", 1))
     model_args = [
-        f"--num-layers {m['layers']}", f"--hidden-size {m['hidden']}", f"--ffn-hidden-size {m['ffn']}",
-        f"--num-attention-heads {m['heads']}", f"--kv-channels {m.get('head_dim', m['hidden'] // m['heads'])}",
-        f"--seq-length {m['seq']}", f"--max-position-embeddings {m['seq']}", f"--vocab-size {m['vocab']}",
+        f"--num-layers {m['layers']}",
+        f"--hidden-size {m['hidden']}",
+        f"--ffn-hidden-size {m['ffn']}",
+        f"--num-attention-heads {m['heads']}",
+        f"--kv-channels {m.get('head_dim', m['hidden'] // m['heads'])}",
+        f"--seq-length {m['seq']}",
+        f"--max-position-embeddings {m['seq']}",
+        f"--vocab-size {m['vocab']}",
     ]
     if run.is_llama:
-        model_args += ["--make-vocab-size-divisible-by 1", "--attention-dropout 0.0", "--hidden-dropout 0.0",
-                       "--position-embedding-type rope", "--normalization RMSNorm", "--swiglu",
-                       "--disable-bias-linear", "--untie-embeddings-and-output-weights",
-                       *(f"--{flag}" for flag in s.get("fused", ()))]
+        model_args += [
+            "--make-vocab-size-divisible-by 1",
+            "--attention-dropout 0.0",
+            "--hidden-dropout 0.0",
+            "--position-embedding-type rope",
+            "--normalization RMSNorm",
+            "--swiglu",
+            "--disable-bias-linear",
+            "--untie-embeddings-and-output-weights",
+            *(f"--{flag}" for flag in s.get("fused", ())),
+        ]
     else:
-        model_args += ["--make-vocab-size-divisible-by 128", "--attention-dropout 0.1", "--hidden-dropout 0.1"]
+        model_args += [
+            "--make-vocab-size-divisible-by 128",
+            "--attention-dropout 0.1",
+            "--hidden-dropout 0.1",
+        ]
     if s.get("flash_attn"):
         model_args.append("--use-flash-attn")
     if m.get("kv_heads", m["heads"]) != m["heads"]:
         model_args += ["--group-query-attention", f"--num-query-groups {m['kv_heads']}"]
-    parallel_args = [f"--tensor-model-parallel-size {s['tp']}", f"--pipeline-model-parallel-size {s['pp']}"]
+    parallel_args = [
+        f"--tensor-model-parallel-size {s['tp']}",
+        f"--pipeline-model-parallel-size {s['pp']}",
+    ]
     if s.get("vpp", 1) > 1:
         parallel_args.append(f"--num-layers-per-virtual-pipeline-stage {layers_per_chunk}")
     if s.get("sp"):
@@ -143,9 +189,14 @@ def launch_script(run: PublishedRun) -> str:
         parallel_args.append("--overlap-grad-reduce")
     if s.get("mc2"):
         parallel_args.append("--use-mc2")
-    training_args = [f"--micro-batch-size {s['mbs']}", f"--global-batch-size {s['gbs']}",
-                     f"--{s.get('precision', 'bf16')}", "--train-iters 100", "--lr 6.0e-5",
-                     *recompute_flags(s)]
+    training_args = [
+        f"--micro-batch-size {s['mbs']}",
+        f"--global-batch-size {s['gbs']}",
+        f"--{s.get('precision', 'bf16')}",
+        "--train-iters 100",
+        "--lr 6.0e-5",
+        *recompute_flags(s),
+    ]
     gpus_per_node = min(8, run.n_devices)
 
     def array(name: str, flags: list[str]) -> str:
@@ -158,25 +209,44 @@ def launch_script(run: PublishedRun) -> str:
         "MASTER_ADDR=${MASTER_ADDR:-localhost}\nMASTER_PORT=${MASTER_PORT:-6000}\nNODE_RANK=${RANK:-0}\n\n"
         "DISTRIBUTED_ARGS=(\n    --nproc_per_node $GPUS_PER_NODE\n    --nnodes $NUM_NODES\n"
         "    --node_rank $NODE_RANK\n    --master_addr $MASTER_ADDR\n    --master_port $MASTER_PORT\n)\n\n"
-        + array("GPT_MODEL_ARGS", model_args) + "\n" + array("MODEL_PARALLEL_ARGS", parallel_args) + "\n"
-        + array("TRAINING_ARGS", training_args) + "\n"
+        + array("GPT_MODEL_ARGS", model_args)
+        + "\n"
+        + array("MODEL_PARALLEL_ARGS", parallel_args)
+        + "\n"
+        + array("TRAINING_ARGS", training_args)
+        + "\n"
         + "torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \\\n    ${GPT_MODEL_ARGS[@]} \\\n"
-        "    ${MODEL_PARALLEL_ARGS[@]} \\\n    ${TRAINING_ARGS[@]} \\\n    --mock-data --tokenizer-type NullTokenizer\n")
+        "    ${MODEL_PARALLEL_ARGS[@]} \\\n    ${TRAINING_ARGS[@]} \\\n    --mock-data --tokenizer-type NullTokenizer\n"
+    )
 
 
 def model_spec_of(run: PublishedRun) -> ModelSpec:
     """The ModelSpec the launch script describes (GPT-style, or LLaMA-style for `arch: llama`)."""
     m, s = run.model, run.strategy
     common = dict(
-        num_layers=m["layers"], hidden_size=m["hidden"], ffn_hidden_size=m["ffn"],
-        num_attention_heads=m["heads"], num_query_groups=m.get("kv_heads", m["heads"]),
-        kv_channels=m.get("head_dim", m["hidden"] // m["heads"]), seq_length=m["seq"], vocab_size=m["vocab"],
-        precision=s.get("precision", "bf16"), use_flash_attn=bool(s.get("flash_attn")))
+        num_layers=m["layers"],
+        hidden_size=m["hidden"],
+        ffn_hidden_size=m["ffn"],
+        num_attention_heads=m["heads"],
+        num_query_groups=m.get("kv_heads", m["heads"]),
+        kv_channels=m.get("head_dim", m["hidden"] // m["heads"]),
+        seq_length=m["seq"],
+        vocab_size=m["vocab"],
+        precision=s.get("precision", "bf16"),
+        use_flash_attn=bool(s.get("flash_attn")),
+    )
     if run.is_llama:
-        return ModelSpec(**common, make_vocab_size_divisible_by=1,
-                         attention_dropout=0.0, hidden_dropout=0.0, position_embedding_type="rope",
-                         normalization="RMSNorm", swiglu=True, add_bias_linear=False,
-                         untie_embeddings_and_output_weights=True)
+        return ModelSpec(
+            **common,
+            make_vocab_size_divisible_by=1,
+            attention_dropout=0.0,
+            hidden_dropout=0.0,
+            position_embedding_type="rope",
+            normalization="RMSNorm",
+            swiglu=True,
+            add_bias_linear=False,
+            untie_embeddings_and_output_weights=True,
+        )
     return ModelSpec(**common, attention_dropout=0.1, hidden_dropout=0.1)
 
 
@@ -185,6 +255,14 @@ def strategy_of(run: PublishedRun) -> Strategy:
     s = run.strategy
     full = s.get("recompute") == "full"
     return Strategy(
-        tp=s["tp"], pp=s["pp"], dp=s.get("dp", 1), vpp=s.get("vpp", 1), sp=bool(s.get("sp")),
-        dist_opt=bool(s.get("distributed_optimizer")), mbs=s["mbs"], recompute=s.get("recompute", "none"),
-        recompute_method="uniform" if full else None, recompute_num_layers=1 if full else None)
+        tp=s["tp"],
+        pp=s["pp"],
+        dp=s.get("dp", 1),
+        vpp=s.get("vpp", 1),
+        sp=bool(s.get("sp")),
+        dist_opt=bool(s.get("distributed_optimizer")),
+        mbs=s["mbs"],
+        recompute=s.get("recompute", "none"),
+        recompute_method="uniform" if full else None,
+        recompute_num_layers=1 if full else None,
+    )

@@ -42,9 +42,23 @@ INSTANCES = [
     ("moe-32L-64dev", lambda: moe_model(32, 4096, 32, experts=8, seq=4096), 8, 8, 256, 60000),
     ("dense-64L-512dev", lambda: dense_model(64, 8192, 64, groups=8, seq=4096), 64, 8, 1024, 60000),
     ("moe-64L-1024dev", lambda: moe_model(64, 6144, 48, experts=64, seq=4096), 128, 8, 1024, 60000),
-    ("dense-96L-4096dev", lambda: dense_model(96, 12288, 96, seq=2048, vocab=51200), 512, 8, 2048, 60000),
+    (
+        "dense-96L-4096dev",
+        lambda: dense_model(96, 12288, 96, seq=2048, vocab=51200),
+        512,
+        8,
+        2048,
+        60000,
+    ),
     ("moe-96L-4096dev", lambda: moe_model(96, 8192, 64, experts=64, seq=4096), 512, 8, 4096, 60000),
-    ("dense-128L-16384dev", lambda: dense_model(128, 16384, 128, groups=16, seq=4096), 2048, 8, 4096, 60000),
+    (
+        "dense-128L-16384dev",
+        lambda: dense_model(128, 16384, 128, groups=16, seq=4096),
+        2048,
+        8,
+        4096,
+        60000,
+    ),
 ]
 SCRIPTS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "scripts"
 REAL_INSTANCES = [
@@ -53,15 +67,34 @@ REAL_INSTANCES = [
     ("real:llama2-70b-910b-64dev", "pretrain_llama2_70b_4k_ptd.sh", "910b", 8, 8, 512, 57000),
     ("real:qwen25-7b-910b-64dev", "pretrain_qwen25_7b_32k_ptd.sh", "910b", 8, 8, 64, 62000),
     ("real:mixtral-8x7b-a100-64dev", "pretrain_mixtral_8x7b_ptd.sh", "a100-80gb", 8, 8, 256, 70000),
-    ("real:deepseek3-671b-910b-512dev", "pretrain_deepseek3_671b_4k_ptd.sh", "910b", 64, 8, 1024, 60000),
+    (
+        "real:deepseek3-671b-910b-512dev",
+        "pretrain_deepseek3_671b_4k_ptd.sh",
+        "910b",
+        64,
+        8,
+        1024,
+        60000,
+    ),
 ]
 """Analytic profiles of fixture scripts (tp <= 8, micro-batch <= 2; 1 for DeepSeek-V3, whose
 first three dense layers make the stack mixed)."""
 NOPRUNE_MAX_DEVICES = 1024
 """`cpsat-noprune` (every feasible configuration in one CP-SAT model, no bound pruning) runs on
 the small instances only: it shows what the bounds buy as the space grows."""
-COLUMNS = ("instance", "devices", "configs", "solver", "wall_s", "status", "objective_ms", "gap",
-           "in_model", "enum_over_solver", "best")
+COLUMNS = (
+    "instance",
+    "devices",
+    "configs",
+    "solver",
+    "wall_s",
+    "status",
+    "objective_ms",
+    "gap",
+    "in_model",
+    "enum_over_solver",
+    "best",
+)
 
 
 def _cost_model(factory, nodes, per_node, gbs, memory_mb) -> CostModel:
@@ -74,7 +107,9 @@ def _cost_model(factory, nodes, per_node, gbs, memory_mb) -> CostModel:
 _PROFILES: dict[str, object] = {}
 
 
-def _real_factory(script: str, hardware_name: str, nodes: int, per_node: int, gbs: int, memory_mb: float):
+def _real_factory(
+    script: str, hardware_name: str, nodes: int, per_node: int, gbs: int, memory_mb: float
+):
     """A factory of fresh CostModels on the analytic profile of a fixture script (profiled once)."""
     from tinker_opt.hardware import load_hardware
     from tinker_opt.profile.store import load_profiled_data
@@ -88,11 +123,19 @@ def _real_factory(script: str, hardware_name: str, nodes: int, per_node: int, gb
 
         model = read_script(SCRIPTS / script).model
         out = Path(tempfile.mkdtemp(prefix="tinker-bench-")) / Path(script).stem
-        limits = SpaceLimits(max_npu=8, max_mbs=1 if model.num_experts and model.first_k_dense_replace else 2)
-        _PROFILES[script] = load_profiled_data(analytic_profile(model, hardware, out, limits=limits))
+        limits = SpaceLimits(
+            max_npu=8, max_mbs=1 if model.num_experts and model.first_k_dense_replace else 2
+        )
+        _PROFILES[script] = load_profiled_data(
+            analytic_profile(model, hardware, out, limits=limits)
+        )
     profiled = _PROFILES[script]
-    cluster_spec = ClusterSpec(num_nodes=nodes, devices_per_node=per_node, memory_limit_mb=memory_mb)
-    return lambda: CostModel.from_profile(profiled, profiled.model, cluster_spec, gbs, hardware=hardware)
+    cluster_spec = ClusterSpec(
+        num_nodes=nodes, devices_per_node=per_node, memory_limit_mb=memory_mb
+    )
+    return lambda: CostModel.from_profile(
+        profiled, profiled.model, cluster_spec, gbs, hardware=hardware
+    )
 
 
 def _run(name, make, nodes, per_node, solver, cpus, limit) -> dict:
@@ -100,16 +143,42 @@ def _run(name, make, nodes, per_node, solver, cpus, limit) -> dict:
     start = time.perf_counter()
     base, _, mode = solver.partition("-")
     try:
-        result = search(cost_model, solver=base, cpus=cpus, top_k=10, time_limit_s=limit, prune=mode != "noprune")
+        result = search(
+            cost_model,
+            solver=base,
+            cpus=cpus,
+            top_k=10,
+            time_limit_s=limit,
+            prune=mode != "noprune",
+        )
     except InfeasibleError:
-        return {"instance": name, "devices": nodes * per_node, "configs": "", "solver": solver,
-                "wall_s": round(time.perf_counter() - start, 2), "status": "infeasible", "objective_ms": "",
-                "gap": "", "in_model": "", "enum_over_solver": "", "best": ""}
+        return {
+            "instance": name,
+            "devices": nodes * per_node,
+            "configs": "",
+            "solver": solver,
+            "wall_s": round(time.perf_counter() - start, 2),
+            "status": "infeasible",
+            "objective_ms": "",
+            "gap": "",
+            "in_model": "",
+            "enum_over_solver": "",
+            "best": "",
+        }
     wall = time.perf_counter() - start
-    return {"instance": name, "devices": nodes * per_node, "configs": result.num_candidates,
-            "solver": solver, "wall_s": round(wall, 2), "status": result.status,
-            "objective_ms": round(result.objective_ms, 3), "gap": round(result.gap, 6),
-            "in_model": result.num_in_model, "enum_over_solver": "", "best": result.best.strategy.label()}
+    return {
+        "instance": name,
+        "devices": nodes * per_node,
+        "configs": result.num_candidates,
+        "solver": solver,
+        "wall_s": round(wall, 2),
+        "status": result.status,
+        "objective_ms": round(result.objective_ms, 3),
+        "gap": round(result.gap, 6),
+        "in_model": result.num_in_model,
+        "enum_over_solver": "",
+        "best": result.best.strategy.label(),
+    }
 
 
 def main() -> None:
@@ -119,16 +188,32 @@ def main() -> None:
     parser.add_argument("--solver-limit", type=float, default=60.0)
     parser.add_argument("--noprune-limit", type=float, default=30.0)
     parser.add_argument("--quick", action="store_true", help="only the three smallest instances")
-    parser.add_argument("--no-real", action="store_true", help="skip the analytic-profile instances")
+    parser.add_argument(
+        "--no-real", action="store_true", help="skip the analytic-profile instances"
+    )
     parser.add_argument("--only", default="", help="comma-separated instance names to run")
-    parser.add_argument("--out", default="solver_vs_enum", help="file stem under benchmarks/results/")
+    parser.add_argument(
+        "--out", default="solver_vs_enum", help="file stem under benchmarks/results/"
+    )
     args = parser.parse_args()
-    cases = [(name, lambda f=factory, n=nodes, d=per_node, g=gbs, mem=memory_mb: _cost_model(f, n, d, g, mem),
-              nodes, per_node) for name, factory, nodes, per_node, gbs, memory_mb in
-             (INSTANCES[:3] if args.quick else INSTANCES)]
+    cases = [
+        (
+            name,
+            lambda f=factory, n=nodes, d=per_node, g=gbs, mem=memory_mb: _cost_model(
+                f, n, d, g, mem
+            ),
+            nodes,
+            per_node,
+        )
+        for name, factory, nodes, per_node, gbs, memory_mb in (
+            INSTANCES[:3] if args.quick else INSTANCES
+        )
+    ]
     if not (args.quick or args.no_real):
-        cases += [(name, (script, hw, nodes, per_node, gbs, memory_mb), nodes, per_node)
-                  for name, script, hw, nodes, per_node, gbs, memory_mb in REAL_INSTANCES]
+        cases += [
+            (name, (script, hw, nodes, per_node, gbs, memory_mb), nodes, per_node)
+            for name, script, hw, nodes, per_node, gbs, memory_mb in REAL_INSTANCES
+        ]
     rows = []
     for name, make, nodes, per_node in cases:
         if args.only and name not in args.only.split(","):
@@ -152,17 +237,24 @@ def _group(name, make, nodes, per_node, args) -> list[dict]:
         if enum["status"] == "infeasible":
             continue
         ratio = enum["wall_s"] / max(group[solver]["wall_s"], 1e-3)
-        group[solver]["enum_over_solver"] = (">" if enum["status"] != "optimal" else "") + f"{ratio:.1f}"
+        group[solver]["enum_over_solver"] = (
+            ">" if enum["status"] != "optimal" else ""
+        ) + f"{ratio:.1f}"
     return list(group.values())
 
 
 def _write(rows, args) -> None:
     header = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
     body = "".join("| " + " | ".join(str(row[c]) for c in COLUMNS) + " |\n" for row in rows)
-    note = (f"\ncpus={args.cpus}, enumeration stopped at {args.enum_limit:g} s (then `feasible`, ratio "
-            "`>`), solver time limit " f"{args.solver_limit:g} s; wall_s includes building the space and "
-            "coefficients.\n")
-    write_text_atomic(RESULTS / f"{args.out}.md", "# Solver vs enumeration\n\n" + header + body + note)
+    note = (
+        f"\ncpus={args.cpus}, enumeration stopped at {args.enum_limit:g} s (then `feasible`, ratio "
+        "`>`), solver time limit "
+        f"{args.solver_limit:g} s; wall_s includes building the space and "
+        "coefficients.\n"
+    )
+    write_text_atomic(
+        RESULTS / f"{args.out}.md", "# Solver vs enumeration\n\n" + header + body + note
+    )
     with open(RESULTS / f"{args.out}.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()

@@ -51,7 +51,12 @@ from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.subgraphs import build_block
 from tinker_opt.specs import ModelSpec
 
-FLAGS = ("--use-flash-attn", "--use-fused-rmsnorm", "--use-fused-swiglu", "--use-fused-rotary-pos-emb")
+FLAGS = (
+    "--use-flash-attn",
+    "--use-fused-rmsnorm",
+    "--use-fused-swiglu",
+    "--use-fused-rotary-pos-emb",
+)
 RECOMPUTES = ("none", "selective", "full")
 MIB = 2**20
 
@@ -73,18 +78,54 @@ class Plan:
     steps: int
 
 
-FULL = Plan(layers=22, hidden=2048, heads=32, groups=4, ffn=5632, vocab=32000, seqs=(2048, 4096), mbss=(1, 2, 4),
-            recomputes=RECOMPUTES, warmup_steps=3, steps=8)
-DRY = Plan(layers=2, hidden=64, heads=4, groups=2, ffn=176, vocab=512, seqs=(64, 128), mbss=(1, 2),
-           recomputes=RECOMPUTES, warmup_steps=1, steps=3)
+FULL = Plan(
+    layers=22,
+    hidden=2048,
+    heads=32,
+    groups=4,
+    ffn=5632,
+    vocab=32000,
+    seqs=(2048, 4096),
+    mbss=(1, 2, 4),
+    recomputes=RECOMPUTES,
+    warmup_steps=3,
+    steps=8,
+)
+DRY = Plan(
+    layers=2,
+    hidden=64,
+    heads=4,
+    groups=2,
+    ffn=176,
+    vocab=512,
+    seqs=(64, 128),
+    mbss=(1, 2),
+    recomputes=RECOMPUTES,
+    warmup_steps=1,
+    steps=3,
+)
 
 
 def model_spec(plan: Plan, seq: int) -> ModelSpec:
-    return ModelSpec(num_layers=plan.layers, hidden_size=plan.hidden, ffn_hidden_size=plan.ffn,
-                     num_attention_heads=plan.heads, num_query_groups=plan.groups, kv_channels=plan.hidden // plan.heads,
-                     seq_length=seq, vocab_size=plan.vocab, make_vocab_size_divisible_by=1, normalization="RMSNorm",
-                     swiglu=True, position_embedding_type="rope", use_flash_attn=True, attention_dropout=0.0,
-                     hidden_dropout=0.0, add_bias_linear=False, untie_embeddings_and_output_weights=True)
+    return ModelSpec(
+        num_layers=plan.layers,
+        hidden_size=plan.hidden,
+        ffn_hidden_size=plan.ffn,
+        num_attention_heads=plan.heads,
+        num_query_groups=plan.groups,
+        kv_channels=plan.hidden // plan.heads,
+        seq_length=seq,
+        vocab_size=plan.vocab,
+        make_vocab_size_divisible_by=1,
+        normalization="RMSNorm",
+        swiglu=True,
+        position_embedding_type="rope",
+        use_flash_attn=True,
+        attention_dropout=0.0,
+        hidden_dropout=0.0,
+        add_bias_linear=False,
+        untie_embeddings_and_output_weights=True,
+    )
 
 
 def launch_script(plan: Plan, seq: int, mbs: int) -> str:
@@ -93,7 +134,8 @@ def launch_script(plan: Plan, seq: int, mbs: int) -> str:
 # validate_device.py: LLaMA-style model, one device
 NPUS_PER_NODE=1
 NNODES=1
-DISTRIBUTED_ARGS="--nproc_per_node $NPUS_PER_NODE --nnodes $NNODES --node_rank 0 --master_addr localhost --master_port 6000"
+DISTRIBUTED_ARGS="--nproc_per_node $NPUS_PER_NODE --nnodes $NNODES --node_rank 0 \\
+    --master_addr localhost --master_port 6000"
 GPT_ARGS="
     --use-mcore-models --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1
     --num-layers {plan.layers} --hidden-size {plan.hidden} --ffn-hidden-size {plan.ffn}
@@ -101,7 +143,7 @@ GPT_ARGS="
     --seq-length {seq} --max-position-embeddings {seq} --micro-batch-size {mbs} --global-batch-size {mbs}
     --vocab-size {plan.vocab} --make-vocab-size-divisible-by 1 --untie-embeddings-and-output-weights
     --disable-bias-linear --position-embedding-type rope --normalization RMSNorm --swiglu
-    {' '.join(FLAGS)} --attention-dropout 0.0 --hidden-dropout 0.0 --bf16
+    {" ".join(FLAGS)} --attention-dropout 0.0 --hidden-dropout 0.0 --bf16
     --lr 1e-5 --train-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95
 "
 torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $GPT_ARGS --distributed-backend nccl
@@ -109,6 +151,7 @@ torchrun $DISTRIBUTED_ARGS pretrain_gpt.py $GPT_ARGS --distributed-backend nccl
 
 
 # --- training --------------------------------------------------------------------------------
+
 
 class MixedPrecisionAdam:
     """Megatron's mixed precision: bf16 weights, fp32 `main_grad` (gradients accumulated into it
@@ -140,7 +183,9 @@ class MixedPrecisionAdam:
 class ReferenceModel(torch.nn.Module):
     """embedding -> layers -> final norm -> head + loss, from tinker_opt's reference blocks."""
 
-    def __init__(self, model: ModelSpec, mbs: int, device: Device, kernels: KernelSet, recompute: str) -> None:
+    def __init__(
+        self, model: ModelSpec, mbs: int, device: Device, kernels: KernelSet, recompute: str
+    ) -> None:
         super().__init__()
         shape, kw = Shape(mbs=mbs), dict(device=device.torch_device, kernels=kernels)
         self.embedding = build_block(model, "embedding", shape, **kw).module
@@ -155,7 +200,11 @@ class ReferenceModel(torch.nn.Module):
     def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         x = self.embedding(ids)
         for layer in self.layers:
-            x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False) if self.recompute == "full" else layer(x)
+            x = (
+                torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)
+                if self.recompute == "full"
+                else layer(x)
+            )
         return self.head(self.final_norm(x), labels)
 
 
@@ -168,13 +217,22 @@ def mcore_model(model: ModelSpec, recompute: str, device: Device) -> torch.nn.Mo
 
     ensure_parallel_state(device.kind)
     config = transformer_config(model, moe=False, dtype=torch.bfloat16, device_kind=device.kind)
-    config = replace(config, num_layers=model.num_layers, use_cpu_initialization=device.kind == "cpu",
-                     recompute_granularity=None if recompute == "none" else recompute,
-                     recompute_method="uniform" if recompute == "full" else None,
-                     recompute_num_layers=1 if recompute == "full" else None)
-    gpt = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_with_transformer_engine_spec(),
-                   vocab_size=model.vocab_size, max_sequence_length=model.seq_length,
-                   position_embedding_type="rope", share_embeddings_and_output_weights=False)
+    config = replace(
+        config,
+        num_layers=model.num_layers,
+        use_cpu_initialization=device.kind == "cpu",
+        recompute_granularity=None if recompute == "none" else recompute,
+        recompute_method="uniform" if recompute == "full" else None,
+        recompute_num_layers=1 if recompute == "full" else None,
+    )
+    gpt = GPTModel(
+        config=config,
+        transformer_layer_spec=get_gpt_layer_with_transformer_engine_spec(),
+        vocab_size=model.vocab_size,
+        max_sequence_length=model.seq_length,
+        position_embedding_type="rope",
+        share_embeddings_and_output_weights=False,
+    )
     return gpt.to(device=device.torch_device, dtype=torch.bfloat16)
 
 
@@ -191,7 +249,9 @@ def pick_trainer(requested: str, device: Device) -> str:
         return "reference"
 
 
-def train_row(model: ModelSpec, mbs: int, recompute: str, device: Device, plan: Plan, trainer: str) -> tuple[float, float]:
+def train_row(
+    model: ModelSpec, mbs: int, recompute: str, device: Device, plan: Plan, trainer: str
+) -> tuple[float, float]:
     """(median step ms after warm-up, peak allocated MiB) of `plan.steps` steps."""
     from tinker_opt.profile.accounting import LiveBytesTracker
 
@@ -202,7 +262,9 @@ def train_row(model: ModelSpec, mbs: int, recompute: str, device: Device, plan: 
     ids = torch.randint(0, model.vocab_size, (mbs, model.seq_length), device=device.torch_device)
     if trainer == "megatron-core":
         net = mcore_model(model, recompute, device)
-        positions = torch.arange(model.seq_length, device=device.torch_device).unsqueeze(0).expand(mbs, -1)
+        positions = (
+            torch.arange(model.seq_length, device=device.torch_device).unsqueeze(0).expand(mbs, -1)
+        )
         loss_fn = functools.partial(_mcore_loss, net, ids, positions)
     else:
         kernels = select_kernels(requested_ops(FLAGS, flash_attn=True), device.kind)
@@ -228,7 +290,7 @@ def train_row(model: ModelSpec, mbs: int, recompute: str, device: Device, plan: 
     else:
         peak = device.peak_allocated_bytes()
     del loss_fn, net, optimizer
-    return statistics.median(times[plan.warmup_steps:]), peak / MIB
+    return statistics.median(times[plan.warmup_steps :]), peak / MIB
 
 
 def _mcore_loss(net, ids, positions):
@@ -239,32 +301,81 @@ def _mcore_loss(net, ids, positions):
 def _state_tensors(net: torch.nn.Module, optimizer: MixedPrecisionAdam) -> list[torch.Tensor]:
     tensors = list(net.parameters()) + list(net.buffers()) + optimizer.master
     tensors += [p.main_grad for p in optimizer.params]
-    tensors += [v for s in optimizer.adam.state.values() for v in s.values() if torch.is_tensor(v) and v.dim()]
+    tensors += [
+        v
+        for s in optimizer.adam.state.values()
+        for v in s.values()
+        if torch.is_tensor(v) and v.dim()
+    ]
     return tensors
 
 
 # --- tinker-opt profile + simulate -------------------------------------------------------------
 
+
 def tinker_opt(*args: str) -> str:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-    done = subprocess.run([sys.executable, "-m", "tinker_opt.cli", *args], env=env, capture_output=True, text=True)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "tinker_opt.cli", *args], env=env, capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise SystemExit(f"tinker-opt {args[0]} failed: {done.stderr.strip().splitlines()[-1:]}")
     return done.stdout
 
 
-def predict(script: Path, profile_dir: Path, device_kind: str, plan: Plan, mbs: int, recompute: str) -> tuple[float, float]:
+def predict(
+    script: Path, profile_dir: Path, device_kind: str, plan: Plan, mbs: int, recompute: str
+) -> tuple[float, float]:
     """(iteration ms, peak MiB) that `tinker-opt simulate` predicts for tp = pp = dp = 1."""
-    out = tinker_opt("simulate", "--profiled-data-path", str(profile_dir), "--tp", "1", "--pp", "1",
-                     "--mbs", str(mbs), "--global-batch-size", str(mbs), "--recompute", recompute,
-                     "--num-nodes", "1", "--num-npus-per-node", "1", "--memory-limit", "1000000", "--json")
+    out = tinker_opt(
+        "simulate",
+        "--profiled-data-path",
+        str(profile_dir),
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--mbs",
+        str(mbs),
+        "--global-batch-size",
+        str(mbs),
+        "--recompute",
+        recompute,
+        "--num-nodes",
+        "1",
+        "--num-npus-per-node",
+        "1",
+        "--memory-limit",
+        "1000000",
+        "--json",
+    )
     evaluation = json.loads(out)
     return float(evaluation["iteration_time_ms"]), float(evaluation["peak_memory_mb"])
 
 
 def profile(script: Path, out: Path, device_kind: str, plan: Plan) -> Path:
-    tinker_opt("profile", str(script), "--device", device_kind, "--prof-path", str(out), "--max-npu", "1",
-               "--max-mbs", str(max(plan.mbss)), "--repeats", "5", "--warmup", "2", "--devices", "1", "-q")
+    tinker_opt(
+        "profile",
+        str(script),
+        "--device",
+        device_kind,
+        "--prof-path",
+        str(out),
+        "--max-npu",
+        "1",
+        "--max-mbs",
+        str(max(plan.mbss)),
+        "--repeats",
+        "5",
+        "--warmup",
+        "2",
+        "--devices",
+        "1",
+        "-q",
+    )
     return out
 
 
@@ -285,35 +396,55 @@ def run(plan: Plan, device: Device, trainer: str, work: Path) -> list[dict]:
             for recompute in plan.recomputes:
                 step_ms, peak_mb = train_row(model, mbs, recompute, device, plan, trainer)
                 pred_ms, pred_mb = predict(script, profile_dir, device.kind, plan, mbs, recompute)
-                rows.append({"seq": seq, "mbs": mbs, "recompute": recompute, "trainer": trainer,
-                             "measured_step_ms": round(step_ms, 2), "predicted_step_ms": round(pred_ms, 2),
-                             "time_error_pct": round(_pct(pred_ms, step_ms), 2),
-                             "measured_peak_mb": round(peak_mb, 1), "predicted_peak_mb": round(pred_mb, 1),
-                             "memory_error_pct": round(_pct(pred_mb, peak_mb), 2)})
+                rows.append(
+                    {
+                        "seq": seq,
+                        "mbs": mbs,
+                        "recompute": recompute,
+                        "trainer": trainer,
+                        "measured_step_ms": round(step_ms, 2),
+                        "predicted_step_ms": round(pred_ms, 2),
+                        "time_error_pct": round(_pct(pred_ms, step_ms), 2),
+                        "measured_peak_mb": round(peak_mb, 1),
+                        "predicted_peak_mb": round(pred_mb, 1),
+                        "memory_error_pct": round(_pct(pred_mb, peak_mb), 2),
+                    }
+                )
                 print(_line(rows[-1]), flush=True)
     return rows
 
 
 def _line(row: dict) -> str:
-    return (f"seq {row['seq']:>5} mbs {row['mbs']} {row['recompute']:<9} step {row['measured_step_ms']:>9.1f} ms "
-            f"pred {row['predicted_step_ms']:>9.1f} ({row['time_error_pct']:+6.1f} %)  peak "
-            f"{row['measured_peak_mb']:>8.0f} MiB pred {row['predicted_peak_mb']:>8.0f} ({row['memory_error_pct']:+6.1f} %)")
+    return (
+        f"seq {row['seq']:>5} mbs {row['mbs']} {row['recompute']:<9} step {row['measured_step_ms']:>9.1f} ms "
+        f"pred {row['predicted_step_ms']:>9.1f} ({row['time_error_pct']:+6.1f} %)  peak "
+        f"{row['measured_peak_mb']:>8.0f} MiB pred {row['predicted_peak_mb']:>8.0f} ({row['memory_error_pct']:+6.1f} %)"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dry-run", action="store_true", help="Tiny model on the CPU: the whole flow, quickly.")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="Tiny model on the CPU: the whole flow, quickly."
+    )
     parser.add_argument("--device", default=None, help="cuda (default) | cpu (the dry run's).")
     parser.add_argument("--trainer", default="auto", choices=("auto", "reference", "megatron-core"))
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "validate_device.csv")
-    parser.add_argument("--steps", type=int, default=None, help="Timed steps per row (after warm-up).")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "validate_device.csv"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="Timed steps per row (after warm-up)."
+    )
     args = parser.parse_args()
     plan = DRY if args.dry_run else FULL
     if args.steps:
         plan = replace(plan, steps=args.steps)
     device = detect_device(args.device or ("cpu" if args.dry_run else "cuda"))
     trainer = pick_trainer(args.trainer, device)
-    print(f"device {device.kind} '{device.name}', trainer {trainer}, model {model_spec(plan, plan.seqs[0])}", flush=True)
+    print(
+        f"device {device.kind} '{device.name}', trainer {trainer}, model {model_spec(plan, plan.seqs[0])}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="validate-device-") as tmp:
         rows = run(plan, device, trainer, Path(tmp))
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -323,7 +454,9 @@ def main() -> None:
         writer.writerows(rows)
     worst_t = max(abs(r["time_error_pct"]) for r in rows)
     worst_m = max(abs(r["memory_error_pct"]) for r in rows)
-    print(f"wrote {args.out}; worst time error {worst_t:.1f} % (target 5), worst memory error {worst_m:.1f} % (target 3)")
+    print(
+        f"wrote {args.out}; worst time error {worst_t:.1f} % (target 5), worst memory error {worst_m:.1f} % (target 3)"
+    )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ the model analytically on the run's hardware description, simulate the published
 CostModel.evaluate and print predicted against measured iteration time, activation memory and
 parameter + optimizer memory, with each row's error and the mean / max absolute errors.
 
-    PYTHONPATH=. python benchmarks/validate_published.py [RUNS.json] [--hardware NAME|FILE] [--fit [--fix-memory]] [--only NAME]
+    PYTHONPATH=. python benchmarks/validate_published.py [RUNS.json] [--hardware NAME|FILE]
+        [--fit [--fix-memory]] [--only NAME]
 
 Activation memory: the transformer-layer activations in flight on the first pipeline stage, as
 Korthikanti et al. count them (their figures, as Calculon transcribes and compares them, leave
@@ -80,7 +81,11 @@ def read_run(run: PublishedRun, text: str) -> tuple[ModelSpec, Strategy, str]:
     try:
         from tinker_opt.script.reader import read_script_text
     except ImportError:
-        return model_spec_of(run), strategy_of(run), "direct ModelSpec / Strategy (script reader not in this tree)"
+        return (
+            model_spec_of(run),
+            strategy_of(run),
+            "direct ModelSpec / Strategy (script reader not in this tree)",
+        )
     info = read_script_text(text, f"{run.run_id}.sh")
     return info.model, info.train.strategy, "script reader"
 
@@ -93,35 +98,60 @@ def limits_for(run: PublishedRun) -> SpaceLimits:
 
 def with_efficiency(hardware: HardwareSpec, matmul_max: float, memory_max: float) -> HardwareSpec:
     eff = hardware.efficiency
-    return replace(hardware, efficiency=replace(
-        eff, matmul=replace(eff.matmul, max_efficiency=matmul_max), memory=replace(eff.memory, max_efficiency=memory_max)))
+    return replace(
+        hardware,
+        efficiency=replace(
+            eff,
+            matmul=replace(eff.matmul, max_efficiency=matmul_max),
+            memory=replace(eff.memory, max_efficiency=memory_max),
+        ),
+    )
 
 
-def predict(run: PublishedRun, model: ModelSpec, strategy: Strategy, profile_dir: Path,
-            hardware: HardwareSpec) -> Prediction:
+def predict(
+    run: PublishedRun,
+    model: ModelSpec,
+    strategy: Strategy,
+    profile_dir: Path,
+    hardware: HardwareSpec,
+) -> Prediction:
     """Simulate the published strategy on the analytic profile with the cost model."""
-    cluster = ClusterSpec(num_nodes=run.num_nodes, devices_per_node=min(hardware.devices_per_node, run.n_devices),
-                          memory_limit_mb=hardware.memory_gb * 1024)
-    cost = CostModel.from_profile(load_profiled_data(profile_dir), model, cluster, run.strategy["gbs"],
-                                  hardware=hardware)
+    cluster = ClusterSpec(
+        num_nodes=run.num_nodes,
+        devices_per_node=min(hardware.devices_per_node, run.n_devices),
+        memory_limit_mb=hardware.memory_gb * 1024,
+    )
+    cost = CostModel.from_profile(
+        load_profiled_data(profile_dir), model, cluster, run.strategy["gbs"], hardware=hardware
+    )
     evaluation = cost.evaluate(strategy)
     coefficients = cost.coefficients(strategy)
-    stages = coefficients.stage_costs(strategy.stage_layers(model.num_layers), strategy.recompute_num_layers or 0)
+    stages = coefficients.stage_costs(
+        strategy.stage_layers(model.num_layers), strategy.recompute_num_layers or 0
+    )
     first = stages[0]
     v = strategy.vpp
     non_layer_x_v = int(coefficients.stage_inflight_x_v[0]) * int(coefficients.stage_act_bytes[0])
     # The layers' own communication (tp / cp / MoE collectives; the stage's p2p left out) of the
     # slowest stage, m micro-batches of it: what tp-communication overlap could hide at most.
     slow = max(range(len(stages)), key=lambda i: stages[i].time_ns)
-    layer_comm_s = coefficients.num_microbatches * (stages[slow].comm_ns - int(coefficients.stage_comm_ns[slow])) / 1e9
+    layer_comm_s = (
+        coefficients.num_microbatches
+        * (stages[slow].comm_ns - int(coefficients.stage_comm_ns[slow]))
+        / 1e9
+    )
     parts = evaluation.time_breakdown_ms
     s = run.strategy
-    hideable_s = ((layer_comm_s if s.get("mc2") or s.get("tp_comm_overlap") else 0.0)
-                  + (parts["dp_sync_ms"] / 1e3 if s.get("overlap_grad_reduce") else 0.0))
-    return Prediction(iteration_s=evaluation.iteration_time_ms / 1e3, hideable_s=hideable_s,
-                      activation_gib=(first.act_bytes_x_v - non_layer_x_v) / v / GIB,
-                      stage_activation_gib=first.act_bytes_x_v / v / GIB,
-                      params_optimizer_gib=(first.static_bytes_x_v - first.transient_bytes_x_v) / v / GIB)
+    hideable_s = (layer_comm_s if s.get("mc2") or s.get("tp_comm_overlap") else 0.0) + (
+        parts["dp_sync_ms"] / 1e3 if s.get("overlap_grad_reduce") else 0.0
+    )
+    return Prediction(
+        iteration_s=evaluation.iteration_time_ms / 1e3,
+        hideable_s=hideable_s,
+        activation_gib=(first.act_bytes_x_v - non_layer_x_v) / v / GIB,
+        stage_activation_gib=first.act_bytes_x_v / v / GIB,
+        params_optimizer_gib=(first.static_bytes_x_v - first.transient_bytes_x_v) / v / GIB,
+    )
 
 
 def measured_activation(run: PublishedRun, runs: list[PublishedRun]) -> tuple[float | None, str]:
@@ -131,9 +161,14 @@ def measured_activation(run: PublishedRun, runs: list[PublishedRun]) -> tuple[fl
     pct = run.measured.get("activation_memory_pct_of_no_recompute_baseline")
     layout = ("tp", "pp", "vpp", "mbs", "gbs")
     for base in runs:
-        if (base.model == run.model and all(base.strategy[k] == run.strategy[k] for k in layout)
-                and base.strategy.get("recompute") == "none" and not base.strategy.get("sp")
-                and "activation_memory_gib" in base.measured and pct is not None):
+        if (
+            base.model == run.model
+            and all(base.strategy[k] == run.strategy[k] for k in layout)
+            and base.strategy.get("recompute") == "none"
+            and not base.strategy.get("sp")
+            and "activation_memory_gib" in base.measured
+            and pct is not None
+        ):
             return pct / 100 * float(base.measured["activation_memory_gib"]), "d"
     return None, ""
 
@@ -146,7 +181,9 @@ class Profiles:
         self._traces: dict = {}
         self.trace_seconds: dict[str, float] = {}
 
-    def folder(self, name: str, model: ModelSpec, limits: SpaceLimits, hardware: HardwareSpec) -> Path:
+    def folder(
+        self, name: str, model: ModelSpec, limits: SpaceLimits, hardware: HardwareSpec
+    ) -> Path:
         key = (model, limits)
         if key not in self._traces:
             started = time.perf_counter()
@@ -156,13 +193,22 @@ class Profiles:
         folder = self.root / f"{name}-{abs(hash((key, hardware.efficiency))) % 10**8}"
         if not folder.exists():
             blocks = blocks_frame(traces, hardware)
-            write_analytic_folder(folder, blocks, hardware, analytic_meta(model, hardware, limits, len(blocks),
-                                                                          "", 0.0), [])
+            write_analytic_folder(
+                folder,
+                blocks,
+                hardware,
+                analytic_meta(model, hardware, limits, len(blocks), "", 0.0),
+                [],
+            )
         return folder
 
 
-def evaluate_all(runs, profiles: Profiles, hardware_override: str | None,
-                 efficiencies: dict[str, tuple[float, float]] | None = None):
+def evaluate_all(
+    runs,
+    profiles: Profiles,
+    hardware_override: str | None,
+    efficiencies: dict[str, tuple[float, float]] | None = None,
+):
     """Predict every run; `efficiencies` replaces (matmul, memory) max efficiency per description name."""
     rows = []
     for run in runs:
@@ -187,17 +233,21 @@ def _fmt(value: float | None, spec: str) -> str:
 def print_table(rows, runs) -> dict[str, list[float]]:
     """Predicted against measured per row; iteration time also with the overlap-hideable
     communication taken off ("hidden": the run's overlap flags hiding all they could)."""
-    header = (f"{'run':32} {'tp pp vpp mbs  gbs sp recompute':32} {'iter meas s':>11} {'pred s':>7} {'err %':>6} "
-              f"{'hidden s':>8} {'err %':>6} "
-              f"{'act meas GiB':>13} {'pred':>6} {'err %':>6} {'stage':>6} {'p+o meas GiB':>12} {'pred':>6} {'err %':>6}")
+    header = (
+        f"{'run':32} {'tp pp vpp mbs  gbs sp recompute':32} {'iter meas s':>11} {'pred s':>7} {'err %':>6} "
+        f"{'hidden s':>8} {'err %':>6} "
+        f"{'act meas GiB':>13} {'pred':>6} {'err %':>6} {'stage':>6} {'p+o meas GiB':>12} {'pred':>6} {'err %':>6}"
+    )
     print(header)
     print("-" * len(header))
     errors: dict[str, list[float]] = {"time": [], "activation": [], "params": []}
     by_kind: dict[str, list[tuple[float, float]]] = {}
     for run, pred, _, hardware in rows:
         s = run.strategy
-        layout = (f"{s['tp']:>2} {s['pp']:>2} {s.get('vpp', 1):>3} {s['mbs']:>3} {s['gbs']:>4} "
-                  f"{int(bool(s.get('sp'))):>2} {s.get('recompute', 'none'):9}")
+        layout = (
+            f"{s['tp']:>2} {s['pp']:>2} {s.get('vpp', 1):>3} {s['mbs']:>3} {s['gbs']:>4} "
+            f"{int(bool(s.get('sp'))):>2} {s.get('recompute', 'none'):9}"
+        )
         t_meas = run.iteration_time_s
         a_meas, tag = measured_activation(run, runs)
         p_meas = run.measured.get("params_plus_optimizer_memory_gib")
@@ -209,19 +259,30 @@ def print_table(rows, runs) -> dict[str, list[float]]:
                 errors[key].append(value)
         if t_err is not None:
             by_kind.setdefault(hardware.name, []).append((t_err, h_err))
-        print(f"{run.run_id:32} {layout:32} {_fmt(t_meas, '11.2f')} {pred.iteration_s:7.2f} {_fmt(t_err, '+6.1f')} "
-              f"{hidden:8.2f} {_fmt(h_err, '+6.1f')} "
-              f"{_fmt(a_meas, '12.2f')}{tag or ' '} {pred.activation_gib:6.2f} {_fmt(a_err, '+6.1f')} {pred.stage_activation_gib:6.2f} "
-              f"{_fmt(p_meas, '12.2f')} {pred.params_optimizer_gib:6.2f} {_fmt(p_err, '+6.1f')}")
+        print(
+            f"{run.run_id:32} {layout:32} {_fmt(t_meas, '11.2f')} {pred.iteration_s:7.2f} {_fmt(t_err, '+6.1f')} "
+            f"{hidden:8.2f} {_fmt(h_err, '+6.1f')} "
+            f"{_fmt(a_meas, '12.2f')}{tag or ' '} {pred.activation_gib:6.2f} {_fmt(a_err, '+6.1f')} "
+            f"{pred.stage_activation_gib:6.2f} "
+            f"{_fmt(p_meas, '12.2f')} {pred.params_optimizer_gib:6.2f} {_fmt(p_err, '+6.1f')}"
+        )
     print()
-    for key, label in (("time", "iteration time"), ("activation", "activation memory"), ("params", "params+optimizer")):
+    for key, label in (
+        ("time", "iteration time"),
+        ("activation", "activation memory"),
+        ("params", "params+optimizer"),
+    ):
         values = np.abs(errors[key])
         if len(values):
-            print(f"{label:18}: {len(values)} rows, mean |error| {values.mean():.1f} %, max |error| {values.max():.1f} %")
+            print(
+                f"{label:18}: {len(values)} rows, mean |error| {values.mean():.1f} %, max |error| {values.max():.1f} %"
+            )
     for kind, pairs in by_kind.items():
         exposed, hidden = np.abs([p[0] for p in pairs]), np.abs([p[1] for p in pairs])
-        print(f"iteration time on {kind}: {len(pairs)} rows, mean |error| {exposed.mean():.1f} %, max "
-              f"{exposed.max():.1f} %; with overlap hidden: mean {hidden.mean():.1f} %, max {hidden.max():.1f} %")
+        print(
+            f"iteration time on {kind}: {len(pairs)} rows, mean |error| {exposed.mean():.1f} %, max "
+            f"{exposed.max():.1f} %; with overlap hidden: mean {hidden.mean():.1f} %, max {hidden.max():.1f} %"
+        )
     return errors
 
 
@@ -240,8 +301,9 @@ def overlap_residual(pred: Prediction, measured_s: float) -> float:
     return 0.0
 
 
-def fit_time_parameters(runs, profiles: Profiles, hardware_override: str | None,
-                        fix_memory: bool = False) -> dict[str, tuple[float, float]]:
+def fit_time_parameters(
+    runs, profiles: Profiles, hardware_override: str | None, fix_memory: bool = False
+) -> dict[str, tuple[float, float]]:
     """Least squares over a grid of (matmul, memory) asymptotic efficiency, per hardware
     description: two physical parameters shared by every timed row of that device, never one
     per row (sum of squared `overlap_residual`s). `fix_memory`: keep the description's memory
@@ -260,18 +322,36 @@ def fit_time_parameters(runs, profiles: Profiles, hardware_override: str | None,
 
         # Coarse grid (matmul 0.50 ... 0.94 by 0.04, memory 0.4 ... 1.0 by 0.2), then a fine one
         # (0.01, 0.05) around the coarse optimum: the cost is smooth in both parameters.
-        memories = [memory_now] if fix_memory else [round(float(b), 2) for b in np.arange(0.40, 1.0001, 0.2)]
+        memories = (
+            [memory_now]
+            if fix_memory
+            else [round(float(b), 2) for b in np.arange(0.40, 1.0001, 0.2)]
+        )
         coarse = [(round(float(a), 2), b) for a in np.arange(0.50, 0.9401, 0.04) for b in memories]
         best = min((cost(pair), *pair) for pair in coarse)
-        fine_memories = [memory_now] if fix_memory else [
-            round(float(b), 2) for b in np.arange(best[2] - 0.15, best[2] + 0.1501, 0.05) if 0.4 - 1e-9 <= b <= 1.0]
-        fine = [(round(float(a), 2), b) for a in np.arange(best[1] - 0.03, best[1] + 0.0301, 0.01) if a <= 1.0
-                for b in fine_memories]
+        fine_memories = (
+            [memory_now]
+            if fix_memory
+            else [
+                round(float(b), 2)
+                for b in np.arange(best[2] - 0.15, best[2] + 0.1501, 0.05)
+                if 0.4 - 1e-9 <= b <= 1.0
+            ]
+        )
+        fine = [
+            (round(float(a), 2), b)
+            for a in np.arange(best[1] - 0.03, best[1] + 0.0301, 0.01)
+            if a <= 1.0
+            for b in fine_memories
+        ]
         best = min([best] + [(cost(pair), *pair) for pair in fine])
         rms = 100 * np.sqrt(best[0] / len(kind_runs))
-        print(f"fit {kind}: matmul max_efficiency {best[1]:.2f}, memory max_efficiency {best[2]:.2f}"
-              f"{' (kept)' if fix_memory else ''} (rms residual outside the overlap bracket {rms:.1f} % over "
-              f"{len(kind_runs)} rows)", flush=True)
+        print(
+            f"fit {kind}: matmul max_efficiency {best[1]:.2f}, memory max_efficiency {best[2]:.2f}"
+            f"{' (kept)' if fix_memory else ''} (rms residual outside the overlap bracket {rms:.1f} % over "
+            f"{len(kind_runs)} rows)",
+            flush=True,
+        )
         fitted[kind] = (best[1], best[2])
     print()
     return fitted
@@ -279,12 +359,23 @@ def fit_time_parameters(runs, profiles: Profiles, hardware_override: str | None,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="?", default=str(DEFAULT_RUNS_FILE), help="published-runs JSON file")
-    parser.add_argument("--hardware", help="hardware name or file for every run (default: by the run's id)")
-    parser.add_argument("--fit", action="store_true", help="fit the two asymptotic efficiencies to the times first")
-    parser.add_argument("--only", help="keep the runs whose hardware description name contains this")
-    parser.add_argument("--fix-memory", action="store_true",
-                        help="with --fit: keep each description's memory efficiency, fit the matmul one alone")
+    parser.add_argument(
+        "runs", nargs="?", default=str(DEFAULT_RUNS_FILE), help="published-runs JSON file"
+    )
+    parser.add_argument(
+        "--hardware", help="hardware name or file for every run (default: by the run's id)"
+    )
+    parser.add_argument(
+        "--fit", action="store_true", help="fit the two asymptotic efficiencies to the times first"
+    )
+    parser.add_argument(
+        "--only", help="keep the runs whose hardware description name contains this"
+    )
+    parser.add_argument(
+        "--fix-memory",
+        action="store_true",
+        help="with --fit: keep each description's memory efficiency, fit the matmul one alone",
+    )
     args = parser.parse_args(argv)
     runs = load_runs(Path(args.runs))
     if args.only:
@@ -292,13 +383,20 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="validate-published-") as tmp:
         profiles = Profiles(Path(tmp))
         started = time.perf_counter()
-        fitted = fit_time_parameters(runs, profiles, args.hardware, args.fix_memory) if args.fit else None
+        fitted = (
+            fit_time_parameters(runs, profiles, args.hardware, args.fix_memory)
+            if args.fit
+            else None
+        )
         rows = evaluate_all(runs, profiles, args.hardware, fitted)
         print(f"runs file: {args.runs}")
         print(f"model from: {sorted({how for _, _, how, _ in rows})}")
         print(f"hardware: {sorted({hw.name for _, _, _, hw in rows})}")
-        print("analytic tracing: " + ", ".join(f"{k} {v:.1f} s" for k, v in profiles.trace_seconds.items())
-              + f"; total {time.perf_counter() - started:.1f} s\n")
+        print(
+            "analytic tracing: "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in profiles.trace_seconds.items())
+            + f"; total {time.perf_counter() - started:.1f} s\n"
+        )
         print_table(rows, runs)
     return 0
 

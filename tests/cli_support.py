@@ -16,13 +16,24 @@ EXAMPLE = ROOT / "examples" / "pretrain_llama_tiny_ptd.sh"
 EXAMPLE_CONFIG = ROOT / "examples" / "config.json"
 
 
-def run_cli(*args: str, cwd: Path | None = None, block_torch: bool = False) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path | None = None, block_torch: bool = False
+) -> subprocess.CompletedProcess:
     """Run `tinker-opt ARGS` as a user would (fresh interpreter); optionally with torch unimportable."""
     prelude = "import sys; sys.modules['torch'] = None; " if block_torch else ""
-    code = prelude + "import sys; from tinker_opt.cli import main; sys.argv = ['tinker-opt'] + sys.argv[1:]; main()"
+    code = (
+        prelude
+        + "import sys; from tinker_opt.cli import main; sys.argv = ['tinker-opt'] + sys.argv[1:]; main()"
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def write_synthetic_profile(folder: Path, script: Path = EXAMPLE) -> Path:
@@ -36,8 +47,16 @@ def write_synthetic_profile(folder: Path, script: Path = EXAMPLE) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     write_blocks_csv(folder, profiled.blocks)
     write_comm_csv(folder, profiled.comm)
-    write_meta(folder, ProfileMeta(model=model.to_dict(), device="synthetic", script_path=str(script),
-                                   model_name="llama", model_size="tiny"))
+    write_meta(
+        folder,
+        ProfileMeta(
+            model=model.to_dict(),
+            device="synthetic",
+            script_path=str(script),
+            model_name="llama",
+            model_size="tiny",
+        ),
+    )
     return folder
 
 

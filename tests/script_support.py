@@ -20,22 +20,49 @@ FIXTURES = Path(__file__).parent / "fixtures" / "scripts"
 FIXTURE_PATHS = sorted(FIXTURES.glob("*.sh"))
 
 OWNED_FLAGS = {
-    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-    "--context-parallel-algo", "--ulysses-degree-in-cp", "--use-cp-send-recv-overlap",
-    "--cp-attention-mask-type", "--cp-window-size", "--use-fused-ring-attention-update",
-    "--kv-head-repeat-before-uly-alltoall", "--cp-comm-type", "--expert-model-parallel-size",
-    "--expert-tensor-parallel-size", "--moe-tp-extend-ep", "--sequence-parallel",
-    "--num-layers-per-virtual-pipeline-stage", "--virtual-pipeline-model-parallel-size",
-    "--num-layer-list", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
-    "--use-distributed-optimizer", "--overlap-param-gather", "--micro-batch-size",
-    "--enable-recompute-layers-per-pp-rank", "--nnodes", "--nproc_per_node", "--worker_num",
-    "--local_worker_num", "--num_nodes", "--num_gpus", "--overlap-grad-reduce",
-    "--moe-alltoall-overlap-comm", "--overlap-moe-expert-parallel-comm", "--use-ascend-mc2", "--use-mc2",
-    "--tp-comm-overlap", "--tp-comm-overlap-cfg"}
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--context-parallel-size",
+    "--context-parallel-algo",
+    "--ulysses-degree-in-cp",
+    "--use-cp-send-recv-overlap",
+    "--cp-attention-mask-type",
+    "--cp-window-size",
+    "--use-fused-ring-attention-update",
+    "--kv-head-repeat-before-uly-alltoall",
+    "--cp-comm-type",
+    "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size",
+    "--moe-tp-extend-ep",
+    "--sequence-parallel",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--virtual-pipeline-model-parallel-size",
+    "--num-layer-list",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+    "--use-distributed-optimizer",
+    "--overlap-param-gather",
+    "--micro-batch-size",
+    "--enable-recompute-layers-per-pp-rank",
+    "--nnodes",
+    "--nproc_per_node",
+    "--worker_num",
+    "--local_worker_num",
+    "--num_nodes",
+    "--num_gpus",
+    "--overlap-grad-reduce",
+    "--moe-alltoall-overlap-comm",
+    "--overlap-moe-expert-parallel-comm",
+    "--use-ascend-mc2",
+    "--use-mc2",
+    "--tp-comm-overlap",
+    "--tp-comm-overlap-cfg",
+}
 _VALUE = r"(\d+(,\d+)*|full|selective|block|uniform|\w+_cp_algo|causal|general)"
 _ALLOWED_TOKEN = re.compile(
     rf"^({_VALUE}|\\|[A-Z_]+={_VALUE}|[A-Z_]+='{_VALUE}'|[A-Z_]+=\"{_VALUE}\"|\$\{{?\w+\}}?|"
-    r"--recompute-(granularity|activations|modules|method|num-layers)|(NNODES|NUM_NODES|NPUS_PER_NODE|GPUS_PER_NODE)=\S*)$")
+    r"--recompute-(granularity|activations|modules|method|num-layers)|(NNODES|NUM_NODES|NPUS_PER_NODE|GPUS_PER_NODE)=\S*)$"
+)
 
 
 def divisors(n: int) -> list[int]:
@@ -59,7 +86,9 @@ def foreign_changes(before: str, after: str) -> list[str]:
         if tag == "equal":
             continue
         old = " ".join(a_lines[i1:i2]).split()
-        new = " ".join(line for line in b_lines[j1:j2] if not line.startswith("# tinker-opt: ")).split()
+        new = " ".join(
+            line for line in b_lines[j1:j2] if not line.startswith("# tinker-opt: ")
+        ).split()
         words = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
         for wtag, x1, x2, y1, y2 in words.get_opcodes():
             if wtag != "equal":
@@ -84,13 +113,21 @@ def strategies_for(draw, info: ScriptInfo):
     nproc = draw(st.sampled_from([4, 8, 16]))
     world = nnodes * nproc
     total = info.num_layers_in_script
-    tp = draw(st.sampled_from([d for d in divisors(math.gcd(model.num_attention_heads,
-                                                             model.num_query_groups))
-                               if world % d == 0]))
+    tp = draw(
+        st.sampled_from(
+            [
+                d
+                for d in divisors(math.gcd(model.num_attention_heads, model.num_query_groups))
+                if world % d == 0
+            ]
+        )
+    )
     layer_list_ok = allowed("--num-layer-list") or allowed("--decoder-first-pipeline-num-layers")
     pps = [d for d in divisors(world // tp) if total % d == 0 or (layer_list_ok and d <= total)]
     pp = draw(st.sampled_from(pps))
-    cp = draw(st.sampled_from(divisors(world // (tp * pp)) if allowed("--context-parallel-size") else [1]))
+    cp = draw(
+        st.sampled_from(divisors(world // (tp * pp)) if allowed("--context-parallel-size") else [1])
+    )
     dp = world // (tp * pp * cp)
     return draw(_rest(info, vr, allowed, world, tp, pp, cp, dp, nnodes, nproc))
 
@@ -101,8 +138,11 @@ def _rest(draw, info, vr, allowed, world, tp, pp, cp, dp, nnodes, nproc):
     megatron = vr.family == versions.MEGATRON
     algo = None
     if cp > 1:
-        algos = ["megatron_cp_algo"] if megatron else \
-            [a for a, since in versions.CP_ALGO_SINCE.items() if vr.allows(since)]
+        algos = (
+            ["megatron_cp_algo"]
+            if megatron
+            else [a for a, since in versions.CP_ALGO_SINCE.items() if vr.allows(since)]
+        )
         algo = draw(st.sampled_from(algos))
     ep, etp = 1, None
     if model.is_moe:
@@ -127,14 +167,30 @@ def _rest(draw, info, vr, allowed, world, tp, pp, cp, dp, nnodes, nproc):
     recompute = draw(st.sampled_from(["none", "selective", "full"]))
     method = draw(st.sampled_from(["block", "uniform"])) if recompute == "full" else None
     rc_layers = draw(st.integers(1, max(stage, 1))) if recompute == "full" else None
-    s = Strategy(tp=tp, pp=pp, dp=dp, cp=cp, cp_algo=algo, ep=ep, etp=etp, sp=draw(st.booleans()),
-                 vpp=vpp, dist_opt=draw(st.booleans()), mbs=draw(st.sampled_from(mbss)),
-                 recompute=recompute, recompute_method=method, recompute_num_layers=rc_layers,
-                 num_layer_list=layer_list)
+    s = Strategy(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        cp_algo=algo,
+        ep=ep,
+        etp=etp,
+        sp=draw(st.booleans()),
+        vpp=vpp,
+        dist_opt=draw(st.booleans()),
+        mbs=draw(st.sampled_from(mbss)),
+        recompute=recompute,
+        recompute_method=method,
+        recompute_num_layers=rc_layers,
+        num_layer_list=layer_list,
+    )
     overlaps, expected_overlaps = draw(_overlaps(info, s, allowed))
     s = s.replace(**overlaps)
-    expected = s.replace(sp=s.sp and tp > 1, num_layer_list=None if megatron and pp == 1 else layer_list,
-                         **expected_overlaps)
+    expected = s.replace(
+        sp=s.sp and tp > 1,
+        num_layer_list=None if megatron and pp == 1 else layer_list,
+        **expected_overlaps,
+    )
     return s, nnodes, nproc, expected
 
 
@@ -143,16 +199,28 @@ def _overlaps(draw, info, s, allowed):
     """(overlap knobs to apply, what the tuned script reads back): None where a knob applies keeps
     the script's setting; knobs that do not apply read back as None; only valid combinations."""
     current = info.train.strategy
-    applies = {"overlap_grad_reduce": True, "overlap_param_gather": s.dist_opt,
-               "overlap_moe_comm": info.model.is_moe, "tp_comm_overlap": s.tp > 1}
-    can_on = {key: any(info.launch.has(f) or allowed(f) for f in flags) for key, flags in OVERLAP_FLAGS.items()}
+    applies = {
+        "overlap_grad_reduce": True,
+        "overlap_param_gather": s.dist_opt,
+        "overlap_moe_comm": info.model.is_moe,
+        "tp_comm_overlap": s.tp > 1,
+    }
+    can_on = {
+        key: any(info.launch.has(f) or allowed(f) for f in flags)
+        for key, flags in OVERLAP_FLAGS.items()
+    }
     chosen, expected = {}, {}
     for key in OVERLAP_FLAGS:
         value = draw(st.sampled_from([None, True, False] if can_on[key] else [None, False]))
         if key == "tp_comm_overlap" and s.tp > 1 and not s.sp:
             value = False
         effective = bool(getattr(current, key)) if value is None else value
-        if key == "overlap_param_gather" and applies[key] and effective and not expected["overlap_grad_reduce"]:
+        if (
+            key == "overlap_param_gather"
+            and applies[key]
+            and effective
+            and not expected["overlap_grad_reduce"]
+        ):
             value, effective = False, False
         chosen[key] = value
         expected[key] = effective if applies[key] else None
@@ -167,9 +235,15 @@ def _layer_list(draw, total, pp, megatron, info, allowed):
     if megatron:
         if not allowed("--decoder-first-pipeline-num-layers") or pp < 2:
             return None
-        options = [(f, m, total - f - m * (pp - 2)) for m in range(1, total // max(pp - 2, 1) + 1)
-                   for f in range(1, total) if pp > 2 or m == 1]
-        options = [(f, m, last) for f, m, last in options if last >= 1 and (pp > 2 or f + last == total)]
+        options = [
+            (f, m, total - f - m * (pp - 2))
+            for m in range(1, total // max(pp - 2, 1) + 1)
+            for f in range(1, total)
+            if pp > 2 or m == 1
+        ]
+        options = [
+            (f, m, last) for f, m, last in options if last >= 1 and (pp > 2 or f + last == total)
+        ]
         if (even and draw(st.booleans())) or not options:
             return None
         f, m, last = draw(st.sampled_from(options[:50]))
@@ -178,7 +252,8 @@ def _layer_list(draw, total, pp, megatron, info, allowed):
         return None
     if pp > total:
         return None
-    cuts = sorted(draw(st.lists(st.integers(1, total - 1), min_size=pp - 1, max_size=pp - 1,
-                                unique=True)))
+    cuts = sorted(
+        draw(st.lists(st.integers(1, total - 1), min_size=pp - 1, max_size=pp - 1, unique=True))
+    )
     bounds = [0] + cuts + [total]
     return tuple(b - a for a, b in itertools.pairwise(bounds))

@@ -23,15 +23,23 @@ def _model():
 def truth():
     """A description with known curves and links, different from the shipped A100 figures."""
     base = load_hardware("a100-80gb")
-    efficiency = replace(base.efficiency, matmul=EfficiencyCurve(0.55, 3e8), memory=EfficiencyCurve(0.7, 1e6))
-    return replace(base, efficiency=efficiency, intra_node=LinkSpec(120.0, 7.0), inter_node=LinkSpec(12.0, 15.0))
+    efficiency = replace(
+        base.efficiency, matmul=EfficiencyCurve(0.55, 3e8), memory=EfficiencyCurve(0.7, 1e6)
+    )
+    return replace(
+        base,
+        efficiency=efficiency,
+        intra_node=LinkSpec(120.0, 7.0),
+        inter_node=LinkSpec(12.0, 15.0),
+    )
 
 
 @pytest.fixture(scope="module")
 def fitted(truth, tmp_path_factory):
     """calibrate() of the shipped A100 description to an analytic profile made with `truth`."""
-    folder = analytic_profile(_model(), truth, tmp_path_factory.mktemp("truth"),
-                              limits=SpaceLimits(max_npu=4, max_mbs=2))
+    folder = analytic_profile(
+        _model(), truth, tmp_path_factory.mktemp("truth"), limits=SpaceLimits(max_npu=4, max_mbs=2)
+    )
     return calibrate(load_profiled_data(folder), load_hardware("a100-80gb"))
 
 

@@ -67,16 +67,25 @@ def test_precision_follows_the_input_dtype() -> None:
 
 
 def _op(flops, reads, writes, phase="fwd") -> OpRecord:
-    return OpRecord(name="x", phase=phase, flops=flops, precision="bf16",
-                    bytes_moved=sum(b for _, b in reads + writes), reads=tuple(reads), writes=tuple(writes))
+    return OpRecord(
+        name="x",
+        phase=phase,
+        flops=flops,
+        precision="bf16",
+        bytes_moved=sum(b for _, b in reads + writes),
+        reads=tuple(reads),
+        writes=tuple(writes),
+    )
 
 
 def test_fused_chain_reads_inputs_and_writes_outputs_once() -> None:
     """a -> b -> c between two matmuls: the fused kernel moves a and c, not b."""
-    ops = [_op(10, [(0, 100)], [(1, 100)]),       # matmul writes a (1)
-           _op(0, [(1, 100)], [(2, 100)]),        # b = f(a)
-           _op(0, [(2, 100)], [(3, 100)]),        # c = g(b)
-           _op(10, [(3, 100)], [(4, 100)])]       # matmul reads c
+    ops = [
+        _op(10, [(0, 100)], [(1, 100)]),  # matmul writes a (1)
+        _op(0, [(1, 100)], [(2, 100)]),  # b = f(a)
+        _op(0, [(2, 100)], [(3, 100)]),  # c = g(b)
+        _op(10, [(3, 100)], [(4, 100)]),
+    ]  # matmul reads c
     kernels = fused_kernels(ops)
     assert [k.num_ops for k in kernels] == [1, 2, 1]
     assert kernels[1].bytes_moved == 200
@@ -84,10 +93,12 @@ def test_fused_chain_reads_inputs_and_writes_outputs_once() -> None:
 
 def test_tensor_used_later_is_written_by_the_fused_kernel() -> None:
     """An intermediate read after the chain (saved for backward) is written once."""
-    ops = [_op(0, [(0, 100)], [(1, 100)]),
-           _op(0, [(1, 100)], [(2, 100)]),
-           _op(10, [(2, 100)], [(3, 100)]),
-           _op(0, [(1, 100)], [(4, 100)], phase="bwd")]
+    ops = [
+        _op(0, [(0, 100)], [(1, 100)]),
+        _op(0, [(1, 100)], [(2, 100)]),
+        _op(10, [(2, 100)], [(3, 100)]),
+        _op(0, [(1, 100)], [(4, 100)], phase="bwd"),
+    ]
     assert fused_kernels(ops)[0].bytes_moved == 100 + 100 + 100
 
 
@@ -104,7 +115,9 @@ def test_fusion_never_adds_time() -> None:
     trace = _trace(layer, (256, 128), (128, 512), backward=True)
     hardware = load_hardware("a100-80gb")
     fused = total_time_us(OpArrays.from_ops(fused_kernels(trace.records), hardware), hardware)
-    eager = total_time_us(OpArrays.from_ops(fused_kernels(trace.records, fuse=False), hardware), hardware)
+    eager = total_time_us(
+        OpArrays.from_ops(fused_kernels(trace.records, fuse=False), hardware), hardware
+    )
     assert 0 < fused < eager
 
 
@@ -114,5 +127,9 @@ def test_op_time_is_the_larger_roof() -> None:
     big_mm = OpRecord("mm", "fwd", flops=2 * 8192**3, bytes_moved=3 * 2 * 8192**2, precision="bf16")
     copy = OpRecord("copy", "fwd", flops=0, bytes_moved=2 * 2**30, precision="bf16")
     mm_us, copy_us = op_times_us(OpArrays.from_ops([big_mm, copy], hardware), hardware)
-    assert mm_us == pytest.approx(2 * 8192**3 / (312e6 * hardware.efficiency.matmul.efficiency(2 * 8192**3)))
-    assert copy_us == pytest.approx(2 * 2**30 / (2039e3 * hardware.efficiency.memory.efficiency(2 * 2**30)))
+    assert mm_us == pytest.approx(
+        2 * 8192**3 / (312e6 * hardware.efficiency.matmul.efficiency(2 * 8192**3))
+    )
+    assert copy_us == pytest.approx(
+        2 * 2**30 / (2039e3 * hardware.efficiency.memory.efficiency(2 * 2**30))
+    )

@@ -16,8 +16,16 @@ from tinker_opt.profile.space import SpaceLimits
 from tinker_opt.profile.store import BLOCK_COLUMNS, load_profiled_data
 
 MEASURED = dict(device="cpu", max_npu=2, max_mbs=2, comm="skip", warmup=1, repeats=5)
-BYTE_COLUMNS = ["param_count", "expert_param_count", "weight_bytes", "input_bytes", "output_bytes",
-                "activation_bytes", "selective_activation_bytes", "transient_bytes"]
+BYTE_COLUMNS = [
+    "param_count",
+    "expert_param_count",
+    "weight_bytes",
+    "input_bytes",
+    "output_bytes",
+    "activation_bytes",
+    "selective_activation_bytes",
+    "transient_bytes",
+]
 
 
 def small_gpt():
@@ -34,8 +42,12 @@ def both(request, tmp_path_factory):
     model = request.param()
     settings = MeasureSettings(**MEASURED)
     measured = run_profile(model, settings, tmp_path_factory.mktemp("measured"))
-    analytic = analytic_profile(model, load_hardware("a100-80gb"), tmp_path_factory.mktemp("analytic"),
-                                limits=settings.limits(None))
+    analytic = analytic_profile(
+        model,
+        load_hardware("a100-80gb"),
+        tmp_path_factory.mktemp("analytic"),
+        limits=settings.limits(None),
+    )
     return load_profiled_data(measured), load_profiled_data(analytic)
 
 
@@ -79,7 +91,9 @@ def test_big_layer_traces_without_allocating():
     trace = trace_block(model, "layer", Shape(tp=8, sp=True, mbs=1))
     # Korthikanti et al. 2022: tensor + sequence parallel keeps s b h (34 + 5 a s / h) / t bytes.
     sbh = 2048 * 12288
-    assert trace.memory.activation_bytes == pytest.approx(sbh * (34 + 5 * 96 * 2048 / 12288) / 8, rel=0.01)
+    assert trace.memory.activation_bytes == pytest.approx(
+        sbh * (34 + 5 * 96 * 2048 / 12288) / 8, rel=0.01
+    )
     assert trace.memory.weight_bytes == 2 * trace.memory.param_count
 
 
@@ -88,9 +102,13 @@ def test_time_scales_with_the_peak():
     model = gpt_model(seq=1024, hidden=2048, heads=16)
     trace = trace_block(model, "layer", Shape(tp=1, mbs=2))
     hardware = load_hardware("a100-80gb")
-    fast = hardware.from_dict({**hardware.to_dict(),
-                               "peak_tflops": {k: 2 * v for k, v in hardware.peak_tflops.items()},
-                               "memory_bandwidth_gbs": 2 * hardware.memory_bandwidth_gbs})
+    fast = hardware.from_dict(
+        {
+            **hardware.to_dict(),
+            "peak_tflops": {k: 2 * v for k, v in hardware.peak_tflops.items()},
+            "memory_bandwidth_gbs": 2 * hardware.memory_bandwidth_gbs,
+        }
+    )
     slow_row, fast_row = block_row(trace, hardware), block_row(trace, fast)
     assert fast_row["fwd_us"] == pytest.approx(slow_row["fwd_us"] / 2, rel=0.01)
 
@@ -117,9 +135,16 @@ def test_profile_space_follows_the_limits(tmp_path):
 def test_progress_reports_every_row(tmp_path):
     """progress(i, n, label) is called once per row, ending at n."""
     calls = []
-    analytic_profile(small_gpt(), load_hardware("a100-40gb"), tmp_path, limits=SpaceLimits(max_npu=1, max_mbs=1),
-                     progress=lambda i, n, label: calls.append((i, n, label)))
-    assert [c[0] for c in calls] == list(range(1, len(calls) + 1)) and calls[-1][1] == len(calls) == 4
+    analytic_profile(
+        small_gpt(),
+        load_hardware("a100-40gb"),
+        tmp_path,
+        limits=SpaceLimits(max_npu=1, max_mbs=1),
+        progress=lambda i, n, label: calls.append((i, n, label)),
+    )
+    assert [c[0] for c in calls] == list(range(1, len(calls) + 1)) and calls[-1][1] == len(
+        calls
+    ) == 4
 
 
 def test_tp_across_nodes_is_profiled_with_inter_node_comm(tmp_path):
@@ -127,7 +152,9 @@ def test_tp_across_nodes_is_profiled_with_inter_node_comm(tmp_path):
     has inter-node rows for groups of 8 but no intra-node row wider than a node."""
     model = gpt_model(seq=32, hidden=64, heads=8, vocab=256)
     hardware = dataclasses.replace(load_hardware("910b"), devices_per_node=4)
-    folder = analytic_profile(model, hardware, tmp_path, limits=SpaceLimits(max_npu=4, max_mbs=1, prof_tp=(4, 8)))
+    folder = analytic_profile(
+        model, hardware, tmp_path, limits=SpaceLimits(max_npu=4, max_mbs=1, prof_tp=(4, 8))
+    )
     data = load_profiled_data(folder)
     assert sorted(set(data.blocks["tp"])) == [4, 8]
     comm = data.comm

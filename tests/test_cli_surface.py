@@ -29,11 +29,17 @@ def surface_rows() -> list[str]:
     group = typer.main.get_command(app)
     rows = [HEADER]
     for verb, command in group.commands.items():
-        settings = {s.key: s for s in config.verb_options(verb)} if verb in config.VERB_SECTIONS else {}
+        settings = (
+            {s.key: s for s in config.verb_options(verb)} if verb in config.VERB_SECTIONS else {}
+        )
         for param in command.params:
             if param.name == "help":
                 continue
-            kind = "argument" if param.param_type_name == "argument" else ("switch" if param.is_flag else "option")
+            kind = (
+                "argument"
+                if param.param_type_name == "argument"
+                else ("switch" if param.is_flag else "option")
+            )
             spellings = ",".join(param.opts + param.secondary_opts)
             default = settings[param.name].default if param.name in settings else param.default
             default = "required" if param.required else repr(default)
@@ -46,7 +52,9 @@ def test_cli_surface_is_the_checked_in_table():
     expected = EXPECTED.read_text(encoding="utf-8").splitlines()
     actual = surface_rows()
     missing, extra = sorted(set(expected) - set(actual)), sorted(set(actual) - set(expected))
-    assert not missing and not extra, f"surface changed: gone {missing}, new {extra}; see this file's docstring"
+    assert not missing and not extra, (
+        f"surface changed: gone {missing}, new {extra}; see this file's docstring"
+    )
     assert actual == expected, "same rows, different order"
 
 
@@ -63,7 +71,14 @@ def test_every_setting_has_both_spellings_on_its_verbs():
 def test_the_seven_verbs():
     """The verbs a user can call."""
     assert list(typer.main.get_command(app).commands) == [
-        "profile", "search", "all", "simulate", "inspect", "apply", "calibrate"]
+        "profile",
+        "search",
+        "all",
+        "simulate",
+        "inspect",
+        "apply",
+        "calibrate",
+    ]
 
 
 if __name__ == "__main__":

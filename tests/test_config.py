@@ -28,7 +28,9 @@ def test_tinker_example_config_loads_unchanged():
 def test_precedence_command_line_over_file_over_defaults(tmp_path):
     """Command line > config file > built-in default, key by key."""
     path = _write(tmp_path, {"search": {"cpus": 5, "memory_limit": 30000}})
-    values = config.resolve("search", {"cpus": 3, "memory_limit": None}, config.load_config_file(path))
+    values = config.resolve(
+        "search", {"cpus": 3, "memory_limit": None}, config.load_config_file(path)
+    )
     assert values.cpus == 3
     assert values.memory_limit == 30000
     assert values.top_k == 10
@@ -84,7 +86,9 @@ def test_settings_are_typed_objects_with_one_default():
     """resolve() returns the section's frozen dataclass: a misspelt name fails, defaults come from the table."""
     values = config.resolve("profile", {}, {})
     assert isinstance(values, config.ProfileSettings)
-    assert values.max_mbs == config.setting("profile", "max_mbs").default == 8 and values.warmup == 2
+    assert (
+        values.max_mbs == config.setting("profile", "max_mbs").default == 8 and values.warmup == 2
+    )
     with pytest.raises(AttributeError):
         values.max_mbz  # noqa: B018
     with pytest.raises(Exception):
@@ -94,8 +98,9 @@ def test_settings_are_typed_objects_with_one_default():
 def test_all_takes_the_profile_and_search_options():
     """`all` composes profile and search: every option of either (but the profile it writes itself)."""
     keys = {s.key for s in config.verb_options("all")}
-    assert keys == ({s.key for s in config.SETTINGS["profile"]} | {s.key for s in config.SETTINGS["search"]}) - {
-        "profiled_data_path", "pretrain_script_path_search"}
+    assert keys == (
+        {s.key for s in config.SETTINGS["profile"]} | {s.key for s in config.SETTINGS["search"]}
+    ) - {"profiled_data_path", "pretrain_script_path_search"}
     assert "prof_path" in keys
 
 

@@ -26,26 +26,43 @@ from tinker_opt.strategy import Strategy
 
 def _ev(time_ms: float, memory_mb: float, **knobs) -> dict:
     strategy = Strategy(**{"tp": 2, "pp": 2, "dp": 2, **knobs})
-    return {"strategy": strategy.to_dict(), "iteration_time_ms": time_ms, "peak_memory_mb": memory_mb,
-            "tokens_per_s_per_device": 1.0, "stages": [{"stage": 0, "layers": 4}, {"stage": 1, "layers": 4}]}
+    return {
+        "strategy": strategy.to_dict(),
+        "iteration_time_ms": time_ms,
+        "peak_memory_mb": memory_mb,
+        "tokens_per_s_per_device": 1.0,
+        "stages": [{"stage": 0, "layers": 4}, {"stage": 1, "layers": 4}],
+    }
 
 
 def test_fold_removes_slower_no_lighter_copies_of_the_same_layout():
-    ranked = [_ev(10, 100), _ev(11, 100, recompute="selective"), _ev(12, 99.5, mbs=2),
-              _ev(13, 80, recompute="selective", mbs=2), _ev(14, 120, tp=4, dp=1)]
+    ranked = [
+        _ev(10, 100),
+        _ev(11, 100, recompute="selective"),
+        _ev(12, 99.5, mbs=2),
+        _ev(13, 80, recompute="selective", mbs=2),
+        _ev(14, 120, tp=4, dp=1),
+    ]
     kept, folded = fold_near_copies(ranked)
     assert folded == 2
     assert [e["iteration_time_ms"] for e in kept] == [10, 13, 14]
     # No kept row is dominated by a higher-ranked one of the same layout.
     for i, lower in enumerate(kept):
         for higher in kept[:i]:
-            assert not (layout(higher) == layout(lower) and lower["peak_memory_mb"] >= higher["peak_memory_mb"])
+            assert not (
+                layout(higher) == layout(lower)
+                and lower["peak_memory_mb"] >= higher["peak_memory_mb"]
+            )
 
 
 def test_pareto_front_keeps_only_undominated():
     evs = [_ev(10, 300), _ev(12, 200), _ev(11, 350), _ev(15, 200), _ev(20, 100)]
     front = pareto_front(evs)
-    assert [(e["iteration_time_ms"], e["peak_memory_mb"]) for e in front] == [(10, 300), (12, 200), (20, 100)]
+    assert [(e["iteration_time_ms"], e["peak_memory_mb"]) for e in front] == [
+        (10, 300),
+        (12, 200),
+        (20, 100),
+    ]
 
 
 def test_speedup_needs_an_evaluated_current():
@@ -57,7 +74,10 @@ def test_noop_layers_leave_the_layer_list():
     """The script's list counts noop layers; the cost model counts computing layers only."""
     s = Strategy(tp=1, pp=2, dp=4, num_layer_list=(5, 5))
     assert computing_layer_strategy(s, (8, 9), 10).num_layer_list == (5, 3)
-    assert computing_layer_strategy(s.replace(num_layer_list=(4, 6)), (8, 9), 10).num_layer_list is None
+    assert (
+        computing_layer_strategy(s.replace(num_layer_list=(4, 6)), (8, 9), 10).num_layer_list
+        is None
+    )
     assert computing_layer_strategy(s, (), 10) is s
 
 
@@ -78,12 +98,28 @@ def test_current_is_the_scripts_strategy_under_the_same_model(example):
     model = _cost_model(example)
     current = current_evaluation(model, info)
     assert current == model.evaluate(info.train.strategy).to_dict()
-    assert (current["strategy"]["tp"], current["strategy"]["pp"], current["strategy"]["sp"]) == (2, 2, True)
+    assert (current["strategy"]["tp"], current["strategy"]["pp"], current["strategy"]["sp"]) == (
+        2,
+        2,
+        True,
+    )
 
 
-@pytest.mark.parametrize("strategy", [
-    Strategy(tp=2, pp=2, dp=4, sp=True, recompute="full", recompute_method="uniform", recompute_num_layers=1),
-    Strategy(tp=2, pp=2, dp=4, sp=True, mbs=3)])
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        Strategy(
+            tp=2,
+            pp=2,
+            dp=4,
+            sp=True,
+            recompute="full",
+            recompute_method="uniform",
+            recompute_num_layers=1,
+        ),
+        Strategy(tp=2, pp=2, dp=4, sp=True, mbs=3),
+    ],
+)
 def test_current_error_names_the_rule(example, strategy):
     """A strategy the cost model refuses is recorded with the model's own message (uniform
     recompute: until the cost model has it), one it accepts as its Evaluation."""
@@ -94,7 +130,10 @@ def test_current_error_names_the_rule(example, strategy):
     try:
         expected = model.evaluate(strategy).to_dict()
     except TinkerError as exc:
-        assert current["error"] == " ".join(str(exc).split()) and current["strategy"] == strategy.to_dict()
+        assert (
+            current["error"] == " ".join(str(exc).split())
+            and current["strategy"] == strategy.to_dict()
+        )
     else:
         assert current == expected
     if strategy.mbs == 3:

@@ -39,26 +39,59 @@ def evaluations():
     info = read_script(EXAMPLE)
     profiled = synthetic_profile(info.model, tps=(1, 2, 4), cps=(1,), eps=(1,), mbss=(1, 2, 4))
     model = CostModel.from_profile(profiled, info.model, cluster(2, 8, 60000), 64)
-    strategies = [Strategy(tp=4, pp=4, dp=1, vpp=2, mbs=1), Strategy(tp=2, pp=4, dp=2, sp=True, mbs=2,
-                                                                    recompute="full", recompute_method="block",
-                                                                    recompute_num_layers=1),
-                  Strategy(tp=1, pp=1, dp=16, mbs=1, dist_opt=True), Strategy(tp=2, pp=2, dp=4, sp=True, mbs=1)]
-    return sorted((model.evaluate(s).to_dict() for s in strategies), key=lambda e: e["iteration_time_ms"])
+    strategies = [
+        Strategy(tp=4, pp=4, dp=1, vpp=2, mbs=1),
+        Strategy(
+            tp=2,
+            pp=4,
+            dp=2,
+            sp=True,
+            mbs=2,
+            recompute="full",
+            recompute_method="block",
+            recompute_num_layers=1,
+        ),
+        Strategy(tp=1, pp=1, dp=16, mbs=1, dist_opt=True),
+        Strategy(tp=2, pp=2, dp=4, sp=True, mbs=1),
+    ]
+    return sorted(
+        (model.evaluate(s).to_dict() for s in strategies), key=lambda e: e["iteration_time_ms"]
+    )
 
 
 @pytest.fixture(scope="module")
 def folder(evaluations, tmp_path_factory):
     top = evaluations[:3]  # the slowest plays the script's own strategy
     report = SearchReport(
-        labels=RunLabels("llama", "tiny", 64, 60000, 2, 8, 512), inputs={"script_path": str(EXAMPLE)},
-        solver="cpsat", status="optimal", gap=0.0, solve_time_s=0.1, objective_ms=top[0]["iteration_time_ms"],
-        bound_ms=top[0]["iteration_time_ms"], top=top, warnings=["a <warning> & more"], current=evaluations[3],
-        picks={"fastest": top[0], "no_pipeline": next(e for e in evaluations if e["strategy"]["pp"] == 1)},
-        pick_titles={"fastest": "fastest", "no_pipeline": "fastest without pipeline parallelism (pp 1)"},
+        labels=RunLabels("llama", "tiny", 64, 60000, 2, 8, 512),
+        inputs={"script_path": str(EXAMPLE)},
+        solver="cpsat",
+        status="optimal",
+        gap=0.0,
+        solve_time_s=0.1,
+        objective_ms=top[0]["iteration_time_ms"],
+        bound_ms=top[0]["iteration_time_ms"],
+        top=top,
+        warnings=["a <warning> & more"],
+        current=evaluations[3],
+        picks={
+            "fastest": top[0],
+            "no_pipeline": next(e for e in evaluations if e["strategy"]["pp"] == 1),
+        },
+        pick_titles={
+            "fastest": "fastest",
+            "no_pipeline": "fastest without pipeline parallelism (pp 1)",
+        },
         picks_missing={"headroom": "none: fastest with headroom (nothing fits)"},
-        pareto=pareto_front(evaluations), evaluated=evaluations, folded=2)
-    return write_results_folder(report, tmp_path_factory.mktemp("results"),
-                                write_script=lambda rank, ev, header, name: "#!/bin/bash\n# " + header[0] + "\n")
+        pareto=pareto_front(evaluations),
+        evaluated=evaluations,
+        folded=2,
+    )
+    return write_results_folder(
+        report,
+        tmp_path_factory.mktemp("results"),
+        write_script=lambda rank, ev, header, name: "#!/bin/bash\n# " + header[0] + "\n",
+    )
 
 
 class _Page(HTMLParser):
@@ -85,7 +118,14 @@ def test_report_parses_and_links_nothing_outside_the_folder(folder):
     page.feed((folder / REPORT_HTML).read_text(encoding="utf-8"))
     page.close()
     text = " ".join(page.text)
-    for section in ("Inputs", "Current vs best", "Picks", "Ranked strategies", "Pictures", "Warnings"):
+    for section in (
+        "Inputs",
+        "Current vs best",
+        "Picks",
+        "Ranked strategies",
+        "Pictures",
+        "Warnings",
+    ):
         assert section in text
     assert "a <warning> & more" in text  # escaped in the page, read back whole
     assert "2 near-copies folded" in text and "none: fastest with headroom" in text
@@ -106,9 +146,21 @@ def test_report_compares_current_with_best(folder):
 
 
 def _screenshot(page: Path, out: Path) -> None:
-    subprocess.run([shutil.which("chromium"), "--headless", "--no-sandbox", "--disable-gpu",
-                    "--hide-scrollbars", "--window-size=1280,2400", f"--screenshot={out}", page.as_uri()],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            shutil.which("chromium"),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1280,2400",
+            f"--screenshot={out}",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
@@ -129,11 +181,17 @@ def test_report_renders_in_headless_chromium(folder, tmp_path):
 
 
 def _schedule_input(p: int, v: int, stage_ms: float = 3.0, recompute_ms: float = 0.0) -> dict:
-    return {"strategy": {"pp": p, "vpp": v, "dp": 1, "mbs": 1},
-            "stages": [{"stage": s, "time_ms": stage_ms, "recompute_ms": recompute_ms} for s in range(p)]}
+    return {
+        "strategy": {"pp": p, "vpp": v, "dp": 1, "mbs": 1},
+        "stages": [
+            {"stage": s, "time_ms": stage_ms, "recompute_ms": recompute_ms} for s in range(p)
+        ],
+    }
 
 
-@pytest.mark.parametrize("p, v, m", [(4, 1, 8), (4, 1, 3), (1, 1, 4), (4, 2, 8), (4, 3, 8), (8, 2, 16)])
+@pytest.mark.parametrize(
+    "p, v, m", [(4, 1, 8), (4, 1, 3), (1, 1, 4), (4, 2, 8), (4, 3, 8), (8, 2, 16)]
+)
 def test_schedule_of_balanced_stages_takes_the_modelled_time(p, v, m):
     """With equal stages the drawn schedule ends at the cost model's (m*v + p - 1) * t / v."""
     ops, shown, total = pipeline_ops(_schedule_input(p, v), m, max_microbatches=m)
@@ -146,21 +204,46 @@ def test_schedule_of_balanced_stages_takes_the_modelled_time(p, v, m):
 
 
 def test_schedule_1f1b_warmup_and_recompute_before_backward():
-    ops, shown, total = pipeline_ops(_schedule_input(4, 1, recompute_ms=1.0), 32, max_microbatches=8)
+    ops, shown, total = pipeline_ops(
+        _schedule_input(4, 1, recompute_ms=1.0), 32, max_microbatches=8
+    )
     assert (shown, total) == (8, 32)
     for s in range(4):
-        kinds = [op.kind for op in sorted((op for op in ops if op.stage == s), key=lambda op: op.start)]
-        assert kinds[:4 - s] == ["F"] * (4 - s)  # p - s - 1 warm-up forwards, then the first 1F1B forward
+        kinds = [
+            op.kind for op in sorted((op for op in ops if op.stage == s), key=lambda op: op.start)
+        ]
+        assert kinds[: 4 - s] == ["F"] * (
+            4 - s
+        )  # p - s - 1 warm-up forwards, then the first 1F1B forward
         assert kinds[4 - s] == "R" and kinds[4 - s + 1] == "B"
 
 
-LONG = Strategy(tp=8, pp=16, dp=4, cp=2, cp_algo="ulysses_cp_algo", ep=8, etp=1, vpp=4, sp=True, dist_opt=True,
-                mbs=4, recompute="full", recompute_method="block", recompute_num_layers=12)
+LONG = Strategy(
+    tp=8,
+    pp=16,
+    dp=4,
+    cp=2,
+    cp_algo="ulysses_cp_algo",
+    ep=8,
+    etp=1,
+    vpp=4,
+    sp=True,
+    dist_opt=True,
+    mbs=4,
+    recompute="full",
+    recompute_method="block",
+    recompute_num_layers=12,
+)
 
 
 def _wide(strategy: Strategy, stages: int) -> dict:
-    return {"strategy": strategy.to_dict(), "iteration_time_ms": 123456.7, "peak_memory_mb": 61234.0,
-            "tokens_per_s_per_device": 12345.0, "stages": [{"stage": s, "layers": 12} for s in range(stages)]}
+    return {
+        "strategy": strategy.to_dict(),
+        "iteration_time_ms": 123456.7,
+        "peak_memory_mb": 61234.0,
+        "tokens_per_s_per_device": 12345.0,
+        "stages": [{"stage": s, "layers": 12} for s in range(stages)],
+    }
 
 
 def test_terminal_tables_fit_80_columns_without_wrapping_a_label():
@@ -168,14 +251,26 @@ def test_terminal_tables_fit_80_columns_without_wrapping_a_label():
     short = Strategy(tp=2, pp=2, dp=4, sp=True)
     rows = [_wide(LONG, 16), _wide(short, 2)]
     current = {"error": "recompute_method 'uniform' is not modelled", "strategy": LONG.to_dict()}
-    console.print(strategies_table(rows, "top strategies (cpsat: optimal, gap 0.00%, 12.34 s)", current=current,
-                                   folded=3))
-    console.print(picks_table({"headroom": rows[0], "fastest": rows[1], "keeps_checkpoint": rows[0]},
-                              {"headroom": "fastest with at least 10% of the memory limit free (peak <= 55000 MB)", "keeps_checkpoint": "keeps tp8 pp16 ep8"}))
+    console.print(
+        strategies_table(
+            rows, "top strategies (cpsat: optimal, gap 0.00%, 12.34 s)", current=current, folded=3
+        )
+    )
+    console.print(
+        picks_table(
+            {"headroom": rows[0], "fastest": rows[1], "keeps_checkpoint": rows[0]},
+            {
+                "headroom": "fastest with at least 10% of the memory limit free (peak <= 55000 MB)",
+                "keeps_checkpoint": "keeps tp8 pp16 ep8",
+            },
+        )
+    )
     text = console.export_text()
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 80
     label = LONG.replace(num_layer_list=None).label()
     assert len(label) > 40
-    assert sum(label in line for line in lines) == 4  # rank 1, the current row and two picks, each whole
+    assert (
+        sum(label in line for line in lines) == 4
+    )  # rank 1, the current row and two picks, each whole
     assert "now" in text and "3 near-copies folded" in text

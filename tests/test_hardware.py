@@ -122,7 +122,9 @@ def test_comm_table_matches_the_collective_formula() -> None:
     """Every comm.csv row from a description is collective_time_us of its link."""
     hardware = load_hardware("a100-80gb")
     table = comm_table(hardware, max_group_size=8)
-    row = table[(table.op == "all_reduce") & (table.group_size == 8) & (table.scope == "intra_node")].iloc[-1]
+    row = table[
+        (table.op == "all_reduce") & (table.group_size == 8) & (table.scope == "intra_node")
+    ].iloc[-1]
     expected = collective_time_us("all_reduce", 8, row.bytes, 195, 5)
     assert row.time_us == pytest.approx(expected, abs=1e-3)
 
@@ -141,7 +143,9 @@ def _synthetic_samples(true: DeviceEfficiency, bandwidth: float, seed: int = 0) 
         flops = np.where(rng.random(16) < 0.4, 10 ** rng.uniform(8, 12, 16), 0.0)
         nbytes = 10 ** rng.uniform(4, 9, 16)
         peak = np.full(16, 312e6)
-        t = np.maximum(true.matmul.time_us(flops, peak), true.memory.time_us(nbytes, bandwidth)).sum()
+        t = np.maximum(
+            true.matmul.time_us(flops, peak), true.memory.time_us(nbytes, bandwidth)
+        ).sum()
         samples.append(TimedOps(flops, nbytes, peak, float(t)))
     return samples
 
@@ -157,8 +161,14 @@ def test_fit_efficiency_recovers_known_curves() -> None:
 
 def test_fit_link_recovers_latency_and_bandwidth() -> None:
     """Fitting alpha-beta times gives the latency and bandwidth back."""
-    ops, groups, sizes = ["all_reduce", "all_gather", "send_recv", "reduce_scatter"], [8, 8, 2, 4], [1e6, 1e8, 1e7, 1e5]
-    times = [collective_time_us(o, g, b, 150.0, 7.0) for o, g, b in zip(ops, groups, sizes, strict=True)]
+    ops, groups, sizes = (
+        ["all_reduce", "all_gather", "send_recv", "reduce_scatter"],
+        [8, 8, 2, 4],
+        [1e6, 1e8, 1e7, 1e5],
+    )
+    times = [
+        collective_time_us(o, g, b, 150.0, 7.0) for o, g, b in zip(ops, groups, sizes, strict=True)
+    ]
     latency_us, bandwidth_gbs, _ = fit_link(ops, groups, sizes, times)
     assert latency_us == pytest.approx(7.0, rel=1e-6)
     assert bandwidth_gbs == pytest.approx(150.0, rel=1e-6)

@@ -42,12 +42,14 @@ def _targets(node: ast.AST, current: str, is_package: bool, modules: set[str]) -
     else:
         if node.level:  # relative: resolve against the current package
             base = current.split(".") if is_package else current.split(".")[:-1]
-            base = base[:len(base) - node.level + 1]
+            base = base[: len(base) - node.level + 1]
             source = ".".join(base + ([node.module] if node.module else []))
         else:
             source = node.module or ""
-        names = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source
-                 for alias in node.names]
+        names = [
+            f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source
+            for alias in node.names
+        ]
     found = []
     for name in names:
         while name and name not in modules:
@@ -134,8 +136,12 @@ def _describe(cycle: list[str]) -> str:
 
 def test_finder_reports_a_cycle_with_its_path():
     """The finder sees a circle closed by a function-level import and names every module on it."""
-    graph = {"tinker_opt.a": {"tinker_opt.b"}, "tinker_opt.b": {"tinker_opt.c"},
-             "tinker_opt.c": {"tinker_opt.a"}, "tinker_opt.d": {"tinker_opt.a"}}
+    graph = {
+        "tinker_opt.a": {"tinker_opt.b"},
+        "tinker_opt.b": {"tinker_opt.c"},
+        "tinker_opt.c": {"tinker_opt.a"},
+        "tinker_opt.d": {"tinker_opt.a"},
+    }
     assert find_cycles(graph) == [["tinker_opt.a", "tinker_opt.b", "tinker_opt.c", "tinker_opt.a"]]
     assert find_cycles({"tinker_opt.a": {"tinker_opt.b"}, "tinker_opt.b": set()}) == []
 
@@ -147,8 +153,10 @@ def test_graph_counts_function_level_and_relative_imports(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "x.py").write_text("def f():\n    from tinker_opt.sub import y\n")
-    (pkg / "sub" / "y.py").write_text("from . import x\nfrom typing import TYPE_CHECKING\n"
-                                      "if TYPE_CHECKING:\n    from tinker_opt import z\n")
+    (pkg / "sub" / "y.py").write_text(
+        "from . import x\nfrom typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from tinker_opt import z\n"
+    )
     (pkg / "z.py").write_text("import tinker_opt.sub.x\n")
     graph = import_graph(pkg)
     assert graph["tinker_opt.sub.x"] == {"tinker_opt.sub.y"}

@@ -35,7 +35,9 @@ from tinker_opt.profile.subgraphs import saved_activation_bytes
 SHAPE = Shape(mbs=2)
 MODELS = {
     "gpt": gpt_model(seq=128, hidden=128, heads=8),
-    "llama": replace(llama_model(seq=128, hidden=128, heads=8, groups=2, ffn=344), use_flash_attn=False),
+    "llama": replace(
+        llama_model(seq=128, hidden=128, heads=8, groups=2, ffn=344), use_flash_attn=False
+    ),
 }
 KERNELS = K.select_kernels(frozenset({"swiglu"}), "cpu")
 """megatron-core's default --bias-swiglu-fusion on both sides (kernels.py runs it on the CPU too)."""
@@ -43,19 +45,25 @@ KERNELS = K.select_kernels(frozenset({"swiglu"}), "cpu")
 
 def _pair(model, block: str = "layer", dtype=torch.float32):
     torch.manual_seed(0)
-    return (build_reference(model, block, SHAPE, dtype=dtype, kernels=KERNELS),
-            build_mcore(model, block, SHAPE, dtype=dtype))
+    return (
+        build_reference(model, block, SHAPE, dtype=dtype, kernels=KERNELS),
+        build_mcore(model, block, SHAPE, dtype=dtype),
+    )
 
 
 REFERENCE_TO_MCORE = {
-    "norm1.weight": "layer.input_layernorm.weight", "norm1.bias": "layer.input_layernorm.bias",
-    "norm2.weight": "layer.pre_mlp_layernorm.weight", "norm2.bias": "layer.pre_mlp_layernorm.bias",
+    "norm1.weight": "layer.input_layernorm.weight",
+    "norm1.bias": "layer.input_layernorm.bias",
+    "norm2.weight": "layer.pre_mlp_layernorm.weight",
+    "norm2.bias": "layer.pre_mlp_layernorm.bias",
     "attention.qkv.weight": "layer.self_attention.linear_qkv.weight",
     "attention.qkv.bias": "layer.self_attention.linear_qkv.bias",
     "attention.proj.weight": "layer.self_attention.linear_proj.weight",
     "attention.proj.bias": "layer.self_attention.linear_proj.bias",
-    "mlp.fc1.weight": "layer.mlp.linear_fc1.weight", "mlp.fc1.bias": "layer.mlp.linear_fc1.bias",
-    "mlp.fc2.weight": "layer.mlp.linear_fc2.weight", "mlp.fc2.bias": "layer.mlp.linear_fc2.bias",
+    "mlp.fc1.weight": "layer.mlp.linear_fc1.weight",
+    "mlp.fc1.bias": "layer.mlp.linear_fc1.bias",
+    "mlp.fc2.weight": "layer.mlp.linear_fc2.weight",
+    "mlp.fc2.bias": "layer.mlp.linear_fc2.bias",
     "mlp.router": "layer.mlp.router.weight",
     "mlp.shared.fc1.weight": "layer.mlp.shared_experts.linear_fc1.weight",
     "mlp.shared.fc2.weight": "layer.mlp.shared_experts.linear_fc2.weight",
@@ -74,7 +82,9 @@ def _copy_weights(reference, mcore) -> None:
                     continue
                 which = "linear_fc1" if name.endswith("fc1") else "linear_fc2"
                 for e in range(stacked.shape[0]):
-                    target[f"layer.mlp.experts.local_experts.{e}.{which}.weight"].copy_(stacked[e].t())
+                    target[f"layer.mlp.experts.local_experts.{e}.{which}.weight"].copy_(
+                        stacked[e].t()
+                    )
                 continue
             target[REFERENCE_TO_MCORE[name]].copy_(param)
 
@@ -86,7 +96,9 @@ def test_same_parameter_count(style):
     assert reference.param_count == mcore.param_count
 
 
-@pytest.mark.parametrize("style,dtype", [("gpt", torch.float32), ("llama", torch.float32), ("gpt", torch.bfloat16)])
+@pytest.mark.parametrize(
+    "style,dtype", [("gpt", torch.float32), ("llama", torch.float32), ("gpt", torch.bfloat16)]
+)
 def test_saved_activation_bytes_within_two_percent(style, dtype):
     """Bytes saved for backward agree within 2 % (megatron-core also keeps its causal mask and rope cos / sin)."""
     reference, mcore = _pair(MODELS[style], dtype=dtype)
@@ -135,13 +147,27 @@ def test_profile_with_megatron_core_blocks(tmp_path):
     from tinker_opt.script.reader import read_script
 
     info = read_script(EXAMPLE)
-    settings = MeasureSettings(device="cpu", max_npu=2, max_mbs=1, prof_sp=(0,), warmup=0, repeats=5,
-                               selective=False, comm="skip", blocks="megatron-core")
-    folder = run_profile(replace(info.model, seq_length=128), settings, tmp_path / "p", train=info.train)
+    settings = MeasureSettings(
+        device="cpu",
+        max_npu=2,
+        max_mbs=1,
+        prof_sp=(0,),
+        warmup=0,
+        repeats=5,
+        selective=False,
+        comm="skip",
+        blocks="megatron-core",
+    )
+    folder = run_profile(
+        replace(info.model, seq_length=128), settings, tmp_path / "p", train=info.train
+    )
     meta = json.loads((folder / "meta.json").read_text())
     assert meta["rows"]["ok"] == meta["rows"]["total"] == 8
     source = meta["kernels"]["blocks"]["layer"]["source"]
-    assert "megatron-core 0.16.1 local spec" in source and "reference (megatron-core layers need" in source
+    assert (
+        "megatron-core 0.16.1 local spec" in source
+        and "reference (megatron-core layers need" in source
+    )
 
 
 def test_moe_same_output_of_the_dense_path():

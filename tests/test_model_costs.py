@@ -11,38 +11,81 @@ from tinker_opt.strategy import Strategy
 
 MODEL = dense_model(num_layers=8, hidden=1024, heads=16, seq=2048)
 PROFILE = synthetic_profile(MODEL)
-STAGE_KEYS = {"stage", "layers", "recompute_layers", "time_ms", "memory_mb", "compute_ms", "comm_ms",
-              "weights_mb", "gradients_mb", "optimizer_mb", "activations_mb", "transient_mb",
-              "recompute_work_mb"}
+STAGE_KEYS = {
+    "stage",
+    "layers",
+    "recompute_layers",
+    "time_ms",
+    "memory_mb",
+    "compute_ms",
+    "comm_ms",
+    "weights_mb",
+    "gradients_mb",
+    "optimizer_mb",
+    "activations_mb",
+    "transient_mb",
+    "recompute_work_mb",
+}
 
 
 def _model(nodes=1, per_node=8, memory_mb=60000, gbs=64, profile=PROFILE, **kwargs):
-    return CostModel.from_profile(profile, MODEL, cluster(nodes, per_node, memory_mb), gbs, **kwargs)
+    return CostModel.from_profile(
+        profile, MODEL, cluster(nodes, per_node, memory_mb), gbs, **kwargs
+    )
 
 
 def test_to_dict_has_the_interface_keys():
     """Evaluation.to_dict() carries exactly the documented top-level keys and the stage keys."""
     out = _model().evaluate(Strategy(tp=2, pp=2, dp=2, sp=True)).to_dict()
-    assert set(out) == {"strategy", "iteration_time_ms", "peak_memory_mb", "tokens_per_s_per_device",
-                        "stages", "time_breakdown_ms", "fits", "estimated", "in_block_times"}
+    assert set(out) == {
+        "strategy",
+        "iteration_time_ms",
+        "peak_memory_mb",
+        "tokens_per_s_per_device",
+        "stages",
+        "time_breakdown_ms",
+        "fits",
+        "estimated",
+        "in_block_times",
+    }
     assert len(out["stages"]) == 2 and all(set(stage) >= STAGE_KEYS for stage in out["stages"])
 
 
-MEMORY_PARTS = ("weights_mb", "gradients_mb", "optimizer_mb", "activations_mb", "transient_mb",
-                "recompute_work_mb")
+MEMORY_PARTS = (
+    "weights_mb",
+    "gradients_mb",
+    "optimizer_mb",
+    "activations_mb",
+    "transient_mb",
+    "recompute_work_mb",
+)
 
 
-@pytest.mark.parametrize("strategy", [
-    Strategy(tp=2, pp=4, dp=1, sp=True, recompute="full", recompute_num_layers=1, num_layer_list=(3, 2, 2, 1)),
-    Strategy(tp=1, pp=2, dp=4, dist_opt=True, recompute="selective"),
-    Strategy(tp=2, pp=4, dp=1, vpp=2, recompute="full", recompute_num_layers=1),
-], ids=["full-uneven", "distopt-selective", "vpp-full"])
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        Strategy(
+            tp=2,
+            pp=4,
+            dp=1,
+            sp=True,
+            recompute="full",
+            recompute_num_layers=1,
+            num_layer_list=(3, 2, 2, 1),
+        ),
+        Strategy(tp=1, pp=2, dp=4, dist_opt=True, recompute="selective"),
+        Strategy(tp=2, pp=4, dp=1, vpp=2, recompute="full", recompute_num_layers=1),
+    ],
+    ids=["full-uneven", "distopt-selective", "vpp-full"],
+)
 def test_memory_parts_add_up_to_the_stage_memory(strategy):
     """Weights, gradients, optimizer, activations, transient and recompute working set are separate
     non-negative terms whose sum is each stage's memory."""
     for stage in _model().evaluate(strategy).stages:
         assert all(stage[part] >= 0 for part in MEMORY_PARTS)
-        assert sum(stage[part] for part in MEMORY_PARTS) == pytest.approx(stage["memory_mb"], rel=1e-12)
+        assert sum(stage[part] for part in MEMORY_PARTS) == pytest.approx(
+            stage["memory_mb"], rel=1e-12
+        )
         assert stage["gradients_mb"] > 0 and stage["weights_mb"] > 0 and stage["transient_mb"] > 0
 
 
@@ -54,8 +97,15 @@ def test_gradients_are_fp32_per_weight():
 
 def test_breakdown_adds_up_to_the_iteration_time():
     """Compute, recompute, comm of the slowest stage x m, bubble, sync and optimizer add up."""
-    strategy = Strategy(tp=2, pp=4, dp=1, sp=True, recompute="full", recompute_num_layers=1,
-                        num_layer_list=(3, 2, 2, 1))
+    strategy = Strategy(
+        tp=2,
+        pp=4,
+        dp=1,
+        sp=True,
+        recompute="full",
+        recompute_num_layers=1,
+        num_layer_list=(3, 2, 2, 1),
+    )
     evaluation = _model().evaluate(strategy)
     assert sum(evaluation.time_breakdown_ms.values()) == pytest.approx(evaluation.iteration_time_ms)
 
@@ -71,7 +121,9 @@ def test_distributed_optimizer_shards_states_and_is_not_slower():
     """dist_opt divides optimizer states by dp*cp and its reduce-scatter + all-gather is no slower."""
     plain = _model().evaluate(Strategy(dp=8))
     sharded = _model().evaluate(Strategy(dp=8, dist_opt=True))
-    assert sharded.stages[0]["optimizer_mb"] == pytest.approx(plain.stages[0]["optimizer_mb"] / 8, rel=1e-6)
+    assert sharded.stages[0]["optimizer_mb"] == pytest.approx(
+        plain.stages[0]["optimizer_mb"] / 8, rel=1e-6
+    )
     assert sharded.iteration_time_ms <= plain.iteration_time_ms
 
 
@@ -148,8 +200,12 @@ def test_invalid_strategy_is_rejected():
 
 def test_integer_objective_matches_reported_time():
     """The reported time is the integer objective (ns x vpp) divided out."""
-    evaluation = _model().evaluate(Strategy(pp=4, dp=2, vpp=2, recompute="full", recompute_num_layers=1))
-    assert evaluation.iteration_time_ms == pytest.approx(evaluation.time_ns_x_vpp / 2 / 1e6, rel=1e-15)
+    evaluation = _model().evaluate(
+        Strategy(pp=4, dp=2, vpp=2, recompute="full", recompute_num_layers=1)
+    )
+    assert evaluation.iteration_time_ms == pytest.approx(
+        evaluation.time_ns_x_vpp / 2 / 1e6, rel=1e-15
+    )
 
 
 def test_mixed_stack_costs_follow_layer_positions():

@@ -22,8 +22,10 @@ GPT3 = Path(__file__).parent / "fixtures" / "scripts" / "train_gpt3_175b_distrib
 def _megatron_script(tmp_path: Path, num_layers: int):
     """The GPT-3 Megatron-LM script with another layer count (one that pp rarely divides)."""
     path = tmp_path / GPT3.name
-    path.write_text(GPT3.read_text(encoding="utf-8").replace("--num-layers 96", f"--num-layers {num_layers}"),
-                    encoding="utf-8")
+    path.write_text(
+        GPT3.read_text(encoding="utf-8").replace("--num-layers 96", f"--num-layers {num_layers}"),
+        encoding="utf-8",
+    )
     return read_script(path)
 
 
@@ -36,7 +38,14 @@ def test_megatron_search_yields_only_writable_layer_lists(tmp_path, num_layers, 
     assert vr.family == versions.MEGATRON
     profile = synthetic_profile(info.model, tps=(1, 2, 4, 8), cps=(1,), eps=(1,), mbss=(1, 2))
     cost_model = CostModel.from_profile(profile, info.model, cluster(num_nodes, 8, 57000), 512)
-    result = search(cost_model, solver="cpsat", cpus=1, top_k=10, space=search_space_for(info, vr), time_limit_s=60)
+    result = search(
+        cost_model,
+        solver="cpsat",
+        cpus=1,
+        top_k=10,
+        space=search_space_for(info, vr),
+        time_limit_s=60,
+    )
     uneven = 0
     for evaluation in result.top:
         layers = evaluation.strategy.stage_layers(num_layers)
@@ -59,7 +68,10 @@ def test_simulate_warns_when_the_framework_cannot_write_the_split(tmp_path):
     strategy = Strategy(tp=8, pp=4, dp=1, num_layer_list=(7, 7, 8, 8))
     (warning,) = _layer_form_warning(strategy, info, SimulateSettings())
     assert "unequal middle stages" in warning
-    assert _layer_form_warning(strategy.replace(num_layer_list=(6, 8, 8, 8)), info, SimulateSettings()) == []
+    assert (
+        _layer_form_warning(strategy.replace(num_layer_list=(6, 8, 8, 8)), info, SimulateSettings())
+        == []
+    )
 
 
 def test_a_row_the_writer_refuses_is_reported_not_fatal(tmp_path):
@@ -72,10 +84,18 @@ def test_a_row_the_writer_refuses_is_reported_not_fatal(tmp_path):
 
     info = _megatron_script(tmp_path, 30)
     log, warnings = RunLog(), []
-    write = _script_writer(info, ClusterSpec(num_nodes=4, devices_per_node=8, memory_limit_mb=57000), None,
-                           log, warnings, 256)
+    write = _script_writer(
+        info,
+        ClusterSpec(num_nodes=4, devices_per_node=8, memory_limit_mb=57000),
+        None,
+        log,
+        warnings,
+        256,
+    )
     bad = Strategy(tp=8, pp=4, dp=1, num_layer_list=(7, 7, 8, 8)).to_dict()
     assert write(3, bad, ["# header"], "rank3.sh") is None
     assert warnings and warnings[0].startswith("rank 3: no tuned script written:")
     assert "unequal middle stages" in warnings[0] and log.lines[-1].endswith(warnings[0])
-    assert "--decoder-first-pipeline-num-layers 6" in write(1, {**bad, "num_layer_list": [6, 8, 8, 8]}, [], "rank1.sh")
+    assert "--decoder-first-pipeline-num-layers 6" in write(
+        1, {**bad, "num_layer_list": [6, 8, 8, 8]}, [], "rank1.sh"
+    )

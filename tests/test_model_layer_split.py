@@ -27,12 +27,22 @@ def configurations(draw):
     vpp = draw(st.sampled_from([1, 1, 3])) if pp == 4 else 1
     layers = 12 if vpp > 1 else 9
     model = dense_model(num_layers=layers, hidden=512, heads=8, seq=1024)
-    profile = PROFILE if layers == 9 else synthetic_profile(model, tps=(1, 2), cps=(1,), mbss=(1, 2))
+    profile = (
+        PROFILE if layers == 9 else synthetic_profile(model, tps=(1, 2), cps=(1,), mbss=(1, 2))
+    )
     memory_mb = draw(st.integers(150, 1200))
     cost_model = CostModel.from_profile(profile, model, cluster(1, 8, memory_mb), 32)
-    outer = Strategy(tp=tp, pp=pp, dp=8 // (tp * pp), sp=tp > 1, vpp=vpp, mbs=draw(st.sampled_from([1, 2])),
-                     dist_opt=draw(st.booleans()), recompute=recompute,
-                     recompute_method="block" if recompute == "full" else None)
+    outer = Strategy(
+        tp=tp,
+        pp=pp,
+        dp=8 // (tp * pp),
+        sp=tp > 1,
+        vpp=vpp,
+        mbs=draw(st.sampled_from([1, 2])),
+        dist_opt=draw(st.booleans()),
+        recompute=recompute,
+        recompute_method="block" if recompute == "full" else None,
+    )
     return cost_model, outer
 
 
@@ -85,7 +95,11 @@ def test_packing_minimises_the_recompute_sum(caps, total, r):
     """Packing into the largest caps gives the least sum of min(r, n_s) over every split."""
     caps_array = np.array(caps)
     packed = pack(caps_array, total)
-    feasible = [c for c in compositions(total, len(caps)) if all(n <= u for n, u in zip(c, caps, strict=True))]
+    feasible = [
+        c
+        for c in compositions(total, len(caps))
+        if all(n <= u for n, u in zip(c, caps, strict=True))
+    ]
     assert (packed is None) == (not feasible)
     if feasible:
         assert packed.sum() == total and (packed <= caps_array).all() and packed.min() >= 1

@@ -45,8 +45,13 @@ def instances(draw):
     gbs = draw(st.sampled_from([4, 8, 16]))
     memory_mb = draw(st.integers(60, 1500))
     profile = synthetic_profile(model, tps=(1, 2), cps=(1, 2), eps=(1, 2), mbss=(1, 2))
-    return CostModel.from_profile(profile, model, cluster(nodes, per_node, memory_mb), gbs,
-                                  overlap_p2p_comm=draw(st.booleans()))
+    return CostModel.from_profile(
+        profile,
+        model,
+        cluster(nodes, per_node, memory_mb),
+        gbs,
+        overlap_p2p_comm=draw(st.booleans()),
+    )
 
 
 def _even(cost_model, s: Strategy):
@@ -67,11 +72,17 @@ def test_an_overlap_never_makes_an_iteration_slower(cost_model, keys):
         if layers is None:
             continue
         for on, r in itertools.product(
-                [outer.replace(**k) for k in overlap_choices(outer, cost_model.model.is_moe, tuple(keys))],
-                (1,) if outer.recompute == "full" else (0,)):
+            [
+                outer.replace(**k)
+                for k in overlap_choices(outer, cost_model.model.is_moe, tuple(keys))
+            ],
+            (1,) if outer.recompute == "full" else (0,),
+        ):
             off_c, on_c = cost_model.coefficients(outer), cost_model.coefficients(on)
             off_st, on_st = off_c.stage_costs(layers, r), on_c.stage_costs(layers, r)
-            assert on_c.iteration_time_ns_x_v(on_st) <= off_c.iteration_time_ns_x_v(off_st), on.label()
+            assert on_c.iteration_time_ns_x_v(on_st) <= off_c.iteration_time_ns_x_v(off_st), (
+                on.label()
+            )
             for a, b in zip(off_st, on_st, strict=True):
                 assert b.memory_bytes_x_v == a.memory_bytes_x_v
                 assert b.time_ns <= a.time_ns and b.tail_ns <= a.tail_ns
@@ -79,7 +90,10 @@ def test_an_overlap_never_makes_an_iteration_slower(cost_model, keys):
                 # Ring attention always overlaps, so "off" has hidden traffic too: the totals agree.
                 slack = 2 * (b.layers + 2)
                 assert abs(b.comm_ns + b.hidden_comm_ns - a.comm_ns - a.hidden_comm_ns) <= slack
-                assert abs(b.tail_sync_ns + b.hidden_sync_ns - a.tail_sync_ns - a.hidden_sync_ns) <= slack
+                assert (
+                    abs(b.tail_sync_ns + b.hidden_sync_ns - a.tail_sync_ns - a.hidden_sync_ns)
+                    <= slack
+                )
 
 
 @pytest.mark.filterwarnings("error")
@@ -104,10 +118,15 @@ def test_tp_overlap_hides_all_but_one_chunk_when_the_matmul_covers_it():
     """tp 4 with SP: exposed TP traffic = 1/4 of it when the matmul is longer (synthetic profile)."""
     cost = _tp_model()
     base = Strategy(tp=4, dp=1, sp=True, mbs=1)
-    off, on = cost.evaluate(base.replace(tp_comm_overlap=False)), cost.evaluate(base.replace(tp_comm_overlap=True))
+    off, on = (
+        cost.evaluate(base.replace(tp_comm_overlap=False)),
+        cost.evaluate(base.replace(tp_comm_overlap=True)),
+    )
     layer_comm_off = off.stages[0]["comm_ms"]
     assert on.stages[0]["comm_hidden_ms"] > 0
-    assert on.stages[0]["comm_ms"] + on.stages[0]["comm_hidden_ms"] == pytest.approx(layer_comm_off, abs=1e-5)
+    assert on.stages[0]["comm_ms"] + on.stages[0]["comm_hidden_ms"] == pytest.approx(
+        layer_comm_off, abs=1e-5
+    )
     assert on.iteration_time_ms < off.iteration_time_ms
 
 

@@ -27,8 +27,12 @@ def cost_model(tmp_path_factory):
 
     info = read_script(SCRIPT)
     hardware = load_hardware("a100-80gb")
-    folder = analytic_profile(info.model, hardware, tmp_path_factory.mktemp("profile") / "llama2-7b",
-                              limits=SpaceLimits(max_npu=8, max_mbs=2))
+    folder = analytic_profile(
+        info.model,
+        hardware,
+        tmp_path_factory.mktemp("profile") / "llama2-7b",
+        limits=SpaceLimits(max_npu=8, max_mbs=2),
+    )
     profiled = load_profiled_data(folder)
     cluster = ClusterSpec(num_nodes=1, devices_per_node=8, memory_limit_mb=20000)
     return CostModel.from_profile(profiled, profiled.model, cluster, 256, hardware=hardware)
@@ -38,7 +42,9 @@ def cost_model(tmp_path_factory):
 def test_cpsat_proves_the_enumeration_optimum(cost_model, prune):
     """CP-SAT (with and without bound pruning) proves the optimum that enumeration finds."""
     enum = search(cost_model, solver="enum", cpus=1, top_k=1, space=SPACE)
-    cpsat = search(cost_model, solver="cpsat", cpus=1, top_k=1, space=SPACE, time_limit_s=60, prune=prune)
+    cpsat = search(
+        cost_model, solver="cpsat", cpus=1, top_k=1, space=SPACE, time_limit_s=60, prune=prune
+    )
     assert cpsat.status == "optimal" and cpsat.gap == 0
     assert cpsat.best.time_ns_x_vpp == enum.best.time_ns_x_vpp
     assert cpsat.best.fits

@@ -49,15 +49,20 @@ def test_proven_optimum_reports_zero_gap():
 @pytest.mark.parametrize("solver", ["cpsat", "milp", "enum"])
 def test_solvers_rank_the_same_top_k(solver):
     """Every solver returns the same ranked top-k times."""
-    reference = [e.iteration_time_ms for e in search(_model(), solver="enum", top_k=5, space=SPACE).top]
+    reference = [
+        e.iteration_time_ms for e in search(_model(), solver="enum", top_k=5, space=SPACE).top
+    ]
     found = [e.iteration_time_ms for e in search(_model(), solver=solver, top_k=5, space=SPACE).top]
     assert found == pytest.approx(reference, rel=1e-12)
 
 
 def test_nothing_fits_says_how_much_is_needed():
     """InfeasibleError names the limit, the least need and a knob to try."""
-    with pytest.raises(InfeasibleError, match=r"no strategy fits in 20 MB per device; the best .* needs "
-                                              r"at least \d+ MB.*try"):
+    with pytest.raises(
+        InfeasibleError,
+        match=r"no strategy fits in 20 MB per device; the best .* needs "
+        r"at least \d+ MB.*try",
+    ):
         search(_model(memory_mb=20), space=SPACE)
 
 
@@ -65,7 +70,10 @@ def test_space_restrictions_reach_the_result():
     """Without vpp, cp and recompute the winners use none of them."""
     space = SearchSpace(max_mbs=2, allow_vpp=False, allow_cp=False, recompute=("none",))
     result = search(_model(), space=space, top_k=5)
-    assert all(e.strategy.vpp == 1 and e.strategy.cp == 1 and e.strategy.recompute == "none" for e in result.top)
+    assert all(
+        e.strategy.vpp == 1 and e.strategy.cp == 1 and e.strategy.recompute == "none"
+        for e in result.top
+    )
 
 
 def test_warnings_reach_the_result():
@@ -109,7 +117,9 @@ def test_mixed_stacks_are_searched_exactly(solver):
     model = moe_model(num_layers=8, hidden=256, heads=4, seq=512, experts=4, first_dense=3)
     profile = synthetic_profile(model, tps=(1, 2), cps=(1,), eps=(1, 2), mbss=(1, 2))
     cost_model = CostModel.from_profile(profile, model, cluster(1, 8, 150), 32)
-    space = SearchSpace(max_mbs=2, overlaps=())  # the split asserted below is the one without overlap
+    space = SearchSpace(
+        max_mbs=2, overlaps=()
+    )  # the split asserted below is the one without overlap
     reference = search(cost_model, solver="enum", top_k=4, space=space)
     found = search(cost_model, solver=solver, top_k=4, space=space)
     assert found.status == "optimal"

@@ -11,21 +11,43 @@ from tinker_opt.errors import StrategyError
 from tinker_opt.strategy import Strategy
 
 MODEL = dense_model(num_layers=8, hidden=512, heads=8, seq=1024)
-COST_MODEL = CostModel.from_profile(synthetic_profile(MODEL, tps=(1, 2), cps=(1,), mbss=(1, 2)), MODEL,
-                                    cluster(1, 8, 60000), 32)
+COST_MODEL = CostModel.from_profile(
+    synthetic_profile(MODEL, tps=(1, 2), cps=(1,), mbss=(1, 2)), MODEL, cluster(1, 8, 60000), 32
+)
 
 
 def test_flags_give_the_strategy_with_dp_from_the_cluster():
     """tp2 pp2 on 8 devices is dp 2; Tinker's recompute 1 is full recompute of every layer."""
-    strategy = strategy_from_flags(num_devices=8, num_layers=8, tp=2, pp=2, sp=True, dist_opt=True,
-                                   mbs=2, num_layer_list="5,3", recompute=1)
-    assert strategy == Strategy(tp=2, pp=2, dp=2, sp=True, dist_opt=True, mbs=2, recompute="full",
-                                recompute_method="block", recompute_num_layers=5, num_layer_list=(5, 3))
+    strategy = strategy_from_flags(
+        num_devices=8,
+        num_layers=8,
+        tp=2,
+        pp=2,
+        sp=True,
+        dist_opt=True,
+        mbs=2,
+        num_layer_list="5,3",
+        recompute=1,
+    )
+    assert strategy == Strategy(
+        tp=2,
+        pp=2,
+        dp=2,
+        sp=True,
+        dist_opt=True,
+        mbs=2,
+        recompute="full",
+        recompute_method="block",
+        recompute_num_layers=5,
+        num_layer_list=(5, 3),
+    )
 
 
 def test_uniform_flag_defaults_to_one_layer_per_group():
     """--recompute-method uniform: Megatron's usual full recompute, r = 1 unless given; it simulates."""
-    strategy = strategy_from_flags(num_devices=8, num_layers=8, pp=2, recompute="full", recompute_method="uniform")
+    strategy = strategy_from_flags(
+        num_devices=8, num_layers=8, pp=2, recompute="full", recompute_method="uniform"
+    )
     assert (strategy.recompute_method, strategy.recompute_num_layers) == ("uniform", 1)
     assert COST_MODEL.evaluate(strategy).stages[0]["recompute_layers"] == 4
     with pytest.raises(StrategyError, match="block or uniform"):

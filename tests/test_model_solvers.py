@@ -18,8 +18,9 @@ from tinker_opt.solve.search import _outers
 from tinker_opt.solve.space import SearchSpace
 
 SPACE = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1, 2), ep=(1, 2))
-UNIFORM_SPACE = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1, 2), ep=(1, 2), recompute=("full",),
-                            recompute_methods=("uniform",))
+UNIFORM_SPACE = SearchSpace(
+    max_mbs=2, tp=(1, 2), cp=(1, 2), ep=(1, 2), recompute=("full",), recompute_methods=("uniform",)
+)
 """Only Megatron's uniform full recompute: every solver must price its groups and working set."""
 
 
@@ -34,8 +35,15 @@ def instances(draw):
         model = moe_model(num_layers=layers, hidden=hidden, heads=4, seq=seq, experts=4)
     elif kind == "mixed":  # dense and MoE layers at fixed positions (DeepSeek / Qwen-MoE style)
         first_dense, freq = draw(st.sampled_from([(1, 1), (2, 1), (0, 2), (1, 2), (layers - 1, 1)]))
-        model = moe_model(num_layers=layers, hidden=hidden, heads=4, seq=seq, experts=4,
-                          first_dense=first_dense, layer_freq=freq)
+        model = moe_model(
+            num_layers=layers,
+            hidden=hidden,
+            heads=4,
+            seq=seq,
+            experts=4,
+            first_dense=first_dense,
+            layer_freq=freq,
+        )
     else:
         model = dense_model(num_layers=layers, hidden=hidden, heads=4, seq=seq)
     nodes, per_node = draw(st.sampled_from([(1, 1), (1, 2), (1, 4), (2, 2), (1, 8), (2, 4)]))
@@ -57,8 +65,9 @@ def test_all_solvers_find_the_same_optimum(cost_model, space):
 
 UNPRUNED_SPACE = SearchSpace(max_mbs=1, tp=(1, 2), cp=(1,), ep=(1, 2))
 """A smaller space: the unpruned model holds every feasible configuration at once."""
-UNIFORM_UNPRUNED_SPACE = SearchSpace(max_mbs=1, tp=(1, 2), cp=(1,), ep=(1, 2), recompute=("full",),
-                                     recompute_methods=("uniform",))
+UNIFORM_UNPRUNED_SPACE = SearchSpace(
+    max_mbs=1, tp=(1, 2), cp=(1,), ep=(1, 2), recompute=("full",), recompute_methods=("uniform",)
+)
 
 
 @pytest.mark.filterwarnings("error")
@@ -78,8 +87,9 @@ def test_unpruned_models_match_brute_force(cost_model, uniform_only):
         assert outcome.status == "optimal"
         vpp = coeffs[outcome.index].vpp
         assert outcome.objective_x_v / vpp == brute[0].time_ns
-        strategy = cost_model.split_strategy(outers[outcome.index], outcome.split.layers,
-                                             outcome.split.recompute_num_layers)
+        strategy = cost_model.split_strategy(
+            outers[outcome.index], outcome.split.layers, outcome.split.recompute_num_layers
+        )
         assert cost_model.evaluate(strategy).time_ns_x_vpp == outcome.objective_x_v
 
 
@@ -89,7 +99,9 @@ def form_instances(draw):
     layers = draw(st.integers(4, 11))
     kind = draw(st.sampled_from(["dense", "mixed"]))
     if kind == "mixed":
-        model = moe_model(num_layers=layers, hidden=256, heads=4, seq=256, experts=4, first_dense=1, layer_freq=2)
+        model = moe_model(
+            num_layers=layers, hidden=256, heads=4, seq=256, experts=4, first_dense=1, layer_freq=2
+        )
     else:
         model = dense_model(num_layers=layers, hidden=256, heads=4, seq=256)
     nodes, per_node = draw(st.sampled_from([(1, 4), (1, 8), (2, 4)]))
@@ -119,5 +131,8 @@ def test_solvers_agree_within_a_layer_form(instance):
     if brute and coeffs:
         for solve in (solve_cpsat, solve_milp):
             outcome = solve(coeffs, time_limit_s=120, workers=1)
-            assert outcome.status == "optimal" and outcome.objective_x_v / coeffs[outcome.index].vpp == brute[0].time_ns
+            assert (
+                outcome.status == "optimal"
+                and outcome.objective_x_v / coeffs[outcome.index].vpp == brute[0].time_ns
+            )
             assert form_allows(outcome.split.layers, form)

@@ -24,20 +24,32 @@ def test_valid_strategy_passes():
     _check(Strategy(tp=2, pp=2, dp=2, sp=True, dist_opt=True, mbs=2))
 
 
-@pytest.mark.parametrize("strategy, words", [
-    (Strategy(tp=2, pp=2, dp=1), ["4", "8"]),                                  # world size
-    (Strategy(tp=8, pp=1, dp=1, mbs=3), ["64", "3"]),                          # gbs % (mbs*dp)
-    (Strategy(tp=1, pp=1, dp=8, sp=True), ["sequence parallelism", "tp is 1"]),
-    (Strategy(tp=1, pp=8, dp=1, num_layer_list=(1, 1, 1, 1, 1, 1, 1, 2)), ["sums to 9", "8 layers"]),
-    (Strategy(tp=1, pp=4, dp=2, vpp=2, num_layer_list=(2, 2, 2, 2)), ["num_layer_list", "virtual"]),
-    (Strategy(tp=1, pp=1, dp=8, vpp=2), ["pipeline size >= 2", "pp is 1"]),
-    (Strategy(tp=1, pp=2, dp=4, overlap_param_gather=True), ["distributed optimizer"]),
-    (Strategy(tp=2, pp=1, dp=4, tp_comm_overlap=True), ["sequence parallelism"]),
-    (Strategy(tp=1, pp=1, dp=8, overlap_moe_comm=True), ["MoE models only"]),
-    (Strategy(tp=1, pp=1, dp=8, recompute="full", recompute_num_layers=9), ["between 1", "(8)", "got 9"]),
-    (Strategy(tp=1, pp=1, dp=4, cp=2), ["cp_algo"]),
-    (Strategy(tp=1, pp=1, dp=8, ep=2), ["MoE models only"]),
-])
+@pytest.mark.parametrize(
+    "strategy, words",
+    [
+        (Strategy(tp=2, pp=2, dp=1), ["4", "8"]),  # world size
+        (Strategy(tp=8, pp=1, dp=1, mbs=3), ["64", "3"]),  # gbs % (mbs*dp)
+        (Strategy(tp=1, pp=1, dp=8, sp=True), ["sequence parallelism", "tp is 1"]),
+        (
+            Strategy(tp=1, pp=8, dp=1, num_layer_list=(1, 1, 1, 1, 1, 1, 1, 2)),
+            ["sums to 9", "8 layers"],
+        ),
+        (
+            Strategy(tp=1, pp=4, dp=2, vpp=2, num_layer_list=(2, 2, 2, 2)),
+            ["num_layer_list", "virtual"],
+        ),
+        (Strategy(tp=1, pp=1, dp=8, vpp=2), ["pipeline size >= 2", "pp is 1"]),
+        (Strategy(tp=1, pp=2, dp=4, overlap_param_gather=True), ["distributed optimizer"]),
+        (Strategy(tp=2, pp=1, dp=4, tp_comm_overlap=True), ["sequence parallelism"]),
+        (Strategy(tp=1, pp=1, dp=8, overlap_moe_comm=True), ["MoE models only"]),
+        (
+            Strategy(tp=1, pp=1, dp=8, recompute="full", recompute_num_layers=9),
+            ["between 1", "(8)", "got 9"],
+        ),
+        (Strategy(tp=1, pp=1, dp=4, cp=2), ["cp_algo"]),
+        (Strategy(tp=1, pp=1, dp=8, ep=2), ["MoE models only"]),
+    ],
+)
 def test_dense_rules_name_the_rule_and_numbers(strategy, words):
     """Each broken rule raises StrategyError whose message carries the numbers involved."""
     with pytest.raises(StrategyError) as error:
@@ -53,11 +65,14 @@ def test_tp_must_divide_heads():
         check_strategy(Strategy(tp=8, pp=1, dp=1), model, EIGHT, 64)
 
 
-@pytest.mark.parametrize("strategy, pattern", [
-    (Strategy(tp=1, pp=1, dp=8, ep=3), r"num_experts \(8\).*\(3\)"),
-    (Strategy(tp=2, pp=2, dp=2, ep=8, sp=True), r"tp\*dp\*cp \(4\).*ep\*etp"),
-    (Strategy(tp=2, pp=1, dp=4, ep=2), r"needs sequence parallelism"),
-])
+@pytest.mark.parametrize(
+    "strategy, pattern",
+    [
+        (Strategy(tp=1, pp=1, dp=8, ep=3), r"num_experts \(8\).*\(3\)"),
+        (Strategy(tp=2, pp=2, dp=2, ep=8, sp=True), r"tp\*dp\*cp \(4\).*ep\*etp"),
+        (Strategy(tp=2, pp=1, dp=4, ep=2), r"needs sequence parallelism"),
+    ],
+)
 def test_moe_rules(strategy, pattern):
     """Expert rules: experts % ep, (tp*dp*cp) % (ep*etp) and sp with tp for MoE."""
     with pytest.raises(StrategyError, match=pattern):
@@ -68,8 +83,9 @@ def test_ulysses_needs_heads_divisible_by_tp_cp():
     """Ulysses splits heads over tp*cp: 4 heads cannot be split 8 ways."""
     model = dense_model(num_layers=8, hidden=256, heads=4, seq=2048)
     with pytest.raises(StrategyError, match=r"num_attention_heads \(4\).*tp\*cp \(8\)"):
-        check_strategy(Strategy(tp=2, pp=1, dp=1, cp=4, cp_algo="ulysses_cp_algo", sp=True), model,
-                       EIGHT, 64)
+        check_strategy(
+            Strategy(tp=2, pp=1, dp=1, cp=4, cp_algo="ulysses_cp_algo", sp=True), model, EIGHT, 64
+        )
 
 
 def test_outer_choices_are_all_valid_and_distinct():
@@ -85,10 +101,14 @@ def test_outer_choices_are_all_valid_and_distinct():
 
 def test_space_restrictions_are_honoured():
     """A restricted space lists only the allowed knob values."""
-    space = SearchSpace(tp=(2,), allow_vpp=False, allow_cp=False, recompute=("none",), allow_dist_opt=False)
+    space = SearchSpace(
+        tp=(2,), allow_vpp=False, allow_cp=False, recompute=("none",), allow_dist_opt=False
+    )
     choices = outer_choices(DENSE, 8, 64, space, lambda *shape: True, 2)
-    assert choices and all(o.tp == 2 and o.vpp == 1 and o.cp == 1 and o.recompute == "none"
-                           and not o.dist_opt for o in choices)
+    assert choices and all(
+        o.tp == 2 and o.vpp == 1 and o.cp == 1 and o.recompute == "none" and not o.dist_opt
+        for o in choices
+    )
 
 
 def test_interleaved_pp2_follows_the_framework_version():
@@ -97,14 +117,24 @@ def test_interleaved_pp2_follows_the_framework_version():
 
     strategy = Strategy(tp=1, pp=2, dp=4, vpp=2)
     check_strategy(strategy, DENSE, EIGHT, 64)
-    with pytest.raises(StrategyError, match=r"pipeline size >= 3 without p2p communication overlap \(pp is 2\)"):
+    with pytest.raises(
+        StrategyError, match=r"pipeline size >= 3 without p2p communication overlap \(pp is 2\)"
+    ):
         check_strategy(strategy, DENSE, EIGHT, 64, FrameworkRules(overlap_p2p_comm=False))
 
 
 def test_overlap_keys_round_trip_json():
     """The overlap switches are schema keys: to_dict / from_dict keep them, other values are refused."""
-    strategy = Strategy(tp=2, pp=1, dp=4, sp=True, dist_opt=True, overlap_grad_reduce=True,
-                        overlap_param_gather=True, tp_comm_overlap=False)
+    strategy = Strategy(
+        tp=2,
+        pp=1,
+        dp=4,
+        sp=True,
+        dist_opt=True,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+        tp_comm_overlap=False,
+    )
     assert Strategy.from_dict(strategy.to_dict()) == strategy
     with pytest.raises(StrategyError, match="true, false or null"):
         Strategy(overlap_grad_reduce="yes")

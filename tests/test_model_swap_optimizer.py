@@ -22,10 +22,22 @@ PROFILE = synthetic_profile(MODEL, tps=(1, 2), cps=(1,), eps=(1, 2), mbss=(1, 2)
 OUTER = Strategy(tp=2, pp=2, dp=2, ep=2, sp=True, dist_opt=True)
 
 
-def cost_model(swap: int | None, memory_mb: float = 60000, model=MODEL, profile=PROFILE, per_node=8,
-               hardware=HARDWARE) -> CostModel:
-    return CostModel.from_profile(profile, model, cluster(1, per_node, memory_mb), 16, hardware=hardware,
-                                  swap_optimizer_times=swap)
+def cost_model(
+    swap: int | None,
+    memory_mb: float = 60000,
+    model=MODEL,
+    profile=PROFILE,
+    per_node=8,
+    hardware=HARDWARE,
+) -> CostModel:
+    return CostModel.from_profile(
+        profile,
+        model,
+        cluster(1, per_node, memory_mb),
+        16,
+        hardware=hardware,
+        swap_optimizer_times=swap,
+    )
 
 
 def test_device_holds_one_chunk_of_the_states():
@@ -42,10 +54,15 @@ def test_tail_pays_both_host_copies():
     plain, swapped = (cost_model(t).coefficients(OUTER) for t in (None, 16))
     assert np.array_equal(plain.layer_tail_sync_ns, swapped.layer_tail_sync_ns)
     # dense layer 0: all params local / (dp*cp) = 1/2, 12 B each, both directions, 25 GB/s = 25e3 B/us
-    params = int(PROFILE.blocks.query("block == 'layer.dense' and tp == 2 and sp == 1 and mbs == 1")
-                 ["param_count"].iloc[0])
+    params = int(
+        PROFILE.blocks.query("block == 'layer.dense' and tp == 2 and sp == 1 and mbs == 1")[
+            "param_count"
+        ].iloc[0]
+    )
     expected_us = 2 * (params / 2) * 12 / (DEFAULT_HOST_LINK_GBS * 1e3)
-    assert swapped.layer_tail_ns[0] - plain.layer_tail_ns[0] == pytest.approx(expected_us * 1e3, abs=1)
+    assert swapped.layer_tail_ns[0] - plain.layer_tail_ns[0] == pytest.approx(
+        expected_us * 1e3, abs=1
+    )
 
 
 def test_faster_host_link_shrinks_the_tail():
@@ -69,10 +86,18 @@ def test_swapping_makes_a_tight_budget_feasible():
     model = dense_model(num_layers=4, hidden=1024, heads=8, seq=256)
     profile = synthetic_profile(model, tps=(1,), cps=(1,), eps=(1,), mbss=(1,))
     space = SearchSpace(max_mbs=1, tp=(1,), cp=(1,), ep=(1,), allow_vpp=False)
-    lean = Strategy(tp=1, pp=1, dp=2, dist_opt=True, recompute="full", recompute_method="block",
-                    recompute_num_layers=4)
-    need_plain, need_swapped = (cost_model(t, 60000, model, profile, 2).evaluate(lean).peak_memory_mb
-                                for t in (None, 16))
+    lean = Strategy(
+        tp=1,
+        pp=1,
+        dp=2,
+        dist_opt=True,
+        recompute="full",
+        recompute_method="block",
+        recompute_num_layers=4,
+    )
+    need_plain, need_swapped = (
+        cost_model(t, 60000, model, profile, 2).evaluate(lean).peak_memory_mb for t in (None, 16)
+    )
     limit = (need_plain + need_swapped) / 2
     with pytest.raises(InfeasibleError):
         search(cost_model(None, limit, model, profile, 2), solver="enum", space=space, cpus=1)

@@ -64,7 +64,9 @@ def test_zero_memory_per_stage_matches_hand_computed(dense_costs):
     for zero in (0, 1, 2, 3):
         stage = _stage(dense_costs, zero)
         static = (stage["weights_mb"] + stage["gradients_mb"] + stage["optimizer_mb"]) * 2**20
-        assert static == pytest.approx(expected_static[zero], abs=8 * (LAYERS + 3)), zero  # per-unit rounding
+        assert static == pytest.approx(expected_static[zero], abs=8 * (LAYERS + 3)), (
+            zero
+        )  # per-unit rounding
         gathered = stage["transient_mb"] * 2**20 - base_transient
         assert gathered == pytest.approx(expected_gathered[zero], abs=1), zero
 
@@ -84,13 +86,21 @@ SPACE = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1,), ep=(1, 2), zero_levels=(0, 1,
 def zero_instances(draw):
     """Small models and clusters with memory limits tight enough that the ZeRO stage matters."""
     layers = draw(st.integers(2, 6))
-    model = (moe_model(num_layers=layers, hidden=256, heads=4, seq=256, experts=4, vocab=4096)
-             if draw(st.booleans()) else dense_model(num_layers=layers, hidden=256, heads=4, seq=256, vocab=4096))
+    model = (
+        moe_model(num_layers=layers, hidden=256, heads=4, seq=256, experts=4, vocab=4096)
+        if draw(st.booleans())
+        else dense_model(num_layers=layers, hidden=256, heads=4, seq=256, vocab=4096)
+    )
     nodes, per_node = draw(st.sampled_from([(1, 2), (1, 4), (2, 2), (1, 8)]))
     profile = synthetic_profile(model, tps=(1, 2), cps=(1,), eps=(1, 2), mbss=(1, 2))
     recompute_all = draw(st.booleans())
-    return CostModel.from_profile(profile, model, cluster(nodes, per_node, draw(st.integers(20, 400))),
-                                  draw(st.sampled_from([8, 16])), recompute_all=recompute_all)
+    return CostModel.from_profile(
+        profile,
+        model,
+        cluster(nodes, per_node, draw(st.integers(20, 400))),
+        draw(st.sampled_from([8, 16])),
+        recompute_all=recompute_all,
+    )
 
 
 @pytest.mark.filterwarnings("error")
@@ -119,6 +129,12 @@ def test_sharding_makes_a_tight_limit_feasible():
     space = SearchSpace(max_mbs=1, tp=(1,), pp=(1,), cp=(1,), recompute=("none",))
     with pytest.raises(InfeasibleError):
         search(costs, solver="cpsat", cpus=1, space=space)
-    best = search(costs, solver="cpsat", cpus=1, space=SearchSpace(max_mbs=1, tp=(1,), pp=(1,), cp=(1,), recompute=("none",),
-                                                                    zero_levels=(0, 1, 2, 3))).best
+    best = search(
+        costs,
+        solver="cpsat",
+        cpus=1,
+        space=SearchSpace(
+            max_mbs=1, tp=(1,), pp=(1,), cp=(1,), recompute=("none",), zero_levels=(0, 1, 2, 3)
+        ),
+    ).best
     assert best.strategy.zero >= 2

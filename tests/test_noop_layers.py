@@ -25,7 +25,9 @@ def test_counts_add_up_and_keep_computing_layers(stage_layers, data):
     total_computing = sum(stage_layers)
     num_noop = data.draw(st.integers(0, 4))
     total = total_computing + num_noop
-    noop = sorted(data.draw(st.sets(st.integers(0, total - 1), min_size=num_noop, max_size=num_noop)))
+    noop = sorted(
+        data.draw(st.sets(st.integers(0, total - 1), min_size=num_noop, max_size=num_noop))
+    )
     counts = script_stage_layers(stage_layers, noop, total)
     assert sum(counts) == total
     start = 0

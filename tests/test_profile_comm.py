@@ -14,8 +14,15 @@ def test_sizes_and_groups():
 
 def test_gloo_measures_every_collective():
     """Two gloo processes time every op at every size; the rows are intra-node and positive."""
-    frame, notes = measure_comm(backend="gloo", device_kind="cpu", num_procs=2, max_bytes=256 * 1024,
-                                warmup=1, repeats=5, timeout_s=120)
+    frame, notes = measure_comm(
+        backend="gloo",
+        device_kind="cpu",
+        num_procs=2,
+        max_bytes=256 * 1024,
+        warmup=1,
+        repeats=5,
+        timeout_s=120,
+    )
     assert notes == []
     assert set(frame["op"]) == set(COMM_OPS) and len(frame) == len(COMM_OPS) * 2
     assert (frame["time_us"] > 0).all() and set(frame["scope"]) == {"intra_node"}

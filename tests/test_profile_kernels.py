@@ -23,12 +23,25 @@ from tinker_opt.profile.runner import MeasureSettings
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.subgraphs import build_block
 
-ALL_FLAGS = ("--use-flash-attn", "--use-fused-rmsnorm", "--use-fused-swiglu", "--use-fused-rotary-pos-emb",
-             "--use-ascend-mc2")
-CUDA_LIBRARIES = ("apex", "apex.normalization", "apex.normalization.fused_layer_norm", "apex.transformer",
-                  "apex.transformer.functional", "transformer_engine", "transformer_engine.pytorch",
-                  "transformer_engine.pytorch.attention", "transformer_engine.pytorch.attention.rope",
-                  "megatron.core.fusions.fused_bias_swiglu")
+ALL_FLAGS = (
+    "--use-flash-attn",
+    "--use-fused-rmsnorm",
+    "--use-fused-swiglu",
+    "--use-fused-rotary-pos-emb",
+    "--use-ascend-mc2",
+)
+CUDA_LIBRARIES = (
+    "apex",
+    "apex.normalization",
+    "apex.normalization.fused_layer_norm",
+    "apex.transformer",
+    "apex.transformer.functional",
+    "transformer_engine",
+    "transformer_engine.pytorch",
+    "transformer_engine.pytorch.attention",
+    "transformer_engine.pytorch.attention.rope",
+    "megatron.core.fusions.fused_bias_swiglu",
+)
 
 
 def _rotate(t, cos, sin):
@@ -40,17 +53,31 @@ def _fake_torch_npu(calls: list[str]) -> ModuleType:
     """torch_npu's four fused ops with their documented signatures, computing the reference math."""
     npu = ModuleType("torch_npu")
 
-    def npu_fusion_attention(query, key, value, head_num, input_layout, *, atten_mask=None, scale=1.0,
-                             keep_prob=1.0, sparse_mode=0, **_):
+    def npu_fusion_attention(
+        query,
+        key,
+        value,
+        head_num,
+        input_layout,
+        *,
+        atten_mask=None,
+        scale=1.0,
+        keep_prob=1.0,
+        sparse_mode=0,
+        **_,
+    ):
         assert input_layout == "SBH" and keep_prob == 1.0
-        assert (sparse_mode == 2) == (atten_mask is not None)  # compressed causal mask, left-up causal
+        assert (sparse_mode == 2) == (
+            atten_mask is not None
+        )  # compressed causal mask, left-up causal
         s, b = query.shape[:2]
         d = query.shape[-1] // head_num
         q = query.view(s, b, head_num, d).permute(1, 2, 0, 3)
         k = key.view(s, b, -1, d).permute(1, 2, 0, 3)
         v = value.view(s, b, -1, d).permute(1, 2, 0, 3)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=sparse_mode == 2, scale=scale,
-                                             enable_gqa=k.shape[1] != head_num)
+        out = F.scaled_dot_product_attention(
+            q, k, v, is_causal=sparse_mode == 2, scale=scale, enable_gqa=k.shape[1] != head_num
+        )
         calls.append("npu_fusion_attention")
         return out.permute(2, 0, 1, 3).reshape(s, b, head_num * d), None, None, None, 0, 0, 0
 
@@ -93,7 +120,9 @@ def _install_fake_cuda_libraries(monkeypatch, calls: list[str]) -> None:
         return K.reference_swiglu(x)
 
     sys.modules["apex.normalization.fused_layer_norm"].fused_rms_norm_affine = fused_rms_norm_affine
-    sys.modules["transformer_engine.pytorch.attention.rope"].apply_rotary_pos_emb = apply_rotary_pos_emb
+    sys.modules[
+        "transformer_engine.pytorch.attention.rope"
+    ].apply_rotary_pos_emb = apply_rotary_pos_emb
     sys.modules["megatron.core.fusions.fused_bias_swiglu"].bias_swiglu_impl = bias_swiglu_impl
 
 
@@ -128,7 +157,10 @@ def test_script_flags_of_the_example():
     from tinker_opt.script.reader import read_script
 
     assert set(K.script_flags(read_script(EXAMPLE).launch)) == {
-        "--use-flash-attn", "--use-fused-rmsnorm", "--use-fused-swiglu"}
+        "--use-flash-attn",
+        "--use-fused-rmsnorm",
+        "--use-fused-swiglu",
+    }
 
 
 def test_cpu_runs_reference_ops_and_warns_for_each_unfused_flag(monkeypatch):
@@ -139,9 +171,15 @@ def test_cpu_runs_reference_ops_and_warns_for_each_unfused_flag(monkeypatch):
     chosen = K.select_kernels(K.requested_ops(ALL_FLAGS), "cpu")
     assert chosen.impls["attention"].name == "torch.sdpa"
     assert {op: chosen.impls[op] for op in ("rmsnorm", "swiglu", "rope", "mc2")} == {
-        op: K.REFERENCE[op] for op in ("rmsnorm", "swiglu", "rope", "mc2")}
+        op: K.REFERENCE[op] for op in ("rmsnorm", "swiglu", "rope", "mc2")
+    }
     warned = {w.split(":")[0] for w in chosen.warnings}
-    assert warned == {"--use-fused-rmsnorm", "--use-fused-swiglu", "--use-fused-rotary-pos-emb", "--use-ascend-mc2"}
+    assert warned == {
+        "--use-fused-rmsnorm",
+        "--use-fused-swiglu",
+        "--use-fused-rotary-pos-emb",
+        "--use-ascend-mc2",
+    }
 
 
 def test_cpu_runs_megatron_core_swiglu_when_installed(monkeypatch):
@@ -150,7 +188,9 @@ def test_cpu_runs_megatron_core_swiglu_when_installed(monkeypatch):
     _install_fake_cuda_libraries(monkeypatch, calls)
     chosen = K.select_kernels(frozenset({"swiglu", "rmsnorm"}), "cpu")
     assert chosen.impls["swiglu"].name == "megatron.core bias_swiglu_impl"
-    assert chosen.impls["rmsnorm"] == K.REFERENCE["rmsnorm"]  # apex is a CUDA library: not used on the CPU
+    assert (
+        chosen.impls["rmsnorm"] == K.REFERENCE["rmsnorm"]
+    )  # apex is a CUDA library: not used on the CPU
     assert [w.split(":")[0] for w in chosen.warnings] == ["--use-fused-rmsnorm"]
 
 
@@ -172,9 +212,13 @@ def test_npu_uses_torch_npu_fused_ops_with_the_same_output(monkeypatch):
     assert [w.split(":")[0] for w in fused.warnings] == ["--use-ascend-mc2"]
     out, grad, block = _layer_output(model, fused)
     assert set(calls) == {"npu_fusion_attention", "npu_rms_norm", "npu_swiglu", "npu_rotary_mul"}
-    assert block.kernels == {"rmsnorm": "torch_npu.npu_rms_norm", "attention": "torch_npu.npu_fusion_attention",
-                             "rope": "torch_npu.npu_rotary_mul", "swiglu": "torch_npu.npu_swiglu",
-                             "mc2": K.REFERENCE["mc2"].name}
+    assert block.kernels == {
+        "rmsnorm": "torch_npu.npu_rms_norm",
+        "attention": "torch_npu.npu_fusion_attention",
+        "rope": "torch_npu.npu_rotary_mul",
+        "swiglu": "torch_npu.npu_swiglu",
+        "mc2": K.REFERENCE["mc2"].name,
+    }
     ref_out, ref_grad, _ = _layer_output(model, None)
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(grad, ref_grad)
@@ -184,7 +228,9 @@ def test_npu_without_torch_npu_warns(monkeypatch):
     """--device npu on a machine where torch_npu does not import: every fused flag warns."""
     monkeypatch.setitem(sys.modules, "torch_npu", None)
     chosen = K.select_kernels(K.requested_ops(ALL_FLAGS[1:3]), "npu")
-    assert len(chosen.warnings) == 2 and all(i.fused is False for i in chosen.impls.values() if i.op != "attention")
+    assert len(chosen.warnings) == 2 and all(
+        i.fused is False for i in chosen.impls.values() if i.op != "attention"
+    )
 
 
 def test_cuda_uses_apex_te_and_megatron_core_kernels(monkeypatch):
@@ -194,11 +240,17 @@ def test_cuda_uses_apex_te_and_megatron_core_kernels(monkeypatch):
     fused = K.select_kernels(K.requested_ops(ALL_FLAGS[:4]), "cuda")
     assert fused.warnings == ()
     assert {op: fused.impls[op].name for op in ("rmsnorm", "swiglu", "rope")} == {
-        "rmsnorm": "apex.fused_rms_norm_affine", "swiglu": "megatron.core bias_swiglu_impl",
-        "rope": "transformer_engine.apply_rotary_pos_emb(fused)"}
+        "rmsnorm": "apex.fused_rms_norm_affine",
+        "swiglu": "megatron.core bias_swiglu_impl",
+        "rope": "transformer_engine.apply_rotary_pos_emb(fused)",
+    }
     model = llama_model(seq=32, hidden=64, heads=4, groups=2, ffn=96)
     out, grad, _ = _layer_output(model, fused)
-    assert set(calls) == {"apex.fused_rms_norm_affine", "te.apply_rotary_pos_emb", "bias_swiglu_impl"}
+    assert set(calls) == {
+        "apex.fused_rms_norm_affine",
+        "te.apply_rotary_pos_emb",
+        "bias_swiglu_impl",
+    }
     ref_out, ref_grad, _ = _layer_output(model, None)
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(grad, ref_grad)
@@ -210,9 +262,14 @@ def test_cuda_without_libraries_falls_back_with_warnings(monkeypatch):
     chosen = K.select_kernels(K.requested_ops(ALL_FLAGS[:4]), "cuda")
     assert chosen.impls["rmsnorm"].name == "torch.nn.functional.rms_norm"
     assert chosen.impls["attention"].name.startswith("torch.sdpa (flash")
-    assert {w.split(":")[0] for w in chosen.warnings} == {"--use-fused-swiglu", "--use-fused-rotary-pos-emb"}
+    assert {w.split(":")[0] for w in chosen.warnings} == {
+        "--use-fused-swiglu",
+        "--use-fused-rotary-pos-emb",
+    }
     x, w = torch.randn(4, 3, 16), torch.rand(16)
-    torch.testing.assert_close(chosen.impls["rmsnorm"].fn(x, w, 1e-6), K.reference_rms_norm(x, w, 1e-6))
+    torch.testing.assert_close(
+        chosen.impls["rmsnorm"].fn(x, w, 1e-6), K.reference_rms_norm(x, w, 1e-6)
+    )
 
 
 def test_cuda_flash_sdpa_excludes_the_math_backend(monkeypatch):
@@ -222,7 +279,13 @@ def test_cuda_flash_sdpa_excludes_the_math_backend(monkeypatch):
     sdpa = F.scaled_dot_product_attention
 
     def spy(q, k, v, **kwargs):
-        seen.append((torch.backends.cuda.math_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(), k.shape[1]))
+        seen.append(
+            (
+                torch.backends.cuda.math_sdp_enabled(),
+                torch.backends.cuda.flash_sdp_enabled(),
+                k.shape[1],
+            )
+        )
         return sdpa(q, k, v, **kwargs)
 
     monkeypatch.setattr(K.F, "scaled_dot_product_attention", spy)
@@ -245,9 +308,12 @@ def test_moe_experts_use_the_fused_swiglu(monkeypatch):
 def test_gpt_layer_without_flash_has_no_attention_kernel():
     """The materialised (non-flash) attention is not a kernel op: nothing to record or replace."""
     model = replace(llama_model(seq=32, hidden=64, heads=4, groups=2, ffn=96), use_flash_attn=False)
-    block = build_block(model, "layer", Shape(), dtype=torch.float32,
-                        kernels=K.select_kernels(frozenset(), "cpu"))
-    assert "attention" not in block.kernels and block.kernels["rmsnorm"] == K.REFERENCE["rmsnorm"].name
+    block = build_block(
+        model, "layer", Shape(), dtype=torch.float32, kernels=K.select_kernels(frozenset(), "cpu")
+    )
+    assert (
+        "attention" not in block.kernels and block.kernels["rmsnorm"] == K.REFERENCE["rmsnorm"].name
+    )
 
 
 BASE = dict(device="cpu", max_npu=2, max_mbs=1, warmup=0, repeats=5)

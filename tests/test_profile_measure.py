@@ -18,7 +18,9 @@ def test_measure_block_fills_every_measure():
     assert m.fwd_us > 0 and m.bwd_us > 0 and m.selective_recompute_us > 0
     assert m.activation_bytes == saved_activation_bytes(block)
     assert m.selective_activation_bytes < m.activation_bytes
-    assert m.weight_bytes == block.weight_bytes and m.input_bytes == m.output_bytes == 32 * 2 * 64 * 2
+    assert (
+        m.weight_bytes == block.weight_bytes and m.input_bytes == m.output_bytes == 32 * 2 * 64 * 2
+    )
     assert m.transient_bytes >= 0
 
 
@@ -45,7 +47,9 @@ def test_cpu_timer_measures_microseconds():
 
 def test_out_of_memory_errors_are_recognised():
     """Allocator messages and MemoryError count as out of memory; other errors do not."""
-    assert Device.is_oom(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"))
+    assert Device.is_oom(
+        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+    )
     assert Device.is_oom(MemoryError())
     assert not Device.is_oom(ValueError("out of memory"))
     assert not Device.is_oom(RuntimeError("shape mismatch"))

@@ -27,8 +27,11 @@ def mla_attention_params(model, tp: int) -> int:
         query = h * model.q_lora_rank + model.q_lora_rank + model.q_lora_rank * n * dq
     else:
         query = h * n * dq
-    kv = (h * (model.kv_lora_rank + model.qk_pos_emb_head_dim) + model.kv_lora_rank
-          + model.kv_lora_rank * n * (model.qk_head_dim + model.v_head_dim))
+    kv = (
+        h * (model.kv_lora_rank + model.qk_pos_emb_head_dim)
+        + model.kv_lora_rank
+        + model.kv_lora_rank * n * (model.qk_head_dim + model.v_head_dim)
+    )
     return query + kv + n * model.v_head_dim * h  # + linear_proj (row parallel)
 
 
@@ -51,9 +54,20 @@ def test_layer_param_count_is_the_hand_formula(tp, q_lora_rank):
 
 def test_deepseek_v3_attention_params_at_tp2():
     """DeepSeek-V3 (h 7168, 128 heads, q/kv ranks 1536/512) holds about 100M attention weights per rank at tp 2."""
-    model = replace(mla_model(), hidden_size=7168, num_attention_heads=128, num_query_groups=128,
-                    kv_channels=128, q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
-                    qk_pos_emb_head_dim=64, v_head_dim=128, ffn_hidden_size=18432, seq_length=64)
+    model = replace(
+        mla_model(),
+        hidden_size=7168,
+        num_attention_heads=128,
+        num_query_groups=128,
+        kv_channels=128,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_head_dim=128,
+        qk_pos_emb_head_dim=64,
+        v_head_dim=128,
+        ffn_hidden_size=18432,
+        seq_length=64,
+    )
     with FakeTensorMode():
         block = build_block(model, "layer", Shape(tp=2, sp=True))
         params = sum(p.numel() for p in block.attention.parameters())
@@ -64,9 +78,11 @@ def test_deepseek_v3_attention_params_at_tp2():
 @pytest.mark.parametrize("which", ["q_lora_rank", "kv_lora_rank"])
 def test_latent_columns_are_saved(shape, which):
     """Each latent column keeps 8 bytes per local token: the norm's fp32 input, its bf16 output, the up-proj input."""
+
     def saved(rank: int) -> int:
         model = replace(mla_model(), **{which: rank})
         return saved_activation_bytes(build_block(model, "layer", shape, dtype=torch.bfloat16))
+
     tokens = model_tokens(shape)
     assert saved(48) - saved(32) == 16 * 8 * tokens
 
@@ -78,15 +94,21 @@ def model_tokens(shape: Shape, seq: int = 32) -> int:
 
 def test_flash_path_does_not_keep_the_scores():
     """With flash attention the saved bytes grow linearly with the sequence (v is padded, no math fallback)."""
+
     def saved(seq: int) -> int:
         return saved_activation_bytes(build_block(mla_model(seq=seq), "layer", Shape()))
+
     assert saved(128) == 2 * saved(64)
 
 
 def test_materialised_path_keeps_the_scores():
     """Without flash attention the scores are kept: the saved bytes grow faster than the sequence."""
+
     def saved(seq: int) -> int:
-        return saved_activation_bytes(build_block(mla_model(seq=seq, flash=False), "layer", Shape()))
+        return saved_activation_bytes(
+            build_block(mla_model(seq=seq, flash=False), "layer", Shape())
+        )
+
     assert saved(128) > 2 * saved(64)
 
 
@@ -121,11 +143,20 @@ def test_analytic_bytes_equal_the_measured_cpu_profile(tmp_path):
     model = mla_model()
     settings = MeasureSettings(device="cpu", max_npu=2, max_mbs=1, comm="skip", warmup=1, repeats=5)
     measured = pd.read_csv(run_profile(model, settings, tmp_path / "m") / "blocks.csv")
-    analytic = pd.read_csv(analytic_profile(model, load_hardware("910b"), tmp_path / "a",
-                                            limits=settings.limits(None)) / "blocks.csv")
+    analytic = pd.read_csv(
+        analytic_profile(model, load_hardware("910b"), tmp_path / "a", limits=settings.limits(None))
+        / "blocks.csv"
+    )
     key = ["block", "tp", "sp", "cp", "ep", "etp", "mbs"]
     joined = measured.merge(analytic, on=key, suffixes=("_cpu", "_analytic"))
     assert len(joined) == len(measured) == len(analytic) and "layer" in set(joined["block"])
-    for column in ["param_count", "weight_bytes", "activation_bytes", "selective_activation_bytes",
-                   "transient_bytes", "input_bytes", "output_bytes"]:
+    for column in [
+        "param_count",
+        "weight_bytes",
+        "activation_bytes",
+        "selective_activation_bytes",
+        "transient_bytes",
+        "input_bytes",
+        "output_bytes",
+    ]:
         assert (joined[f"{column}_cpu"] == joined[f"{column}_analytic"]).all(), column

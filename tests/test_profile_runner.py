@@ -68,7 +68,11 @@ def test_memory_limit_marks_larger_rows_oom(profiled, tmp_path):
     head = rows.loc[("head", 1, 0, 1)]
     per_batch = head[["activation_bytes", "transient_bytes", "input_bytes", "output_bytes"]].sum()
     limit_mb = (head["weight_bytes"] + 1.5 * per_batch) / 2**20  # above mbs 1, below mbs 2
-    run_profile(tiny_model(), MeasureSettings(**{**SMALL, "memory_limit_mb": limit_mb, "max_npu": 1}), tmp_path)
+    run_profile(
+        tiny_model(),
+        MeasureSettings(**{**SMALL, "memory_limit_mb": limit_mb, "max_npu": 1}),
+        tmp_path,
+    )
     frame = pd.read_csv(tmp_path / "blocks.csv").set_index(["block", "mbs"])
     assert frame.loc[("head", 2), "status"] == "oom" and frame.loc[("head", 1), "status"] == "ok"
 
@@ -85,20 +89,28 @@ def test_failed_row_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
     monkeypatch.setattr(row_module, "measure_point", flaky)
     run_profile(tiny_model(), MeasureSettings(**{**SMALL, "max_npu": 1, "max_mbs": 1}), tmp_path)
     frame = pd.read_csv(tmp_path / "blocks.csv").set_index("block")
-    assert frame.loc["final_norm", "status"] == "error: ValueError: boom" and frame.loc["head", "status"] == "ok"
+    assert (
+        frame.loc["final_norm", "status"] == "error: ValueError: boom"
+        and frame.loc["head", "status"] == "ok"
+    )
 
 
 def test_hardware_file_gives_comm_table(tmp_path):
     """With a hardware description, comm.csv is computed from it (intra- and inter-node)."""
     settings = MeasureSettings(**{**SMALL, "max_npu": 1, "max_mbs": 1, "hardware": "a100-80gb"})
     data = load_profiled_data(run_profile(tiny_model(), settings, tmp_path))
-    assert set(data.comm["scope"]) == {"intra_node", "inter_node"} and data.meta.comm_source == "hardware a100-80gb"
+    assert (
+        set(data.comm["scope"]) == {"intra_node", "inter_node"}
+        and data.meta.comm_source == "hardware a100-80gb"
+    )
 
 
 def test_default_profile_dir_follows_tinkers_naming(tmp_path):
     """profiled-data-<name>-<size>-<yymmdd-HHMMSS> under the root."""
     path = default_profile_dir("llama2", "7b", root=tmp_path)
-    assert path.parent == tmp_path and re.fullmatch(r"profiled-data-llama2-7b-\d{6}-\d{6}", path.name)
+    assert path.parent == tmp_path and re.fullmatch(
+        r"profiled-data-llama2-7b-\d{6}-\d{6}", path.name
+    )
 
 
 def test_fewer_than_five_repeats_is_rejected():
@@ -108,8 +120,21 @@ def test_fewer_than_five_repeats_is_rejected():
 
 
 def _fake_row(block, tp, mbs, nbytes):
-    row = {"block": block, "tp": tp, "sp": 0, "cp": 1, "ep": 1, "etp": 1, "mbs": mbs, "status": "ok",
-           "weight_bytes": 100, "activation_bytes": nbytes, "transient_bytes": 0, "input_bytes": 0, "output_bytes": 0}
+    row = {
+        "block": block,
+        "tp": tp,
+        "sp": 0,
+        "cp": 1,
+        "ep": 1,
+        "etp": 1,
+        "mbs": mbs,
+        "status": "ok",
+        "weight_bytes": 100,
+        "activation_bytes": nbytes,
+        "transient_bytes": 0,
+        "input_bytes": 0,
+        "output_bytes": 0,
+    }
     return row_module.row_key(row), row
 
 
@@ -126,16 +151,26 @@ def test_memory_prediction_from_smaller_mbs_and_larger_tp():
 
 def test_limits_keep_the_scripts_ep_above_max_ep():
     """The settings' max_ep bounds ep, and the script's own ep (16) is added to the profile space."""
-    train = TrainSpec(micro_batch_size=1, global_batch_size=8, nnodes=2, nproc_per_node=8,
-                      strategy=Strategy(tp=1, pp=1, dp=16, ep=16, etp=1))
+    train = TrainSpec(
+        micro_batch_size=1,
+        global_batch_size=8,
+        nnodes=2,
+        nproc_per_node=8,
+        strategy=Strategy(tp=1, pp=1, dp=16, ep=16, etp=1),
+    )
     limits = MeasureSettings(**SMALL, max_ep=4).limits(train)
     assert limits.max_ep == 4 and limits.extra_ep == (16,)
 
 
 def test_limits_add_the_scripts_tp_above_max_npu():
     """A script running tp 16 on nodes of 8 gets tp 16 profiled (tensor parallelism across nodes)."""
-    train = TrainSpec(micro_batch_size=1, global_batch_size=8, nnodes=2, nproc_per_node=8,
-                      strategy=Strategy(tp=16, pp=1, dp=1))
+    train = TrainSpec(
+        micro_batch_size=1,
+        global_batch_size=8,
+        nnodes=2,
+        nproc_per_node=8,
+        strategy=Strategy(tp=16, pp=1, dp=1),
+    )
     assert MeasureSettings(**{**SMALL, "max_npu": 8}).limits(train).extra_tp == (16,)
 
 
@@ -147,6 +182,11 @@ def test_max_ep_below_one_is_an_error():
 
 def test_script_cp_brings_its_power_of_two_divisors():
     """A script with cp 8 gets cp 2, 4 and 8 profiled, so fewer nodes can still split the context."""
-    train = TrainSpec(micro_batch_size=1, global_batch_size=8, nnodes=2, nproc_per_node=8,
-                      strategy=Strategy(tp=1, dp=2, cp=8, cp_algo="ulysses_cp_algo"))
+    train = TrainSpec(
+        micro_batch_size=1,
+        global_batch_size=8,
+        nnodes=2,
+        nproc_per_node=8,
+        strategy=Strategy(tp=1, dp=2, cp=8, cp_algo="ulysses_cp_algo"),
+    )
     assert MeasureSettings(**SMALL).limits(train).prof_cp == (2, 4, 8)

@@ -20,7 +20,9 @@ from tinker_opt.profile.space import (
 
 def test_tp_divides_heads_groups_and_ffn():
     """tp candidates are divisors of max_npu that divide heads, groups and ffn."""
-    assert tp_values(llama_model(heads=8, groups=2, ffn=344), SpaceLimits(max_npu=8, max_mbs=4)) == [1, 2]
+    assert tp_values(
+        llama_model(heads=8, groups=2, ffn=344), SpaceLimits(max_npu=8, max_mbs=4)
+    ) == [1, 2]
     assert tp_values(gpt_model(heads=8), SpaceLimits(max_npu=8, max_mbs=4)) == [1, 2, 4, 8]
 
 
@@ -32,7 +34,10 @@ def test_prof_tp_outside_the_valid_values_is_an_error():
 
 def test_prof_tp_above_a_node_is_profiled():
     """tp 16 on nodes of 8 (a multiple of max_npu the model allows) is kept: tensor parallelism across nodes."""
-    assert tp_values(gpt_model(heads=16), SpaceLimits(max_npu=8, max_mbs=4, prof_tp=(8, 16))) == [8, 16]
+    assert tp_values(gpt_model(heads=16), SpaceLimits(max_npu=8, max_mbs=4, prof_tp=(8, 16))) == [
+        8,
+        16,
+    ]
 
 
 def test_prof_tp_that_does_not_tile_nodes_is_an_error():
@@ -43,8 +48,19 @@ def test_prof_tp_that_does_not_tile_nodes_is_an_error():
 
 def test_script_tp_above_max_npu_is_added_when_the_model_allows_it():
     """The script's own tp joins the divisors of max_npu; one the heads do not allow is left out."""
-    assert tp_values(gpt_model(heads=16), SpaceLimits(max_npu=8, max_mbs=4, extra_tp=(16,))) == [1, 2, 4, 8, 16]
-    assert tp_values(gpt_model(heads=8), SpaceLimits(max_npu=8, max_mbs=4, extra_tp=(16,))) == [1, 2, 4, 8]
+    assert tp_values(gpt_model(heads=16), SpaceLimits(max_npu=8, max_mbs=4, extra_tp=(16,))) == [
+        1,
+        2,
+        4,
+        8,
+        16,
+    ]
+    assert tp_values(gpt_model(heads=8), SpaceLimits(max_npu=8, max_mbs=4, extra_tp=(16,))) == [
+        1,
+        2,
+        4,
+        8,
+    ]
 
 
 def test_moe_expert_tp_follows_a_tp_wider_than_a_node():
@@ -66,14 +82,24 @@ def test_moe_space_profiles_both_layer_kinds():
     points = profile_space(moe_model(), SpaceLimits(max_npu=2, max_mbs=1))
     moe = [p.shape for p in points if p.block == "layer.moe"]
     dense = [p.shape for p in points if p.block == "layer.dense"]
-    expected = {(2, True, ep, etp) for ep in (1, 2, 4, 8) for etp in (1, 2)} | {(1, False, ep, 1) for ep in (1, 2, 4, 8)}
+    expected = {(2, True, ep, etp) for ep in (1, 2, 4, 8) for etp in (1, 2)} | {
+        (1, False, ep, 1) for ep in (1, 2, 4, 8)
+    }
     assert {(s.tp, s.sp, s.ep, s.etp) for s in moe} == expected and len(moe) == len(expected)
     assert all(s.ep == 1 and s.etp == 1 for s in dense) and len(dense) == 2
 
 
 def test_ep_is_not_bounded_by_the_node():
     """ep runs over every divisor of num_experts, beyond max_npu (expert groups span nodes)."""
-    assert ep_values(moe_model(experts=64), SpaceLimits(max_npu=8, max_mbs=4)) == [64, 32, 16, 8, 4, 2, 1]
+    assert ep_values(moe_model(experts=64), SpaceLimits(max_npu=8, max_mbs=4)) == [
+        64,
+        32,
+        16,
+        8,
+        4,
+        2,
+        1,
+    ]
 
 
 def test_max_ep_bounds_ep_but_keeps_the_scripts_own():
@@ -90,10 +116,16 @@ def test_etp_runs_over_one_and_tp():
 
 def test_moe_space_is_least_memory_first():
     """No MoE row needs less memory than an earlier one of the same block (the OOM frontier's order)."""
-    points = [p for p in profile_space(moe_model(), SpaceLimits(max_npu=2, max_mbs=2)) if p.block == "layer.moe"]
+    points = [
+        p
+        for p in profile_space(moe_model(), SpaceLimits(max_npu=2, max_mbs=2))
+        if p.block == "layer.moe"
+    ]
     for index, earlier in enumerate(points):
-        assert not any(earlier.shape != p.shape and earlier.shape.needs_at_least_memory_of(p.shape)
-                       for p in points[index + 1:])
+        assert not any(
+            earlier.shape != p.shape and earlier.shape.needs_at_least_memory_of(p.shape)
+            for p in points[index + 1 :]
+        )
 
 
 def test_mbs_includes_the_scripts_own():
@@ -104,7 +136,9 @@ def test_mbs_includes_the_scripts_own():
 
 def test_context_parallel_only_when_asked():
     """cp > 1 rows appear only when asked for."""
-    assert {p.shape.cp for p in profile_space(gpt_model(), SpaceLimits(max_npu=1, max_mbs=1))} == {1}
+    assert {p.shape.cp for p in profile_space(gpt_model(), SpaceLimits(max_npu=1, max_mbs=1))} == {
+        1
+    }
     asked = profile_space(gpt_model(), SpaceLimits(max_npu=1, max_mbs=1, prof_cp=(2,)))
     assert {p.shape.cp for p in asked} == {1, 2}
 

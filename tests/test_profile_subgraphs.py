@@ -29,7 +29,9 @@ def korthikanti_bytes(tp: int, sp: bool, selective: bool) -> float:
 @pytest.mark.parametrize("selective", [False, True])
 def test_gpt_layer_matches_korthikanti(tp, sp, selective):
     """GPT-style layer activations equal Korthikanti's formula within 2 %."""
-    block = build_block(gpt_model(seq=SEQ, hidden=HIDDEN, heads=HEADS), "layer", Shape(tp=tp, sp=sp, mbs=MBS))
+    block = build_block(
+        gpt_model(seq=SEQ, hidden=HIDDEN, heads=HEADS), "layer", Shape(tp=tp, sp=sp, mbs=MBS)
+    )
     measured = saved_activation_bytes(block, selective=selective)
     assert measured == pytest.approx(korthikanti_bytes(tp, sp, selective), rel=0.02)
 
@@ -40,7 +42,9 @@ def test_llama_layer_matches_measured_formula(groups, ffn):
     model = llama_model(seq=SEQ, hidden=HIDDEN, heads=HEADS, groups=groups, ffn=ffn)
     measured = saved_activation_bytes(build_block(model, "layer", Shape(mbs=MBS)))
     s, b, h, a = SEQ, MBS, HIDDEN, HEADS
-    assert measured == pytest.approx(s * b * h * (22 + 6 * groups / a + 8 * ffn / h) + 4 * a * s * b, rel=0.02)
+    assert measured == pytest.approx(
+        s * b * h * (22 + 6 * groups / a + 8 * ffn / h) + 4 * a * s * b, rel=0.02
+    )
 
 
 def test_selective_recompute_drops_little_with_flash():
@@ -55,7 +59,9 @@ def test_gpt_layer_weight_bytes_exact(tp):
     """Weight bytes of a GPT layer shard: (12h^2 + 7h)/t sharded plus 6h replicated, in bf16."""
     h = HIDDEN
     block = build_block(gpt_model(seq=SEQ, hidden=h, heads=HEADS), "layer", Shape(tp=tp))
-    params = (12 * h * h + 7 * h) // tp + 6 * h  # qkv, proj, fc1, fc2 (+ their sharded biases); 2 LN, 2 biases
+    params = (
+        12 * h * h + 7 * h
+    ) // tp + 6 * h  # qkv, proj, fc1, fc2 (+ their sharded biases); 2 LN, 2 biases
     assert (block.param_count, block.weight_bytes) == (params, 2 * params)
 
 
@@ -63,7 +69,9 @@ def test_gpt_layer_weight_bytes_exact(tp):
 def test_llama_layer_weight_bytes_exact(tp):
     """Weight bytes of a LLaMA layer shard: qkv (a + 2g) d h/t, proj h^2/t, SwiGLU 3hf/t, 2 RMSNorms."""
     h, a, g, f = HIDDEN, HEADS, 2, 344
-    block = build_block(llama_model(seq=SEQ, hidden=h, heads=a, groups=g, ffn=f), "layer", Shape(tp=tp))
+    block = build_block(
+        llama_model(seq=SEQ, hidden=h, heads=a, groups=g, ffn=f), "layer", Shape(tp=tp)
+    )
     params = ((a + 2 * g) * (h // a) * h + h * h + 3 * h * f) // tp + 2 * h
     assert block.weight_bytes == 2 * params
 
@@ -84,7 +92,10 @@ def test_moe_expert_param_count():
     assert block.param_count > block.expert_param_count
 
 
-@pytest.mark.parametrize("shape", [Shape(mbs=2), Shape(tp=2, sp=True, ep=2, etp=1), Shape(tp=2, sp=True, cp=2, ep=4, etp=2)])
+@pytest.mark.parametrize(
+    "shape",
+    [Shape(mbs=2), Shape(tp=2, sp=True, ep=2, etp=1), Shape(tp=2, sp=True, cp=2, ep=4, etp=2)],
+)
 def test_moe_layer_runs_forward_and_backward(shape):
     """The MoE layer keeps the [s_sp, b, h] shape and gives the input a gradient."""
     block = build_block(moe_model(), "layer.moe", shape)
@@ -149,5 +160,7 @@ def test_grouped_experts_match_a_loop_over_experts(total):
     expected = []
     for i, part in enumerate(x.split(sizes)):
         gate, up = (part @ experts.fc1[i] + experts.fc1_bias[i]).chunk(2, dim=-1)
-        expected.append((torch.nn.functional.silu(gate) * up) @ experts.fc2[i] + experts.fc2_bias[i])
+        expected.append(
+            (torch.nn.functional.silu(gate) * up) @ experts.fc2[i] + experts.fc2_bias[i]
+        )
     assert torch.allclose(experts(x), torch.cat(expected))

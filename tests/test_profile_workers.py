@@ -28,8 +28,19 @@ BASE = dict(device="cpu", max_npu=2, max_mbs=1, warmup=0, repeats=5)
 
 
 def _settings(devices: int | None, flags: tuple[str, ...]) -> MeasureSettings:
-    return MeasureSettings(device="cpu", max_npu=2, max_mbs=1, prof_tp=(2,), prof_sp=(1,), warmup=0, repeats=5,
-                           selective=False, comm="skip", devices=devices, kernel_flags=flags)
+    return MeasureSettings(
+        device="cpu",
+        max_npu=2,
+        max_mbs=1,
+        prof_tp=(2,),
+        prof_sp=(1,),
+        warmup=0,
+        repeats=5,
+        selective=False,
+        comm="skip",
+        devices=devices,
+        kernel_flags=flags,
+    )
 
 
 def test_two_workers_give_the_same_rows_as_one(tmp_path):
@@ -39,8 +50,14 @@ def test_two_workers_give_the_same_rows_as_one(tmp_path):
 
     info = read_script(EXAMPLE)
     flags = script_flags(info.launch)
-    folders = {n: run_profile(info.model, _settings(n, flags), tmp_path / f"w{n}", train=info.train) for n in (1, 2)}
-    frames = {n: pd.read_csv(folder / store.BLOCKS_FILE).drop(columns=TIMES) for n, folder in folders.items()}
+    folders = {
+        n: run_profile(info.model, _settings(n, flags), tmp_path / f"w{n}", train=info.train)
+        for n in (1, 2)
+    }
+    frames = {
+        n: pd.read_csv(folder / store.BLOCKS_FILE).drop(columns=TIMES)
+        for n, folder in folders.items()
+    }
     assert len(frames[1]) == 4 and set(frames[1]["status"]) == {"ok"}
     pd.testing.assert_frame_equal(frames[1], frames[2])
     metas = {n: json.loads((folder / store.META_FILE).read_text()) for n, folder in folders.items()}
@@ -96,9 +113,25 @@ def test_cli_megatron_core_blocks_without_megatron_is_one_line_error(tmp_path):
 
     from cli_support import ROOT, assert_one_line_error
 
-    code = ("import sys; sys.modules['megatron'] = None; sys.modules['megatron.core'] = None; "
-            "from tinker_opt.cli import main; sys.argv = ['tinker-opt'] + sys.argv[1:]; main()")
-    args = ("profile", str(EXAMPLE), "--device", "cpu", "--prof-path", str(tmp_path / "p"), "--blocks", "megatron-core")
-    result = subprocess.run([sys.executable, "-c", code, *args], env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                            capture_output=True, text=True, timeout=300)
+    code = (
+        "import sys; sys.modules['megatron'] = None; sys.modules['megatron.core'] = None; "
+        "from tinker_opt.cli import main; sys.argv = ['tinker-opt'] + sys.argv[1:]; main()"
+    )
+    args = (
+        "profile",
+        str(EXAMPLE),
+        "--device",
+        "cpu",
+        "--prof-path",
+        str(tmp_path / "p"),
+        "--blocks",
+        "megatron-core",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert_one_line_error(result, "megatron-core==0.16.1")

@@ -22,17 +22,33 @@ LABELS = RunLabels("llama", "tiny", 64, 400, 2, 8, 1024)
 
 def _evaluation(tp: int, time_ms: float) -> dict:
     strategy = Strategy(tp=tp, pp=2, dp=8 // tp, sp=tp > 1, mbs=1, num_layer_list=(5, 3))
-    return {"strategy": strategy.to_dict(), "iteration_time_ms": time_ms, "peak_memory_mb": 300.0 + tp,
-            "tokens_per_s_per_device": 1000.0 / time_ms,
-            "stages": [{"stage": 0, "layers": 5, "time_ms": 2.0, "memory_mb": 301.0},
-                       {"stage": 1, "layers": 3, "time_ms": 1.5, "memory_mb": 250.0}],
-            "fits": True, "estimated": False}
+    return {
+        "strategy": strategy.to_dict(),
+        "iteration_time_ms": time_ms,
+        "peak_memory_mb": 300.0 + tp,
+        "tokens_per_s_per_device": 1000.0 / time_ms,
+        "stages": [
+            {"stage": 0, "layers": 5, "time_ms": 2.0, "memory_mb": 301.0},
+            {"stage": 1, "layers": 3, "time_ms": 1.5, "memory_mb": 250.0},
+        ],
+        "fits": True,
+        "estimated": False,
+    }
 
 
 def _report() -> SearchReport:
-    return SearchReport(labels=LABELS, inputs={"gbs": 64}, solver="cpsat", status="optimal", gap=0.0,
-                        solve_time_s=0.5, objective_ms=10.0, bound_ms=10.0,
-                        top=[_evaluation(2, 10.0), _evaluation(1, 12.0)], log_lines=["line one"])
+    return SearchReport(
+        labels=LABELS,
+        inputs={"gbs": 64},
+        solver="cpsat",
+        status="optimal",
+        gap=0.0,
+        solve_time_s=0.5,
+        objective_ms=10.0,
+        bound_ms=10.0,
+        top=[_evaluation(2, 10.0), _evaluation(1, 12.0)],
+        log_lines=["line one"],
+    )
 
 
 def test_folder_name_follows_tinker_layout():
@@ -44,13 +60,19 @@ def test_folder_name_follows_tinker_layout():
 def test_config_name_carries_strategy_and_figures():
     """The tuned script name holds the knobs, the layer split, time and memory."""
     name = config_script_name(LABELS, 1, _evaluation(2, 10.0))
-    assert name.startswith("llama-tiny-rank1_seq1024_tp2_pp2_dp4_cp1_ep1_vpp1_sp1_distopt0_mbs1_gbs64_L5_3")
+    assert name.startswith(
+        "llama-tiny-rank1_seq1024_tp2_pp2_dp4_cp1_ep1_vpp1_sp1_distopt0_mbs1_gbs64_L5_3"
+    )
     assert name.endswith("_time10_mem302.sh")
 
 
 def test_folder_contents(tmp_path):
     """results.csv reads back with pandas, summary.json has the interface keys, configs are written."""
-    folder = write_results_folder(_report(), tmp_path, write_script=lambda rank, ev, header, name: "#!/bin/bash\n# " + header[0] + "\n")
+    folder = write_results_folder(
+        _report(),
+        tmp_path,
+        write_script=lambda rank, ev, header, name: "#!/bin/bash\n# " + header[0] + "\n",
+    )
     frame = pd.read_csv(folder / "results.csv")
     assert list(frame["rank"]) == [1, 2]
     assert "iteration_time_ms" in frame.columns and "peak_memory_mb" in frame.columns
@@ -65,6 +87,7 @@ def test_folder_contents(tmp_path):
 
 def test_failure_leaves_no_folder(tmp_path):
     """An error while writing leaves neither the folder nor its staging copy behind."""
+
     def broken(rank, evaluation, header, name):
         raise RuntimeError("boom")
 

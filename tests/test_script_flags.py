@@ -32,9 +32,20 @@ def test_every_flag_the_reader_reads_is_registered():
     assert sorted(names - set(flags.BY_NAME)) == []
 
 
-@pytest.mark.parametrize("name", ["--reuse-fp32-param", "--swap-attention", "--moe-tp-extend-ep",
-                                  "--schedules-method", "--use-distributed-optimizer", "--swap-optimizer",
-                                  "--use-ascend-mc2", "--recompute-activation-function", "--use-ascend-coc"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "--reuse-fp32-param",
+        "--swap-attention",
+        "--moe-tp-extend-ep",
+        "--schedules-method",
+        "--use-distributed-optimizer",
+        "--swap-optimizer",
+        "--use-ascend-mc2",
+        "--recompute-activation-function",
+        "--use-ascend-coc",
+    ],
+)
 def test_issue_flags_are_registered(name):
     """The time- or memory-changing flags the issue names all have a row."""
     assert name in flags.BY_NAME
@@ -47,7 +58,9 @@ def test_unpriced_flags_are_warned_by_the_reader():
     assert len(warning) == 1
     assert "--moe-grouped-gemm" in warning[0]
     assert "--use-distributed-optimizer" not in warning[0]
-    assert "--reuse-fp32-param" not in warning[0] and "--overlap-grad-reduce" not in warning[0]  # priced
+    assert (
+        "--reuse-fp32-param" not in warning[0] and "--overlap-grad-reduce" not in warning[0]
+    )  # priced
 
 
 def test_no_warning_without_unpriced_flags():
@@ -58,8 +71,10 @@ def test_no_warning_without_unpriced_flags():
 
 def test_fixture_flags_that_change_time_or_memory_are_registered():
     """Flags of the fixture scripts from the known time/memory families are in the registry."""
-    families = re.compile(r"^--(overlap|recompute|swap|reuse|use-fused|use-ascend|use-mc2|moe-.*(overlap|fusion|gemm|async)|"
-                          r"schedules|coc|release|tp-comm)")
+    families = re.compile(
+        r"^--(overlap|recompute|swap|reuse|use-fused|use-ascend|use-mc2|moe-.*(overlap|fusion|gemm|async)|"
+        r"schedules|coc|release|tp-comm)"
+    )
     found = set()
     for path in FIXTURES.glob("*.sh"):
         found |= {f for f in re.findall(r"(--[a-z0-9-]+)", path.read_text()) if families.match(f)}

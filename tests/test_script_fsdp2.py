@@ -31,7 +31,11 @@ def test_dense_gqa_model_from_config_json():
     assert (model.num_layers, model.hidden_size, model.ffn_hidden_size) == (36, 4096, 12288)
     assert (model.num_attention_heads, model.num_query_groups, model.kv_channels) == (32, 8, 128)
     assert (model.seq_length, model.vocab_size, model.padded_vocab_size) == (4096, 151936, 151936)
-    assert model.swiglu and model.normalization == "RMSNorm" and model.untie_embeddings_and_output_weights
+    assert (
+        model.swiglu
+        and model.normalization == "RMSNorm"
+        and model.untie_embeddings_and_output_weights
+    )
     assert not model.is_moe and model.use_flash_attn
 
 
@@ -55,14 +59,20 @@ def test_moe_model_and_yaml_only_settings():
 
 def test_missing_model_path_names_it():
     """A model path not on this machine is a one-line error naming it and --model-config."""
-    with pytest.raises(ScriptError, match=r"/home/data/gpt-oss-20b-hf/config\.json.*--model-config"):
+    with pytest.raises(
+        ScriptError, match=r"/home/data/gpt-oss-20b-hf/config\.json.*--model-config"
+    ):
         read_script(GPT_OSS)
 
 
 def test_model_config_option_stands_in():
     """--model-config gives the shape (GPT-OSS: 32 experts, top-4) when the path is absent."""
     info = read_script(GPT_OSS, model_config=GPT_OSS_CONFIG)
-    assert (info.model.num_experts, info.model.moe_router_topk, info.model.kv_channels) == (32, 4, 64)
+    assert (info.model.num_experts, info.model.moe_router_topk, info.model.kv_channels) == (
+        32,
+        4,
+        64,
+    )
     assert info.train.strategy.ep == 4 and info.train.strategy.recompute == "full"
 
 
@@ -76,8 +86,10 @@ def _copy(tmp_path: Path, script: Path) -> Path:
 def test_launch_line_wins_over_yaml(tmp_path):
     """`--parallel.tp_size 2` on the launch line overrides the YAML's tp_size: 1."""
     script = _copy(tmp_path, QWEN3_30B)
-    text = script.read_text().replace("pretrain_qwen3_30b_4k_fsdp2_A3.yaml \\",
-                                      "pretrain_qwen3_30b_4k_fsdp2_A3.yaml --parallel.tp_size 2 \\")
+    text = script.read_text().replace(
+        "pretrain_qwen3_30b_4k_fsdp2_A3.yaml \\",
+        "pretrain_qwen3_30b_4k_fsdp2_A3.yaml --parallel.tp_size 2 \\",
+    )
     script.write_text(text)
     info = read_script(script)
     assert (info.train.strategy.tp, info.train.strategy.dp) == (2, 8)
@@ -97,20 +109,49 @@ def _targets(info):
         dp = 16 // (tp * cp)
         if ep > dp * cp:
             continue
-        extra = {"recompute_method": "block", "recompute_num_layers": info.model.num_layers} if rc == "full" else {}
-        yield Strategy(tp=tp, dp=dp, cp=cp, cp_algo="ulysses_cp_algo" if cp > 1 else None, ep=ep,
-                       etp=tp if info.model.is_moe else None, zero=3, mbs=mbs, recompute=rc, **extra)
+        extra = (
+            {"recompute_method": "block", "recompute_num_layers": info.model.num_layers}
+            if rc == "full"
+            else {}
+        )
+        yield Strategy(
+            tp=tp,
+            dp=dp,
+            cp=cp,
+            cp_algo="ulysses_cp_algo" if cp > 1 else None,
+            ep=ep,
+            etp=tp if info.model.is_moe else None,
+            zero=3,
+            mbs=mbs,
+            recompute=rc,
+            **extra,
+        )
 
 
 @pytest.mark.parametrize("script", [QWEN3_8B, QWEN3_30B], ids=lambda p: p.stem)
 def test_apply_then_read_gives_the_strategy(script):
     """read(apply(s)) == s for every FSDP2 strategy; only owned keys change; bash -n passes."""
     info = read_script(script)
-    owned = ("tp_size", "fsdp_size", "cp_size", "cp_type", "ep_size", "ep_fsdp_size", "recompute",
-             "per_device_train_batch_size", "gradient_accumulation_steps")
+    owned = (
+        "tp_size",
+        "fsdp_size",
+        "cp_size",
+        "cp_type",
+        "ep_size",
+        "ep_fsdp_size",
+        "recompute",
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+    )
     for target in _targets(info):
-        out = apply_fsdp2(info, target, nnodes=1, nproc_per_node=16, yaml_reference="tuned.yaml",
-                          global_batch_size=32)
+        out = apply_fsdp2(
+            info,
+            target,
+            nnodes=1,
+            nproc_per_node=16,
+            yaml_reference="tuned.yaml",
+            global_batch_size=32,
+        )
         check = read_script_text(out.text, script.name, path=script, fsdp2_yaml=out.yaml_text)
         assert check.train.strategy == target and check.train.global_batch_size == 32
         assert bash_syntax_ok(out.text)[0]
@@ -133,9 +174,18 @@ def test_original_yaml_and_comments_kept(tmp_path):
     assert yaml_file.read_bytes() == original
     tuned_yaml = (tmp_path / "out" / "tuned.yaml").read_text()
     assert "# converted weights (mergeExperts)" in tuned_yaml
-    assert "  tp_size: 2\n" in tuned_yaml and "  ep_size: 4\n" in tuned_yaml and "  recompute: False\n" in tuned_yaml
-    proc = run_cli("inspect", str(tmp_path / "out" / "tuned.sh"), "--model-config",
-                   str(FSDP2 / "models" / "Qwen3-30B-A3B" / "config.json"), "--json")
+    assert (
+        "  tp_size: 2\n" in tuned_yaml
+        and "  ep_size: 4\n" in tuned_yaml
+        and "  recompute: False\n" in tuned_yaml
+    )
+    proc = run_cli(
+        "inspect",
+        str(tmp_path / "out" / "tuned.sh"),
+        "--model-config",
+        str(FSDP2 / "models" / "Qwen3-30B-A3B" / "config.json"),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)["strategy"]
     assert (got["tp"], got["dp"], got["ep"], got["recompute"]) == (2, 8, 4, "none")
@@ -147,34 +197,81 @@ def test_cli_inspect_missing_model_one_line():
     assert proc.stderr.strip().count("\n") == 0 and "--model-config" in proc.stderr
 
 
-@pytest.mark.parametrize("strategy, message", [
-    (Strategy(tp=1, pp=2, dp=8, dist_opt=True), "pipeline"),
-    (Strategy(tp=1, dp=16, cp=1, dist_opt=True, recompute="full", recompute_method="block",
-              recompute_num_layers=4), "every decoder layer"),
-])
+@pytest.mark.parametrize(
+    "strategy, message",
+    [
+        (Strategy(tp=1, pp=2, dp=8, dist_opt=True), "pipeline"),
+        (
+            Strategy(
+                tp=1,
+                dp=16,
+                cp=1,
+                dist_opt=True,
+                recompute="full",
+                recompute_method="block",
+                recompute_num_layers=4,
+            ),
+            "every decoder layer",
+        ),
+    ],
+)
 def test_inexpressible_strategies(strategy, message):
     with pytest.raises(StrategyError, match=message):
-        apply_fsdp2(read_script(QWEN3_8B), strategy, nnodes=1, nproc_per_node=16, yaml_reference="t.yaml")
+        apply_fsdp2(
+            read_script(QWEN3_8B), strategy, nnodes=1, nproc_per_node=16, yaml_reference="t.yaml"
+        )
 
 
 def test_yaml_edit_in_place_insert_and_new_section():
     """A value changes in place (comment kept), a missing key joins its section, a missing section is added."""
     text = "parallel:\n  fsdp_size: 8   # shards\n  recompute: False\n\ntraining:\n  lr: 1e-05\n"
-    out = set_yaml_values(text, {"parallel.fsdp_size": 16, "parallel.tp_size": 2,
-                                 "training.gradient_accumulation_steps": 4, "data.cutoff_len": 8192})
+    out = set_yaml_values(
+        text,
+        {
+            "parallel.fsdp_size": 16,
+            "parallel.tp_size": 2,
+            "training.gradient_accumulation_steps": 4,
+            "data.cutoff_len": 8192,
+        },
+    )
     assert "  fsdp_size: 16   # shards\n" in out and "  lr: 1e-05\n" in out
     data = yaml.safe_load(out)
     assert data["parallel"] == {"fsdp_size": 16, "tp_size": 2, "recompute": False}
-    assert data["training"]["gradient_accumulation_steps"] == 4 and data["data"] == {"cutoff_len": 8192}
+    assert data["training"]["gradient_accumulation_steps"] == 4 and data["data"] == {
+        "cutoff_len": 8192
+    }
 
 
 def test_all_on_an_fsdp2_launch_round_trips(tmp_path):
     """`all` (analytic device) proves an optimum and writes each config with its YAML; the tuned
     launch reads back as the best strategy."""
-    proc = run_cli("all", str(QWEN3_8B), "--device", "analytic", "--hardware", "910b", "--max-npu", "16",
-                   "--prof-tp", "1,2", "--max-mbs", "1", "--num-npus-per-node", "16", "--memory-limit", "57000",
-                   "--save-path", str(tmp_path / "prof"), "--output-dir", str(tmp_path / "results"),
-                   "--top-k", "2", "--cpus", "1", "--quiet")
+    proc = run_cli(
+        "all",
+        str(QWEN3_8B),
+        "--device",
+        "analytic",
+        "--hardware",
+        "910b",
+        "--max-npu",
+        "16",
+        "--prof-tp",
+        "1,2",
+        "--max-mbs",
+        "1",
+        "--num-npus-per-node",
+        "16",
+        "--memory-limit",
+        "57000",
+        "--save-path",
+        str(tmp_path / "prof"),
+        "--output-dir",
+        str(tmp_path / "results"),
+        "--top-k",
+        "2",
+        "--cpus",
+        "1",
+        "--quiet",
+    )
     assert proc.returncode == 0, proc.stderr
     folder = next((tmp_path / "results").iterdir())
     summary = json.loads((folder / "summary.json").read_text())

@@ -47,14 +47,14 @@ NOISE = [
     "HOST=`hostname`",
     "NOISE_ARR=(a \"b c\" 'd' # a comment inside\n    e)\nCOUNT=${#NOISE_ARR[@]}",
     'LOG_DIR=${LOG_DIR:-"./logs"}\nmkdir -p "$LOG_DIR"',
-    "cat > /tmp/ds_config.json <<EOF\n{\"train_batch_size\": \"$GBS\", 'unbalanced\n}\nEOF",
+    'cat > /tmp/ds_config.json <<EOF\n{"train_batch_size": "$GBS", \'unbalanced\n}\nEOF',
     "cat <<'EOF' > /tmp/notes.txt\n--tensor-model-parallel-size 99 ( \" `\nEOF",
     "cat <<-END\n\tindented $((1 + \n\tEND",
-    "for i in 1 2 3; do\n    echo \"$i\"\ndone",
+    'for i in 1 2 3; do\n    echo "$i"\ndone',
     "for ((i = 0; i < 2; i++)); do echo $i; done",
     'if [ -z "$MASTER_ADDR" ]; then\n    MASTER_ADDR=localhost\nfi',
     'if [[ "$X" == "b" ]]; then echo y; else echo n; fi',
-    "case \"$MODE\" in\n    a|b) echo ab ;;\n    *) echo other ;;\nesac",
+    'case "$MODE" in\n    a|b) echo ab ;;\n    *) echo other ;;\nesac',
     'log() {\n    echo "[$(date)] $*"\n}',
     "STEPS=$(( (100 + 7) / 8 * 2 ))",
     "while false; do :; done",
@@ -69,9 +69,14 @@ NOISE = [
 def value_text(draw, name: str, value: int) -> str:
     """`NAME=value` in one of the styles scripts use."""
     form = draw(st.sampled_from(["plain", "double", "single", "default", "arith", "export"]))
-    return {"plain": f"{name}={value}", "double": f'{name}="{value}"', "single": f"{name}='{value}'",
-            "default": f"{name}=${{{name}_OVERRIDE:-{value}}}",
-            "arith": f"{name}=$(( {value} / 1 ))", "export": f"export {name}={value}"}[form]
+    return {
+        "plain": f"{name}={value}",
+        "double": f'{name}="{value}"',
+        "single": f"{name}='{value}'",
+        "default": f"{name}=${{{name}_OVERRIDE:-{value}}}",
+        "arith": f"{name}=$(( {value} / 1 ))",
+        "export": f"export {name}={value}",
+    }[form]
 
 
 @st.composite
@@ -102,22 +107,45 @@ def launch_scripts(draw) -> str:
     blocks = ["#!/bin/bash", "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
     for name, value in MODEL.items():
         blocks.append(draw(value_text(name, value)))
-    blocks += [draw(value_text("TP", draw(st.sampled_from([1, 2])))),
-               draw(value_text("PP", draw(st.sampled_from([1, 2])))),
-               "NPUS_PER_NODE=8", "NNODES=1", "WORLD_SIZE=$(($NPUS_PER_NODE*$NNODES))"]
+    blocks += [
+        draw(value_text("TP", draw(st.sampled_from([1, 2])))),
+        draw(value_text("PP", draw(st.sampled_from([1, 2])))),
+        "NPUS_PER_NODE=8",
+        "NNODES=1",
+        "WORLD_SIZE=$(($NPUS_PER_NODE*$NNODES))",
+    ]
+
     def arg(flag: str, name: str) -> str:  # `--flag $V` or `--flag=$V`
         return f"{flag}{draw(st.sampled_from([' ', '=']))}{draw(reference(name))}"
-    model_flags = [arg("--num-layers", "NUM_LAYERS"), arg("--hidden-size", "HIDDEN_SIZE"),
-                   arg("--num-attention-heads", "NUM_HEADS"), arg("--seq-length", "SEQ_LEN"),
-                   arg("--max-position-embeddings", "SEQ_LEN"), "--vocab-size 1000"]
-    parallel_flags = [arg("--tensor-model-parallel-size", "TP"),
-                      arg("--pipeline-model-parallel-size", "PP"),
-                      "--micro-batch-size 1", "--global-batch-size 16"]
+
+    model_flags = [
+        arg("--num-layers", "NUM_LAYERS"),
+        arg("--hidden-size", "HIDDEN_SIZE"),
+        arg("--num-attention-heads", "NUM_HEADS"),
+        arg("--seq-length", "SEQ_LEN"),
+        arg("--max-position-embeddings", "SEQ_LEN"),
+        "--vocab-size 1000",
+    ]
+    parallel_flags = [
+        arg("--tensor-model-parallel-size", "TP"),
+        arg("--pipeline-model-parallel-size", "PP"),
+        "--micro-batch-size 1",
+        "--global-batch-size 16",
+    ]
     if draw(st.booleans()):
         parallel_flags.append("--use-distributed-optimizer")
-    dist_text, dist_use = draw(group("DISTRIBUTED_ARGS", [
-        "--nproc_per_node $NPUS_PER_NODE", "--nnodes $NNODES", "--node_rank ${NODE_RANK:-0}",
-        "--master_addr ${MASTER_ADDR:-localhost}", "--master_port 6000"]))
+    dist_text, dist_use = draw(
+        group(
+            "DISTRIBUTED_ARGS",
+            [
+                "--nproc_per_node $NPUS_PER_NODE",
+                "--nnodes $NNODES",
+                "--node_rank ${NODE_RANK:-0}",
+                "--master_addr ${MASTER_ADDR:-localhost}",
+                "--master_port 6000",
+            ],
+        )
+    )
     model_text, model_use = draw(group("GPT_ARGS", model_flags))
     par_text, par_use = draw(group("PARALLEL_ARGS", parallel_flags))
     blocks += [dist_text, model_text, par_text]
@@ -125,11 +153,21 @@ def launch_scripts(draw) -> str:
     for block in noise:
         blocks.insert(draw(st.integers(2, len(blocks))), block)
     sep = draw(st.sampled_from([" ", " \\\n    "]))
-    tail = draw(st.sampled_from(["", " | tee logs/train.log", " 2>&1 | tee ${LOG_DIR:-.}/train.log",
-                                 " > train.log 2>&1 &"]))
+    tail = draw(
+        st.sampled_from(
+            [
+                "",
+                " | tee logs/train.log",
+                " 2>&1 | tee ${LOG_DIR:-.}/train.log",
+                " > train.log 2>&1 &",
+            ]
+        )
+    )
     prefix = draw(st.sampled_from(["", "nohup "]))
-    blocks.append(f"{prefix}torchrun {dist_use} pretrain_gpt.py{sep}{model_use}{sep}{par_use}"
-                  f"{sep}--bf16 --train-iters 10{tail}")
+    blocks.append(
+        f"{prefix}torchrun {dist_use} pretrain_gpt.py{sep}{model_use}{sep}{par_use}"
+        f"{sep}--bf16 --train-iters 10{tail}"
+    )
     return "\n".join(blocks) + "\n"
 
 
@@ -155,8 +193,34 @@ def test_generated_scripts_read_their_strategy(script):
     assert result["cluster"] == {"nnodes": 1, "nproc_per_node": 8}
 
 
-_CUTS = st.sampled_from(['"', "'", "\\", "$(", "${", "$((", "(", ")", "{", "}", "`", "<<EOF", "\n",
-                         "[@]", "#", ";", "&", "|", "=", "\\\n", "$", "${#", "${A[", "))"])
+_CUTS = st.sampled_from(
+    [
+        '"',
+        "'",
+        "\\",
+        "$(",
+        "${",
+        "$((",
+        "(",
+        ")",
+        "{",
+        "}",
+        "`",
+        "<<EOF",
+        "\n",
+        "[@]",
+        "#",
+        ";",
+        "&",
+        "|",
+        "=",
+        "\\\n",
+        "$",
+        "${#",
+        "${A[",
+        "))",
+    ]
+)
 
 
 @settings(max_examples=200 * SCALE)
@@ -167,27 +231,35 @@ def test_inspect_never_raises_anything_but_a_one_line_error(script, data):
     if data.draw(st.booleans()):
         mutated = script[:at] + data.draw(_CUTS) + script[at:]
     else:
-        mutated = script[:at] + script[at + data.draw(st.integers(1, 40)):]
+        mutated = script[:at] + script[at + data.draw(st.integers(1, 40)) :]
     inspect_text(mutated)
 
 
 @settings(max_examples=40 * SCALE)
-@given(script=launch_scripts(),
-       tp_pp=st.sampled_from([(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (1, 4), (4, 2), (2, 4)]),
-       sp=st.booleans(), dist_opt=st.booleans(), recompute=st.sampled_from(["none", "selective"]))
+@given(
+    script=launch_scripts(),
+    tp_pp=st.sampled_from([(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (1, 4), (4, 2), (2, 4)]),
+    sp=st.booleans(),
+    dist_opt=st.booleans(),
+    recompute=st.sampled_from(["none", "selective"]),
+)
 def test_apply_keeps_bash_syntax_and_reads_back(script, tp_pp, sp, dist_opt, recompute):
     """apply's output passes bash -n like its input and reads back the strategy it wrote."""
     tp, pp = tp_pp
     info = read_script_text(script)
-    target = info.train.strategy.replace(tp=tp, pp=pp, dp=8 // (tp * pp), sp=sp and tp > 1,
-                                         dist_opt=dist_opt, recompute=recompute)
+    target = info.train.strategy.replace(
+        tp=tp, pp=pp, dp=8 // (tp * pp), sp=sp and tp > 1, dist_opt=dist_opt, recompute=recompute
+    )
     out = apply_strategy(script, target, nnodes=1, nproc_per_node=8)
     ok, err = bash_syntax_ok(out.text)
     assert ok, f"{err}\n{out.text}"
     back = read_script_text(out.text).train
     # Overlap knobs the target leaves None take their applicable form (False where they now apply).
-    expressed = expressible_strategy(target, info, versions.resolve(None, script, info.train.framework.flavour),
-                                     world=8)
+    expressed = expressible_strategy(
+        target, info, versions.resolve(None, script, info.train.framework.flavour), world=8
+    )
     assert back.strategy == expressed
-    assert back.strategy.replace(**dict.fromkeys(OVERLAP_KEYS)) == target.replace(**dict.fromkeys(OVERLAP_KEYS))
+    assert back.strategy.replace(**dict.fromkeys(OVERLAP_KEYS)) == target.replace(
+        **dict.fromkeys(OVERLAP_KEYS)
+    )
     assert (back.nnodes, back.nproc_per_node) == (1, 8)

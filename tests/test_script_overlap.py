@@ -26,28 +26,44 @@ def test_qwen3_32b_interleaved_pp2_is_valid_for_its_version():
     s = info.train.strategy
     assert (s.pp, s.vpp, info.train.overlap_p2p_comm) == (2, 8, True)
     cluster = ClusterSpec(num_nodes=2, devices_per_node=8, memory_limit_mb=60000)
-    check_strategy(s, info.model, cluster, info.train.global_batch_size,
-                   FrameworkRules(overlap_p2p_comm=info.train.overlap_p2p_comm))
+    check_strategy(
+        s,
+        info.model,
+        cluster,
+        info.train.global_batch_size,
+        FrameworkRules(overlap_p2p_comm=info.train.overlap_p2p_comm),
+    )
     for version in (None, "2.2.0"):
         vr = versions.resolve(version, info.text, info.train.framework.flavour)
         assert expressible_strategy(s, info, vr, world=16) == s
     vpp4 = read_script_text(info.text.replace("VPP=4", "VPP=8")).train.strategy
     assert vpp4.vpp == 4
-    assert expressible_strategy(vpp4, info, versions.resolve("2.2.0", info.text, "mcore"), world=16) == vpp4
+    assert (
+        expressible_strategy(vpp4, info, versions.resolve("2.2.0", info.text, "mcore"), world=16)
+        == vpp4
+    )
 
 
 def test_interleaved_pp2_refused_where_p2p_overlap_is_off():
     """Before MindSpeed-LLM 2.0.0 (Megatron core 0.6) or with --no-overlap-p2p-communication, pp 2 + vpp fails."""
     info = read_script(QWEN3_32B)
     with pytest.raises(StrategyError, match="pipeline size >= 3"):
-        expressible_strategy(info.train.strategy, info, versions.resolve("1.0.0", info.text, "mcore"), world=16)
-    off = read_script_text(info.text.replace("--overlap-grad-reduce", "--overlap-grad-reduce \\\n    --no-overlap-p2p-communication"))
+        expressible_strategy(
+            info.train.strategy, info, versions.resolve("1.0.0", info.text, "mcore"), world=16
+        )
+    off = read_script_text(
+        info.text.replace(
+            "--overlap-grad-reduce", "--overlap-grad-reduce \\\n    --no-overlap-p2p-communication"
+        )
+    )
     assert off.train.overlap_p2p_comm is False
     assert inspect_dict(off)["framework"]["overlap_p2p_comm"] is False
 
 
-@pytest.mark.parametrize("version, expected", [("1.0.0", False), ("2.0.0", True), ("core_v0.7", False),
-                                               ("core_v0.8", True)])
+@pytest.mark.parametrize(
+    "version, expected",
+    [("1.0.0", False), ("2.0.0", True), ("core_v0.7", False), ("core_v0.8", True)],
+)
 def test_p2p_overlap_default_by_version(version, expected):
     """The interleaved schedule overlaps p2p by default from Megatron core_v0.8 / MindSpeed-LLM 2.0.0."""
     family, key = versions.parse_version(version, versions.MINDSPEED)
@@ -69,12 +85,27 @@ def test_tp_overlap_flag_follows_the_version(version, flag):
     """MindSpeed's MC2 switch is --use-mc2 before 2.2.0 and --use-ascend-mc2 from it; off removes it."""
     text = _text("pretrain_qwen25_7b_32k_ptd.sh")
     info = read_script_text(text)
-    s = info.train.strategy.replace(tp=2, pp=1, cp=1, dp=info.train.strategy.world_size // 2, sp=True,
-                                    tp_comm_overlap=True, num_layer_list=None, vpp=1)
-    out = apply_strategy(text, s, nnodes=info.train.nnodes, nproc_per_node=info.train.nproc_per_node, version=version)
+    s = info.train.strategy.replace(
+        tp=2,
+        pp=1,
+        cp=1,
+        dp=info.train.strategy.world_size // 2,
+        sp=True,
+        tp_comm_overlap=True,
+        num_layer_list=None,
+        vpp=1,
+    )
+    out = apply_strategy(
+        text, s, nnodes=info.train.nnodes, nproc_per_node=info.train.nproc_per_node, version=version
+    )
     assert flag in out.text and read_script_text(out.text).train.strategy.tp_comm_overlap is True
-    back = apply_strategy(out.text, s.replace(tp_comm_overlap=False), nnodes=info.train.nnodes,
-                          nproc_per_node=info.train.nproc_per_node, version=version)
+    back = apply_strategy(
+        out.text,
+        s.replace(tp_comm_overlap=False),
+        nnodes=info.train.nnodes,
+        nproc_per_node=info.train.nproc_per_node,
+        version=version,
+    )
     assert flag not in back.text
 
 
@@ -83,12 +114,22 @@ def test_megatron_moe_overlap_flag():
     text = _text("train_mixtral_8x7b_distributed.sh")
     info = read_script_text(text)
     s = info.train.strategy.replace(overlap_moe_comm=True)
-    out = apply_strategy(text, s, nnodes=info.train.nnodes, nproc_per_node=info.train.nproc_per_node,
-                         version="core_v0.14")
+    out = apply_strategy(
+        text,
+        s,
+        nnodes=info.train.nnodes,
+        nproc_per_node=info.train.nproc_per_node,
+        version="core_v0.14",
+    )
     assert "--overlap-moe-expert-parallel-comm" in out.text
     with pytest.raises(StrategyError, match="--overlap-moe-expert-parallel-comm"):
-        apply_strategy(text, s, nnodes=info.train.nnodes, nproc_per_node=info.train.nproc_per_node,
-                       version="core_v0.10")
+        apply_strategy(
+            text,
+            s,
+            nnodes=info.train.nnodes,
+            nproc_per_node=info.train.nproc_per_node,
+            version="core_v0.10",
+        )
 
 
 def test_activation_function_recompute_read_where_the_version_has_it():
@@ -96,10 +137,18 @@ def test_activation_function_recompute_read_where_the_version_has_it():
     text = _text("pretrain_qwen3_30b_a3b_4k_A3_ptd.sh")
     info = read_script_text(text)
     assert info.train.recompute_activation_function is True
-    with_layers = read_script_text(text.replace("--recompute-activation-function",
-                                                "--recompute-activation-function --recompute-activation-function-num-layers 3", 1))
+    with_layers = read_script_text(
+        text.replace(
+            "--recompute-activation-function",
+            "--recompute-activation-function --recompute-activation-function-num-layers 3",
+            1,
+        )
+    )
     assert with_layers.train.recompute_activation_function_num_layers == 3
-    assert read_script(FIXTURES / "train_gpt3_175b_distributed.sh").train.recompute_activation_function is False
+    assert (
+        read_script(FIXTURES / "train_gpt3_175b_distributed.sh").train.recompute_activation_function
+        is False
+    )
 
 
 @pytest.mark.parametrize("method, layers", [("uniform", 1), ("block", 3)])
@@ -107,7 +156,15 @@ def test_recompute_methods_round_trip(method, layers):
     """apply then inspect gives back the recompute method and --recompute-num-layers."""
     text = _text("pretrain_llama2_7b_ptd.sh")
     info = read_script_text(text)
-    s = info.train.strategy.replace(recompute="full", recompute_method=method, recompute_num_layers=layers)
-    out = apply_strategy(text, s, nnodes=info.train.nnodes, nproc_per_node=info.train.nproc_per_node)
+    s = info.train.strategy.replace(
+        recompute="full", recompute_method=method, recompute_num_layers=layers
+    )
+    out = apply_strategy(
+        text, s, nnodes=info.train.nnodes, nproc_per_node=info.train.nproc_per_node
+    )
     back = inspect_dict(read_script_text(out.text))["strategy"]
-    assert (back["recompute"], back["recompute_method"], back["recompute_num_layers"]) == ("full", method, layers)
+    assert (back["recompute"], back["recompute_method"], back["recompute_num_layers"]) == (
+        "full",
+        method,
+        layers,
+    )

@@ -51,8 +51,10 @@ def test_gqa_flag_needed_for_query_groups():
 
 def test_swiglu_default_ffn():
     """Without --ffn-hidden-size, swiglu gives Megatron's 4h*2/3 rounded down to 64."""
-    info = read_script_text("torchrun pretrain_gpt.py --num-layers 2 --hidden-size 4096 "
-                            "--num-attention-heads 32 --seq-length 64 --vocab-size 10 --swiglu")
+    info = read_script_text(
+        "torchrun pretrain_gpt.py --num-layers 2 --hidden-size 4096 "
+        "--num-attention-heads 32 --seq-length 64 --vocab-size 10 --swiglu"
+    )
     assert info.model.ffn_hidden_size == 10880
 
 
@@ -60,8 +62,11 @@ def test_current_strategy_with_vpp_recompute_and_dist_opt():
     """vpp = L / (pp x layers-per-chunk); full recompute with method and layer count."""
     strategy = fixture("pretrain_llama2_70b_4k_ptd.sh").train.strategy
     assert (strategy.tp, strategy.pp, strategy.dp, strategy.vpp) == (8, 4, 1, 4)
-    assert (strategy.recompute, strategy.recompute_method, strategy.recompute_num_layers) == \
-        ("full", "block", 4)
+    assert (strategy.recompute, strategy.recompute_method, strategy.recompute_num_layers) == (
+        "full",
+        "block",
+        4,
+    )
     assert strategy.dist_opt and strategy.sp
 
 
@@ -83,19 +88,28 @@ def test_etp_defaults():
 def test_layer_list_and_megatron_first_last():
     """--num-layer-list and Megatron's first/last stage counts give num_layer_list."""
     assert fixture("pretrain_mixtral_8x7B_rc1_ptd.sh").train.strategy.num_layer_list == (7, 8, 8, 9)
-    text = (f"torchrun --nproc_per_node 4 pretrain_gpt.py {MODEL.replace('--num-layers 4', '--num-layers 10')} "
-            "--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 1 "
-            "--decoder-last-pipeline-num-layers 3")
+    text = (
+        f"torchrun --nproc_per_node 4 pretrain_gpt.py {MODEL.replace('--num-layers 4', '--num-layers 10')} "
+        "--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 1 "
+        "--decoder-last-pipeline-num-layers 3"
+    )
     assert read_script_text(text).train.strategy.num_layer_list == (1, 3, 3, 3)
 
 
 def test_launchers_and_cluster():
     """torch.distributed.launch, msrun (worker_num / local_worker_num) and deepspeed are found."""
     ms = fixture("pretrain_qwen3_8b_4k_ms.sh")
-    assert (ms.train.framework.launcher, ms.train.nnodes, ms.train.nproc_per_node) == ("msrun", 1, 8)
+    assert (ms.train.framework.launcher, ms.train.nnodes, ms.train.nproc_per_node) == (
+        "msrun",
+        1,
+        8,
+    )
     assert ms.train.framework.entry == "$basepath/pretrain_gpt.py"
     ds = fixture("pretrain_llama_7b_zero_8p.sh")
-    assert (ds.train.framework.launcher, ds.train.framework.entry) == ("deepspeed", "pretrain_llama.py")
+    assert (ds.train.framework.launcher, ds.train.framework.entry) == (
+        "deepspeed",
+        "pretrain_llama.py",
+    )
     glm = fixture("pretrain_chatglm3_6b_64k_ptd.sh")
     assert (glm.train.framework.launcher, glm.train.nnodes) == ("torch.distributed.launch", 2)
 
@@ -113,11 +127,14 @@ def test_version_bounds_from_flags():
     assert fixture("pretrain_mixtral_8x7B_rc1_ptd.sh").version_range.describe() == "<1.0.0"
 
 
-@pytest.mark.parametrize("name, full", [
-    ("tune_qwen25_0point5b_4k_full_ptd.sh", True),
-    ("tune_llama2_7b_lora_ptd.sh", False),
-    ("pretrain_llama2_7b_ptd.sh", False),
-])
+@pytest.mark.parametrize(
+    "name, full",
+    [
+        ("tune_qwen25_0point5b_4k_full_ptd.sh", True),
+        ("tune_llama2_7b_lora_ptd.sh", False),
+        ("pretrain_llama2_7b_ptd.sh", False),
+    ],
+)
 def test_full_tune_detection(name, full):
     """Full fine-tune: posttrain entry / "tune"+"full" name / --finetune, but not LoRA."""
     assert fixture(name).train.is_full_tune is full
@@ -151,14 +168,17 @@ def test_inspect_dict_shape():
     json.dumps(data)
 
 
-@pytest.mark.parametrize("name, labels", [
-    ("pretrain_llama2_7b_ptd.sh", ("llama2", "7b")),
-    ("tune_qwen25_0point5b_4k_full_ptd.sh", ("qwen25", "0.5b")),
-    ("pretrain_mixtral_8x7b_ptd.sh", ("mixtral", "8x7b")),
-    ("pretrain_llama2_13B_ptd_8p.sh", ("llama2", "13b")),
-    ("pretrain_qwen2_moe_57b_a14b_4k_ptd.sh", ("qwen2_moe", "57b")),
-    ("run.sh", ("model", "unknown")),
-])
+@pytest.mark.parametrize(
+    "name, labels",
+    [
+        ("pretrain_llama2_7b_ptd.sh", ("llama2", "7b")),
+        ("tune_qwen25_0point5b_4k_full_ptd.sh", ("qwen25", "0.5b")),
+        ("pretrain_mixtral_8x7b_ptd.sh", ("mixtral", "8x7b")),
+        ("pretrain_llama2_13B_ptd_8p.sh", ("llama2", "13b")),
+        ("pretrain_qwen2_moe_57b_a14b_4k_ptd.sh", ("qwen2_moe", "57b")),
+        ("run.sh", ("model", "unknown")),
+    ],
+)
 def test_labels_from_filename(name, labels):
     """Model and size labels from the file name (13B stays 13b)."""
     assert labels_from_filename(name) == labels
@@ -191,5 +211,7 @@ def test_missing_model_arguments():
 def test_flag_without_integer_value():
     """A size flag whose variable is unset is named."""
     with pytest.raises(ScriptError, match="--hidden-size has no value"):
-        read_script_text("torchrun pretrain_gpt.py --num-layers 2 --hidden-size $H "
-                         "--num-attention-heads 2 --seq-length 8")
+        read_script_text(
+            "torchrun pretrain_gpt.py --num-layers 2 --hidden-size $H "
+            "--num-attention-heads 2 --seq-length 8"
+        )

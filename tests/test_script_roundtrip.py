@@ -12,8 +12,11 @@ from script_support import FIXTURE_PATHS, bash_syntax_ok, foreign_changes, strat
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.script.reader import read_script, read_script_text
 
-_SETTINGS = settings(max_examples=int(os.environ.get("SCRIPT_EXAMPLES", "20")), deadline=None,
-                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+_SETTINGS = settings(
+    max_examples=int(os.environ.get("SCRIPT_EXAMPLES", "20")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def test_at_least_fifteen_fixtures():
@@ -28,8 +31,13 @@ def test_apply_then_read_gives_the_strategy(path, data):
     """read(apply(s)) reports exactly s (normalised), on the target cluster, and bash -n passes."""
     info = read_script(path)
     strategy, nnodes, nproc, expected = data.draw(strategies_for(info))
-    out = apply_strategy(info.text, strategy, nnodes=nnodes, nproc_per_node=nproc,
-                         header=[f"strategy {strategy.label()}", "modelled time 1.0 ms"])
+    out = apply_strategy(
+        info.text,
+        strategy,
+        nnodes=nnodes,
+        nproc_per_node=nproc,
+        header=[f"strategy {strategy.label()}", "modelled time 1.0 ms"],
+    )
     back = read_script_text(out.text, path.name)
     assert back.train.strategy == expected
     assert (back.train.nnodes, back.train.nproc_per_node) == (nnodes, nproc)
@@ -42,12 +50,18 @@ _BROKEN = "pretrain_internlm3_8b_4k_ptd.sh"
 """Its `--num-layers-per-virtual-pipeline-stage ${VPP}` has no value (VPP is never set)."""
 
 
-@pytest.mark.parametrize("path", [p for p in FIXTURE_PATHS if p.name != _BROKEN], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [p for p in FIXTURE_PATHS if p.name != _BROKEN], ids=lambda p: p.name
+)
 def test_applying_the_scripts_own_strategy_changes_nothing(path):
     """Writing back the strategy a script already runs leaves it byte for byte."""
     info = read_script(path)
-    out = apply_strategy(info.text, info.train.strategy, nnodes=info.train.nnodes,
-                         nproc_per_node=info.train.nproc_per_node)
+    out = apply_strategy(
+        info.text,
+        info.train.strategy,
+        nnodes=info.train.nnodes,
+        nproc_per_node=info.train.nproc_per_node,
+    )
     assert out.text == info.text
 
 

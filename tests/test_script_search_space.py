@@ -13,7 +13,9 @@ SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
 
 def _space(name: str, version: str | None = None):
     info = read_script(SCRIPTS / name)
-    return search_space_for(info, versions.resolve(version, info.text, info.train.framework.flavour))
+    return search_space_for(
+        info, versions.resolve(version, info.text, info.train.framework.flavour)
+    )
 
 
 def test_pre_modellink_has_no_virtual_pipeline():
@@ -34,8 +36,9 @@ def test_megatron_runs_ring_attention_and_no_free_layer_list():
     assert space.layer_form == "first_last"
 
 
-@pytest.mark.parametrize("name,form", [("pretrain_llama2_7b_ptd.sh", "free"),
-                                       ("pretrain_llama_7b_zero_8p.sh", "even")])
+@pytest.mark.parametrize(
+    "name,form", [("pretrain_llama2_7b_ptd.sh", "free"), ("pretrain_llama_7b_zero_8p.sh", "even")]
+)
 def test_layer_form_follows_the_framework(name, form):
     """MindSpeed-LLM with --num-layer-list: any list; pre-1.0 ModelLink: the even split only."""
     assert _space(name).layer_form == form

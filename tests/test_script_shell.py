@@ -39,7 +39,12 @@ def test_quoted_default_keeps_its_text():
 
 def test_arithmetic():
     """$((...)) evaluates + - * / % with $V, ${V} and bare names."""
-    assert launch_args("A=8\nB=2\necho $(($A*$B)) $((A/3)) $((${A}%3 + B))") == ["echo", "16", "2", "4"]
+    assert launch_args("A=8\nB=2\necho $(($A*$B)) $((A/3)) $((${A}%3 + B))") == [
+        "echo",
+        "16",
+        "2",
+        "4",
+    ]
 
 
 def test_single_quotes_are_literal():
@@ -68,12 +73,16 @@ def test_array_without_index_gives_first_element_and_warns():
 
 def test_comments_inline_and_non_ascii():
     """Inline comments (also non-ASCII) end the command; '#' inside a word is literal."""
-    assert launch_args("M=localhost #\u4e3b\u8282\u70b9IP\necho $M a#b") == ["echo", "localhost", "a#b"]
+    assert launch_args("M=localhost #\u4e3b\u8282\u70b9IP\necho $M a#b") == [
+        "echo",
+        "localhost",
+        "a#b",
+    ]
 
 
 def test_heredoc_body_is_skipped():
     """A heredoc body is not read as commands."""
-    body = "cat <<EOT > x.json\n{\"a\": $V}\nnot_a_command --x\nEOT\necho done"
+    body = 'cat <<EOT > x.json\n{"a": $V}\nnot_a_command --x\nEOT\necho done'
     assert launch_args(body) == ["echo", "done"]
     assert [field_text(c.fields[0]) for c in expand_script(body).commands] == ["cat", "echo"]
 
@@ -82,7 +91,9 @@ def test_undefined_variable_is_empty_with_warning():
     """An unset variable expands to nothing and is reported once, with its line."""
     expansion = expand_script("echo $MOE_ARGS $MOE_ARGS x")
     assert [field_text(f) for f in expansion.commands[0].fields] == ["echo", "x"]
-    assert expansion.warnings == ["variable MOE_ARGS is not set (first used on line 1); read as empty"]
+    assert expansion.warnings == [
+        "variable MOE_ARGS is not set (first used on line 1); read as empty"
+    ]
 
 
 def test_command_substitution_is_not_run():
@@ -121,8 +132,10 @@ def test_duplicate_flags_last_wins():
 
 def test_equals_form_and_negative_values():
     """--flag=value is split; -1 is a value, not a flag."""
-    info = read(f"torchrun --nproc_per_node=4 pretrain_gpt.py {MODEL} --first-k-dense-replace -1 "
-                "--num-experts 4 --moe-layer-freq -1")
+    info = read(
+        f"torchrun --nproc_per_node=4 pretrain_gpt.py {MODEL} --first-k-dense-replace -1 "
+        "--num-experts 4 --moe-layer-freq -1"
+    )
     assert info.launch.value("--first-k-dense-replace") == "-1"
     assert info.train.nproc_per_node == 4
     assert info.model.first_k_dense_replace == 0
@@ -131,13 +144,22 @@ def test_equals_form_and_negative_values():
 def test_multi_word_values_stay_with_their_flag():
     """--lora-target-modules a b c keeps all its values."""
     info = read(f"torchrun pretrain_gpt.py {MODEL} --lora-target-modules q k v --bf16")
-    assert [field_text(v) for v in info.launch.last("--lora-target-modules").values] == ["q", "k", "v"]
+    assert [field_text(v) for v in info.launch.last("--lora-target-modules").values] == [
+        "q",
+        "k",
+        "v",
+    ]
 
 
 def test_arithmetic_follows_bash_64_bit_c_semantics():
     """/ and % truncate toward zero, results wrap at 64 bits, as bash computes them."""
-    assert launch_args("echo $((-7/2)) $((-7%3)) $((7%-3)) $((2**63)) $((2**-1))") == \
-        ["echo", "-3", "-1", "1", "-9223372036854775808"]
+    assert launch_args("echo $((-7/2)) $((-7%3)) $((7%-3)) $((2**63)) $((2**-1))") == [
+        "echo",
+        "-3",
+        "-1",
+        "1",
+        "-9223372036854775808",
+    ]
 
 
 def test_huge_or_deep_arithmetic_reads_as_empty_without_hanging():

@@ -21,7 +21,9 @@ def text_of(name: str) -> str:
 def with_times(times: str) -> str:
     text = text_of(DEEPSEEK)
     assert SWAP_LINE in text
-    return text.replace(SWAP_LINE, f"    --swap-optimizer \\\n    --swap-optimizer-times {times} \\\n")
+    return text.replace(
+        SWAP_LINE, f"    --swap-optimizer \\\n    --swap-optimizer-times {times} \\\n"
+    )
 
 
 @pytest.mark.parametrize("name", [DEEPSEEK, "pretrain_qwen3_30b_a3b_4k_A3_ptd.sh"])
@@ -62,8 +64,17 @@ def test_inspect_shows_swap_times_in_framework():
 def test_apply_strategy_keeps_swap_flags():
     """Writing a new strategy leaves --swap-optimizer and --swap-optimizer-times as written."""
     text = with_times("8")
-    strategy = Strategy(tp=4, pp=4, dp=8, ep=8, sp=True, dist_opt=True, recompute="full",
-                        recompute_method="block", recompute_num_layers=2)
+    strategy = Strategy(
+        tp=4,
+        pp=4,
+        dp=8,
+        ep=8,
+        sp=True,
+        dist_opt=True,
+        recompute="full",
+        recompute_method="block",
+        recompute_num_layers=2,
+    )
     out = apply_strategy(text, strategy, nnodes=16, nproc_per_node=8)
     assert "--swap-optimizer \\\n    --swap-optimizer-times 8 \\\n" in out.text
     assert read_script_text(out.text, DEEPSEEK).train.swap_optimizer_times == 8

@@ -25,16 +25,18 @@ def changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
 def test_variable_used_once_changes_at_its_assignment():
     """TP=1 ... ${TP}: the assignment changes, the flag line does not."""
     text = text_of("pretrain_llama2_7b_ptd.sh")
-    out = apply_strategy(text, Strategy(tp=2, pp=2, dp=2, sp=True, dist_opt=True), nnodes=1,
-                         nproc_per_node=8)
+    out = apply_strategy(
+        text, Strategy(tp=2, pp=2, dp=2, sp=True, dist_opt=True), nnodes=1, nproc_per_node=8
+    )
     assert changed_lines(text, out.text) == (["TP=1"], ["TP=2"])
 
 
 def test_shared_variable_changes_at_the_reference():
     """MBS also feeds GBS=$((MBS*64)): the ${MBS} reference becomes a literal, MBS=1 stays."""
     text = text_of("pretrain_internlm3_8b_4k_ptd.sh")
-    out = apply_strategy(text, Strategy(tp=2, pp=4, dp=1, sp=True, dist_opt=True, mbs=2),
-                         nnodes=1, nproc_per_node=8)
+    out = apply_strategy(
+        text, Strategy(tp=2, pp=4, dp=1, sp=True, dist_opt=True, mbs=2), nnodes=1, nproc_per_node=8
+    )
     assert "MBS=1\n" in out.text and "    --micro-batch-size 2 \\\n" in out.text
     assert read_script_text(out.text).train.global_batch_size == 64
 
@@ -42,19 +44,29 @@ def test_shared_variable_changes_at_the_reference():
 def test_new_flags_join_the_group_holding_parallel_flags():
     """cp and vpp go next to --pipeline-model-parallel-size inside MODEL_PARALLEL_ARGS."""
     text = text_of("pretrain_llama3_8b_dist_algo_ptd.sh")
-    out = apply_strategy(text, Strategy(tp=2, pp=2, dp=1, cp=2, vpp=2, sp=True, cp_algo="ulysses_cp_algo"),
-                         nnodes=1, nproc_per_node=8)
-    assert "    --pipeline-model-parallel-size $PP \\\n    --context-parallel-size 2 \\\n" \
-           "    --context-parallel-algo ulysses_cp_algo \\\n" \
-           "    --num-layers-per-virtual-pipeline-stage 8 \\\n    --sequence-parallel\n" in out.text
+    out = apply_strategy(
+        text,
+        Strategy(tp=2, pp=2, dp=1, cp=2, vpp=2, sp=True, cp_algo="ulysses_cp_algo"),
+        nnodes=1,
+        nproc_per_node=8,
+    )
+    assert (
+        "    --pipeline-model-parallel-size $PP \\\n    --context-parallel-size 2 \\\n"
+        "    --context-parallel-algo ulysses_cp_algo \\\n"
+        "    --num-layers-per-virtual-pipeline-stage 8 \\\n    --sequence-parallel\n" in out.text
+    )
 
 
 def test_new_flags_on_a_one_line_launch():
     """Pre-1.0 style: flags sit on the launch line, so new ones are added there."""
     text = text_of("pretrain_llama_13b_ptd_modellink.sh")
-    out = apply_strategy(text, Strategy(tp=4, pp=2, dp=1, sp=True, dist_opt=True, mbs=2),
-                         nnodes=1, nproc_per_node=8)
-    assert "      --pipeline-model-parallel-size 2 \\\n      --use-distributed-optimizer \\\n" in out.text
+    out = apply_strategy(
+        text, Strategy(tp=4, pp=2, dp=1, sp=True, dist_opt=True, mbs=2), nnodes=1, nproc_per_node=8
+    )
+    assert (
+        "      --pipeline-model-parallel-size 2 \\\n      --use-distributed-optimizer \\\n"
+        in out.text
+    )
 
 
 def test_new_flags_in_a_megatron_array():
@@ -69,26 +81,45 @@ def test_switched_off_flags_are_removed_with_companions():
     text = text_of("pretrain_qwen2_72b_32k_ptd.sh")
     out = apply_strategy(text, Strategy(tp=8, pp=4, dp=1, sp=True), nnodes=4, nproc_per_node=8)
     removed, added = changed_lines(text, out.text)
-    assert set(removed) >= {"    --use-distributed-optimizer \\", "    --context-parallel-algo ${CP_ALGO} \\",
-                            "    --use-cp-send-recv-overlap \\", "    --cp-attention-mask-type causal \\",
-                            "    --recompute-granularity full \\"}
+    assert set(removed) >= {
+        "    --use-distributed-optimizer \\",
+        "    --context-parallel-algo ${CP_ALGO} \\",
+        "    --use-cp-send-recv-overlap \\",
+        "    --cp-attention-mask-type causal \\",
+        "    --recompute-granularity full \\",
+    }
     assert "CP=1" in added and "CP_ALGO=megatron_cp_algo" in out.text
 
 
 def test_switching_to_ulysses_drops_ring_options():
     """Ring-only companions go when the algorithm becomes ulysses."""
     text = text_of("pretrain_qwen2_72b_32k_ptd.sh")
-    out = apply_strategy(text, Strategy(tp=8, pp=2, dp=1, cp=2, cp_algo="ulysses_cp_algo", sp=True,
-                                        dist_opt=True, recompute="full", recompute_method="uniform",
-                                        recompute_num_layers=1), nnodes=4, nproc_per_node=8)
+    out = apply_strategy(
+        text,
+        Strategy(
+            tp=8,
+            pp=2,
+            dp=1,
+            cp=2,
+            cp_algo="ulysses_cp_algo",
+            sp=True,
+            dist_opt=True,
+            recompute="full",
+            recompute_method="uniform",
+            recompute_num_layers=1,
+        ),
+        nnodes=4,
+        nproc_per_node=8,
+    )
     assert "--use-cp-send-recv-overlap" not in out.text and "CP_ALGO=ulysses_cp_algo" in out.text
 
 
 def test_selective_recompute_replaces_full():
     """Selective recompute keeps granularity, drops method and layer count."""
     text = text_of("pretrain_llama2_13B_ptd_8p.sh")
-    out = apply_strategy(text, Strategy(tp=8, dp=1, sp=True, recompute="selective"), nnodes=1,
-                         nproc_per_node=8)
+    out = apply_strategy(
+        text, Strategy(tp=8, dp=1, sp=True, recompute="selective"), nnodes=1, nproc_per_node=8
+    )
     assert "--recompute-granularity selective" in out.text and "--recompute-method" not in out.text
 
 
@@ -105,15 +136,18 @@ def test_header_after_shebang_and_replaced_on_reapply():
 def test_node_counts_follow_the_target():
     """NNODES / NPUS_PER_NODE assignments change; WORLD_SIZE follows by itself."""
     text = text_of("pretrain_llama2_7b_ptd.sh")
-    out = apply_strategy(text, Strategy(tp=1, pp=2, dp=16, dist_opt=True), nnodes=4, nproc_per_node=8)
+    out = apply_strategy(
+        text, Strategy(tp=1, pp=2, dp=16, dist_opt=True), nnodes=4, nproc_per_node=8
+    )
     assert changed_lines(text, out.text) == (["NNODES=1"], ["NNODES=4"])
 
 
 def test_msrun_counts():
     """msrun: local_worker_num via NPUS_PER_NODE, worker_num via NNODES in WORLD_SIZE."""
     text = text_of("pretrain_qwen3_8b_4k_ms.sh")
-    out = apply_strategy(text, Strategy(tp=4, pp=2, dp=2, sp=True, dist_opt=True), nnodes=2,
-                         nproc_per_node=8)
+    out = apply_strategy(
+        text, Strategy(tp=4, pp=2, dp=2, sp=True, dist_opt=True), nnodes=2, nproc_per_node=8
+    )
     assert changed_lines(text, out.text) == (["NNODES=1"], ["NNODES=2"])
 
 
@@ -142,18 +176,25 @@ def test_etp_needs_version_220():
     """--expert-tensor-parallel-size is refused for MindSpeed-LLM 2.0.0 (added in 2.2.0)."""
     text = text_of("pretrain_mixtral_8x7b_ptd.sh")
     with pytest.raises(StrategyError, match=r"--expert-tensor-parallel-size.*2\.0\.0.*2\.2\.0"):
-        apply_strategy(text, Strategy(tp=2, pp=4, dp=2, ep=2, etp=1), nnodes=2, nproc_per_node=8,
-                       version="2.0.0")
-    out = apply_strategy(text, Strategy(tp=2, pp=4, dp=2, ep=2, etp=1), nnodes=2, nproc_per_node=8,
-                         version="2.3.0")
+        apply_strategy(
+            text,
+            Strategy(tp=2, pp=4, dp=2, ep=2, etp=1),
+            nnodes=2,
+            nproc_per_node=8,
+            version="2.0.0",
+        )
+    out = apply_strategy(
+        text, Strategy(tp=2, pp=4, dp=2, ep=2, etp=1), nnodes=2, nproc_per_node=8, version="2.3.0"
+    )
     assert "--expert-tensor-parallel-size 1" in out.text
 
 
 def test_etp_equal_to_tp_needs_no_flag_on_old_versions():
     """etp = tp is the default, so old versions express it without the flag (read back as None)."""
     text = text_of("pretrain_mixtral_8x7b_ptd.sh")
-    out = apply_strategy(text, Strategy(tp=2, pp=4, dp=2, ep=2, etp=2), nnodes=2, nproc_per_node=8,
-                         version="2.0.0")
+    out = apply_strategy(
+        text, Strategy(tp=2, pp=4, dp=2, ep=2, etp=2), nnodes=2, nproc_per_node=8, version="2.0.0"
+    )
     assert read_script_text(out.text).train.strategy.etp is None
 
 
@@ -168,25 +209,33 @@ def test_vpp_needs_rc2():
     """Tinker's version 1.0 (RC1) has no virtual pipeline."""
     text = text_of("pretrain_llama2_13B_ptd_8p.sh")
     with pytest.raises(StrategyError, match="--num-layers-per-virtual-pipeline-stage"):
-        apply_strategy(text, Strategy(tp=2, pp=4, vpp=2, dp=1), nnodes=1, nproc_per_node=8, version="1.0")
+        apply_strategy(
+            text, Strategy(tp=2, pp=4, vpp=2, dp=1), nnodes=1, nproc_per_node=8, version="1.0"
+        )
 
 
 def test_megatron_has_only_ring_context_parallel():
     """Megatron-LM scripts cannot take ulysses_cp_algo."""
     text = text_of("train_gpt3_175b_distributed.sh")
     with pytest.raises(StrategyError, match="MindSpeed-LLM only"):
-        apply_strategy(text, Strategy(tp=8, pp=8, cp=2, cp_algo="ulysses_cp_algo"), nnodes=16,
-                       nproc_per_node=8)
+        apply_strategy(
+            text, Strategy(tp=8, pp=8, cp=2, cp_algo="ulysses_cp_algo"), nnodes=16, nproc_per_node=8
+        )
 
 
 def test_megatron_layer_list_needs_equal_middle_stages():
     """Megatron can set only the first and last stage sizes."""
     text = text_of("train_mixtral_8x7b_distributed.sh")
     with pytest.raises(StrategyError, match="first and last"):
-        apply_strategy(text, Strategy(pp=4, dp=8, ep=8, num_layer_list=(7, 8, 9, 8)), nnodes=4,
-                       nproc_per_node=8)
-    out = apply_strategy(text, Strategy(pp=4, dp=8, ep=8, num_layer_list=(6, 9, 9, 8)), nnodes=4,
-                         nproc_per_node=8)
+        apply_strategy(
+            text,
+            Strategy(pp=4, dp=8, ep=8, num_layer_list=(7, 8, 9, 8)),
+            nnodes=4,
+            nproc_per_node=8,
+        )
+    out = apply_strategy(
+        text, Strategy(pp=4, dp=8, ep=8, num_layer_list=(6, 9, 9, 8)), nnodes=4, nproc_per_node=8
+    )
     assert "--decoder-first-pipeline-num-layers 6" in out.text
 
 
@@ -208,16 +257,21 @@ def test_layer_list_with_vpp_is_refused():
     """--num-layer-list is never combined with a virtual pipeline."""
     text = text_of("pretrain_llama2_7b_ptd.sh")
     with pytest.raises(StrategyError, match="virtual pipeline"):
-        apply_strategy(text, Strategy(pp=2, dp=4, vpp=2, num_layer_list=(15, 17)), nnodes=1,
-                       nproc_per_node=8)
+        apply_strategy(
+            text, Strategy(pp=2, dp=4, vpp=2, num_layer_list=(15, 17)), nnodes=1, nproc_per_node=8
+        )
 
 
 def test_layer_list_must_sum_to_script_layers():
     """The list counts the script's --num-layers (noop layers included)."""
     text = text_of("pretrain_deepseek3_671b_4k_ptd.sh")
     with pytest.raises(StrategyError, match="sums to 61"):
-        apply_strategy(text, Strategy(tp=2, pp=2, dp=32, ep=16, num_layer_list=(30, 31)),
-                       nnodes=16, nproc_per_node=8)
+        apply_strategy(
+            text,
+            Strategy(tp=2, pp=2, dp=32, ep=16, num_layer_list=(30, 31)),
+            nnodes=16,
+            nproc_per_node=8,
+        )
 
 
 def test_pp_must_divide_layers_without_list():
@@ -237,21 +291,32 @@ def test_heads_must_divide_by_tp():
 def test_unknown_version_string():
     """A version that is neither MindSpeed nor Megatron is a config error."""
     with pytest.raises(ConfigError, match="unknown framework version"):
-        apply_strategy(text_of("pretrain_llama2_7b_ptd.sh"), Strategy(pp=2, dp=4), nnodes=1,
-                       nproc_per_node=8, version="banana")
+        apply_strategy(
+            text_of("pretrain_llama2_7b_ptd.sh"),
+            Strategy(pp=2, dp=4),
+            nnodes=1,
+            nproc_per_node=8,
+            version="banana",
+        )
 
 
 @pytest.mark.parametrize("version", ["1.0", "1.1", "1.2", "1.0.0", "2.0.0", "2.3.0", "26.0.0"])
 def test_tinker_versions_are_accepted(version):
     """Tinker's version values all work for a plain tp/pp strategy."""
-    out = apply_strategy(text_of("pretrain_llama2_7b_ptd.sh"), Strategy(tp=2, pp=2, dp=2),
-                         nnodes=1, nproc_per_node=8, version=version)
+    out = apply_strategy(
+        text_of("pretrain_llama2_7b_ptd.sh"),
+        Strategy(tp=2, pp=2, dp=2),
+        nnodes=1,
+        nproc_per_node=8,
+        version=version,
+    )
     assert read_script_text(out.text).train.strategy.tp == 2
 
 
 def test_write_script_refuses_the_input(tmp_path):
     """The tuned script never replaces its source."""
     from tinker_opt.emit.script_writer import write_script
+
     source = tmp_path / "run.sh"
     source.write_text("#!/bin/bash\n")
     with pytest.raises(ConfigError, match="is the input script"):
@@ -261,6 +326,7 @@ def test_write_script_refuses_the_input(tmp_path):
 def test_write_script_keeps_bytes_and_mode(tmp_path):
     """The file holds exactly the text (CRLF included) and is executable like its source."""
     from tinker_opt.emit.script_writer import write_script
+
     source = tmp_path / "run.sh"
     source.write_text("#!/bin/bash\n")
     source.chmod(0o750)
@@ -272,11 +338,20 @@ def test_crlf_script_round_trips_with_crlf_lines():
     """A CRLF script is read (with a warning) and new lines keep CRLF endings."""
     text = text_of("pretrain_llama2_7b_ptd.sh").replace("\n", "\r\n")
     assert any("CRLF" in w for w in read_script_text(text).warnings)
-    strategy = Strategy(tp=2, pp=2, dp=2, cp=2, sp=True, recompute="full", recompute_method="block",
-                        recompute_num_layers=2)
+    strategy = Strategy(
+        tp=2,
+        pp=2,
+        dp=2,
+        cp=2,
+        sp=True,
+        recompute="full",
+        recompute_method="block",
+        recompute_num_layers=2,
+    )
     out = apply_strategy(text, strategy, nnodes=2, nproc_per_node=8, header=["x"])
     assert read_script_text(out.text).train.strategy == strategy.replace(
-        cp_algo="megatron_cp_algo", overlap_grad_reduce=False, tp_comm_overlap=False)
+        cp_algo="megatron_cp_algo", overlap_grad_reduce=False, tp_comm_overlap=False
+    )
     assert "\n" not in out.text.replace("\r\n", "")
 
 
@@ -284,11 +359,21 @@ def test_flags_added_and_removed_next_to_a_quoted_value():
     """`--pipeline-model-parallel-size "$PP"` in an array: a new flag goes after the closing
     quote (it used to land inside it, giving the value '1 --use-distributed-optimizer'), and a
     removed flag takes its quotes along."""
-    head = (f"#!/bin/bash\nPP=1\nGPT_ARGS=({MODEL})\n")
-    launch = "torchrun --nproc_per_node 8 pretrain_gpt.py ${GPT_ARGS[@]} \"${PAR[@]}\"\n"
-    text = head + 'PAR=(\n    --tensor-model-parallel-size 1\n    --pipeline-model-parallel-size "$PP"\n)\n' + launch
-    out = apply_strategy(text, Strategy(tp=1, pp=1, dp=8, dist_opt=True), nnodes=1, nproc_per_node=8)
+    head = f"#!/bin/bash\nPP=1\nGPT_ARGS=({MODEL})\n"
+    launch = 'torchrun --nproc_per_node 8 pretrain_gpt.py ${GPT_ARGS[@]} "${PAR[@]}"\n'
+    text = (
+        head
+        + 'PAR=(\n    --tensor-model-parallel-size 1\n    --pipeline-model-parallel-size "$PP"\n)\n'
+        + launch
+    )
+    out = apply_strategy(
+        text, Strategy(tp=1, pp=1, dp=8, dist_opt=True), nnodes=1, nproc_per_node=8
+    )
     assert '    --pipeline-model-parallel-size "$PP"\n    --use-distributed-optimizer\n' in out.text
-    text = head + 'PAR=(\n    --tensor-model-parallel-size 1 "--use-distributed-optimizer"\n)\n' + launch
+    text = (
+        head
+        + 'PAR=(\n    --tensor-model-parallel-size 1 "--use-distributed-optimizer"\n)\n'
+        + launch
+    )
     out = apply_strategy(text, Strategy(tp=1, pp=1, dp=8), nnodes=1, nproc_per_node=8)
     assert "    --tensor-model-parallel-size 1\n)" in out.text

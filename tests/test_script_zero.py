@@ -21,7 +21,9 @@ PLAIN = SCRIPTS / "pretrain_llama2_7b_ptd.sh"
 def _megatron_fsdp(stage: str | None) -> str:
     """The llama2 fixture with Megatron-FSDP switched on (and a sharding strategy when given)."""
     flags = "--use-megatron-fsdp" + (f" --data-parallel-sharding-strategy {stage}" if stage else "")
-    return PLAIN.read_text().replace("--use-distributed-optimizer \\", f"--use-distributed-optimizer {flags} \\")
+    return PLAIN.read_text().replace(
+        "--use-distributed-optimizer \\", f"--use-distributed-optimizer {flags} \\"
+    )
 
 
 def test_deepspeed_zero_stage_is_read():
@@ -36,8 +38,10 @@ def test_deepspeed_stage_written_at_its_variable():
     assert read_script_text(out.text).train.strategy.zero == 3
 
 
-@pytest.mark.parametrize("stage, zero", [(None, 1), ("no_shard", 1), ("optim", 1), ("optim_grads", 2),
-                                         ("optim_grads_params", 3)])
+@pytest.mark.parametrize(
+    "stage, zero",
+    [(None, 1), ("no_shard", 1), ("optim", 1), ("optim_grads", 2), ("optim_grads_params", 3)],
+)
 def test_megatron_fsdp_sharding_strategy_is_read(stage, zero):
     """no_shard (the default) with --use-distributed-optimizer is ZeRO-1; the others name their stage."""
     assert read_script_text(_megatron_fsdp(stage)).train.strategy.zero == zero
@@ -45,8 +49,12 @@ def test_megatron_fsdp_sharding_strategy_is_read(stage, zero):
 
 def test_megatron_fsdp_stage_is_written():
     info = read_script_text(_megatron_fsdp("optim_grads"))
-    out = apply_strategy(info.text, info.train.strategy.replace(zero=3), nnodes=info.train.nnodes,
-                         nproc_per_node=info.train.nproc_per_node)
+    out = apply_strategy(
+        info.text,
+        info.train.strategy.replace(zero=3),
+        nnodes=info.train.nnodes,
+        nproc_per_node=info.train.nproc_per_node,
+    )
     assert "--data-parallel-sharding-strategy optim_grads_params" in out.text
     assert read_script_text(out.text).train.strategy.zero == 3
 
@@ -54,12 +62,23 @@ def test_megatron_fsdp_stage_is_written():
 def test_plain_script_cannot_take_zero_2():
     info = read_script(PLAIN)
     with pytest.raises(StrategyError, match="ZeRO stage 2 needs DeepSpeed"):
-        apply_strategy(info.text, info.train.strategy.replace(zero=2), nnodes=info.train.nnodes,
-                       nproc_per_node=info.train.nproc_per_node)
+        apply_strategy(
+            info.text,
+            info.train.strategy.replace(zero=2),
+            nnodes=info.train.nnodes,
+            nproc_per_node=info.train.nproc_per_node,
+        )
 
 
-@pytest.mark.parametrize("text, levels", [(PLAIN.read_text(), (0, 1)), (DEEPSPEED.read_text(), (0, 1, 2, 3)),
-                                          (_megatron_fsdp("optim"), (0, 1, 2, 3))], ids=["plain", "deepspeed", "fsdp"])
+@pytest.mark.parametrize(
+    "text, levels",
+    [
+        (PLAIN.read_text(), (0, 1)),
+        (DEEPSPEED.read_text(), (0, 1, 2, 3)),
+        (_megatron_fsdp("optim"), (0, 1, 2, 3)),
+    ],
+    ids=["plain", "deepspeed", "fsdp"],
+)
 def test_search_space_levels_follow_the_script(text, levels):
     info = read_script_text(text)
     vr = versions.resolve(None, info.text, info.train.framework.flavour)

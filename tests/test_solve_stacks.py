@@ -39,8 +39,11 @@ def test_stack_of_chooses_by_layer_kinds():
 
 def test_only_stacks_asks_for_the_stack_kind():
     """No solver module branches on `homogeneous`: stacks.stack_of is the one place."""
-    readers = sorted(path.name for path in SOLVE.glob("*.py")
-                     if re.search(r"\.homogeneous\b", path.read_text(encoding="utf-8")))
+    readers = sorted(
+        path.name
+        for path in SOLVE.glob("*.py")
+        if re.search(r"\.homogeneous\b", path.read_text(encoding="utf-8"))
+    )
     assert readers == ["stacks.py"]
 
 
@@ -57,9 +60,17 @@ def uniform_configurations(draw):
     method = ("uniform" if recompute == "full-uniform" else "block") if full else None
     vpp = draw(st.sampled_from([1, 2])) if pp > 1 else 1
     mbs = draw(st.sampled_from([1, 2]))
-    outer = Strategy(tp=tp, pp=pp, dp=8 // (tp * pp), sp=tp > 1, vpp=vpp, mbs=mbs,
-                     dist_opt=draw(st.booleans()), recompute="full" if full else recompute,
-                     recompute_method=method)
+    outer = Strategy(
+        tp=tp,
+        pp=pp,
+        dp=8 // (tp * pp),
+        sp=tp > 1,
+        vpp=vpp,
+        mbs=mbs,
+        dist_opt=draw(st.booleans()),
+        recompute="full" if full else recompute,
+        recompute_method=method,
+    )
     return cost_model.coefficients(outer)
 
 

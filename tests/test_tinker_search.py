@@ -20,8 +20,19 @@ def tiny_folder(tmp_path_factory):
 def test_search_on_a_tinker_folder_finishes_with_a_results_folder(tiny_folder, tmp_path, num_nodes):
     """1 and 4 nodes of 8 devices: exit 0, a status, a results folder labelled from the VERSION file."""
     out = tmp_path / "results"
-    result = run_cli("search", str(ROOT / TINY.script), "--profiled-data-path", str(tiny_folder),
-                     "--num-nodes", str(num_nodes), "--num-npus-per-node", "8", "--output-dir", str(out), "--quiet")
+    result = run_cli(
+        "search",
+        str(ROOT / TINY.script),
+        "--profiled-data-path",
+        str(tiny_folder),
+        "--num-nodes",
+        str(num_nodes),
+        "--num-npus-per-node",
+        "8",
+        "--output-dir",
+        str(out),
+        "--quiet",
+    )
     assert result.returncode == 0, result.stderr
     (folder,) = list(out.iterdir())
     assert folder.name.startswith(f"llama-tiny-gbs64-57000-{num_nodes}nodes8npus-")
@@ -35,8 +46,19 @@ def test_search_on_a_tinker_folder_finishes_with_a_results_folder(tiny_folder, t
 def test_search_on_a_tinker_folder_at_128_nodes(tiny_folder, tmp_path):
     """1,024 devices: the search still finishes with a status and a results folder."""
     out = tmp_path / "results"
-    result = run_cli("search", str(ROOT / TINY.script), "--profiled-data-path", str(tiny_folder),
-                     "--num-nodes", "128", "--num-npus-per-node", "8", "--output-dir", str(out), "--quiet")
+    result = run_cli(
+        "search",
+        str(ROOT / TINY.script),
+        "--profiled-data-path",
+        str(tiny_folder),
+        "--num-nodes",
+        "128",
+        "--num-npus-per-node",
+        "8",
+        "--output-dir",
+        str(out),
+        "--quiet",
+    )
     assert result.returncode == 0, result.stderr
     (folder,) = list(out.iterdir())
     assert read_json(folder / "summary.json")["status"] in STATUSES
@@ -46,9 +68,21 @@ def test_nothing_fits_still_writes_the_results_folder(tiny_folder, tmp_path):
     """No strategy fits: exit 2 with the one-line error, and a results folder whose summary.json
     has status infeasible and that message."""
     out = tmp_path / "results"
-    result = run_cli("search", str(ROOT / TINY.script), "--profiled-data-path", str(tiny_folder),
-                     "--num-nodes", "1", "--num-npus-per-node", "8", "--memory-limit", "1",
-                     "--output-dir", str(out), "--quiet")
+    result = run_cli(
+        "search",
+        str(ROOT / TINY.script),
+        "--profiled-data-path",
+        str(tiny_folder),
+        "--num-nodes",
+        "1",
+        "--num-npus-per-node",
+        "8",
+        "--memory-limit",
+        "1",
+        "--output-dir",
+        str(out),
+        "--quiet",
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "no strategy fits in 1 MB per device" in result.stderr
     (folder,) = list(out.iterdir())
@@ -61,9 +95,25 @@ def test_nothing_fits_still_writes_the_results_folder(tiny_folder, tmp_path):
 def test_simulate_evaluates_a_tinker_pick_with_the_script_positional(tiny_folder):
     """simulate SCRIPT --profiled-data-path FOLDER with Tinker's simu flags: the breakdown names the
     terms left out because Tinker's block times include them."""
-    result = run_cli("simulate", str(ROOT / TINY.script), "--profiled-data-path", str(tiny_folder),
-                     "--num-nodes", "1", "--num-npus-per-node", "8", "--simu-tp", "2", "--simu-pp", "2",
-                     "--simu-sp", "1", "--num-layer-list", "3,5", "--json")
+    result = run_cli(
+        "simulate",
+        str(ROOT / TINY.script),
+        "--profiled-data-path",
+        str(tiny_folder),
+        "--num-nodes",
+        "1",
+        "--num-npus-per-node",
+        "8",
+        "--simu-tp",
+        "2",
+        "--simu-pp",
+        "2",
+        "--simu-sp",
+        "1",
+        "--num-layer-list",
+        "3,5",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["in_block_times"] == ["tp_comm", "ep_comm"]

@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def validate():
-    spec = importlib.util.spec_from_file_location("validate_device", ROOT / "benchmarks" / "validate_device.py")
+    spec = importlib.util.spec_from_file_location(
+        "validate_device", ROOT / "benchmarks" / "validate_device.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules["validate_device"] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
@@ -45,7 +47,10 @@ def test_full_plan_is_about_one_billion_parameters(validate):
     from tinker_opt.profile.subgraphs import build_block
 
     model = validate.model_spec(validate.FULL, 2048)
-    count = sum(build_block(model, b, Shape(), device="meta").param_count for b in ("embedding", "final_norm", "head"))
+    count = sum(
+        build_block(model, b, Shape(), device="meta").param_count
+        for b in ("embedding", "final_norm", "head")
+    )
     count += model.num_layers * build_block(model, "layer", Shape(), device="meta").param_count
     assert 1.0e9 < count < 1.2e9
 
@@ -59,7 +64,15 @@ def test_mixed_precision_adam_keeps_18_bytes_per_parameter(validate):
     weight = layer.weight
     assert weight.grad is None
     state = optimizer.adam.state[optimizer.master[0]]
-    nbytes = sum(t.numel() * t.element_size() for t in (weight, weight.main_grad, optimizer.master[0],
-                                                          state["exp_avg"], state["exp_avg_sq"]))
+    nbytes = sum(
+        t.numel() * t.element_size()
+        for t in (
+            weight,
+            weight.main_grad,
+            optimizer.master[0],
+            state["exp_avg"],
+            state["exp_avg_sq"],
+        )
+    )
     assert nbytes == 18 * weight.numel()
     assert not torch.equal(weight.float(), torch.zeros_like(weight.float()))

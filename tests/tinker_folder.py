@@ -58,11 +58,31 @@ class TinkerShape:
         return attention + 3 * h * self.ffn_hidden_size + 2 * h
 
 
-LLAMA2_7B = TinkerShape("llama2", "7b", 32, 4096, 11008, 32, 32, 4096,
-                        script="tests/fixtures/scripts/pretrain_llama2_7b_ptd.sh")
-LLAMA2_70B = TinkerShape("llama2", "70b", 80, 8192, 28672, 64, 8, 4096,
-                         script="tests/fixtures/scripts/pretrain_llama2_70b_4k_ptd.sh")
-TINY = TinkerShape("llama", "tiny", 8, 256, 688, 8, 4, 512, script="examples/pretrain_llama_tiny_ptd.sh")
+LLAMA2_7B = TinkerShape(
+    "llama2",
+    "7b",
+    32,
+    4096,
+    11008,
+    32,
+    32,
+    4096,
+    script="tests/fixtures/scripts/pretrain_llama2_7b_ptd.sh",
+)
+LLAMA2_70B = TinkerShape(
+    "llama2",
+    "70b",
+    80,
+    8192,
+    28672,
+    64,
+    8,
+    4096,
+    script="tests/fixtures/scripts/pretrain_llama2_70b_4k_ptd.sh",
+)
+TINY = TinkerShape(
+    "llama", "tiny", 8, 256, 688, 8, 4, 512, script="examples/pretrain_llama_tiny_ptd.sh"
+)
 """The shape of examples/pretrain_llama_tiny_ptd.sh (GQA with 4 groups: tp up to 4)."""
 
 
@@ -77,14 +97,24 @@ def _collective_us(tp: int, nbytes: float) -> float:
 
 def _layer(shape: TinkerShape, tp: int, sp: int, mbs: int) -> list[float]:
     tokens, h = shape.seq_length * mbs, shape.hidden_size
-    fwd_flops = 2 * tokens * shape.layer_params() / tp + 2 * tokens * shape.seq_length * h / tp  # causal attention
+    fwd_flops = (
+        2 * tokens * shape.layer_params() / tp + 2 * tokens * shape.seq_length * h / tp
+    )  # causal attention
     tp_us = 2 * _collective_us(tp, 2 * tokens * h)  # two exchanges per layer, each way
     edge_mib = 2 * tokens * h / (tp if sp else 1) / MIB
     act = tokens * h * (34 / tp if sp else 10 + 24 / tp) / MIB
     weights = shape.layer_params() / tp * 2 / MIB
     fwd_reserved = 2 * tokens * shape.ffn_hidden_size / tp / MIB
-    return [_us(fwd_flops) + tp_us, _us(2 * fwd_flops) + tp_us, edge_mib, edge_mib, weights, act,
-            fwd_reserved, 1.5 * fwd_reserved]
+    return [
+        _us(fwd_flops) + tp_us,
+        _us(2 * fwd_flops) + tp_us,
+        edge_mib,
+        edge_mib,
+        weights,
+        act,
+        fwd_reserved,
+        1.5 * fwd_reserved,
+    ]
 
 
 def _edges(shape: TinkerShape, tp: int, sp: int, mbs: int) -> dict[str, list[float]]:
@@ -95,33 +125,75 @@ def _edges(shape: TinkerShape, tp: int, sp: int, mbs: int) -> dict[str, list[flo
     table_mib = vocab / tp * h * 2 / MIB
     ids_mib = 2 * 8 * tokens / MIB  # input_ids and position_ids, int64 (masks are not counted)
     return {
-        "embedding": [8.0 * mbs + _collective_us(tp, 2 * tokens * h), 15.0 * mbs, ids_mib, edge_mib, table_mib,
-                      edge_mib, edge_mib, edge_mib],
-        "final_norm": [4.0 * mbs, 8.0 * mbs, edge_mib, edge_mib, h * 2 / MIB, edge_mib, 0.0, edge_mib],
-        "post_process": [_us(head_flops) + _collective_us(tp, 2 * tokens * h), _us(2 * head_flops), edge_mib, 0.0,
-                         table_mib, logits_mib, logits_mib, 2 * logits_mib],
+        "embedding": [
+            8.0 * mbs + _collective_us(tp, 2 * tokens * h),
+            15.0 * mbs,
+            ids_mib,
+            edge_mib,
+            table_mib,
+            edge_mib,
+            edge_mib,
+            edge_mib,
+        ],
+        "final_norm": [
+            4.0 * mbs,
+            8.0 * mbs,
+            edge_mib,
+            edge_mib,
+            h * 2 / MIB,
+            edge_mib,
+            0.0,
+            edge_mib,
+        ],
+        "post_process": [
+            _us(head_flops) + _collective_us(tp, 2 * tokens * h),
+            _us(2 * head_flops),
+            edge_mib,
+            0.0,
+            table_mib,
+            logits_mib,
+            logits_mib,
+            2 * logits_mib,
+        ],
     }
 
 
-def block_rows(shape: TinkerShape, tp: int, sp: int, mbs: int, oom: bool = False) -> dict[str, list[float]]:
+def block_rows(
+    shape: TinkerShape, tp: int, sp: int, mbs: int, oom: bool = False
+) -> dict[str, list[float]]:
     """The eight numbers of each block of one group, in profiled_data.csv's column order."""
     rows = {"transformer_block": _layer(shape, tp, sp, mbs), **_edges(shape, tp, sp, mbs)}
     if oom:  # Tinker keeps the sizes it inferred and writes EXCEPTIONAL_VALUE for what it measures
-        rows = {name: [EXCEPTIONAL_VALUE, EXCEPTIONAL_VALUE, r[2], r[3], r[4]] + [EXCEPTIONAL_VALUE] * 3
-                for name, r in rows.items()}
+        rows = {
+            name: [EXCEPTIONAL_VALUE, EXCEPTIONAL_VALUE, r[2], r[3], r[4]] + [EXCEPTIONAL_VALUE] * 3
+            for name, r in rows.items()
+        }
     return {name: rows[name] for name in BLOCKS}
 
 
-def profile_space(shape: TinkerShape, max_npu: int = 8, mbs: tuple[int, ...] = (1, 2, 4)) -> list[tuple[int, int, int]]:
+def profile_space(
+    shape: TinkerShape, max_npu: int = 8, mbs: tuple[int, ...] = (1, 2, 4)
+) -> list[tuple[int, int, int]]:
     """Tinker's (tp, sp, mbs) points: tp a power of two dividing the heads and groups, sp only with tp > 1."""
-    tps = [t for t in (1, 2, 4, 8, 16) if t <= max_npu and shape.num_query_groups % t == 0
-           and shape.num_attention_heads % t == 0]
+    tps = [
+        t
+        for t in (1, 2, 4, 8, 16)
+        if t <= max_npu and shape.num_query_groups % t == 0 and shape.num_attention_heads % t == 0
+    ]
     return [(tp, sp, b) for tp in tps for sp in ((0,) if tp == 1 else (0, 1)) for b in mbs]
 
 
-def write_tinker_folder(root: Path, shape: TinkerShape, *, max_npu: int = 8, mbs: tuple[int, ...] = (1, 2, 4),
-                        oom: tuple[tuple[int, int, int], ...] = (), stamp: str = "250101-120000",
-                        model_info_layers: int | None = None, version: dict | None = None) -> Path:
+def write_tinker_folder(
+    root: Path,
+    shape: TinkerShape,
+    *,
+    max_npu: int = 8,
+    mbs: tuple[int, ...] = (1, 2, 4),
+    oom: tuple[tuple[int, int, int], ...] = (),
+    stamp: str = "250101-120000",
+    model_info_layers: int | None = None,
+    version: dict | None = None,
+) -> Path:
     """Write `root/profiled-data-<name>-<size>-<stamp>/` and return it.
 
     `oom`: (tp, sp, mbs) groups written as Tinker writes an out-of-memory run. `model_info_layers`:
@@ -132,8 +204,20 @@ def write_tinker_folder(root: Path, shape: TinkerShape, *, max_npu: int = 8, mbs
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "profiled_data.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["config", "block_name", "forward-compute", "backward_compute", "input_size", "output_size",
-                         "weights", "activations", "fwd_reserved", "bwd_reserved"])
+        writer.writerow(
+            [
+                "config",
+                "block_name",
+                "forward-compute",
+                "backward_compute",
+                "input_size",
+                "output_size",
+                "weights",
+                "activations",
+                "fwd_reserved",
+                "bwd_reserved",
+            ]
+        )
         for tp, sp, b in profile_space(shape, max_npu, mbs):
             config = f"{shape.prefix}_tp{tp}_sp{sp}_ep1_mbs{b}_algo0"
             for name, values in block_rows(shape, tp, sp, b, oom=(tp, sp, b) in oom).items():
@@ -141,13 +225,23 @@ def write_tinker_folder(root: Path, shape: TinkerShape, *, max_npu: int = 8, mbs
             writer.writerow([])
     layers = shape.num_layers if model_info_layers is None else model_info_layers
     info = {"seq_length": shape.seq_length, "fp16": False, "bf16": True, "num_layers": layers}
-    (folder / f"model_info_seq{shape.seq_length}.json").write_text(json.dumps(info, indent=4), encoding="utf-8")
-    task = {"version_profiler": "TinkerProfiler-1.3.3", "task_time": "2025-01-01 12:00:00",
-            "model_name": shape.model_name, "model_size": shape.model_size,
-            "pretrain_script_path": f"./scripts/pretrain_{shape.prefix}.sh", "version": "1.1", "max_npu": max_npu}
+    (folder / f"model_info_seq{shape.seq_length}.json").write_text(
+        json.dumps(info, indent=4), encoding="utf-8"
+    )
+    task = {
+        "version_profiler": "TinkerProfiler-1.3.3",
+        "task_time": "2025-01-01 12:00:00",
+        "model_name": shape.model_name,
+        "model_size": shape.model_size,
+        "pretrain_script_path": f"./scripts/pretrain_{shape.prefix}.sh",
+        "version": "1.1",
+        "max_npu": max_npu,
+    }
     task.update(version or {})
     task = {k: v for k, v in task.items() if v is not None}
-    (folder / "VERSION_TinkerProfiler-1.3.3.json").write_text(json.dumps(task, indent=4), encoding="utf-8")
+    (folder / "VERSION_TinkerProfiler-1.3.3.json").write_text(
+        json.dumps(task, indent=4), encoding="utf-8"
+    )
     with open(folder / "p2p_intra_node.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(P2P_SIZES_MB)
