@@ -17,7 +17,7 @@ from tinker_opt.hardware import load_hardware
 from tinker_opt.solve.search import search
 from tinker_opt.solve.space import SearchSpace
 from tinker_opt.specs import ClusterSpec
-from tinker_opt.verbs import job_cost_options
+from tinker_opt.verbs import job_options
 
 SCRIPTS = sorted((Path(__file__).parent / "fixtures" / "scripts").glob("*.sh"))
 
@@ -67,7 +67,7 @@ def _cost_model(script: Path, tmp: Path):
         cluster,
         info.train.global_batch_size,
         hardware=hardware,
-        **job_cost_options(info),
+        job=job_options(info),
     ), s
 
 

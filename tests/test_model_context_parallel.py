@@ -9,6 +9,7 @@ from model_support import cluster, dense_model, synthetic_profile
 
 from tinker_opt.costs import overlap
 from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.costs.job import JobOptions
 from tinker_opt.errors import StrategyError
 from tinker_opt.rules import (
     LATEST_RULES,
@@ -30,7 +31,7 @@ UNALIGNED_MODEL = dense_model(num_layers=4, hidden=384, heads=6, groups=2, seq=2
 def _cost_model(model, *, nodes: int, per_node: int, ulysses_degree=None) -> CostModel:
     profiled = synthetic_profile(model, tps=(1,), cps=(1, 4, 8), mbss=(1,))
     return CostModel.from_profile(
-        profiled, model, cluster(nodes, per_node), 16, ulysses_degree=ulysses_degree
+        profiled, model, cluster(nodes, per_node), 16, job=JobOptions(ulysses_degree=ulysses_degree)
     )
 
 

@@ -13,6 +13,7 @@ from model_support import cluster, dense_model, moe_model, solvers_agree, synthe
 
 from tinker_opt.costs import overlap
 from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.costs.job import JobOptions
 from tinker_opt.solve.search import _outers
 from tinker_opt.solve.space import SearchSpace, overlap_choices
 from tinker_opt.strategy import OVERLAP_KEYS, Strategy
@@ -50,7 +51,7 @@ def instances(draw):
         model,
         cluster(nodes, per_node, memory_mb),
         gbs,
-        overlap_p2p_comm=draw(st.booleans()),
+        job=JobOptions(overlap_p2p_comm=draw(st.booleans())),
     )
 
 
@@ -145,7 +146,9 @@ def test_reuse_fp32_param_saves_two_bytes_per_parameter_of_states():
     model = dense_model(num_layers=4, hidden=1024, heads=8, seq=1024)
     profile = synthetic_profile(model, tps=(1,), cps=(1,), eps=(1,), mbss=(1,))
     plain = CostModel.from_profile(profile, model, cluster(1, 2, 60000), 8)
-    reuse = CostModel.from_profile(profile, model, cluster(1, 2, 60000), 8, reuse_fp32_param=True)
+    reuse = CostModel.from_profile(
+        profile, model, cluster(1, 2, 60000), 8, job=JobOptions(reuse_fp32_param=True)
+    )
     for dist_opt in (False, True):
         s = Strategy(dp=2, dist_opt=dist_opt)
         a, b = plain.evaluate(s).stages[0], reuse.evaluate(s).stages[0]

@@ -10,6 +10,7 @@ import pytest
 from model_support import HARDWARE, cluster, dense_model, moe_model, synthetic_profile
 
 from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.costs.job import JobOptions
 from tinker_opt.errors import ConfigError, InfeasibleError
 from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS, HardwareSpec
 from tinker_opt.solve.enumerate import brute_force
@@ -36,7 +37,7 @@ def cost_model(
         cluster(1, per_node, memory_mb),
         16,
         hardware=hardware,
-        swap_optimizer_times=swap,
+        job=JobOptions(swap_optimizer_times=swap),
     )
 
 
@@ -110,7 +111,9 @@ def test_solvers_agree_with_swapping(memory_mb):
     """cpsat, milp and enum reach the brute-force optimum with the swap optimizer on."""
     model = moe_model(num_layers=5, hidden=256, heads=4, seq=256, experts=4, first_dense=1)
     profile = synthetic_profile(model, tps=(1, 2), cps=(1, 2), eps=(1, 2), mbss=(1, 2))
-    cm = CostModel.from_profile(profile, model, cluster(2, 2, memory_mb), 8, swap_optimizer_times=4)
+    cm = CostModel.from_profile(
+        profile, model, cluster(2, 2, memory_mb), 8, job=JobOptions(swap_optimizer_times=4)
+    )
     space = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1, 2), ep=(1, 2))
     brute = brute_force(cm, _outers(cm, space))
     assert brute, "the case should have a feasible strategy"

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from model_support import cluster, dense_model, moe_model, solvers_agree, synthetic_profile
 
 from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.costs.job import JobOptions
 from tinker_opt.costs.zero_terms import PREFETCH_UNITS
 from tinker_opt.errors import InfeasibleError, StrategyError
 from tinker_opt.solve.search import search
@@ -99,7 +100,7 @@ def zero_instances(draw):
         model,
         cluster(nodes, per_node, draw(st.integers(20, 400))),
         draw(st.sampled_from([8, 16])),
-        recompute_all=recompute_all,
+        job=JobOptions(recompute_all=recompute_all),
     )
 
 
@@ -112,7 +113,7 @@ def test_solvers_agree_with_zero_in_the_space(cost_model):
     for result in solvers_agree(cost_model, SPACE).values():
         for evaluation in result.top:
             s = evaluation.strategy
-            if cost_model._terms.recompute_all and s.recompute == "full":
+            if cost_model.job.recompute_all and s.recompute == "full":
                 assert s.recompute_num_layers == max(s.stage_layers(cost_model.model.num_layers))
 
 

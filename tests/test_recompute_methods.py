@@ -14,6 +14,7 @@ import pytest
 from model_support import cluster, dense_model, synthetic_profile
 
 from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.costs.job import JobOptions
 from tinker_opt.errors import StrategyError
 from tinker_opt.strategy import Strategy
 
@@ -167,7 +168,9 @@ def test_activation_function_recompute_saves_the_mlp_activation():
     model = dense_model(num_layers=4, hidden=512, heads=4, seq=512)
     profile = synthetic_profile(model, tps=(1,), cps=(1,), mbss=(1,))
     plain, recomputing = (
-        CostModel.from_profile(profile, model, cluster(1, 1, 100_000), 8, recompute_activation=on)
+        CostModel.from_profile(
+            profile, model, cluster(1, 1, 100_000), 8, job=JobOptions(recompute_activation=on)
+        )
         for on in (False, True)
     )
     saved = 512 * model.ffn_hidden_size * 2

@@ -54,7 +54,7 @@ def param_bytes(tb: TermBuilder, s: Strategy, dense: int, expert: int) -> tuple[
     """(weights + gradients, optimizer states) bytes of these parameters on one rank; with
     the swap optimizer only one of its swap_times chunks of the states is on the device."""
     weights, grads, optimizer = sharded_param_bytes(tb, s, dense, expert)  # ZeRO stage s.zero
-    chunks = tb.swap_times if swaps(tb, s) else 1
+    chunks = tb.job.swap_optimizer_times if swaps(tb, s) else 1
     return int(np.ceil(weights) + np.ceil(grads)), int(np.ceil(optimizer / chunks))
 
 
@@ -65,7 +65,7 @@ def grad_bytes(tb: TermBuilder, s: Strategy, dense: int, expert: int) -> int:
 
 def swaps(tb: TermBuilder, s: Strategy) -> bool:
     """Whether the states are swapped to the host: MindSpeed's swap optimizer needs dist_opt."""
-    return bool(tb.swap_times) and s.dist_opt
+    return bool(tb.job.swap_optimizer_times) and s.dist_opt
 
 
 def sync_us(

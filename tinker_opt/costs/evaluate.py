@@ -15,6 +15,7 @@ from typing import Any
 
 from tinker_opt.costs.coefficients import SplitCoefficients, StageCost
 from tinker_opt.costs.comm_model import CommModel
+from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
 from tinker_opt.costs.profile_table import BlockTable
 from tinker_opt.costs.terms import TermBuilder
 from tinker_opt.errors import StrategyError
@@ -71,18 +72,13 @@ class CostModel:
         blocks: BlockTable,
         comm: CommModel,
         *,
+        job: JobOptions = JOB_DEFAULTS,
         memory_bandwidth_gbs: float | None = None,
-        swap_optimizer_times: int | None = None,
         host_link_gbs: float | None = None,
         times_include_tp_comm: bool = False,
         times_include_ep_comm: bool = False,
         attention_mask_bytes: int = 0,
         layer_form: str = "free",
-        recompute_activation: bool = False,
-        overlap_p2p_comm: bool = True,
-        reuse_fp32_param: bool = False,
-        recompute_all: bool = False,
-        ulysses_degree: int | None = None,
     ) -> None:
         self.model = model
         self.cluster = cluster
@@ -90,25 +86,20 @@ class CostModel:
         self.blocks = blocks
         self.comm = comm
         self.warnings: list[str] = list(comm.warnings)
-        self.swap_optimizer_times = swap_optimizer_times
+        self.job = job
         self._terms = TermBuilder(
             model,
             cluster,
             global_batch_size,
             blocks,
             comm,
+            job=job,
             memory_bandwidth_gbs=memory_bandwidth_gbs,
-            swap_optimizer_times=swap_optimizer_times,
             host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS,
             times_include_tp_comm=times_include_tp_comm,
             times_include_ep_comm=times_include_ep_comm,
             attention_mask_bytes=attention_mask_bytes,
             layer_form=layer_form,
-            recompute_activation=recompute_activation,
-            overlap_p2p_comm=overlap_p2p_comm,
-            reuse_fp32_param=reuse_fp32_param,
-            recompute_all=recompute_all,
-            ulysses_degree=ulysses_degree,
         )
         self._cache: dict[Strategy, SplitCoefficients] = {}
 
@@ -122,21 +113,10 @@ class CostModel:
         *,
         hardware: HardwareSpec | None = None,
         inter_node_bandwidth_gbs: float | None = None,
-        swap_optimizer_times: int | None = None,
-        recompute_activation: bool = False,
-        overlap_p2p_comm: bool = True,
-        reuse_fp32_param: bool = False,
-        recompute_all: bool = False,
-        ulysses_degree: int | None = None,
+        job: JobOptions = JOB_DEFAULTS,
     ) -> CostModel:
-        """Build from a loaded profiled-data folder; see CommModel for the inter-node defaults.
-        `swap_optimizer_times`: the script's `--swap-optimizer` chunk count (None: not swapping);
-        `recompute_activation`: MindSpeed's `--recompute-activation-function` (costs/recompute.py);
-        `overlap_p2p_comm`: the script's p2p overlap of the interleaved schedule and
-        `reuse_fp32_param` its MindSpeed `--reuse-fp32-param` (TrainSpec);
-        `recompute_all`: full recompute is all layers or none (an FSDP2 launch);
-        `ulysses_degree`: the script's `--ulysses-degree-in-cp` (hybrid_cp_algo; None: the
-        degree rules.hybrid_ulysses_degree falls back to)."""
+        """Build from a loaded profiled-data folder; see CommModel for the inter-node defaults and
+        costs/job.py for the script's job flags."""
         comm = CommModel(
             profiled.comm,
             hardware=hardware,
@@ -152,17 +132,12 @@ class CostModel:
             global_batch_size,
             BlockTable(profiled.blocks),
             comm,
+            job=job,
             memory_bandwidth_gbs=bandwidth,
-            swap_optimizer_times=swap_optimizer_times,
             host_link_gbs=hardware.host_link_gbs if hardware is not None else None,
             times_include_tp_comm=bool(meta.times_include_tp_comm),
             times_include_ep_comm=bool(meta.times_include_ep_comm),
             attention_mask_bytes=meta.attention_mask_bytes or 0,
-            recompute_activation=recompute_activation,
-            overlap_p2p_comm=overlap_p2p_comm,
-            reuse_fp32_param=reuse_fp32_param,
-            recompute_all=recompute_all,
-            ulysses_degree=ulysses_degree,
         )
 
     @property

@@ -116,7 +116,7 @@ def _p2p_us(tb: TermBuilder, s: Strategy) -> tuple[float, float]:
     nbytes = m_tokens(tb.model, s) * tb.model.hidden_size * tb.bpe // (s.tp if s.sp else 1)
     scope = tb.scope(s.tp * s.cp * s.dp, s.pp)
     hop = tb.comm.time_us("send_recv", 2, scope, nbytes)
-    if s.vpp == 1 or not tb.overlap_p2p_comm:
+    if s.vpp == 1 or not tb.job.overlap_p2p_comm:
         return 2 * s.vpp * hop, 0.0
     chunk = tb.model.num_layers // (s.pp * s.vpp)
     costs = [tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)) for k in tb.kind_names]

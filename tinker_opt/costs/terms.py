@@ -24,6 +24,7 @@ from tinker_opt.costs import overlap
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.comm_model import CommModel, group_scope
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_us
+from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
 from tinker_opt.costs.profile_table import BlockCost, BlockTable
 from tinker_opt.costs.recompute import activation_function_terms
 from tinker_opt.costs.stage_terms import stage_terms
@@ -48,23 +49,17 @@ class TermBuilder:
         blocks: BlockTable,
         comm: CommModel,
         *,
+        job: JobOptions = JOB_DEFAULTS,
         memory_bandwidth_gbs: float | None = None,
-        swap_optimizer_times: int | None = None,
         host_link_gbs: float = DEFAULT_HOST_LINK_GBS,
         times_include_tp_comm: bool = False,
         times_include_ep_comm: bool = False,
         attention_mask_bytes: int = 0,
         layer_form: str = "free",
-        recompute_activation: bool = False,
-        overlap_p2p_comm: bool = True,
-        reuse_fp32_param: bool = False,
-        recompute_all: bool = False,
-        ulysses_degree: int | None = None,
     ) -> None:
         self.model = model
-        self.ulysses_degree = ulysses_degree
-        """The job's `--ulysses-degree-in-cp` (hybrid_cp_algo; rules.hybrid_ulysses_degree)."""
-        self.recompute_all = recompute_all
+        self.job = job
+        """The script's job flags (costs/job.py)."""
         self.tp_comm_in_times = times_include_tp_comm
         """The block times already include the TP / SP collectives (Tinker folders): add none."""
         self.ep_comm_in_times = times_include_ep_comm
@@ -80,12 +75,10 @@ class TermBuilder:
         self.bpe = model.bytes_per_element
         # --reuse-fp32-param (bf16 only) saves sizeof(bf16) per parameter of the master copy
         # (divided by the optimizer's sharding with dist_opt, like the rest of the states).
-        self.opt_state_bytes = (12 - (self.bpe if reuse_fp32_param else 0)) if self.bpe == 2 else 8
-        self.swap_times = swap_optimizer_times
+        self.opt_state_bytes = (
+            (12 - (self.bpe if job.reuse_fp32_param else 0)) if self.bpe == 2 else 8
+        )
         self.host_link_gbs = host_link_gbs
-        self.recompute_activation = recompute_activation
-        self.overlap_p2p_comm = overlap_p2p_comm
-        """The interleaved schedule overlaps p2p (TrainSpec.overlap_p2p_comm, default by version)."""
         self.kinds = model.layer_kinds()
         self.layer_block = {
             k: ("layer" if len(set(self.kinds)) == 1 else f"layer.{k}") for k in set(self.kinds)
@@ -142,7 +135,7 @@ class TermBuilder:
             return s.cp, 1
         if s.cp_algo == "hybrid_cp_algo":
             m = self.model
-            u = hybrid_ulysses_degree(s.cp, s.tp, m.num_attention_heads, self.ulysses_degree)
+            u = hybrid_ulysses_degree(s.cp, s.tp, m.num_attention_heads, self.job.ulysses_degree)
             return u, s.cp // u
         return 1, s.cp
 
@@ -324,7 +317,7 @@ class TermBuilder:
             estimated=bool(estimated),
             uniform=len(self.kind_names) == 1,
             layer_form=self.layer_form,
-            recompute_all=self.recompute_all,
+            recompute_all=self.job.recompute_all,
             **stage,
         )
 
@@ -371,7 +364,7 @@ class TermBuilder:
         )
         act = (cost.selective_activation_bytes if selective else cost.activation_bytes) + pace_bytes
         recompute_us = cost.fwd_us + pace_fwd + fwd_comm if s.recompute == "full" else 0.0
-        if self.recompute_activation:
+        if self.job.recompute_activation:
             # MindSpeed's activation-function recompute (costs/recompute.py): layers that keep
             # their activations drop the activation output and re-run it; a fully recomputed
             # layer does not (should_recompute), so its recompute term gives that time back.

@@ -11,7 +11,7 @@ One module per verb (profile, search with all, simulate, scripts: inspect / appl
 common.py for what they share; the package exports the verbs cli.py calls.
 """
 
-from tinker_opt.verbs.common import Log, Progress, job_cost_options
+from tinker_opt.verbs.common import Log, Progress, job_options
 from tinker_opt.verbs.profile import run_profile
 from tinker_opt.verbs.scripts import run_apply, run_calibrate, run_inspect
 from tinker_opt.verbs.search import RunLog, SearchOutcome, run_all, run_search
@@ -22,7 +22,7 @@ __all__ = [
     "Progress",
     "RunLog",
     "SearchOutcome",
-    "job_cost_options",
+    "job_options",
     "run_all",
     "run_apply",
     "run_calibrate",

@@ -94,13 +94,14 @@ def cost_model_for(profiled, model, cluster: ClusterSpec, global_batch_size: int
     """The CostModel for a profile, a cluster and the communication overrides of `settings`; the
     script's job flags come from `info` when known (the swap chunk count else from meta.json)."""
     from tinker_opt.costs.evaluate import CostModel
+    from tinker_opt.costs.job import JobOptions
     from tinker_opt.hardware import load_hardware
 
     hardware = load_hardware(settings.hardware) if settings.hardware else None
-    options = (
-        job_cost_options(info)
+    job = (
+        job_options(info)
         if info is not None
-        else {"swap_optimizer_times": profiled.meta.swap_optimizer_times}
+        else JobOptions(swap_optimizer_times=profiled.meta.swap_optimizer_times)
     )
     return CostModel.from_profile(
         profiled,
@@ -109,14 +110,16 @@ def cost_model_for(profiled, model, cluster: ClusterSpec, global_batch_size: int
         global_batch_size,
         hardware=hardware,
         inter_node_bandwidth_gbs=settings.inter_node_bandwidth,
-        **options,
+        job=job,
     )
 
 
-def job_cost_options(info: ScriptInfo) -> dict:
-    """The CostModel options a script's job flags set (swap optimizer, activation-function
-    recompute, interleaved p2p overlap, reuse-fp32-param, the Ulysses degree of hybrid context
-    parallelism; an FSDP2 launch recomputes all layers or none)."""
+def job_options(info: ScriptInfo):
+    """The script's job flags as the cost model takes them (costs/job.py JobOptions): swap
+    optimizer, activation-function recompute, interleaved p2p overlap, reuse-fp32-param, the
+    Ulysses degree of hybrid context parallelism; an FSDP2 launch recomputes all layers or none."""
+    from tinker_opt.costs.job import JobOptions
+
     train = info.train
     # MindSpeed's activation-function recompute, priced for every kept layer; a layer count
     # (first N layers of each chunk) is not modelled and stays out (flags.py warns).
@@ -124,11 +127,11 @@ def job_cost_options(info: ScriptInfo) -> dict:
         train.recompute_activation_function
         and train.recompute_activation_function_num_layers is None
     )
-    return {
-        "swap_optimizer_times": train.swap_optimizer_times,
-        "recompute_activation": bool(act),
-        "overlap_p2p_comm": train.overlap_p2p_comm,
-        "reuse_fp32_param": train.reuse_fp32_param,
-        "recompute_all": info.fsdp2 is not None,
-        "ulysses_degree": train.ulysses_degree_in_cp,
-    }
+    return JobOptions(
+        swap_optimizer_times=train.swap_optimizer_times,
+        recompute_activation=bool(act),
+        overlap_p2p_comm=train.overlap_p2p_comm,
+        reuse_fp32_param=train.reuse_fp32_param,
+        recompute_all=info.fsdp2 is not None,
+        ulysses_degree=train.ulysses_degree_in_cp,
+    )

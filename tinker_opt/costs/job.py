@@ -1,0 +1,31 @@
+"""The launch script's job flags that change the cost model without being strategy knobs.
+
+One object, read from the script once (verbs/common.py `job_options`), handed to the
+CostModel and from it to the TermBuilder unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobOptions:
+    """What the job's flags change in the cost model (TrainSpec fields, costs/terms.py rules)."""
+
+    swap_optimizer_times: int | None = None
+    """MindSpeed's `--swap-optimizer` chunk count (None: the states stay on the device)."""
+    recompute_activation: bool = False
+    """MindSpeed's `--recompute-activation-function` (costs/recompute.py)."""
+    overlap_p2p_comm: bool = True
+    """The interleaved schedule overlaps p2p send/recv (TrainSpec.overlap_p2p_comm, by version)."""
+    reuse_fp32_param: bool = False
+    """MindSpeed's `--reuse-fp32-param`: 2 B fewer optimizer-state bytes per parameter."""
+    recompute_all: bool = False
+    """Full recompute covers every layer or none (MindSpeed-LLM FSDP2's parallel.recompute)."""
+    ulysses_degree: int | None = None
+    """The job's `--ulysses-degree-in-cp` (hybrid_cp_algo; rules.hybrid_ulysses_degree)."""
+
+
+JOB_DEFAULTS = JobOptions()
+"""No job flag set (a plain Megatron-LM script)."""
