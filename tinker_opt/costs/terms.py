@@ -23,6 +23,13 @@ import numpy as np
 from tinker_opt.costs import overlap
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.comm_model import CommModel, group_scope
+from tinker_opt.costs.cp_terms import (
+    cp_fwd_bwd_us,
+    cp_groups,
+    ring_hop_us,
+    ulysses_a2a_us,
+    unaligned_extra,
+)
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_us
 from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
 from tinker_opt.costs.profile_table import BlockCost, BlockTable
@@ -31,7 +38,6 @@ from tinker_opt.costs.stage_terms import stage_terms
 from tinker_opt.costs.units import data_groups, m_tokens, to_ns
 from tinker_opt.costs.zero_terms import layer_exposed_us
 from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS
-from tinker_opt.rules import hybrid_ulysses_degree, ulysses_heads_factor
 from tinker_opt.strategy import OVERLAP_KEYS, Strategy
 
 DEFAULT_MEMORY_BANDWIDTH_GBS = 1600.0
@@ -121,109 +127,6 @@ class TermBuilder:
             )
         return self.comm.time_us("all_reduce", s.tp, scope, nbytes)
 
-    def cp_groups(self, s: Strategy) -> tuple[int, int]:
-        """(Ulysses all-to-all group u, ring r) of the context parallelism, u * r = cp.
-
-        Ulysses: (cp, 1); ring attention: (1, cp); hybrid_cp_algo: Ulysses all-to-all inside
-        groups of u consecutive cp ranks and ring attention across the cp / u groups (Ascend/MindSpeed
-        mindspeed/core/context_parallel/model_parallel_utils.py
-        initialize_context_parallel_group_for_hybrid_cp: the Ulysses ranks are adjacent, in one
-        node where possible; u from rules.hybrid_ulysses_degree); kvallgather: (1, 1), neither."""
-        if s.cp == 1 or s.cp_algo == "kvallgather_cp_algo":
-            return 1, 1
-        if s.cp_algo == "ulysses_cp_algo":
-            return s.cp, 1
-        if s.cp_algo == "hybrid_cp_algo":
-            m = self.model
-            u = hybrid_ulysses_degree(s.cp, s.tp, m.num_attention_heads, self.job.ulysses_degree)
-            return u, s.cp // u
-        return 1, s.cp
-
-    def _kv_heads(self, s: Strategy, u: int) -> int:
-        """K / V heads per tp rank that enter the Ulysses all-to-all over u ranks: the query groups,
-        repeated to the attention heads when fewer than u (MindSpeed-LLM's default
-        `--kv-head-repeat-before-uly-alltoall`; Ascend/MindSpeed
-        mindspeed/core/context_parallel/ulysses_context_parallel/ulysses_context_parallel.py
-        UlyssesContextAttention.forward repeats K / V when the group outnumbers their heads)."""
-        m = self.model
-        groups = m.num_query_groups // s.tp
-        return m.num_attention_heads // s.tp if groups < u else groups
-
-    def _ulysses_bytes(self, s: Strategy, u: int, heads_per_tp: int) -> float:
-        """Bytes the busiest rank of a Ulysses group of u holds after the all-to-all of one
-        [tokens, heads_per_tp, head_dim] tensor: u x tokens x ceil(heads_per_tp / u) heads (the
-        uneven head split: rules.ulysses_heads_factor); tokens x heads_per_tp when u divides."""
-        tokens = m_tokens(self.model, s)
-        return tokens * u * -(-heads_per_tp // u) * self.model.kv_channels * self.bpe
-
-    def _ulysses_a2a_us(self, s: Strategy, u: int) -> float:
-        """DeepSpeed-Ulysses all-to-all of one layer, one direction: q, k, v before attention and
-        the output after, over u ranks (the backward mirrors it); the volume of the busiest rank."""
-        if u == 1:
-            return 0.0
-        heads = self.model.num_attention_heads // s.tp
-        scope = self.scope(s.tp, u)
-        kv = self._kv_heads(s, u)
-        qkv = self._ulysses_bytes(s, u, heads) + 2 * self._ulysses_bytes(s, u, kv)
-        out = self._ulysses_bytes(s, u, heads)
-        return self.comm.time_us("all_to_all", u, scope, qkv) + self.comm.time_us(
-            "all_to_all", u, scope, out
-        )
-
-    def _ring_hop_us(self, s: Strategy, u: int, r: int) -> float:
-        """One K/V hop of ring attention over r ranks (stride tp * u): the K and V a rank holds
-        after its Ulysses all-to-all (u = 1: its own slice of the sequence)."""
-        kv_bytes = 2 * self._ulysses_bytes(s, u, self._kv_heads(s, u))
-        return self.comm.time_us("send_recv", 2, self.scope(s.tp * u, r), kv_bytes)
-
-    def _cp_fwd_bwd_us(self, s: Strategy) -> tuple[float, float]:
-        """Context-parallel attention traffic of one layer (forward, backward), none hidden:
-        the Ulysses all-to-all each way, r - 1 ring hops forward and 2 (r - 1) backward (K/V and
-        dK/dV circulate), or kvallgather's all-gather of K/V forward and reduce-scatter backward."""
-        if s.cp == 1:
-            return 0.0, 0.0
-        if s.cp_algo == "kvallgather_cp_algo":
-            m, tokens = self.model, m_tokens(self.model, s)
-            kv_bytes = 2 * tokens * (m.num_query_groups * m.kv_channels // s.tp) * self.bpe
-            scope = self.scope(s.tp, s.cp)
-            return (
-                self.comm.time_us("all_gather", s.cp, scope, kv_bytes * s.cp),
-                self.comm.time_us("reduce_scatter", s.cp, scope, kv_bytes * s.cp),
-            )
-        u, r = self.cp_groups(s)
-        a2a = self._ulysses_a2a_us(s, u)
-        hop = self._ring_hop_us(s, u, r) if r > 1 else 0.0
-        return a2a + (r - 1) * hop, a2a + 2 * (r - 1) * hop
-
-    def ulysses_pace(self, s: Strategy) -> float:
-        """ulysses_heads_factor of the strategy's Ulysses group (1.0 without one, or aligned)."""
-        u, _ = self.cp_groups(s)
-        return ulysses_heads_factor(self.model.num_attention_heads, s.tp, u) if u > 1 else 1.0
-
-    def _unaligned_extra(
-        self, s: Strategy, cost: BlockCost, share: float
-    ) -> tuple[float, float, int]:
-        """(forward us, backward us, activation bytes) the busiest rank of an unaligned Ulysses
-        group adds to a layer (rules.ulysses_heads_factor f): the attention core (the layer's
-        compute outside its matmuls, overlap.matmul_share) runs f times longer, and the tensors
-        after the all-to-all (q, k, v, output) are larger by the uneven split. The profile's
-        per-rank block shape (heads / tp on tokens / cp) cannot express the uneven split, so this
-        is added here. Zero when aligned."""
-        f = self.ulysses_pace(s)
-        if f == 1.0:
-            return 0.0, 0.0, 0
-        u, _ = self.cp_groups(s)
-        heads, kv = self.model.num_attention_heads // s.tp, self._kv_heads(s, u)
-        tokens, d = m_tokens(self.model, s), self.model.kv_channels
-        held = 2 * self._ulysses_bytes(s, u, heads) + 2 * self._ulysses_bytes(s, u, kv)
-        even = tokens * (2 * heads + 2 * kv) * d * self.bpe
-        attention = 1 - share
-        return (
-            (f - 1) * cost.fwd_us * attention,
-            (f - 1) * cost.bwd_us * attention,
-            int(held - even),
-        )
-
     def _moe_us(self, s: Strategy) -> float:
         """Expert traffic of one MoE layer, one direction: token dispatch + combine all-to-all
         over ep (Megatron's alltoall dispatcher), and all-gather + reduce-scatter over etp."""
@@ -261,15 +164,15 @@ class TermBuilder:
             )
         moe = self._moe_us(s) if kind == "moe" and not self.ep_comm_in_times else 0.0
         moe_bwd = overlap.exposed(moe, cost.bwd_us / 2) if moe and s.overlap_moe_comm else moe
-        cp_fwd, cp_bwd = self._cp_fwd_bwd_us(s)
-        u, r = self.cp_groups(s)
+        cp_fwd, cp_bwd = cp_fwd_bwd_us(self, s)
+        u, r = cp_groups(self, s)
         if r > 1:
             # Ring hops hide behind one block's attention (1/r of the rank's attention core);
             # hybrid's Ulysses all-to-all stays exposed (costs/overlap.py).
-            a2a, hop = self._ulysses_a2a_us(s, u), self._ring_hop_us(s, u, r)
+            a2a, hop = ulysses_a2a_us(self, s, u), ring_hop_us(self, s, u, r)
             cp_fwd = a2a + (r - 1) * overlap.exposed(hop, cost.fwd_us * (1 - share) / r)
             cp_bwd = a2a + 2 * (r - 1) * overlap.exposed(hop, cost.bwd_us * (1 - share) / r)
-        full = 2 * parts * pair + 2 * moe + sum(self._cp_fwd_bwd_us(s))
+        full = 2 * parts * pair + 2 * moe + sum(cp_fwd_bwd_us(self, s))
         fwd, bwd = fwd_tp + moe + cp_fwd, bwd_tp + moe_bwd + cp_bwd
         return fwd, bwd, max(full - fwd - bwd, 0.0)
 
@@ -351,7 +254,7 @@ class TermBuilder:
         selective = s.recompute == "selective"
         dense_params = cost.param_count - cost.expert_param_count
         share = overlap.matmul_share(self.model, s.tp, m_tokens(self.model, s), dense_params)
-        pace_fwd, pace_bwd, pace_bytes = self._unaligned_extra(s, cost, share)
+        pace_fwd, pace_bwd, pace_bytes = unaligned_extra(self, s, cost, share)
         compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
         compute += pace_fwd + pace_bwd
         bwd_comm += layer_exposed_us(

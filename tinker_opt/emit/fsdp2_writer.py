@@ -270,20 +270,20 @@ def apply_fsdp2(
         )
     edits.append(script_edit.Edit(loc.start, loc.end, shlex.quote(str(yaml_reference))))
     tuned = with_header(script_edit.apply_edits(tuned, [e for e in edits if e is not None]), header)
-    check = _reader(info, yaml_text)(tuned)
-    got = (
-        check.train.strategy,
-        check.train.global_batch_size,
-        check.train.nnodes,
-        check.train.nproc_per_node,
-    )
-    if got != (target, gbs, nnodes, nproc_per_node):
+    _check_reads_back(info, tuned, yaml_text, (target, gbs, nnodes, nproc_per_node))
+    return AppliedFsdp2(tuned, yaml_text, tuple(warnings))
+
+
+def _check_reads_back(info: ScriptInfo, tuned: str, yaml_text: str, expected: tuple) -> None:
+    """The tuned launch and YAML read back as (strategy, global batch, nodes, devices per node)."""
+    check = _reader(info, yaml_text)(tuned).train
+    got = (check.strategy, check.global_batch_size, check.nnodes, check.nproc_per_node)
+    if got != expected:
         raise ScriptError(
             f"the tuned FSDP2 launch reads back as {got[0].label()} (global batch {got[1]}) on "
-            f"{got[2]}x{got[3]} devices instead of {target.label()} (global batch {gbs}); "
-            "set the values by hand"
+            f"{got[2]}x{got[3]} devices instead of {expected[0].label()} (global batch "
+            f"{expected[1]}); set the values by hand"
         )
-    return AppliedFsdp2(tuned, yaml_text, tuple(warnings))
 
 
 def write_fsdp2_yaml(path: str | Path, text: str, *, original: Path | None) -> Path:
