@@ -36,6 +36,35 @@ def run_cli(
     )
 
 
+def run_all_analytic(script: Path, tmp_path: Path, *options: str) -> tuple[dict, Path]:
+    """`tinker-opt all SCRIPT` on the analytic 910B (16 NPUs per node, 57,000 MB, one CPU, quiet)
+    plus `options`; asserts it succeeds and returns (summary.json, the rank-1 tuned script)."""
+    proc = run_cli(
+        "all",
+        str(script),
+        "--device",
+        "analytic",
+        "--hardware",
+        "910b",
+        "--num-npus-per-node",
+        "16",
+        "--memory-limit",
+        "57000",
+        "--save-path",
+        str(tmp_path / "prof"),
+        "--output-dir",
+        str(tmp_path / "results"),
+        "--cpus",
+        "1",
+        "--quiet",
+        *options,
+    )
+    assert proc.returncode == 0, proc.stderr
+    folder = next((tmp_path / "results").iterdir())
+    summary = json.loads((folder / "summary.json").read_text())
+    return summary, next((folder / "configs").glob("*rank1*.sh"))
+
+
 def write_synthetic_profile(folder: Path, script: Path = EXAMPLE) -> Path:
     """A profiled-data folder for the example model from the formula-based test profile."""
     from model_support import synthetic_profile

@@ -556,38 +556,14 @@ def test_search_records_the_positional_script(tmp_path):
 def test_simulate_on_a_tinker_folder_takes_the_script_positionally(tmp_path):
     """simulate SCRIPT on a Tinker folder reads model and global batch size from the script."""
     folder = _tinker_folder(tmp_path)
-    result = run_cli(
-        "simulate",
-        str(TINKER_SCRIPT),
-        "--profiled-data-path",
-        str(folder),
-        "--num-nodes",
-        "1",
-        "--simu-tp",
-        "1",
-        "--memory-limit",
-        "1000000",
-        "--json",
-    )
+    args = ("simulate", str(TINKER_SCRIPT), "--profiled-data-path", str(folder), "--num-nodes", "1")
+    args += ("--simu-tp", "1", "--memory-limit", "1000000", "--json")
+    result = run_cli(*args)
     assert result.returncode == 0, result.stderr
     from tinker_opt.script.reader import read_script
 
     gbs = str(read_script(TINKER_SCRIPT).train.global_batch_size)
-    explicit = run_cli(
-        "simulate",
-        str(TINKER_SCRIPT),
-        "--profiled-data-path",
-        str(folder),
-        "--num-nodes",
-        "1",
-        "--simu-tp",
-        "1",
-        "--memory-limit",
-        "1000000",
-        "--json",
-        "--global-batch-size",
-        gbs,
-    )
+    explicit = run_cli(*args, "--global-batch-size", gbs)
     assert json.loads(result.stdout) == json.loads(explicit.stdout)
     assert json.loads(result.stdout)["strategy"]["dp"] == 8
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_support import run_cli
+from cli_support import run_all_analytic, run_cli
 from script_support import bash_syntax_ok
 
 from tinker_opt.emit.fsdp2_writer import apply_fsdp2
@@ -245,40 +245,12 @@ def test_yaml_edit_in_place_insert_and_new_section():
 def test_all_on_an_fsdp2_launch_round_trips(tmp_path):
     """`all` (analytic device) proves an optimum and writes each config with its YAML; the tuned
     launch reads back as the best strategy."""
-    proc = run_cli(
-        "all",
-        str(QWEN3_8B),
-        "--device",
-        "analytic",
-        "--hardware",
-        "910b",
-        "--max-npu",
-        "16",
-        "--prof-tp",
-        "1,2",
-        "--max-mbs",
-        "1",
-        "--num-npus-per-node",
-        "16",
-        "--memory-limit",
-        "57000",
-        "--save-path",
-        str(tmp_path / "prof"),
-        "--output-dir",
-        str(tmp_path / "results"),
-        "--top-k",
-        "2",
-        "--cpus",
-        "1",
-        "--quiet",
+    summary, script = run_all_analytic(
+        QWEN3_8B, tmp_path, "--max-npu", "16", "--prof-tp", "1,2", "--max-mbs", "1", "--top-k", "2"
     )
-    assert proc.returncode == 0, proc.stderr
-    folder = next((tmp_path / "results").iterdir())
-    summary = json.loads((folder / "summary.json").read_text())
     assert summary["status"] == "optimal"
     best = Strategy.from_dict(summary["best"]["strategy"])
     assert best.pp == 1 and best.zero == 3
-    script = next((folder / "configs").glob("*rank1*.sh"))
     assert script.with_suffix(".yaml").is_file()
     info = read_script(script, model_config=FSDP2 / "models" / "Qwen3-8B" / "config.json")
     assert info.train.strategy == best

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_support import run_cli
+from cli_support import run_all_analytic, run_cli
 from script_support import bash_syntax_ok
 
 from tinker_opt.emit.expressible import search_space_for
@@ -348,38 +348,12 @@ def test_cli_apply_keeps_the_original_yaml(tmp_path):
 
 def test_all_on_the_expert_parallel_launch_round_trips(tmp_path):
     """`all` on two nodes: proven optimum; the tuned launch and its YAML copy read back as the best."""
-    proc = run_cli(
-        "all",
-        str(QWEN3_30B_EP),
-        "--device",
-        "analytic",
-        "--hardware",
-        "910b",
-        "--max-mbs",
-        "1",
-        "--num-npus-per-node",
-        "16",
-        "--num-nodes",
-        "2",
-        "--memory-limit",
-        "57000",
-        "--save-path",
-        str(tmp_path / "prof"),
-        "--output-dir",
-        str(tmp_path / "results"),
-        "--top-k",
-        "1",
-        "--cpus",
-        "1",
-        "--quiet",
+    summary, script = run_all_analytic(
+        QWEN3_30B_EP, tmp_path, "--max-mbs", "1", "--num-nodes", "2", "--top-k", "1"
     )
-    assert proc.returncode == 0, proc.stderr
-    folder = next((tmp_path / "results").iterdir())
-    summary = json.loads((folder / "summary.json").read_text())
     assert summary["status"] == "optimal"
     best = Strategy.from_dict(summary["best"]["strategy"])
     assert best.pp == 1 and best.zero in (2, 3)
-    script = next((folder / "configs").glob("*rank1*.sh"))
     info = read_script(script, model_config=FSDP2 / "models" / "Qwen3-30B-A3B" / "config.json")
     assert info.train.strategy == best and info.train.global_batch_size == 64
 

@@ -86,7 +86,6 @@ class CostModel:
         self.blocks = blocks
         self.comm = comm
         self.warnings: list[str] = list(comm.warnings)
-        self.job = job
         self._terms = TermBuilder(
             model,
             cluster,
@@ -139,6 +138,11 @@ class CostModel:
             times_include_ep_comm=bool(meta.times_include_ep_comm),
             attention_mask_bytes=meta.attention_mask_bytes or 0,
         )
+
+    @property
+    def job(self) -> JobOptions:
+        """The script's job flags this model prices (costs/job.py)."""
+        return self._terms.job
 
     @property
     def layer_form(self) -> str:
