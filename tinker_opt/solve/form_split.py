@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.costs.pipeline import pipeline_x_v
 from tinker_opt.solve.mixed_split import range_costs
 
 
@@ -78,7 +79,6 @@ def best_form_split(c: SplitCoefficients, r_bounds: dict[int, int]):
     ends = np.cumsum(rows, axis=1)
     starts = ends - rows
     stages = np.arange(c.num_stages)[None, :]
-    m = c.num_microbatches
     best = None
     for r in sorted(r_bounds, key=lambda value: (r_bounds[value], value)):
         if best is not None and r_bounds[r] >= best[0]:
@@ -89,7 +89,7 @@ def best_form_split(c: SplitCoefficients, r_bounds: dict[int, int]):
             continue
         times = rc.time[stages, starts, ends][ok]
         tails = rc.tail[stages, starts, ends][ok]
-        objective = times.sum(axis=1) + (m - 1) * times.max(axis=1) + tails.max(axis=1)
+        objective = pipeline_x_v(c, times.sum(axis=1), times.max(axis=1), tails.max(axis=1))
         index = int(np.argmin(objective))
         value = int(objective[index])
         if best is None or value < best[0]:

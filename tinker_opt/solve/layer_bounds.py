@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.costs.pipeline import pipeline_bound_x_v
 from tinker_opt.costs.recompute import piecewise
 from tinker_opt.solve.layer_split import (
     Scalars,
@@ -49,7 +50,7 @@ def bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int | None:
     )
     max_lb = _least_max(c.stage_time_ns, low, high, knee, caps, L)
     tail_lb = _least_max(c.stage_tail_ns, k.alpha, k.alpha, 0, caps, L)
-    return int(sum_lb + (c.num_microbatches - 1) * max_lb + tail_lb)
+    return int(pipeline_bound_x_v(c, sum_lb, max_lb, tail_lb))
 
 
 def bound_terms(c: SplitCoefficients, k: Scalars, *, tight: bool = True) -> tuple[int, int, int]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
 from tinker_opt.costs.recompute import caps_from_memory, piecewise, time_shape, uniform_stage_memory
 
 INF = np.iinfo(np.int64).max // 4
@@ -129,7 +130,7 @@ def objective_x_v(c: SplitCoefficients, k: Scalars, n: np.ndarray, r: int) -> in
     else:
         times = stage_time_ns(c, k, n, r)
     tails = k.alpha * n + c.stage_tail_ns
-    return int(times.sum() + (c.num_microbatches * c.vpp - 1) * times.max() + c.vpp * tails.max())
+    return int(pipeline_x_v(c, times.sum(), times.max(), tails.max()))
 
 
 def pack(caps: np.ndarray, total: int) -> np.ndarray | None:
@@ -182,7 +183,7 @@ def lower_bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int:
         + (low - high) * (min(knee, per) + (p - 1) * min(knee, 1))
     )
     tail = max(k.alpha * per + int(c.stage_tail_ns.min()), int((k.alpha + c.stage_tail_ns).max()))
-    return total + (c.num_microbatches - 1) * bottleneck + tail
+    return pipeline_bound_x_v(c, total, bottleneck, tail)
 
 
 def best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
@@ -226,7 +227,7 @@ def min_feasible(values: np.ndarray, caps_of) -> int:
 
 def _best_for_r(c: SplitCoefficients, k: Scalars, r: int, incumbent: int) -> Split | None:
     """Exact split for v = 1 and a fixed r (module docstring), or None if nothing fits."""
-    L, m = c.num_layers, c.num_microbatches
+    L = c.num_layers
     mem = memory_caps(c, k, r)
     if mem.min() < 1 or mem.sum() < L:
         return None
@@ -246,7 +247,7 @@ def _best_for_r(c: SplitCoefficients, k: Scalars, r: int, incumbent: int) -> Spl
 
     start = min_feasible(b_values, lambda b: pack(caps_b(b), L))
     for b in b_values[start:]:
-        if base + (m - 1) * int(b) + tail_lb >= best_obj:
+        if pipeline_bound_x_v(c, base, int(b), tail_lb) >= best_obj:
             break
         u_b = caps_b(b)
 
@@ -255,7 +256,7 @@ def _best_for_r(c: SplitCoefficients, k: Scalars, r: int, incumbent: int) -> Spl
 
         first = min_feasible(c_values, lambda cv, cap_c=cap_c: pack(cap_c(cv), L))
         for cv in c_values[first:]:
-            if base + (m - 1) * int(b) + int(cv) >= best_obj:
+            if pipeline_bound_x_v(c, base, int(b), int(cv)) >= best_obj:
                 break
             u = cap_c(cv)
             n = pack(u, L)

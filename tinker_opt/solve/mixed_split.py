@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
 
 BIG = np.iinfo(np.int64).max // 4
 LAYER_ARRAYS = (
@@ -169,7 +170,7 @@ def mixed_recompute_bounds(c: SplitCoefficients, r_values) -> dict[int, int]:
     for r in r_values:
         terms = bound_terms_for_r(c, r)
         if terms is not None:
-            out[r] = terms[0] + (c.num_microbatches - 1) * terms[1] + terms[2]
+            out[r] = pipeline_bound_x_v(c, *terms)
     return out
 
 
@@ -179,12 +180,11 @@ def best_for_r(c: SplitCoefficients, r: int, incumbent: int):
     if terms is None:
         return None
     sum_lb, _, tail_lb = terms
-    m = c.num_microbatches
     rc = range_costs(c, r)
     times = np.unique(rc.time[rc.valid])
     best_obj, best_n = incumbent, None
     for b_value in times[_first_feasible(times, lambda v: _reachable(rc.valid & (rc.time <= v))) :]:
-        if sum_lb + (m - 1) * int(b_value) + tail_lb >= best_obj:
+        if pipeline_bound_x_v(c, sum_lb, int(b_value), tail_lb) >= best_obj:
             break
         under_b = rc.valid & (rc.time <= b_value)
         tails = np.unique(rc.tail[under_b])
@@ -192,11 +192,11 @@ def best_for_r(c: SplitCoefficients, r: int, incumbent: int):
             tails, lambda v, under_b=under_b: _reachable(under_b & (rc.tail <= v))
         )
         for c_value in tails[first:]:
-            if sum_lb + (m - 1) * int(b_value) + int(c_value) >= best_obj:
+            if pipeline_bound_x_v(c, sum_lb, int(b_value), int(c_value)) >= best_obj:
                 break
             allowed = under_b & (rc.tail <= c_value)
             layers = _least_sum(rc, allowed)[1]
-            obj = _objective(rc, layers, m)
+            obj = _objective(c, rc, layers)
             if obj < best_obj:
                 best_obj, best_n = obj, layers
             if (allowed == under_b).all():  # a larger C allows nothing more
@@ -204,13 +204,13 @@ def best_for_r(c: SplitCoefficients, r: int, incumbent: int):
     return None if best_n is None else (best_obj, best_n)
 
 
-def _objective(rc: RangeCosts, layers: tuple[int, ...], m: int) -> int:
+def _objective(c: SplitCoefficients, rc: RangeCosts, layers: tuple[int, ...]) -> int:
     starts = np.concatenate([[0], np.cumsum(layers)[:-1]])
     ends = np.cumsum(layers)
     stages = np.arange(len(layers))
     times = rc.time[stages, starts, ends]
     tails = rc.tail[stages, starts, ends]
-    return int(times.sum() + (m - 1) * times.max() + tails.max())
+    return int(pipeline_x_v(c, times.sum(), times.max(), tails.max()))
 
 
 def even_for_r(c: SplitCoefficients, r: int) -> int | None:
@@ -268,7 +268,7 @@ def cheap_bound(c: SplitCoefficients) -> int:
     """A valid bound on v*T for a mixed stack without any split search: the stages share the
     layers' total time and tail (max >= mean), each stage holds at least its cheapest layer and,
     with full recompute, recomputes at least one layer."""
-    p, m = c.num_stages, c.num_microbatches
+    p = c.num_stages
     full = c.outer.recompute == "full"
     least_rc = int(c.layer_recompute_ns.min()) if full else 0
     sum_lb = int(c.layer_time_ns.sum() + c.stage_time_ns.sum()) + p * least_rc
@@ -277,7 +277,7 @@ def cheap_bound(c: SplitCoefficients) -> int:
     max_lb = max(-(-sum_lb // p), int((c.stage_time_ns + c.layer_time_ns.min() + least_rc).max()))
     tails = int(c.layer_tail_ns.sum() + c.stage_tail_ns.sum())
     tail_lb = max(-(-tails // p), int((c.stage_tail_ns + c.layer_tail_ns.min()).max()))
-    return sum_lb + (m - 1) * max_lb + tail_lb
+    return pipeline_bound_x_v(c, sum_lb, max_lb, tail_lb)
 
 
 def layer_prefix(c: SplitCoefficients) -> dict[str, list[int]]:

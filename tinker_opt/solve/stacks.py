@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
 from tinker_opt.solve import cpsat_rows, milp_rows
 from tinker_opt.solve.form_split import best_form_split, feasible_under_caps, restricted
 from tinker_opt.solve.layer_bounds import (
@@ -94,8 +95,7 @@ class Stack(ABC):
     def horizon_x_v(self) -> int:
         """An upper bound on v*T: every stage at its largest time and tail."""
         t_max, tail_max = self.stage_maxima()
-        p, m, v = self.c.num_stages, self.c.num_microbatches, self.c.vpp
-        return p * v * t_max + (m * v - 1) * t_max + v * tail_max
+        return pipeline_x_v(self.c, self.c.num_stages * self.c.vpp * t_max, t_max, tail_max)
 
     @abstractmethod
     def free_split(self) -> Split | None:
@@ -174,7 +174,7 @@ class UniformStack(Stack):
 
     def v1_lower_bound(self, *, tight: bool) -> int:
         sum_lb, max_lb, tail_lb = bound_terms(self.c, self.k, tight=tight)
-        loose = int(sum_lb + (self.c.num_microbatches - 1) * max_lb + tail_lb)
+        loose = int(pipeline_bound_x_v(self.c, sum_lb, max_lb, tail_lb))
         if not tight or self.c.outer.recompute != "full":
             return loose
         return max(loose, min(self.recompute_bounds().values()))
