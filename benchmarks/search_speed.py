@@ -50,6 +50,7 @@ COLUMNS = (
     "search_cpu_s",
     "folder_s",
     "best",
+    "picks_ms",
 )
 
 RUNNER = r"""
@@ -86,7 +87,7 @@ print(json.dumps({
     "search_cpu_s": round(cpu - spent["folder_cpu"], 3),
     "folder_s": round(spent["folder_wall"], 3),
     "best": Strategy.from_dict(best["strategy"]).label(),
-    "picks": {k: round(v["iteration_time_ms"], 3) for k, v in outcome.picks.items()},
+    "picks_ms": " ".join(f"{k}={v['iteration_time_ms']:.3f}" for k, v in outcome.picks.items()),
 }))
 """
 

@@ -43,6 +43,8 @@ class Memo:
     """(r, tables) of the last r tabulated (mixed_split.range_costs)."""
     mixed_terms: dict[int, Any] = field(default_factory=dict)
     """Per-r bound terms of a mixed stack (mixed_split.bound_terms_for_r)."""
+    even_split: tuple[Any] | None = None
+    """(the even split of a virtual pipeline, or None when it does not fit,) (stacks.Stack)."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -13,6 +13,8 @@ increasing order of its lower bound. The CP-SAT and MILP models add the same for
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
@@ -70,25 +72,40 @@ def feasible_under_caps(caps: np.ndarray, num_layers: int, form: str) -> bool:
     return bool((rows <= caps[None, :]).all(axis=1).any())
 
 
-def best_form_split(c: SplitCoefficients, r_bounds: dict[int, int]):
+FormTables = Callable[[int, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+"""(r, rows of layer counts) -> (t_s, tail_s, fits) of every stage of every row, (rows, p) each."""
+
+
+def range_tables(c: SplitCoefficients) -> FormTables:
+    """The form tables of any stack, read from mixed_split.range_costs at the rows' boundaries."""
+
+    def tables(r: int, rows: np.ndarray):
+        ends = np.cumsum(rows, axis=1)
+        starts = ends - rows
+        stages = np.arange(c.num_stages)[None, :]
+        rc = range_costs(c, r)
+        index = (stages, starts, ends)
+        return rc.time[index], rc.tail[index], rc.valid[index]
+
+    return tables
+
+
+def best_form_split(c: SplitCoefficients, r_bounds: dict[int, int], tables: FormTables):
     """(v*T, layers, r) of the best split of the form, None if none fits; `r_bounds` maps each
-    candidate recompute count to a valid lower bound of v*T with it (visited in that order)."""
+    candidate recompute count to a valid lower bound of v*T with it (visited in that order);
+    `tables` prices the rows (range_tables, or a uniform stack's per-count tables)."""
     rows = form_splits(c.num_layers, c.num_stages, c.layer_form)
     if len(rows) == 0:
         return None
-    ends = np.cumsum(rows, axis=1)
-    starts = ends - rows
-    stages = np.arange(c.num_stages)[None, :]
     best = None
     for r in sorted(r_bounds, key=lambda value: (r_bounds[value], value)):
         if best is not None and r_bounds[r] >= best[0]:
             break
-        rc = range_costs(c, r)
-        ok = rc.valid[stages, starts, ends].all(axis=1)
+        times, tails, fits = tables(r, rows)
+        ok = fits.all(axis=1)
         if not ok.any():
             continue
-        times = rc.time[stages, starts, ends][ok]
-        tails = rc.tail[stages, starts, ends][ok]
+        times, tails = times[ok], tails[ok]
         objective = pipeline_x_v(c, times.sum(axis=1), times.max(axis=1), tails.max(axis=1))
         index = int(np.argmin(objective))
         value = int(objective[index])

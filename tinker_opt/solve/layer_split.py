@@ -190,17 +190,19 @@ def best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
     """Virtual pipeline: the even split, feasible or not, for recompute count r."""
     p, v = c.num_stages, c.vpp
     n = np.full(p, c.num_layers // p, dtype=np.int64)
-    if c.method == "uniform":  # the general per-chunk sums (recompute.py)
-        stages = c.stage_costs(tuple(int(x) for x in n), r)
-        if max(st.memory_bytes_x_v for st in stages) > v * c.memory_limit_bytes:
-            return None
-        return Split(tuple(int(x) for x in n), r, c.iteration_time_ns_x_v(stages))
     chunk = c.num_layers // (p * v)
-    rs = v * min(r, chunk)
     kk = c.stage_inflight_x_v
-    mem_x_v = v * (k.w * n + c.stage_static_bytes + (c.work_bytes if r else 0)) + kk * (
-        k.act * (n - rs) + k.inp * rs + c.stage_act_bytes
-    )
+    if c.method == "uniform":
+        # Every layer recomputed; per chunk ceil(chunk / r) group inputs in flight and one group of
+        # min(r, chunk) layers live while recomputed (recompute.chunk_plan; coefficients.stage_costs).
+        mem_x_v = v * (k.w * n + c.stage_static_bytes + min(r, chunk) * c.work_bytes) + kk * (
+            v * -(-chunk // r) * c.checkpoint_bytes + c.stage_act_bytes
+        )
+    else:
+        rs = v * min(r, chunk)
+        mem_x_v = v * (k.w * n + c.stage_static_bytes + (c.work_bytes if r else 0)) + kk * (
+            k.act * (n - rs) + k.inp * rs + c.stage_act_bytes
+        )
     if (mem_x_v > v * c.memory_limit_bytes).any():
         return None
     return Split(tuple(int(x) for x in n), r, objective_x_v(c, k, n, r))

@@ -18,12 +18,20 @@ import numpy as np
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
 from tinker_opt.solve import cpsat_rows, milp_rows
-from tinker_opt.solve.form_split import best_form_split, feasible_under_caps, restricted
+from tinker_opt.solve.form_split import (
+    best_form_split,
+    feasible_under_caps,
+    range_tables,
+    restricted,
+)
 from tinker_opt.solve.layer_bounds import (
-    bound_for_r,
     bound_terms,
+    bounds_by_r,
+    caps_by_r,
+    count_tables,
     least_peak_split,
     loosest_caps,
+    packs,
     upper_caps,
 )
 from tinker_opt.solve.layer_split import (
@@ -33,8 +41,6 @@ from tinker_opt.solve.layer_split import (
     best_even,
     best_free_split,
     lower_bound_for_r,
-    memory_caps,
-    pack,
     recompute_range,
 )
 from tinker_opt.solve.mixed_split import (
@@ -70,7 +76,7 @@ class Stack(ABC):
         """The exact optimal split, None if nothing fits; when the framework can write only some
         splits the search runs over those (form_split.py), r visited by its lower bound."""
         if restricted(self.c):
-            found = best_form_split(self.c, self.form_r_bounds())
+            found = best_form_split(self.c, self.form_r_bounds(), self.form_tables)
             return None if found is None else Split(found[1], found[2], found[0])
         return self.free_split()
 
@@ -92,6 +98,13 @@ class Stack(ABC):
             self.c.memo.recompute_bounds = self.compute_recompute_bounds()
         return self.c.memo.recompute_bounds
 
+    def even_split(self) -> Split | None:
+        """Virtual pipeline: the even split with the smallest recompute count that fits, or None
+        (kept in the coefficients' memo: feasibility, the bound and the solver rows ask for it)."""
+        if self.c.memo.even_split is None:
+            self.c.memo.even_split = (self.compute_even_split(),)
+        return self.c.memo.even_split[0]
+
     def horizon_x_v(self) -> int:
         """An upper bound on v*T: every stage at its largest time and tail."""
         t_max, tail_max = self.stage_maxima()
@@ -102,12 +115,16 @@ class Stack(ABC):
         """best_split among every split (no layer form)."""
 
     @abstractmethod
-    def even_split(self) -> Split | None:
-        """Virtual pipeline: the even split with the smallest recompute count that fits, or None."""
+    def compute_even_split(self) -> Split | None:
+        """even_split, uncached."""
 
     @abstractmethod
     def form_r_bounds(self) -> dict[int, int]:
         """{r: lower bound on v*T with r} that orders the layer-form search (v = 1)."""
+
+    @abstractmethod
+    def form_tables(self, r: int, rows: np.ndarray):
+        """form_split.FormTables of this stack: (t_s, tail_s, fits) of every row of counts."""
 
     @abstractmethod
     def fits(self) -> bool:
@@ -147,9 +164,10 @@ class UniformStack(Stack):
         self.k = Scalars.of(c)
 
     def free_split(self) -> Split | None:
-        return best_free_split(self.c, self.k)
+        # a virtual pipeline's split is the even one, at the smallest r that fits (time grows with r)
+        return self.even_split() if self.c.vpp > 1 else best_free_split(self.c, self.k)
 
-    def even_split(self) -> Split | None:
+    def compute_even_split(self) -> Split | None:
         for r in recompute_range(self.c):
             found = best_even(self.c, self.k, r)
             if found is not None:
@@ -159,6 +177,13 @@ class UniformStack(Stack):
     def form_r_bounds(self) -> dict[int, int]:
         return {r: lower_bound_for_r(self.c, self.k, r) for r in recompute_range(self.c)}
 
+    def form_tables(self, r: int, rows: np.ndarray):
+        """Every layer costs the same, so a stage's costs depend on its count alone: per-count
+        tables of the same integers (count_tables), read at the rows."""
+        time, tail, fits = count_tables(self.c, self.k, r)
+        index = (np.arange(self.c.num_stages)[None, :], rows)
+        return time[index], tail[index], fits[index]
+
     def fits(self) -> bool:
         c, k = self.c, self.k
         if restricted(c):
@@ -166,9 +191,7 @@ class UniformStack(Stack):
                 return self.best_split() is not None
             return feasible_under_caps(loosest_caps(c, k), c.num_layers, c.layer_form)
         if c.method == "uniform":  # no r uses the least memory everywhere: some r must fit
-            return any(
-                pack(memory_caps(c, k, r), c.num_layers) is not None for r in recompute_range(c)
-            )
+            return bool(packs(caps_by_r(c, k, np.array(recompute_range(c))), c.num_layers).any())
         caps = loosest_caps(c, k)
         return bool(caps.min() >= 1 and caps.sum() >= c.num_layers)
 
@@ -180,8 +203,7 @@ class UniformStack(Stack):
         return max(loose, min(self.recompute_bounds().values()))
 
     def compute_recompute_bounds(self) -> dict[int, int]:
-        found = {r: bound_for_r(self.c, self.k, r) for r in recompute_range(self.c)}
-        return {r: bound for r, bound in found.items() if bound is not None}
+        return bounds_by_r(self.c, self.k, recompute_range(self.c))
 
     def least_peak(self, r: int) -> tuple[tuple[int, ...], int]:
         return least_peak_split(self.c, self.k, r)
@@ -218,7 +240,7 @@ class MixedStack(Stack):
                 best = Split(found[1], min(r, max(found[1])), found[0])
         return best
 
-    def even_split(self) -> Split | None:
+    def compute_even_split(self) -> Split | None:
         """The smallest r that fits, since the time grows with r."""
         c = self.c
         for r in recompute_range(c):
@@ -229,6 +251,9 @@ class MixedStack(Stack):
 
     def form_r_bounds(self) -> dict[int, int]:
         return mixed_recompute_bounds(self.c, recompute_range(self.c))
+
+    def form_tables(self, r: int, rows: np.ndarray):
+        return range_tables(self.c)(r, rows)
 
     def fits(self) -> bool:
         c = self.c
