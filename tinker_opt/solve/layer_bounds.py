@@ -62,28 +62,29 @@ def _block_caps(c: SplitCoefficients, k: Scalars, rs: np.ndarray) -> np.ndarray:
     return piecewise_cap(budget, k.w + kk * k.inp, k.w + kk * k.act, rs[:, None], c.num_layers)
 
 
-def count_tables(c: SplitCoefficients, k: Scalars, r: int):
-    """(time, tail, fits) of each stage (rows) holding n = 0..L layers (columns) with recompute
-    count r: the integers of coefficients.stage_costs for a uniform stack (v = 1), where a
-    stage's costs depend on its layer count alone (range_costs without the positions)."""
-    n = np.arange(c.num_layers + 1, dtype=np.int64)[None, :]
-    kk = c.stage_inflight_x_v.astype(np.int64)[:, None]
-    fixed = (c.stage_static_bytes + c.stage_inflight_x_v.astype(np.int64) * c.stage_act_bytes)[
-        :, None
-    ]
+def count_tables(c: SplitCoefficients, k: Scalars, rs: np.ndarray):
+    """(time, tail, fits) of each recompute count in `rs`, stage s and count n = 0..L, shape
+    (len(rs), p, L+1): the integers of coefficients.stage_costs for a uniform stack (v = 1),
+    where a stage's costs depend on its layer count alone (range_costs without positions)."""
+    n = np.arange(c.num_layers + 1, dtype=np.int64)[None, None, :]
+    r = rs[:, None, None]
+    kk = c.stage_inflight_x_v.astype(np.int64)[None, :, None]
+    fixed = c.stage_static_bytes[None, :, None] + kk * c.stage_act_bytes[None, :, None]
+    recomputed = np.minimum(r, n)
     if c.method == "uniform":  # ceil(n / r) group inputs, a min(r, n)-layer working set
         memory = (
             fixed
             + k.w * n
-            + kk * (-(-n // r)) * c.checkpoint_bytes
-            + np.minimum(r, n) * c.work_bytes
+            + kk * (-(-n // np.maximum(r, 1))) * c.checkpoint_bytes
+            + recomputed * c.work_bytes
         )
+        time = np.broadcast_to((k.a + k.f) * n, memory.shape)
     else:  # block (r = 0: none): the first min(r, n) layers keep their input, one layer's working set
-        rs = np.minimum(r, n)
-        work = np.where(rs > 0, c.work_bytes, 0)
-        memory = fixed + k.w * n + work + kk * (k.inp * rs + k.act * (n - rs))
-    time = piecewise(n, *shape_of(c, k, r)) + c.stage_time_ns[:, None]
-    tail = k.alpha * n + c.stage_tail_ns[:, None]
+        work = np.where(recomputed > 0, c.work_bytes, 0)
+        memory = fixed + k.w * n + work + kk * (k.inp * recomputed + k.act * (n - recomputed))
+        time = k.a * n + (k.f * recomputed if c.method == "block" else 0 * n)
+    time = time + c.stage_time_ns[None, :, None]
+    tail = np.broadcast_to(k.alpha * n + c.stage_tail_ns[None, :, None], memory.shape)
     return time, tail, (n > 0) & (memory <= c.memory_limit_bytes)
 
 

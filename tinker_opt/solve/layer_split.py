@@ -173,17 +173,24 @@ def best_free_split(c: SplitCoefficients, k: Scalars) -> Split | None:
 def lower_bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int:
     """A lower bound on v*T for recompute count r (v = 1): the largest stage holds at least
     ceil(L/p) layers, every stage recomputes min(r, 1) or more, every tail is at least its own."""
+    return lower_bounds_for_r(c, k, [r])[r]
+
+
+def lower_bounds_for_r(c: SplitCoefficients, k: Scalars, rs) -> dict[int, int]:
+    """{r: lower_bound_for_r} for every r in `rs`, as one array expression."""
     L, p = c.num_layers, c.num_stages
     per = -(-L // p)
-    low, high, knee = shape_of(c, k, r)
-    bottleneck = int(piecewise(per, low, high, knee)) + int(c.stage_time_ns.min())
+    rs = [int(r) for r in rs]
+    low, high, knee = np.array([shape_of(c, k, r) for r in rs], dtype=np.int64).reshape(-1, 3).T
+    bottleneck = piecewise(per, low, high, knee) + int(c.stage_time_ns.min())
     total = (
         high * L
         + int(c.stage_time_ns.sum())
-        + (low - high) * (min(knee, per) + (p - 1) * min(knee, 1))
+        + (low - high) * (np.minimum(knee, per) + (p - 1) * np.minimum(knee, 1))
     )
     tail = max(k.alpha * per + int(c.stage_tail_ns.min()), int((k.alpha + c.stage_tail_ns).max()))
-    return pipeline_bound_x_v(c, total, bottleneck, tail)
+    bounds = pipeline_bound_x_v(c, total, bottleneck, tail)
+    return {r: int(b) for r, b in zip(rs, bounds, strict=True)}
 
 
 def best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:

@@ -15,7 +15,7 @@ the walk visits are split again under the lower limit.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from tinker_opt.solve.bounds import lower_bound_x_v
 from tinker_opt.solve.enumerate import Candidate, presolve
@@ -38,11 +38,15 @@ def ordered(cands: Iterable[Candidate]) -> list[Candidate]:
 class Ranking:
     """Presolved configurations, their bounds and the exact splits found (module docstring)."""
 
-    def __init__(self, cost_model, cheap: dict[Strategy, float], presolved: Iterable[Strategy]):
+    def __init__(self, cost_model, cheap: dict[Strategy, float], outers: Sequence[Strategy], space):
         self.cost_model = cost_model
+        self.space = space
+        """The SearchSpace the outers come from."""
+        self.outers = list(outers)
+        """Its valid outer configurations, in the space's order."""
         self.cheap = dict(cheap)
         """{feasible outer: cheap lower bound on T in ns}."""
-        self.presolved = set(presolved)
+        self.presolved = set(outers)
         """Every outer whose feasibility is known (feasible ones are the keys of `cheap`)."""
         self.order = sorted(self.cheap, key=lambda o: (self.cheap[o], o.label()))
         self._tight: dict[Strategy, float] = {}

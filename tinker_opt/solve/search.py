@@ -86,7 +86,7 @@ class SearchResult:
         presolved now), under `limited` (the same cost model with a lower memory limit; None:
         this one); raises InfeasibleError when none fits."""
         ranking = self.ranking
-        allowed = set(_outers(ranking.cost_model, space))
+        allowed = _narrowed_outers(ranking, space)
         ranking.include(allowed)
         under = None if limited is None else limited.with_layer_form(ranking.cost_model.layer_form)
         found = ranking.walk(1, allowed.__contains__, under)
@@ -119,11 +119,15 @@ def search(
     outers = _outers(cost_model, space)
     note(f"{len(outers)} valid outer configurations")
     if solver == "enum":
-        return _search_enum(cost_model, outers, cpus, time_limit_s, top_k, start)
-    return _search_model(cost_model, outers, solver, cpus, time_limit_s, top_k, start, note, prune)
+        return _search_enum(cost_model, outers, space, cpus, time_limit_s, top_k, start)
+    return _search_model(
+        cost_model, outers, space, solver, cpus, time_limit_s, top_k, start, note, prune
+    )
 
 
-def _search_enum(cost_model, outers, cpus: int, time_limit_s: float, top_k: int, start: float):
+def _search_enum(
+    cost_model, outers, space, cpus: int, time_limit_s: float, top_k: int, start: float
+):
     """Exhaustive enumeration (the reference): optimal when it finishes, else feasible."""
     found, complete = enumerate_splits(cost_model, outers, cpus=cpus, time_limit_s=time_limit_s)
     if not found and complete:
@@ -133,7 +137,7 @@ def _search_enum(cost_model, outers, cpus: int, time_limit_s: float, top_k: int,
             f"enumeration stopped at the {time_limit_s:g} s time limit before "
             "finding a strategy that fits; raise --time-limit or use --solver cpsat"
         )
-    ranking = Ranking(cost_model, {cand.outer: cand.time_ns for cand in found}, outers)
+    ranking = Ranking(cost_model, {cand.outer: cand.time_ns for cand in found}, outers, space)
     ranking.splits = {cand.outer: cand for cand in found}
     pool = [_evaluate(ranking, cand) for cand in found[: max(top_k, ENUM_POOL)]]
     top = pool[:top_k]
@@ -159,6 +163,7 @@ def _search_enum(cost_model, outers, cpus: int, time_limit_s: float, top_k: int,
 def _search_model(
     cost_model,
     outers,
+    space,
     solver: str,
     cpus: int,
     time_limit_s: float,
@@ -171,7 +176,7 @@ def _search_model(
     cheap = presolve(cost_model, outers, cpus=cpus)  # feasibility and cheap bounds, in parallel
     if not cheap:
         raise InfeasibleError(infeasible_message(cost_model, outers))
-    ranking = Ranking(cost_model, cheap, outers)
+    ranking = Ranking(cost_model, cheap, outers, space)
     feasible = ranking.order
     hints = sorted(
         (ranking.split(o) for o in ranking.order[:top_k]),
@@ -210,6 +215,35 @@ def _search_model(
         pool,
         ranking,
     )
+
+
+LAYOUT_FILTERS = ("tp", "pp", "cp", "ep")
+"""SearchSpace tuples that restrict the Strategy field of the same name and nothing else
+(space._allowed): narrowing one keeps exactly the outers whose field it admits."""
+
+
+def _narrowed_outers(ranking: Ranking, space: SearchSpace) -> set:
+    """The outer configurations of `space`: the search's own filtered, when `space` narrows only
+    layout tuples to subsets of the search's; else the space listed anew."""
+    searched = ranking.space
+    changed = [
+        f.name
+        for f in dataclasses.fields(SearchSpace)
+        if getattr(space, f.name) != getattr(searched, f.name)
+    ]
+    if all(
+        name in LAYOUT_FILTERS
+        and getattr(space, name) is not None
+        and (
+            getattr(searched, name) is None
+            or set(getattr(space, name)) <= set(getattr(searched, name))
+        )
+        for name in changed
+    ):
+        return {
+            o for o in ranking.outers if all(getattr(o, n) in getattr(space, n) for n in changed)
+        }
+    return set(_outers(ranking.cost_model, space))
 
 
 def _outers(cost_model: CostModel, space: SearchSpace):

@@ -40,7 +40,7 @@ from tinker_opt.solve.layer_split import (
     Split,
     best_even,
     best_free_split,
-    lower_bound_for_r,
+    lower_bounds_for_r,
     recompute_range,
 )
 from tinker_opt.solve.mixed_split import (
@@ -69,6 +69,9 @@ def best_split(c: SplitCoefficients) -> Split | None:
 class Stack(ABC):
     """One outer configuration's layer stack: its exact split, bounds and solver rows."""
 
+    FORM_BATCH = 1
+    """Recompute counts the layer-form search prices together (form_split.best_form_split)."""
+
     def __init__(self, c: SplitCoefficients):
         self.c = c
 
@@ -76,7 +79,7 @@ class Stack(ABC):
         """The exact optimal split, None if nothing fits; when the framework can write only some
         splits the search runs over those (form_split.py), r visited by its lower bound."""
         if restricted(self.c):
-            found = best_form_split(self.c, self.form_r_bounds(), self.form_tables)
+            found = best_form_split(self.c, self.form_r_bounds(), self.form_tables, self.FORM_BATCH)
             return None if found is None else Split(found[1], found[2], found[0])
         return self.free_split()
 
@@ -123,7 +126,7 @@ class Stack(ABC):
         """{r: lower bound on v*T with r} that orders the layer-form search (v = 1)."""
 
     @abstractmethod
-    def form_tables(self, r: int, rows: np.ndarray):
+    def form_tables(self, rs: list[int], rows: np.ndarray):
         """form_split.FormTables of this stack: (t_s, tail_s, fits) of every row of counts."""
 
     @abstractmethod
@@ -159,6 +162,8 @@ class Stack(ABC):
 class UniformStack(Stack):
     """Every layer costs the same: scalar coefficients (layer_split.Scalars), water-filling."""
 
+    FORM_BATCH = 64
+
     def __init__(self, c: SplitCoefficients):
         super().__init__(c)
         self.k = Scalars.of(c)
@@ -175,13 +180,13 @@ class UniformStack(Stack):
         return None
 
     def form_r_bounds(self) -> dict[int, int]:
-        return {r: lower_bound_for_r(self.c, self.k, r) for r in recompute_range(self.c)}
+        return lower_bounds_for_r(self.c, self.k, recompute_range(self.c))
 
-    def form_tables(self, r: int, rows: np.ndarray):
+    def form_tables(self, rs: list[int], rows: np.ndarray):
         """Every layer costs the same, so a stage's costs depend on its count alone: per-count
-        tables of the same integers (count_tables), read at the rows."""
-        time, tail, fits = count_tables(self.c, self.k, r)
-        index = (np.arange(self.c.num_stages)[None, :], rows)
+        tables of the same integers (count_tables), read at the rows, every count at once."""
+        time, tail, fits = count_tables(self.c, self.k, np.asarray(rs, dtype=np.int64))
+        index = (slice(None), np.arange(self.c.num_stages)[None, :], rows)
         return time[index], tail[index], fits[index]
 
     def fits(self) -> bool:
@@ -252,8 +257,8 @@ class MixedStack(Stack):
     def form_r_bounds(self) -> dict[int, int]:
         return mixed_recompute_bounds(self.c, recompute_range(self.c))
 
-    def form_tables(self, r: int, rows: np.ndarray):
-        return range_tables(self.c)(r, rows)
+    def form_tables(self, rs: list[int], rows: np.ndarray):
+        return range_tables(self.c)(rs, rows)
 
     def fits(self) -> bool:
         c = self.c
