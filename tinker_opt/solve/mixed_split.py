@@ -132,15 +132,16 @@ def _least_sum(rc: RangeCosts, masks: np.ndarray) -> tuple[int, tuple[int, ...]]
     return int(value[-1]), tuple(bounds[i + 1] - bounds[i] for i in range(p))
 
 
-def _first_feasible(values: np.ndarray, feasible) -> int:
-    lo, hi = 0, len(values)
-    while lo < hi:  # feasibility is monotone in the candidate value
-        mid = (lo + hi) // 2
-        if feasible(values[mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+def _least_max(values: np.ndarray, masks: np.ndarray) -> int:
+    """min over the boundary sequences using allowed ranges of max_s values[s, b_s, b_s+1], BIG
+    when none: a bottleneck-path DP over the boundaries (one pass; the least value whose caps
+    are reachable, which a bisection over the candidate values would find)."""
+    value = np.full(masks.shape[1], BIG, dtype=np.int64)
+    value[0] = -BIG
+    for s in range(masks.shape[0]):
+        ok = masks[s] & (value[:, None] < BIG)
+        value = np.where(ok, np.maximum(value[:, None], values[s]), BIG).min(axis=0)
+    return int(value[-1])
 
 
 def bound_terms_for_r(c: SplitCoefficients, r: int) -> tuple[int, int, int] | None:
@@ -157,11 +158,7 @@ def _bound_terms_for_r(c: SplitCoefficients, r: int) -> tuple[int, int, int] | N
     least = _least_sum(rc, rc.valid)
     if least is None:
         return None
-    times = np.unique(rc.time[rc.valid])
-    tails = np.unique(rc.tail[rc.valid])
-    b_min = times[_first_feasible(times, lambda v: _reachable(rc.valid & (rc.time <= v)))]
-    c_min = tails[_first_feasible(tails, lambda v: _reachable(rc.valid & (rc.tail <= v)))]
-    return least[0], int(b_min), int(c_min)
+    return least[0], _least_max(rc.time, rc.valid), _least_max(rc.tail, rc.valid)
 
 
 def mixed_recompute_bounds(c: SplitCoefficients, r_values) -> dict[int, int]:
@@ -179,19 +176,16 @@ def best_for_r(c: SplitCoefficients, r: int, incumbent: int):
     terms = bound_terms_for_r(c, r)
     if terms is None:
         return None
-    sum_lb, _, tail_lb = terms
+    sum_lb, b_min, tail_lb = terms
     rc = range_costs(c, r)
     times = np.unique(rc.time[rc.valid])
     best_obj, best_n = incumbent, None
-    for b_value in times[_first_feasible(times, lambda v: _reachable(rc.valid & (rc.time <= v))) :]:
+    for b_value in times[np.searchsorted(times, b_min) :]:
         if pipeline_bound_x_v(c, sum_lb, int(b_value), tail_lb) >= best_obj:
             break
         under_b = rc.valid & (rc.time <= b_value)
         tails = np.unique(rc.tail[under_b])
-        first = _first_feasible(
-            tails, lambda v, under_b=under_b: _reachable(under_b & (rc.tail <= v))
-        )
-        for c_value in tails[first:]:
+        for c_value in tails[np.searchsorted(tails, _least_max(rc.tail, under_b)) :]:
             if pipeline_bound_x_v(c, sum_lb, int(b_value), int(c_value)) >= best_obj:
                 break
             allowed = under_b & (rc.tail <= c_value)
@@ -226,9 +220,7 @@ def least_peak_split(c: SplitCoefficients, r: int) -> tuple[tuple[int, ...], int
     """(layers, peak bytes) of the v = 1 split with the smallest largest stage memory at r."""
     rc = range_costs(c, r)
     ranges = (np.arange(c.num_layers + 1)[None, :] > np.arange(c.num_layers + 1)[:, None])[None]
-    values = np.unique(rc.memory[np.broadcast_to(ranges, rc.memory.shape)])
-    index = _first_feasible(values, lambda v: _reachable(ranges & (rc.memory <= v)))
-    peak = int(values[index])
+    peak = _least_max(rc.memory, np.broadcast_to(ranges, rc.memory.shape))
     return _least_sum(rc, ranges & (rc.memory <= peak))[1], peak
 
 
