@@ -144,6 +144,11 @@ def _least_max(values: np.ndarray, masks: np.ndarray) -> int:
     return int(value[-1])
 
 
+def fits_for_r(c: SplitCoefficients, r: int) -> bool:
+    """Some split fits in memory with recompute count r (v = 1): one reachability pass."""
+    return _reachable(range_costs(c, r).valid)
+
+
 def bound_terms_for_r(c: SplitCoefficients, r: int) -> tuple[int, int, int] | None:
     """Lower bounds on (sum_s t_s, max_s t_s, max_s tail_s) over the splits with recompute count r
     (each term minimised alone), None when no split fits with r. Cached per r."""

@@ -45,9 +45,9 @@ from tinker_opt.solve.layer_split import (
 )
 from tinker_opt.solve.mixed_split import (
     best_for_r,
-    bound_terms_for_r,
     cheap_bound,
     even_for_r,
+    fits_for_r,
     mixed_recompute_bounds,
     uniform_fits,
 )
@@ -267,7 +267,7 @@ class MixedStack(Stack):
         if c.method == "uniform":
             return uniform_fits(c, recompute_range(c))
         # the most recompute uses the least memory
-        return bound_terms_for_r(c, recompute_range(c)[-1]) is not None
+        return fits_for_r(c, recompute_range(c)[-1])
 
     def v1_lower_bound(self, *, tight: bool) -> int:
         return min(self.recompute_bounds().values()) if tight else cheap_bound(self.c)
