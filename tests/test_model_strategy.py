@@ -21,7 +21,7 @@ def _check(strategy, model=DENSE, gbs=64):
 
 def test_valid_strategy_passes():
     """A plain tp2-pp2-dp2 strategy with sp and the distributed optimizer is valid."""
-    _check(Strategy(tp=2, pp=2, dp=2, sp=True, dist_opt=True, mbs=2))
+    _check(Strategy(tp=2, pp=2, dp=2, sp=True, zero=1, mbs=2))
 
 
 @pytest.mark.parametrize(
@@ -130,7 +130,7 @@ def test_overlap_keys_round_trip_json():
         pp=1,
         dp=4,
         sp=True,
-        dist_opt=True,
+        zero=1,
         overlap_grad_reduce=True,
         overlap_param_gather=True,
         tp_comm_overlap=False,

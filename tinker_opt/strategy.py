@@ -47,6 +47,23 @@ ZERO_LEVELS = (0, 1, 2, 3)
 optimizer), 2 + gradients, 3 + parameters (FSDP)."""
 
 
+def zero_from_dist_opt(dist_opt: object, zero: object = None) -> int:
+    """The ZeRO stage of an older strategy file (or flag pair) that spells `dist_opt`: true means
+    at least 1 (exactly 1 without `zero`), false means 0; a `zero` that contradicts it is an error
+    naming both values."""
+    on = bool(dist_opt)
+    if zero is None:
+        return int(on)
+    if isinstance(zero, bool) or zero not in ZERO_LEVELS:
+        raise StrategyError(f"zero must be one of {ZERO_LEVELS}, got {zero!r}")
+    if on != (zero >= 1):
+        raise StrategyError(
+            f"dist_opt {str(on).lower()} contradicts zero {zero} (the distributed optimizer is "
+            "zero >= 1); give one of them or make them agree"
+        )
+    return int(zero)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Strategy:
     """One parallel configuration, as Megatron / MindSpeed-LLM flags can express it."""
@@ -62,7 +79,6 @@ class Strategy:
     """Expert tensor-parallel size; None means Megatron's default (= tp) or a dense model."""
     sp: bool = False
     vpp: int = 1
-    dist_opt: bool = False
     mbs: int = 1
     recompute: str = "none"
     recompute_method: str | None = None
@@ -72,8 +88,8 @@ class Strategy:
     num_layer_list: tuple[int, ...] | None = None
     """Layers per pipeline stage (`--num-layer-list`), None for an even split."""
     zero: int = 0
-    """ZeRO stage over the data-parallel (x context-parallel) group, kept consistent with dist_opt:
-    zero >= 1 exactly when dist_opt. Levels 0 and 1 follow dist_opt; 2 and 3 turn dist_opt on."""
+    """ZeRO stage over the data-parallel (x context-parallel) group (ZERO_LEVELS); the one field of
+    the optimizer sharding: the distributed optimizer is the read-only `dist_opt` (zero >= 1)."""
     overlap_grad_reduce: bool | None = None
     """`--overlap-grad-reduce`: DP gradient reduce in buckets during the backward."""
     overlap_param_gather: bool | None = None
@@ -86,10 +102,6 @@ class Strategy:
     def __post_init__(self) -> None:
         if self.zero not in ZERO_LEVELS or isinstance(self.zero, bool):
             raise StrategyError(f"zero must be one of {ZERO_LEVELS}, got {self.zero!r}")
-        if self.zero <= 1:
-            object.__setattr__(self, "zero", int(bool(self.dist_opt)))
-        else:
-            object.__setattr__(self, "dist_opt", True)
         for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -114,6 +126,11 @@ class Strategy:
             )
 
     @property
+    def dist_opt(self) -> bool:
+        """Megatron's distributed optimizer (`--use-distributed-optimizer`): ZeRO stage >= 1."""
+        return self.zero >= 1
+
+    @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
 
@@ -134,7 +151,8 @@ class Strategy:
         return (num_layers // self.pp,) * self.pp
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of ARCHITECTURE.md, keys in schema order."""
+        """The JSON object of ARCHITECTURE.md, keys in schema order; `dist_opt` is written as the
+        derived key (zero >= 1) that the frozen Strategy schema and older readers expect."""
         out = {key: getattr(self, key) for key in STRATEGY_KEYS}
         if out["num_layer_list"] is not None:
             out["num_layer_list"] = list(out["num_layer_list"])
@@ -153,11 +171,13 @@ class Strategy:
                 f"unknown strategy key(s) {unknown}; expected some of {list(STRATEGY_KEYS)}"
             )
         values = {key: data[key] for key in STRATEGY_KEYS if key in data and data[key] is not None}
-        for flag in ("sp", "dist_opt", *OVERLAP_KEYS):
+        for flag in ("sp", *OVERLAP_KEYS):
             if flag in values:
                 values[flag] = bool(values[flag])
         if "num_layer_list" in values:
             values["num_layer_list"] = tuple(int(n) for n in values["num_layer_list"])
+        if "dist_opt" in values:
+            values["zero"] = zero_from_dist_opt(values.pop("dist_opt"), values.get("zero"))
         return cls(**values)
 
     def replace(self, **changes: Any) -> Strategy:

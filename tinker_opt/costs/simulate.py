@@ -1,6 +1,6 @@
 """`simulate`: the Strategy that Tinker-style flags (or JSON) describe, for `CostModel.evaluate`.
 
-The CLI maps its flags (`--simu-tp`, `--simu-pp`, `--simu-ep`, `--simu-sp`, `--zero`/`--dist-opt`,
+The CLI maps its flags (`--simu-tp`, `--simu-pp`, `--simu-ep`, `--simu-sp`, `--zero 0..3`/`--dist-opt`,
 `--micro-batch-size`, `--num-layer-list`, `--recompute`, `--recompute-num-layers`, `--cp`,
 `--cp-algo`, `--vpp`, `--etp`) onto `strategy_from_flags`; the data-parallel size follows from the
 cluster. `Evaluation.to_dict()` is what `--json` prints and `--detail` tabulates.
@@ -45,7 +45,7 @@ def strategy_from_flags(
     ep: int = 1,
     etp: int | None = None,
     sp: bool = False,
-    dist_opt: bool = False,
+    zero: int = 0,
     mbs: int = 1,
     num_layer_list: str | tuple[int, ...] | None = None,
     recompute: Any = "none",
@@ -83,7 +83,7 @@ def strategy_from_flags(
         etp=etp,
         sp=bool(sp),
         vpp=vpp,
-        dist_opt=bool(dist_opt),
+        zero=zero,
         mbs=mbs,
         recompute=kind,
         recompute_method=method if kind == "full" else None,

@@ -96,7 +96,6 @@ def fsdp2_target(strategy: Strategy, info: ScriptInfo) -> Strategy:
         etp=strategy.tp if info.model.is_moe else None,
         sp=False,
         vpp=1,
-        dist_opt=sharded,
         zero=zero,
         mbs=strategy.mbs,
         **recompute,

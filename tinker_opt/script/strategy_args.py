@@ -206,7 +206,8 @@ def read_strategy(
             f"dp read as {max(world // model_parallel, 1)}"
         )
     algo = None
-    dist_opt = launch.has("--use-distributed-optimizer") or _zero(launch) >= 1
+    # --use-distributed-optimizer alone is ZeRO-1; a DeepSpeed / Megatron-FSDP stage says more.
+    zero = max(_zero(launch), int(launch.has("--use-distributed-optimizer")))
     if cp > 1:
         algo = (
             DEFAULT_CP_ALGO
@@ -224,12 +225,11 @@ def read_strategy(
             etp=_expert_tp(launch, is_moe),
             sp=launch.has("--sequence-parallel") and tp > 1,
             vpp=_vpp(launch, pp, total_layers, warn),
-            dist_opt=dist_opt,
-            zero=_zero(launch),
+            zero=zero,
             mbs=int_value(launch, "--micro-batch-size", 1),
             num_layer_list=_layer_list(launch, pp, total_layers, warn),
             **_recompute(launch, warn),
-            **_overlaps(launch, tp, dist_opt, is_moe),
+            **_overlaps(launch, tp, zero >= 1, is_moe),
         )
     except StrategyError as exc:
         raise ScriptError(f"the script's parallel flags are inconsistent: {exc}") from None

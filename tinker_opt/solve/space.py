@@ -189,7 +189,6 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
         candidate = base.replace(
             vpp=vpp,
             mbs=mbs,
-            dist_opt=zero >= 1,
             zero=zero,
             recompute=recompute,
             recompute_method=method,
