@@ -136,9 +136,7 @@ def test_header_after_shebang_and_replaced_on_reapply():
 def test_node_counts_follow_the_target():
     """NNODES / NPUS_PER_NODE assignments change; WORLD_SIZE follows by itself."""
     text = text_of("pretrain_llama2_7b_ptd.sh")
-    out = apply_strategy(
-        text, Strategy(tp=1, pp=2, dp=16, zero=1), nnodes=4, nproc_per_node=8
-    )
+    out = apply_strategy(text, Strategy(tp=1, pp=2, dp=16, zero=1), nnodes=4, nproc_per_node=8)
     assert changed_lines(text, out.text) == (["NNODES=1"], ["NNODES=4"])
 
 
@@ -366,9 +364,7 @@ def test_flags_added_and_removed_next_to_a_quoted_value():
         + 'PAR=(\n    --tensor-model-parallel-size 1\n    --pipeline-model-parallel-size "$PP"\n)\n'
         + launch
     )
-    out = apply_strategy(
-        text, Strategy(tp=1, pp=1, dp=8, zero=1), nnodes=1, nproc_per_node=8
-    )
+    out = apply_strategy(text, Strategy(tp=1, pp=1, dp=8, zero=1), nnodes=1, nproc_per_node=8)
     assert '    --pipeline-model-parallel-size "$PP"\n    --use-distributed-optimizer\n' in out.text
     text = (
         head
