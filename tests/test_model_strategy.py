@@ -138,3 +138,20 @@ def test_overlap_keys_round_trip_json():
     assert Strategy.from_dict(strategy.to_dict()) == strategy
     with pytest.raises(StrategyError, match="true, false or null"):
         Strategy(overlap_grad_reduce="yes")
+
+
+def test_choices_are_enum_members_and_json_stays_plain_strings():
+    """Spellings become members (comparisons with the spelling still hold); to_dict writes plain
+    strings; an unknown spelling names the choices."""
+    import json
+
+    from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod
+
+    s = Strategy(cp=2, cp_algo="ulysses_cp_algo", recompute="full", recompute_method="block")
+    assert s.recompute is Recompute.FULL and s.recompute == "full"
+    assert (s.recompute_method, s.cp_algo) == (RecomputeMethod.BLOCK, CpAlgo.ULYSSES)
+    data = s.to_dict()
+    assert type(data["recompute"]) is str and type(data["cp_algo"]) is str
+    assert Strategy.from_dict(json.loads(json.dumps(data))) == s
+    with pytest.raises(StrategyError, match=r"cp_algo must be one of .*'megatron_cp_algo'"):
+        Strategy(cp=2, cp_algo="ring")

@@ -14,10 +14,19 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from tinker_opt.choices import (
+    CpAlgo,
+    Recompute,
+    RecomputeMethod,
+    Schedule,
+    StrEnum,
+    assert_never,
+    choice,
+)
 from tinker_opt.errors import StrategyError
 
-RECOMPUTE_KINDS = ("none", "selective", "full")
-RECOMPUTE_METHODS = ("block", "uniform")
+RECOMPUTE_KINDS = tuple(kind.value for kind in Recompute)
+RECOMPUTE_METHODS = tuple(method.value for method in RecomputeMethod)
 STRATEGY_KEYS = (
     "tp",
     "pp",
@@ -72,7 +81,7 @@ class Strategy:
     pp: int = 1
     dp: int = 1
     cp: int = 1
-    cp_algo: str | None = None
+    cp_algo: CpAlgo | None = None
     """Context-parallel algorithm (`--context-parallel-algo`), None when cp == 1."""
     ep: int = 1
     etp: int | None = None
@@ -80,8 +89,8 @@ class Strategy:
     sp: bool = False
     vpp: int = 1
     mbs: int = 1
-    recompute: str = "none"
-    recompute_method: str | None = None
+    recompute: Recompute = Recompute.NONE
+    recompute_method: RecomputeMethod | None = None
     """`block` or `uniform` with full recompute, else None."""
     recompute_num_layers: int | None = None
     """Megatron's `--recompute-num-layers` (one number for all stages), with full recompute."""
@@ -106,14 +115,14 @@ class Strategy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise StrategyError(f"strategy {name} must be a positive integer, got {value!r}")
-        if self.recompute not in RECOMPUTE_KINDS:
-            raise StrategyError(
-                f"recompute must be one of {RECOMPUTE_KINDS}, got {self.recompute!r}"
-            )
-        if self.recompute_method is not None and self.recompute_method not in RECOMPUTE_METHODS:
-            raise StrategyError(
-                f"recompute_method must be one of {RECOMPUTE_METHODS}, got {self.recompute_method!r}"
-            )
+        object.__setattr__(
+            self, "recompute", choice(Recompute, self.recompute, "recompute", StrategyError)
+        )
+        for name, kind in (("recompute_method", RecomputeMethod), ("cp_algo", CpAlgo)):
+            if getattr(self, name) is not None:
+                object.__setattr__(
+                    self, name, choice(kind, getattr(self, name), name, StrategyError)
+                )
         for name in OVERLAP_KEYS:
             if getattr(self, name) not in (None, True, False):
                 raise StrategyError(
@@ -129,6 +138,11 @@ class Strategy:
     def dist_opt(self) -> bool:
         """Megatron's distributed optimizer (`--use-distributed-optimizer`): ZeRO stage >= 1."""
         return self.zero >= 1
+
+    @property
+    def schedule(self) -> Schedule:
+        """The pipeline schedule: interleaved 1F1B with virtual chunks (vpp > 1), else 1F1B."""
+        return Schedule.INTERLEAVED if self.vpp > 1 else Schedule.ONE_F_ONE_B
 
     @property
     def world_size(self) -> int:
@@ -154,6 +168,9 @@ class Strategy:
         """The JSON object of ARCHITECTURE.md, keys in schema order; `dist_opt` is written as the
         derived key (zero >= 1) that the frozen Strategy schema and older readers expect."""
         out = {key: getattr(self, key) for key in STRATEGY_KEYS}
+        for key, value in out.items():
+            if isinstance(value, StrEnum):
+                out[key] = value.value  # plain strings in JSON and in dict comparisons
         if out["num_layer_list"] is not None:
             out["num_layer_list"] = list(out["num_layer_list"])
         return out
@@ -201,11 +218,16 @@ class Strategy:
         elif self.dist_opt:
             parts.append("do")
         parts.append(f"mbs{self.mbs}")
-        if self.recompute == "selective":
-            parts.append("rc_sel")
-        elif self.recompute == "full":
-            method = "_uni" if self.recompute_method == "uniform" else ""
-            parts.append(f"rc_full{method}{self.recompute_num_layers or ''}")
+        match self.recompute:
+            case Recompute.NONE:
+                pass
+            case Recompute.SELECTIVE:
+                parts.append("rc_sel")
+            case Recompute.FULL:
+                method = "_uni" if self.recompute_method == RecomputeMethod.UNIFORM else ""
+                parts.append(f"rc_full{method}{self.recompute_num_layers or ''}")
+            case _:
+                assert_never(self.recompute)
         if self.num_layer_list is not None:
             parts.append("L" + "_".join(str(n) for n in self.num_layer_list))
         return "-".join(parts)

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod
 from tinker_opt.errors import ScriptError, StrategyError
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.model_args import int_list, int_value
 from tinker_opt.strategy import Strategy
 
-DEFAULT_CP_ALGO = "megatron_cp_algo"
+DEFAULT_CP_ALGO = CpAlgo.MEGATRON
 MEGATRON_FSDP_FLAGS = ("--use-megatron-fsdp", "--use-custom-fsdp")
 SHARDING_FLAG = "--data-parallel-sharding-strategy"
 SHARDING_STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
@@ -77,19 +78,19 @@ VPP_SIZE_FLAGS = (
 
 def _recompute(launch: Launch, warn: Callable[[str], None]) -> dict:
     granularity = launch.value("--recompute-granularity")
-    if launch.has("--recompute-activations") or granularity == "selective":
-        return {"recompute": "selective"}
-    if granularity != "full":
+    if launch.has("--recompute-activations") or granularity == Recompute.SELECTIVE:
+        return {"recompute": Recompute.SELECTIVE}
+    if granularity != Recompute.FULL:
         return {}
     method = launch.value("--recompute-method")
-    if method not in ("uniform", "block"):
+    if method not in tuple(RecomputeMethod):
         warn(
             "--recompute-granularity full without --recompute-method uniform|block; read as uniform "
             "(Megatron needs the method)"
         )
-        method = "uniform"
+        method = RecomputeMethod.UNIFORM
     return {
-        "recompute": "full",
+        "recompute": Recompute.FULL,
         "recompute_method": method,
         "recompute_num_layers": int_value(launch, "--recompute-num-layers", 1),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from tinker_opt.choices import CpAlgo
 from tinker_opt.config import SimulateSettings, require
 from tinker_opt.errors import ConfigError
 from tinker_opt.rules import check_strategy
@@ -111,7 +112,7 @@ def _unaligned_ulysses_warning(strategy: Strategy, info, model, settings) -> lis
     from tinker_opt.rules import ulysses_heads_message
     from tinker_opt.script import versions
 
-    if info is None or strategy.cp == 1 or strategy.cp_algo != "ulysses_cp_algo":
+    if info is None or strategy.cp == 1 or strategy.cp_algo != CpAlgo.ULYSSES:
         return []
     vr = versions.resolve(
         getattr(settings, "version", None), info.text, info.train.framework.flavour
@@ -126,7 +127,7 @@ def _hybrid_degree_warning(strategy: Strategy, info, model) -> list[str]:
     which (MindSpeed has no default; rules.hybrid_ulysses_degree, the degree `apply` writes)."""
     from tinker_opt.rules import hybrid_ulysses_degree
 
-    if strategy.cp == 1 or strategy.cp_algo != "hybrid_cp_algo":
+    if strategy.cp == 1 or strategy.cp_algo != CpAlgo.HYBRID:
         return []
     requested = info.train.ulysses_degree_in_cp if info is not None else None
     used = hybrid_ulysses_degree(strategy.cp, strategy.tp, model.num_attention_heads, requested)
