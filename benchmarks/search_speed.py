@@ -107,15 +107,18 @@ print(json.dumps({"folder": str(folder), "wall": time.perf_counter() - wall,
 def _python(tree: Path, code: str, payload: dict, timeout_s: float) -> dict:
     """Run `code` in a fresh interpreter on `tree`; its last stdout line as JSON."""
     env = dict(os.environ, PYTHONPATH=str(tree))
-    done = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(payload)],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(payload)],
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"stopped at the {timeout_s:g} s timeout"}
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:]
         return {"error": tail[0] if tail else f"exit {done.returncode}"}
