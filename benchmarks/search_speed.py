@@ -212,6 +212,13 @@ def write_tables(rows: list[dict], stem: str, note: str) -> None:
     (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
 
 
+def _commit(tree: Path) -> str:
+    """The short commit a tree has checked out (with `+` when it has uncommitted changes)."""
+    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="worktree of the starting commit")
@@ -226,9 +233,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tinker-speed-") as tmp:
         rows = run(trees, only, args.timeout, Path(tmp))
     load = os.getloadavg()
+    commits = ", ".join(f"{label} = {_commit(tree)}" for label, tree in trees.items())
     note = (
         f"`--solver cpsat --cpus 1`, {os.cpu_count()} CPUs, load average {load[0]:.1f} at the end "
-        f"(a shared machine: compare the before/after ratios, and CPU seconds). {args.note}"
+        f"(a shared machine: compare the before/after ratios, and CPU seconds); {commits}. "
+        f"{args.note}"
     )
     write_tables(rows, args.out, note)
 
