@@ -214,9 +214,13 @@ def write_tables(rows: list[dict], stem: str, note: str) -> None:
 
 def _commit(tree: Path) -> str:
     """The short commit a tree has checked out (with `+` when it has uncommitted changes)."""
-    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
-    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True)
+        return done.stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return git("rev-parse", "--short", "HEAD") + ("+" if dirty else "")
 
 
 def main() -> None:
