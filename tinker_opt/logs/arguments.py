@@ -51,9 +51,10 @@ def _flags(arguments: dict[str, str]) -> list[str]:
         if flag not in BY_NAME or text in _EMPTY or name in _LEFT_OUT:
             continue
         words += [flag] if text == "True" else [flag, _value(text)]
-    if "num_layers_per_virtual_pipeline_stage" not in arguments or arguments[
-        "num_layers_per_virtual_pipeline_stage"
-    ] in _EMPTY:
+    if (
+        "num_layers_per_virtual_pipeline_stage" not in arguments
+        or arguments["num_layers_per_virtual_pipeline_stage"] in _EMPTY
+    ):
         virtual = arguments.get("virtual_pipeline_model_parallel_size", "None")
         if virtual not in _EMPTY:
             words += ["--virtual-pipeline-model-parallel-size", virtual]

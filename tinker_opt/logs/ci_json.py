@@ -91,9 +91,7 @@ def read_megatron_ci(data: dict[str, Any], source: str) -> TrainingLog:
                 },
             ),
         )
-    return TrainingLog(
-        source=source, form="megatron-ci-json", iterations=iterations, memory=memory
-    )
+    return TrainingLog(source=source, form="megatron-ci-json", iterations=iterations, memory=memory)
 
 
 def read_mindspeed_ci(data: dict[str, Any], source: str) -> TrainingLog:

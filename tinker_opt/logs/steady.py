@@ -42,11 +42,7 @@ def steady_state(log: TrainingLog, skip_first: int = DEFAULT_SKIP_FIRST) -> Stea
         raise LogError(f"{log.source} holds no iteration time ({log.form}); is it a training log?")
     if skip_first < 0:
         raise LogError(f"--skip-first must be >= 0, got {skip_first}")
-    keep = [
-        r
-        for index, r in enumerate(records)
-        if index >= skip_first and r.skipped < r.interval
-    ]
+    keep = [r for index, r in enumerate(records) if index >= skip_first and r.skipped < r.interval]
     if not keep:
         raise LogError(
             f"{log.source}: all {len(records)} logged iteration(s) are warm-up or skipped steps; "

@@ -55,7 +55,9 @@ def read_tensorboard(folder: Path) -> TrainingLog:
             f"{folder}: the TensorBoard events hold no 'iteration-time' scalar; Megatron writes "
             "it with --tensorboard-dir (and --log-timers-to-tensorboard)"
         )
-    data = {tag: {"values": {str(k): v for k, v in steps.items()}} for tag, steps in scalars.items()}
+    data = {
+        tag: {"values": {str(k): v for k, v in steps.items()}} for tag, steps in scalars.items()
+    }
     log = read_megatron_ci(data, str(folder))
     return TrainingLog(
         source=log.source, form="tensorboard", iterations=log.iterations, memory=log.memory
