@@ -109,7 +109,10 @@ def read_mindspeed_ci(data: dict[str, Any], source: str) -> TrainingLog:
         memory.append(
             MemoryReport(
                 rank=int(entry["rank"]) if "rank" in entry else None,
-                after_iterations=None,
+                # One time per iteration means log-interval 1, and Megatron's memory report comes
+                # after the first logged iteration with a learning rate > 0 (training_log):
+                # iteration 1. ASSUMPTION: the warm-up starts above zero, as in the CI scripts.
+                after_iterations=1,
                 allocated_mb=_number(entry.get("allocated memory")),
                 max_allocated_mb=_number(entry.get("max allocated memory")),
             )

@@ -163,7 +163,8 @@ def run_check(
     job = job_of(log, script, device.num_npus_per_node)
     evaluation, warnings = predict(job.info, device)
     measured = _measured(log, steady, job.info)
-    predicted = predicted_side(evaluation)
+    after = [m.after_iterations for m in log.memory if m.after_iterations is not None]
+    predicted = predicted_side(evaluation, job.info, min(after) if after else None)
     errors = {
         key: _error(predicted[key], measured[key])
         for key in ("iteration_time_ms", "peak_allocated_mb", "peak_reserved_mb")
@@ -182,13 +183,33 @@ def run_check(
     return result, list(log.warnings) + list(job.info.warnings) + warnings
 
 
-def predicted_side(evaluation) -> dict[str, Any]:
-    """The predicted figures of an Evaluation, keyed as the measured ones."""
+def _state_bytes(info) -> float:
+    """Optimizer-state bytes per parameter (costs/terms.py: 12 with a 16-bit model, 2 fewer with
+    --reuse-fp32-param, 8 in fp32)."""
+    if info.model.bytes_per_element != 2:
+        return 8.0
+    return 12.0 - (2.0 if info.train.reuse_fp32_param else 0.0)
+
+
+def predicted_side(evaluation, info, memory_after: int | None) -> dict[str, Any]:
+    """The predicted figures of an Evaluation, keyed as the measured ones; a memory report after
+    iteration 1 is set beside the first iteration's peak (framework_memory.py)."""
+    from tinker_opt.costs.framework_memory import FrameworkMemory, first_iteration_peak_mb
+
+    framework = evaluation.framework_memory
+    allocated = framework["peak_allocated_mb"]
+    if memory_after == 1:
+        allocated = max(
+            first_iteration_peak_mb(stage, stage["allocated_mb"], _state_bytes(info))
+            for stage in evaluation.stages
+        )
     return {
         "iteration_time_ms": evaluation.iteration_time_ms,
         "tokens_per_s_per_device": evaluation.tokens_per_s_per_device,
-        "peak_allocated_mb": evaluation.peak_memory_mb,
-        "peak_reserved_mb": None,
+        "peak_allocated_mb": allocated,
+        "peak_reserved_mb": FrameworkMemory.reserved_mb(allocated),
+        "peak_device_mb": framework["peak_device_mb"],
+        "memory_peak_of": "iteration 1" if memory_after == 1 else "steady state",
         "time_breakdown_ms": dict(evaluation.time_breakdown_ms),
     }
 
