@@ -386,7 +386,9 @@ def calibrate(
         "(default: each log's argument dump).",
         show_default=False,
     ),
-    hardware: str | None = HARDWARE_OPT,
+    hardware: str = typer.Option(
+        ..., "--hardware", help="The description to start from (name or JSON file)."
+    ),
     output: Path = typer.Option(
         ..., "--output", "-o", help="Where to write the fitted hardware JSON."
     ),
@@ -395,8 +397,6 @@ def calibrate(
     num_npus_per_node: int | None = NPUS_OPT,
 ) -> None:
     """Fit a hardware description to a measured profile, or (--log) to the iteration times of runs."""
-    if hardware is None:
-        raise ConfigError("calibrate needs --hardware NAME (the description to start from)")
     if not log:
         if source is None:
             raise ConfigError("calibrate needs a profiled-data folder, or --log LOG [SCRIPT]")
