@@ -137,3 +137,18 @@ def framework_summary(stages: tuple[dict, ...], fm: FrameworkMemory) -> dict:
         "comm_buffers_mb": fm.comm_buffers_mb,
         "num_communicators": fm.num_communicators,
     }
+
+
+MAX_COMMUNICATORS = 6
+"""The world group and the five parallel groups (tp, cp, dp, pp, ep): the most a rank keeps."""
+TINKER_DEFAULT_LIMIT_MB = 57000.0
+"""Tinker's default budget for a 64 GB device (its docs), used when no device memory is known."""
+
+
+def launch_budget_mb(device_memory_mb: float, accelerator: str) -> float:
+    """The modelled memory a rank may use so that its device peak fits `device_memory_mb`:
+    the device less the context, the communication buffers of every group a rank can have and
+    the allocator's reserve (reserved = allocated x (1 + fragmentation) + one segment). The
+    fp32 logits of the loss come on top on the last stage (summary.json device_mb says it)."""
+    outside = CONTEXT_MB[accelerator] + MAX_COMMUNICATORS * COMM_BUFFER_MB[accelerator]
+    return (device_memory_mb - outside - ALLOCATOR_SEGMENT_MB) / (1 + ALLOCATOR_FRAGMENTATION)

@@ -15,6 +15,7 @@ from tinker_opt.verbs.common import (
     Progress,
     cost_model_for,
     labels_for,
+    memory_limit_for,
     model_of,
     read_optional_script,
 )
@@ -104,6 +105,10 @@ def _search_run(settings: SearchSettings, log: RunLog):
         )
     require(settings, "global_batch_size", "num_nodes")
     check_writable(Path(settings.output_dir))
+    limit, limit_note = memory_limit_for(settings, profiled)
+    settings = replace(settings, memory_limit=limit)
+    if limit_note:
+        log(limit_note)
     cluster = ClusterSpec(
         num_nodes=settings.num_nodes,
         devices_per_node=settings.num_npus_per_node,
