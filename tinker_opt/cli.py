@@ -287,7 +287,8 @@ def simulate(
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return
     console.print(strategies_table([result], "simulated strategy"))
-    fits = "fits" if result.get("fits", True) else f"does NOT fit in {settings.memory_limit:g} MB"
+    limit = f"{settings.memory_limit:g} MB" if settings.memory_limit else "the device's budget"
+    fits = "fits" if result.get("fits", True) else f"does NOT fit in {limit}"
     console.print(
         f"iteration {result['iteration_time_ms']:.1f} ms, peak {result['peak_memory_mb']:.0f} MB ({fits})"
     )
