@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from model_support import cluster, dense_model, synthetic_profile
+
 from tinker_opt import config
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.costs.framework_memory import (
