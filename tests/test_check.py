@@ -63,6 +63,12 @@ def test_check_from_the_argument_dump():
     assert result["measured"]["peak_reserved_mb"] == 2608.0
     assert result["predicted"]["peak_reserved_mb"] > result["predicted"]["peak_allocated_mb"]
     assert result["measured"]["iteration_time_ms"] == pytest.approx(447.7)
+    assert [(r["rank"], r["stage"]) for r in result["measured"]["per_rank"]] == [
+        (2, 0),
+        (3, 0),
+        (1, 0),
+        (0, 0),
+    ]
 
 
 def test_check_megatron_ci_with_script():
@@ -77,6 +83,7 @@ def test_check_megatron_ci_with_script():
     )
     assert result["measured"]["iteration_time_ms"] == pytest.approx(787.13)
     assert result["measured"]["peak_allocated_mb"] == pytest.approx(60519342080.0 / 2**20)
+    assert [s["stage"] for s in result["predicted"]["stages"]] == [0, 1, 2, 3]
 
 
 def test_check_without_device_is_one_line_error():

@@ -140,7 +140,22 @@ def _measured(log: TrainingLog, steady: SteadyState, info) -> dict[str, Any]:
         "tflops_per_device": steady.tflops_per_device,
         **peaks,
         "ranks_reporting_memory": sorted({m.rank for m in log.memory if m.rank is not None}),
+        "per_rank": [
+            {
+                "rank": m.rank,
+                "stage": None if m.rank is None else stage_of(m.rank, world, train.strategy.pp),
+                "max_allocated_mb": m.max_allocated_mb,
+                "max_reserved_mb": m.max_reserved_mb,
+            }
+            for m in log.memory
+        ],
     }
+
+
+def stage_of(rank: int, world: int, pp: int) -> int:
+    """The pipeline stage of a rank: Megatron's default order tp-cp-ep-dp-pp puts pp outermost
+    (megatron/core/parallel_state.py, order "tp-cp-ep-dp-pp"), so stage = rank // (world / pp)."""
+    return rank // max(1, world // pp)
 
 
 def _error(predicted: float | None, measured: float | None) -> float | None:
@@ -210,6 +225,10 @@ def predicted_side(evaluation, info, memory_after: int | None) -> dict[str, Any]
         "peak_reserved_mb": FrameworkMemory.reserved_mb(allocated),
         "peak_device_mb": framework["peak_device_mb"],
         "memory_peak_of": "iteration 1" if memory_after == 1 else "steady state",
+        "stages": [
+            {k: stage[k] for k in ("stage", "allocated_mb", "reserved_mb", "device_mb")}
+            for stage in evaluation.stages
+        ],
         "time_breakdown_ms": dict(evaluation.time_breakdown_ms),
     }
 
