@@ -115,7 +115,10 @@ def memory_limit_for(settings, profiled) -> tuple[float, str | None]:
             f"memory limit {TINKER_DEFAULT_LIMIT_MB:g} MB (Tinker's default for 64 GB devices): "
             "the profile names no device memory; pass --memory-limit or --hardware"
         )
-    limit = launch_budget_mb(memory_gb * 1024, accelerator_of(name, str(profiled.meta.device)))
+    # Whole MB, rounded down: the results folder is named by it.
+    limit = float(
+        int(launch_budget_mb(memory_gb * 1024, accelerator_of(name, str(profiled.meta.device))))
+    )
     return limit, (
         f"memory limit {limit:.0f} MB: {memory_gb:g} GB of {name} less the framework's context, "
         "communication buffers and allocator reserve (costs/framework_memory.py)"
