@@ -119,3 +119,47 @@ def test_calibrate_log_then_check(tmp_path):
         str(MS / "log.txt"), str(MS / "script.sh"), "--device", "analytic", "--hardware", str(out)
     )
     assert abs(result["error"]["iteration_time_ms"]) < 0.01
+
+
+def test_search_log_calibrates_then_replans(tmp_path):
+    """search --log: the script's own strategy is then priced within 1 % of the run it came from."""
+    prof = tmp_path / "prof"
+    run = _cli(
+        "profile",
+        str(MS / "script.sh"),
+        "--device",
+        "analytic",
+        "--hardware",
+        "910b",
+        "--max-mbs",
+        "1",
+        "--prof-tp",
+        "8",
+        "--prof-path",
+        str(prof),
+        "-q",
+    )
+    assert run.returncode == 0, run.stderr
+    out = tmp_path / "results"
+    run = _cli(
+        "search",
+        str(MS / "script.sh"),
+        "--profiled-data-path",
+        str(prof),
+        "--hardware",
+        "910b",
+        "--log",
+        str(MS / "log.txt"),
+        "--output-dir",
+        str(out),
+        "--time-limit",
+        "10",
+        "--cpus",
+        "1",
+        "-q",
+    )
+    assert run.returncode == 0, run.stderr
+    (folder,) = [p for p in out.iterdir() if p.name != "calibrated"]
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    assert summary["current"]["iteration_time_ms"] == pytest.approx(1029.45, rel=0.01)
+    assert "calibrated 910b on" in (folder / "search.log").read_text(encoding="utf-8")

@@ -192,6 +192,7 @@ TABLE = (
     _s("top_k", "int", 10, "Number of ranked strategies (and tuned scripts) to write.", S, positive=True),
     _s("headroom", "float", 10, "Memory the 'headroom' pick leaves free, in percent of --memory-limit.", S, unit="%"),
     _s("max_mbs", "int", None, "Largest micro-batch size the search may choose.", S, positive=True),
+    _s("log", "str", None, "Training log of a run of this machine: calibrate --hardware on it, then search an analytic profile re-timed on the fit.", S),
     # simulate: the strategy
     _s("simu_tp", "int", 1, "Tensor-parallel size.", M, positive=True, aliases=("--tp",)),
     _s("simu_pp", "int", 1, "Pipeline-parallel size.", M, positive=True, aliases=("--pp",)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -46,8 +47,9 @@ def calibration_table(report: dict[str, Any]) -> Table:
     for column in ("log", "measured ms", "before ms", "error", "after ms", "error"):
         table.add_column(column, justify="left" if column == "log" else "right")
     for row in report["logs"]:
+        path = Path(row["log"])
         table.add_row(
-            row["log"],
+            f"{path.parent.name}/{path.name}",
             f"{row['measured_ms']:.1f}",
             f"{row['predicted_before_ms']:.1f}",
             _percent(row["error_before"]),

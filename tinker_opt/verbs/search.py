@@ -59,6 +59,10 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
     """Load a profile, solve, and write the results folder."""
     from tinker_opt.emit.search_folder import write_infeasible_folder, write_search_folder
 
+    if settings.log:
+        from tinker_opt.verbs.replan import calibrated_settings
+
+        settings = calibrated_settings(settings, log)
     run, profiled, cost_model, warnings = _search_run(settings, log)
     try:
         result, space = _solve(cost_model, run.settings, run.info, run.version, log)
