@@ -212,15 +212,14 @@ def _choices(
     cost_model,
     log: RunLog,
 ):
-    """Near-copies folded, the script's own strategy, the picks (restricted searches where the
-    ranking cannot answer) and the Pareto front (emit/picks.py)."""
+    """Near-copies folded, the script's own strategy, the picks (from the search's presolve where
+    the ranking cannot answer) and the Pareto front (emit/picks.py)."""
     from tinker_opt.emit.picks import choices
-    from tinker_opt.solve.search import search
 
     def restricted(narrowed, memory_fraction: float) -> dict[str, Any]:
         """The fastest strategy of a narrower space or under a lower limit, evaluated by `cost_model`."""
         limited = (
-            cost_model
+            None
             if memory_fraction == 1
             else cost_model_for(
                 profiled,
@@ -231,15 +230,8 @@ def _choices(
                 info,
             )
         )
-        found = search(
-            limited,
-            solver=settings.solver,
-            time_limit_s=settings.time_limit,
-            cpus=settings.cpus,
-            top_k=1,
-            space=narrowed,
-        )
-        return cost_model.evaluate(found.best.strategy).to_dict()
+        found = result.best_within(narrowed, limited)
+        return cost_model.evaluate(found.strategy).to_dict()
 
     chosen = choices(
         result,
