@@ -12,6 +12,7 @@ import dataclasses
 
 from tinker_opt.choices import Recompute, RecomputeMethod
 from tinker_opt.errors import StrategyError
+from tinker_opt.knobs import KNOBS, KnobContext
 from tinker_opt.rules import (
     FrameworkRules,
     interleaved_pipeline_message,
@@ -26,7 +27,6 @@ from tinker_opt.script.strategy_args import (
     SHARDING_FLAG,
     VPP_LAYERS_FLAG,
     VPP_SIZE_FLAGS,
-    overlap_applies,
     zero_backend,
 )
 from tinker_opt.script.versions import CP_ALGO_SINCE, VersionRange, flag_allowed
@@ -85,8 +85,9 @@ def _overlaps(s: Strategy, info: ScriptInfo, vr: VersionRange) -> dict:
     applies keeps the script's setting; a knob switched on needs a flag the version has."""
     out = {}
     current = info.train.strategy
-    for key in OVERLAP_FLAGS:
-        if not overlap_applies(key, tp=s.tp, dist_opt=s.dist_opt, is_moe=info.model.is_moe):
+    layout = KnobContext.of(s, info.model.is_moe)
+    for key, knob in KNOBS.items():
+        if not knob.exists(layout):
             out[key] = None
             continue
         value = getattr(s, key)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tinker_opt.choices import CpAlgo, Recompute
 from tinker_opt.errors import ConfigError
+from tinker_opt.knobs import search_choices
 from tinker_opt.rules import LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES
 from tinker_opt.strategy import (
     OVERLAP_KEYS,
@@ -203,30 +204,10 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
 def overlap_choices(
     s: Strategy, is_moe: bool, allowed: tuple[str, ...] | None
 ) -> list[dict[str, bool | None]]:
-    """The overlap switches of an outer configuration: on where allowed and where the framework
-    accepts them (rules.overlap_message), off where allowed but not applicable to this layout,
-    None where the knob does not exist (schema of ARCHITECTURE.md). Two choices where TP overlap
-    and the MoE all-to-all overlap both apply, since they exclude each other; else one.
-
-    Framework rules: param gather needs the distributed optimizer and grad-reduce overlap
-    (Megatron-LM arguments.py); the MoE all-to-all overlap needs ep > 1 and excludes MC2
-    (Ascend/MindSpeed mindspeed/features_manager/moe/moe_alltoall_overlap.py); TP overlap needs
-    tp > 1 with sequence parallelism (Ascend/MindSpeed docs/zh/features/mc2.md)."""
+    """The overlap switches of an outer configuration (knobs.search_choices: on where allowed,
+    accepted and useful, off where they exist but not, None where they do not exist; one choice
+    per side of each pair that excludes each other, TP overlap (MC2) against the MoE all-to-all
+    overlap). `allowed` None: the backend has none of these knobs, every key stays None."""
     if allowed is None:
         return [dict.fromkeys(OVERLAP_KEYS)]
-    on = set(allowed)
-    grad = "overlap_grad_reduce" in on
-    tp_overlap = "tp_comm_overlap" in on and s.tp > 1 and s.sp
-    moe_overlap = "overlap_moe_comm" in on and s.ep > 1
-    pairs = [(tp_overlap, moe_overlap and not tp_overlap)]
-    if tp_overlap and moe_overlap:
-        pairs.append((False, True))
-    return [
-        {
-            "overlap_grad_reduce": grad,
-            "overlap_param_gather": (grad and "overlap_param_gather" in on) if s.dist_opt else None,
-            "overlap_moe_comm": moe if is_moe else None,
-            "tp_comm_overlap": tp if s.tp > 1 else None,
-        }
-        for tp, moe in pairs
-    ]
+    return search_choices(s, is_moe, allowed)

@@ -1,0 +1,81 @@
+"""The knob registry: one declaration that the reader, the rules, the space and the writer share."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tinker_opt.knobs import KNOBS, KnobContext, excluded_pairs, knob_message, read_switches
+from tinker_opt.rules import overlap_message
+from tinker_opt.script import flags, versions
+from tinker_opt.solve.space import overlap_choices
+from tinker_opt.strategy import OVERLAP_KEYS, Strategy
+
+
+def test_registry_covers_the_overlap_keys_and_their_flags():
+    """Every overlap key has one declaration, every spelling is a `strategy` flag of the flag
+    table, and the version table holds each spelling's versions from the declaration."""
+    assert tuple(KNOBS) == OVERLAP_KEYS
+    for knob in KNOBS.values():
+        for spelling in knob.spellings:
+            assert flags.BY_NAME[spelling.flag].treatment == "strategy"
+            assert versions.FLAG_SINCE[spelling.flag] == spelling.since
+    assert versions.FLAG_UNTIL["--use-mc2"] == {versions.MINDSPEED: (2, 2, 0)}
+
+
+def test_moe_overlap_and_mc2_exclude_each_other_in_the_rules_too():
+    """The rules refuse what the space never produces: the MoE all-to-all overlap with MC2
+    (MindSpeed's moe_alltoall_overlap incompatible_check use_ascend_mc2); each alone is accepted."""
+    both = Strategy(tp=2, sp=True, dp=4, ep=2, overlap_moe_comm=True, tp_comm_overlap=True)
+    assert excluded_pairs() == [("overlap_moe_comm", "tp_comm_overlap")]
+    message = overlap_message(both, is_moe=True)
+    assert message is not None and "exclude each other" in message
+    assert overlap_message(both.replace(tp_comm_overlap=False), is_moe=True) is None
+    assert overlap_message(both.replace(overlap_moe_comm=False), is_moe=True) is None
+
+
+def _strategy(tp, sp, ep, zero, switches):
+    return Strategy(tp=tp, sp=sp and tp > 1, dp=4, ep=ep, zero=zero, **switches)
+
+
+@given(
+    tp=st.sampled_from([1, 2, 4]),
+    sp=st.booleans(),
+    ep=st.sampled_from([1, 2]),
+    zero=st.sampled_from([0, 1, 3]),
+    is_moe=st.booleans(),
+    allowed=st.sets(st.sampled_from(OVERLAP_KEYS)),
+)
+def test_every_search_choice_passes_the_rules(tp, sp, ep, zero, is_moe, allowed):
+    """What the search tries, the rules accept; a knob that does not exist stays None there and in
+    what the reader reads; a knob on in the search is accepted by the framework."""
+    base = _strategy(tp, sp, ep, zero, {})
+    context = KnobContext.of(base, is_moe)
+    choices = overlap_choices(base, is_moe, tuple(sorted(allowed)))
+    assert choices and len({tuple(c.items()) for c in choices}) == len(choices)
+    read = read_switches(lambda flag: True, context)
+    for switches in choices:
+        assert knob_message(base.replace(**switches), is_moe) is None, switches
+        for key, knob in KNOBS.items():
+            assert (switches[key] is None) == (read[key] is None) == (not knob.exists(context))
+            assert not switches[key] or key in allowed
+
+
+@pytest.mark.parametrize("is_moe", [False, True])
+def test_rules_accept_exactly_the_valid_switch_settings(is_moe):
+    """Over every on/off setting of the four switches at a tp 2 + sp, ep 2, zero 1 layout, the
+    rules refuse a setting exactly when a declaration says so (accepts, requires, excludes)."""
+    base = _strategy(2, True, 2, 1, {})
+    context = KnobContext.of(base, is_moe)
+    for values in itertools.product((False, True), repeat=len(KNOBS)):
+        switches = dict(zip(KNOBS, values, strict=True))
+        on = {key for key, value in switches.items() if value}
+        bad = (
+            any(not KNOBS[key].accepts(context) for key in on)
+            or any(KNOBS[k].requires and not set(KNOBS[k].requires) <= on for k in on)
+            or any({a, b} <= on for a, b in excluded_pairs())
+        )
+        assert (knob_message(base.replace(**switches), is_moe) is not None) == bad, switches
