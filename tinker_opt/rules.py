@@ -209,7 +209,7 @@ def _rule_moe(
                 f"ep ({s.ep}) / etp ({s.etp}) apply to MoE models only; this model has no experts"
             )
         return None
-    if model.num_experts % s.ep:
+    if (model.num_experts or 1) % s.ep:
         return f"num_experts ({model.num_experts}) must be a multiple of expert_model_parallel_size ({s.ep})"
     etp = s.expert_tp
     if (s.tp * s.dp * s.cp) % (s.ep * etp):

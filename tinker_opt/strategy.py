@@ -70,7 +70,7 @@ def zero_from_dist_opt(dist_opt: object, zero: object = None) -> int:
             f"dist_opt {str(on).lower()} contradicts zero {zero} (the distributed optimizer is "
             "zero >= 1); give one of them or make them agree"
         )
-    return int(zero)  # type: ignore[arg-type]
+    return int(zero)
 
 
 @dataclass(frozen=True, kw_only=True)

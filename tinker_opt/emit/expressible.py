@@ -83,7 +83,7 @@ def overlap_flag(key: str, info: ScriptInfo, vr: VersionRange) -> str | None:
 def _overlaps(s: Strategy, info: ScriptInfo, vr: VersionRange) -> dict:
     """Normal form of the overlap knobs: None where a knob does not apply; a knob left None where it
     applies keeps the script's setting; a knob switched on needs a flag the version has."""
-    out = {}
+    out: dict[str, bool | None] = {}
     current = info.train.strategy
     layout = KnobContext.of(s, info.model.is_moe)
     for key, knob in KNOBS.items():
@@ -115,7 +115,7 @@ def _check_model(s: Strategy, info: ScriptInfo, world: int) -> None:
         )
     if not model.is_moe and s.ep > 1:
         raise StrategyError(f"ep = {s.ep} but the model has no experts (--num-experts); use ep = 1")
-    if model.is_moe and model.num_experts % s.ep:
+    if model.is_moe and (model.num_experts or 1) % s.ep:
         raise StrategyError(f"num_experts ({model.num_experts}) must be a multiple of ep ({s.ep})")
 
 

@@ -249,8 +249,11 @@ def _overlaps(plan: _Plan, s: Strategy) -> None:
     spelling or adds the one the version has (expressible.overlap_flag)."""
     for key, knob in KNOBS.items():
         if getattr(s, key):
-            if not any(plan.launch.has(flag) for flag in knob.flags):
-                plan.switch(overlap_flag(key, plan.info, plan.vr), True)
+            flag = overlap_flag(key, plan.info, plan.vr)
+            # expressible.py refused a knob on that this version cannot spell
+            assert flag is not None, key
+            if not any(plan.launch.has(spelling) for spelling in knob.flags):
+                plan.switch(flag, True)
         else:
             plan.remove(*knob.flags, *knob.companions)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod
+from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod, choice
 from tinker_opt.errors import ScriptError, StrategyError
 from tinker_opt.knobs import KNOBS, KnobContext, read_switches
 from tinker_opt.script.launch import Launch
@@ -108,7 +108,7 @@ def _vpp(launch: Launch, pp: int, total_layers: int, warn: Callable[[str], None]
     if not arg.value_text:
         warn(f"{VPP_LAYERS_FLAG} has no value (is its variable set?); read as no virtual pipeline")
         return 1
-    per_chunk = int_value(launch, VPP_LAYERS_FLAG)
+    per_chunk = int_value(launch, VPP_LAYERS_FLAG, 0)
     if per_chunk <= 0 or total_layers % (pp * per_chunk):
         warn(
             f"--num-layers {total_layers} is not a multiple of pp ({pp}) x {VPP_LAYERS_FLAG} "
@@ -183,14 +183,19 @@ def read_strategy(
             f"world size {world} is not a multiple of tp x pp x cp = {model_parallel}; "
             f"dp read as {max(world // model_parallel, 1)}"
         )
-    algo = None
+    algo: CpAlgo | None = None
     # --use-distributed-optimizer alone is ZeRO-1; a DeepSpeed / Megatron-FSDP stage says more.
     zero = max(_zero(launch), int(launch.has("--use-distributed-optimizer")))
     if cp > 1:
         algo = (
             DEFAULT_CP_ALGO
             if megatron
-            else (launch.value("--context-parallel-algo") or DEFAULT_CP_ALGO)
+            else choice(
+                CpAlgo,
+                launch.value("--context-parallel-algo") or DEFAULT_CP_ALGO,
+                "--context-parallel-algo",
+                ScriptError,
+            )
         )
     try:
         layout = Strategy(

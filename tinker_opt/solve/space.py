@@ -146,7 +146,7 @@ def _iter_parallel(model, tp, cp, pp, dp, space, available) -> Iterator[Strategy
     if not space.allow_sp:
         sps = [s for s in sps if not s]
     algos = [None] if cp == 1 else list(space.cp_algos)
-    experts = [(1, None)]
+    experts: list[tuple[int, int | None]] = [(1, None)]
     if model.is_moe:
         eps = _allowed(divisors(model.num_experts), space.ep)
         etps = [tp] if space.etp_follows_tp else _allowed(sorted({1, tp}), space.etp)
