@@ -5,6 +5,8 @@ rules (OUTER_RULES) judge a configuration before its layer split, check_strategy
 strategy. The facts of the framework version the rules depend on are a FrameworkRules
 (script/versions.py builds it for a script); layer forms (LAYER_FORMS) say which per-stage layer
 counts a framework can write, one rule shared by the split solvers, `simulate` and the writer.
+The overlap switches' rules are their declarations in the knob registry (knobs.py;
+ARCHITECTURE.md, "The knob registry").
 """
 
 from __future__ import annotations

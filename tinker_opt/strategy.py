@@ -1,9 +1,9 @@
 """Strategy: one point of the parallel-strategy space, with its JSON schema.
 
-The JSON keys are fixed by ARCHITECTURE.md ("Machine-readable interfaces"):
+The JSON keys are fixed by ARCHITECTURE.md ("File formats and machine-readable interfaces"):
 `tp, pp, dp, cp, cp_algo, ep, etp, sp, vpp, dist_opt, mbs, recompute, recompute_method,
-recompute_num_layers, num_layer_list, overlap_grad_reduce, overlap_param_gather, overlap_moe_comm,
-tp_comm_overlap`. `vpp` counts virtual chunks per pipeline rank (1 = plain 1F1B); `num_layer_list`
+recompute_num_layers, num_layer_list, zero`, then the overlap switches (OVERLAP_KEYS, declared in
+the knob registry, knobs.py). `zero` is the one ZeRO field; `dist_opt` is its derived key. `vpp` counts virtual chunks per pipeline rank (1 = plain 1F1B); `num_layer_list`
 is None for an even split; knobs that do not apply are None (an overlap knob left None where it
 applies means "keep the script's setting" to the writer).
 """
