@@ -50,15 +50,16 @@ class KnobContext:
     tp: int
     sp: bool
     ep: int
+    vpp: int
     dist_opt: bool
     is_moe: bool
 
     @classmethod
     def of(cls, s: Strategy, is_moe: bool) -> KnobContext:
-        return cls(tp=s.tp, sp=s.sp, ep=s.ep, dist_opt=s.dist_opt, is_moe=is_moe)
+        return cls(tp=s.tp, sp=s.sp, ep=s.ep, vpp=s.vpp, dist_opt=s.dist_opt, is_moe=is_moe)
 
 
-def _always(layout: KnobContext) -> bool:
+def _always(context: KnobContext) -> bool:
     return True
 
 
@@ -84,6 +85,9 @@ class Knob:
     pays_off: Callable[[KnobContext], bool] = _always
     """Where the search turns it on: there is a collective for it to hide (costs/overlap.py
     prices an overlap as the part that cannot hide, never more than without it)."""
+    priced: bool = True
+    """Whether the cost model prices it; an unpriced knob is read and written back as the script
+    has it (the search leaves it None, "keep the script's setting") and never chosen."""
     companions: tuple[str, ...] = ()
     """Flags that only mean something with it on: the writer removes them with it."""
     source: str = ""
@@ -143,11 +147,11 @@ def excluded_pairs() -> list[tuple[str, str]]:
 
 def knob_message(s: Strategy, is_moe: bool) -> str | None:
     """Why the framework refuses the strategy's knobs (the first reason), or None."""
-    layout = KnobContext.of(s, is_moe)
+    context = KnobContext.of(s, is_moe)
     for knob in KNOBS.values():
         if not getattr(s, knob.key):
             continue
-        if not knob.accepts(layout):
+        if not knob.accepts(context):
             return (
                 f"{knob.key} needs {knob.needs} (tp {s.tp}, sp {s.sp}, zero {s.zero}); turn it off"
             )
@@ -160,11 +164,11 @@ def knob_message(s: Strategy, is_moe: bool) -> str | None:
     return None
 
 
-def read_switches(has: Callable[[str], bool], layout: KnobContext) -> dict[str, bool | None]:
+def read_switches(has: Callable[[str], bool], context: KnobContext) -> dict[str, bool | None]:
     """The knobs as a script sets them: on when any spelling is present, None where the knob
     does not exist (the reader's normal form)."""
     return {
-        key: any(has(flag) for flag in knob.flags) if knob.exists(layout) else None
+        key: any(has(flag) for flag in knob.flags) if knob.exists(context) else None
         for key, knob in KNOBS.items()
     }
 
@@ -176,13 +180,14 @@ def search_choices(
     where it pays off and the framework accepts it, off where it exists but does not, None where
     it does not exist; for each pair that excludes each other and would both be on, one choice
     with each of the two (the search picks)."""
-    layout = KnobContext.of(s, is_moe)
+    context = KnobContext.of(s, is_moe)
     on = {
         key
         for key, knob in KNOBS.items()
         if key in allowed
-        and knob.accepts(layout)
-        and knob.pays_off(layout)
+        and knob.priced
+        and knob.accepts(context)
+        and knob.pays_off(context)
         and all(other in allowed for other in knob.requires)
     }
     choices = [on]
@@ -193,6 +198,9 @@ def search_choices(
             for variant in ((chosen - {a}, chosen - {b}) if {a, b} <= chosen else (chosen,))
         ]
     return [
-        {key: (key in chosen) if knob.exists(layout) else None for key, knob in KNOBS.items()}
+        {
+            key: (key in chosen) if knob.exists(context) and knob.priced else None
+            for key, knob in KNOBS.items()
+        }
         for chosen in choices
     ]

@@ -3,9 +3,10 @@
 The JSON keys are fixed by ARCHITECTURE.md ("File formats and machine-readable interfaces"):
 `tp, pp, dp, cp, cp_algo, ep, etp, sp, vpp, dist_opt, mbs, recompute, recompute_method,
 recompute_num_layers, num_layer_list, zero`, then the overlap switches (OVERLAP_KEYS, declared in
-the knob registry, knobs.py). `zero` is the one ZeRO field; `dist_opt` is its derived key. `vpp` counts virtual chunks per pipeline rank (1 = plain 1F1B); `num_layer_list`
-is None for an even split; knobs that do not apply are None (an overlap knob left None where it
-applies means "keep the script's setting" to the writer).
+the knob registry, knobs.py). `zero` is the one ZeRO field; `dist_opt` is its derived key.
+`vpp` counts virtual chunks per pipeline rank (1 = plain 1F1B); `num_layer_list` is None for an
+even split; knobs that do not apply are None (an overlap knob left None where it applies means
+"keep the script's setting" to the writer).
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ STRATEGY_KEYS = (
     "overlap_moe_comm",
     "tp_comm_overlap",
 )
-OVERLAP_KEYS = STRATEGY_KEYS[-4:]
-"""Communication-overlap switches (script/flags.py names their flags per framework)."""
+OVERLAP_KEYS = STRATEGY_KEYS[STRATEGY_KEYS.index("overlap_grad_reduce") :]
+"""Communication-overlap switches, the last keys (declared in the knob registry, knobs.py)."""
 ZERO_LEVELS = (0, 1, 2, 3)
 """ZeRO stages (Rajbhandari et al. 2020): 0 none, 1 optimizer states sharded (Megatron's distributed
 optimizer), 2 + gradients, 3 + parameters (FSDP)."""
