@@ -17,11 +17,13 @@ from tinker_opt.strategy import OVERLAP_KEYS, Strategy
 
 def test_registry_covers_the_overlap_keys_and_their_flags():
     """Every overlap key has one declaration, every spelling is a `strategy` flag of the flag
-    table, and the version table holds each spelling's versions from the declaration."""
+    table (`strategy, not priced` for an unpriced knob), and the version table holds each
+    spelling's versions from the declaration."""
     assert tuple(KNOBS) == OVERLAP_KEYS
     for knob in KNOBS.values():
         for spelling in knob.spellings:
-            assert flags.BY_NAME[spelling.flag].treatment == "strategy"
+            treatment = "strategy" if knob.priced else "strategy, not priced"
+            assert flags.BY_NAME[spelling.flag].treatment == treatment
             assert versions.FLAG_SINCE[spelling.flag] == spelling.since
     assert versions.FLAG_UNTIL["--use-mc2"] == {versions.MINDSPEED: (2, 2, 0)}
 
