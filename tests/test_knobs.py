@@ -62,7 +62,8 @@ def test_every_search_choice_passes_the_rules(tp, sp, ep, zero, is_moe, allowed)
     for switches in choices:
         assert knob_message(base.replace(**switches), is_moe) is None, switches
         for key, knob in KNOBS.items():
-            assert (switches[key] is None) == (read[key] is None) == (not knob.exists(context))
+            assert (read[key] is None) == (not knob.exists(context))
+            assert (switches[key] is None) == (not knob.exists(context) or not knob.priced)
             assert not switches[key] or key in allowed
 
 
