@@ -7,10 +7,13 @@ import itertools
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from script_support import FIXTURES
 
+from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.knobs import KNOBS, KnobContext, excluded_pairs, knob_message, read_switches
 from tinker_opt.rules import overlap_message
 from tinker_opt.script import flags, versions
+from tinker_opt.script.reader import read_script_text
 from tinker_opt.solve.space import overlap_choices
 from tinker_opt.strategy import OVERLAP_KEYS, Strategy
 
@@ -82,3 +85,26 @@ def test_rules_accept_exactly_the_valid_switch_settings(is_moe):
             or any({a, b} <= on for a, b in excluded_pairs())
         )
         assert (knob_message(base.replace(**switches), is_moe) is not None) == bad, switches
+
+
+def test_param_gather_with_optimizer_step_is_read_checked_and_kept():
+    """The knob added through the registry alone: the reader reads it, the rules want param
+    gather and a virtual pipeline, the search leaves it to the script (not priced), and `apply`
+    keeps it on (and removes it with the distributed optimizer)."""
+    key = "overlap_param_gather_with_optimizer_step"
+    text = (FIXTURES / "pretrain_qwen3_32b_ptd.sh").read_text()
+    text = text.replace(
+        "--overlap-param-gather", "--overlap-param-gather \\\n    --" + key.replace("_", "-")
+    )
+    s = read_script_text(text).train.strategy
+    assert getattr(s, key) is True and s.vpp > 1 and s.dist_opt
+    assert overlap_message(s, is_moe=False) is None
+    assert "virtual pipeline" in overlap_message(s.replace(vpp=1), is_moe=False)
+    assert "needs overlap_param_gather on" in overlap_message(
+        s.replace(overlap_param_gather=False), is_moe=False
+    )
+    assert all(choice[key] is None for choice in overlap_choices(s, False, OVERLAP_KEYS))
+    kept = apply_strategy(text, s.replace(**{key: None}), nnodes=2, nproc_per_node=8).text
+    assert "--overlap-param-gather-with-optimizer-step" in kept
+    plain = s.replace(zero=0, overlap_param_gather=None, **{key: None})
+    assert "with-optimizer-step" not in apply_strategy(text, plain, nnodes=2, nproc_per_node=8).text

@@ -106,7 +106,6 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
     Knob(key="overlap_param_gather", spellings=(_spell("--overlap-param-gather", (0, 9, 3), (0, 0)),),
          exists=lambda c: c.dist_opt, accepts=lambda c: c.dist_opt,
          needs="the distributed optimizer (dist_opt, zero >= 1)", requires=("overlap_grad_reduce",),
-         companions=("--overlap-param-gather-with-optimizer-step",),
          source="Megatron-LM arguments.py: 'Must use --overlap-param-gather with --overlap-grad-reduce'; "
                 "'Must use --overlap-param-gather-with-optimizer-step with --overlap-param-gather'"),
     Knob(key="overlap_moe_comm", spellings=(_spell("--moe-alltoall-overlap-comm", (2, 0, 0), None),
@@ -123,6 +122,14 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          needs="tp > 1 with sequence parallelism", companions=("--tp-comm-overlap-cfg",),
          pays_off=lambda c: c.tp > 1 and c.sp,
          source="Ascend/MindSpeed docs/zh/features/mc2.md; Megatron-LM arguments.py (tp_comm_overlap)"),
+    # ASSUMPTION: the first versions (Megatron-LM core 0.9; MindSpeed-LLM 2.1.0, on a core that has it).
+    Knob(key="overlap_param_gather_with_optimizer_step",
+         spellings=(_spell("--overlap-param-gather-with-optimizer-step", (2, 1, 0), (0, 9)),),
+         exists=lambda c: c.dist_opt, accepts=lambda c: c.dist_opt and c.vpp > 1,
+         needs="the distributed optimizer and a virtual pipeline (vpp > 1)",
+         requires=("overlap_param_gather",), priced=False,
+         source="Megatron-LM arguments.py: 'Must use --overlap-param-gather-with-optimizer-step with "
+                "--overlap-param-gather', '... only supported with interleaved pipeline parallelism'"),
 )
 # fmt: on
 """The communication-overlap switches, in Strategy schema order (strategy.OVERLAP_KEYS)."""

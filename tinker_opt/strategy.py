@@ -49,6 +49,7 @@ STRATEGY_KEYS = (
     "overlap_param_gather",
     "overlap_moe_comm",
     "tp_comm_overlap",
+    "overlap_param_gather_with_optimizer_step",
 )
 OVERLAP_KEYS = STRATEGY_KEYS[STRATEGY_KEYS.index("overlap_grad_reduce") :]
 """Communication-overlap switches, the last keys (declared in the knob registry, knobs.py)."""
@@ -108,6 +109,9 @@ class Strategy:
     """MoE all-to-all overlap (`--moe-alltoall-overlap-comm` / `--overlap-moe-expert-parallel-comm`); MoE only."""
     tp_comm_overlap: bool | None = None
     """TP communication fused with the matmuls (`--use-ascend-mc2` / `--tp-comm-overlap`); tp > 1 only."""
+    overlap_param_gather_with_optimizer_step: bool | None = None
+    """`--overlap-param-gather-with-optimizer-step`: the first parameter all-gather under the
+    optimizer step; dist_opt only (read and written back, not priced)."""
 
     def __post_init__(self) -> None:
         if self.zero not in ZERO_LEVELS or isinstance(self.zero, bool):
