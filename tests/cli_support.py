@@ -19,7 +19,10 @@ EXAMPLE_CONFIG = ROOT / "examples" / "config.json"
 def run_cli(
     *args: str, cwd: Path | None = None, block_torch: bool = False
 ) -> subprocess.CompletedProcess:
-    """Run `tinker-opt ARGS` as a user would (fresh interpreter); optionally with torch unimportable."""
+    """Run `tinker-opt ARGS`: in this process (`invoke_cli`), or in a fresh interpreter where the
+    process itself is under test (another working directory, torch made unimportable)."""
+    if cwd is None and not block_torch:
+        return invoke_cli(*args)
     prelude = "import sys; sys.modules['torch'] = None; " if block_torch else ""
     code = (
         prelude
