@@ -44,10 +44,12 @@ def invoke_cli(*args: str) -> subprocess.CompletedProcess:
     is exit code 2 and one `error:` line on stderr. For tests a fresh interpreter adds nothing to."""
     from typer.testing import CliRunner
 
-    from tinker_opt.cli import app
+    from tinker_opt import cli
     from tinker_opt.errors import TinkerError
 
-    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    for console in (cli.console, cli.err_console):
+        console.width = 200  # as run_cli's COLUMNS=200, whatever COLUMNS was when cli was imported
+    result = CliRunner().invoke(cli.app, list(args), env={"COLUMNS": "200"})
     code, stderr = result.exit_code, result.stderr
     if isinstance(result.exception, TinkerError):
         code, stderr = 2, stderr + "error: " + " ".join(str(result.exception).split()) + "\n"
