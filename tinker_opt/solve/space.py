@@ -185,14 +185,17 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
         for kind in space.recompute
         for method in (space.recompute_methods if kind == Recompute.FULL else (None,))
     ]
-    # The overlap switches depend on the layout and the ZeRO stage alone: listed once per stage.
+    # The overlap switches depend on the layout, the ZeRO stage and vpp alone (knobs.KnobContext):
+    # listed once per stage and vpp.
     overlaps = {
-        z: overlap_choices(base.replace(zero=z), model.is_moe, space.overlaps) for z in zeros
+        (z, v): overlap_choices(base.replace(zero=z, vpp=v), model.is_moe, space.overlaps)
+        for z in zeros
+        for v in vpps
     }
     for vpp, mbs, zero, (recompute, method) in itertools.product(vpps, mbss, zeros, kinds):
         if vpp > 1 and (gbs // (mbs * base.dp)) % base.pp:
             continue
-        for knobs in overlaps[zero]:
+        for knobs in overlaps[zero, vpp]:
             choice = base.replace(
                 vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, recompute_method=method, **knobs
             )
