@@ -95,7 +95,7 @@ class ModelSpec:
 
     @property
     def is_moe(self) -> bool:
-        return bool(self.num_experts) and self.num_experts > 1
+        return self.num_experts is not None and self.num_experts > 1
 
     @property
     def bytes_per_element(self) -> int:

@@ -85,6 +85,8 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("strategy", "TP communication fused into the matmuls in tp chunks (MC2 on Ascend, TE userbuffers "
            "on GPUs): one chunk exposed, the rest hidden behind the matmul", "--use-ascend-mc2", "--use-mc2",
            "--tp-comm-overlap"),
+    *_rows("strategy, not priced", "first parameter all-gather under the optimizer step (dist-opt, vpp > 1)",
+           "--overlap-param-gather-with-optimizer-step"),
     # The job.
     *_rows("job", "batch", "--global-batch-size"),
     *_rows("job", "checkpoint loading / fine-tuning (memory of a full tune, conversion warnings)", "--load",
@@ -132,7 +134,7 @@ FLAGS: tuple[Flag, ...] = (
            "--moe-permutation-async-comm", "--moe-permute-fusion", "--use-fused-moe-token-permute-and-unpermute",
            "--gemm-gradient-accumulation-fusion", "--no-gradient-accumulation-fusion", "--mlp-layer-fusion"),
     *_rows("not modelled", "further communication overlap", "--use-cp-send-recv-overlap",
-           "--overlap-param-gather-with-optimizer-step", "--moe-shared-expert-overlap", "--delay-wgrad-compute",
+           "--moe-shared-expert-overlap", "--delay-wgrad-compute",
            "--moe-allgather-overlap-comm"),
 )
 # fmt: on

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import overload
 
 from tinker_opt.errors import ConfigError, ScriptError
 from tinker_opt.script.launch import Launch
@@ -13,6 +14,10 @@ DEFAULT_VOCAB_SIZE = 32000
 """Assumed when neither --vocab-size nor --padded-vocab-size is given (the tokenizer decides)."""
 
 
+@overload
+def int_value(launch: Launch, flag: str, default: int) -> int: ...
+@overload
+def int_value(launch: Launch, flag: str, default: None = None) -> int | None: ...
 def int_value(launch: Launch, flag: str, default: int | None = None) -> int | None:
     """The flag's integer value (last occurrence), `default` when absent; ScriptError when not an integer."""
     arg = launch.last(flag)
