@@ -70,6 +70,11 @@ class Prediction:
     stage_activation_gib: float
     """All activations of the first stage: the layers plus the embedding (and head when pp = 1)."""
     params_optimizer_gib: float
+    peak_gib: float
+    """The modelled peak of the busiest stage (Evaluation.peak_memory_mb): what the search holds
+    against the memory limit."""
+    device_gib: float
+    """The device's memory (the hardware description's memory_gb, read as GiB as the search does)."""
     hideable_s: float = 0.0
     """Exposed communication the run's overlap flags would hide at most (not priced by the model
     yet): the tensor-parallel collectives of every micro-batch with `--use-mc2` /
@@ -91,9 +96,16 @@ def read_run(run: PublishedRun, text: str) -> tuple[ModelSpec, Strategy, str]:
 
 
 def limits_for(run: PublishedRun) -> SpaceLimits:
-    """The analytic profile space: the run's tp (so the run's shape is profiled) up to 8, mbs up to 4."""
+    """The analytic profile space: the run's tp (so the run's shape is profiled) up to 8, mbs up to
+    4, the run's own cp and ep."""
     s = run.strategy
-    return SpaceLimits(max_npu=max(8, s["tp"]), max_mbs=max(4, s["mbs"]), extra_mbs=(s["mbs"],))
+    return SpaceLimits(
+        max_npu=max(8, s["tp"]),
+        max_mbs=max(4, s["mbs"]),
+        extra_mbs=(s["mbs"],),
+        prof_cp=(s["cp"],),
+        prof_ep=(s["ep"],) if run.model.get("moe") else None,
+    )
 
 
 def with_efficiency(hardware: HardwareSpec, matmul_max: float, memory_max: float) -> HardwareSpec:
@@ -151,6 +163,8 @@ def predict(
         activation_gib=(first.act_bytes_x_v - non_layer_x_v) / v / GIB,
         stage_activation_gib=first.act_bytes_x_v / v / GIB,
         params_optimizer_gib=(first.static_bytes_x_v - first.transient_bytes_x_v) / v / GIB,
+        peak_gib=evaluation.peak_memory_mb / 1024,
+        device_gib=hardware.memory_gb,
     )
 
 
@@ -234,9 +248,10 @@ def print_table(rows, runs) -> dict[str, list[float]]:
     """Predicted against measured per row; iteration time also with the overlap-hideable
     communication taken off ("hidden": the run's overlap flags hiding all they could)."""
     header = (
-        f"{'run':32} {'tp pp vpp mbs  gbs sp recompute':32} {'iter meas s':>11} {'pred s':>7} {'err %':>6} "
+        f"{'run':44} {'tp pp vpp mbs  gbs sp recompute':32} {'iter meas s':>11} {'pred s':>7} {'err %':>6} "
         f"{'hidden s':>8} {'err %':>6} "
-        f"{'act meas GiB':>13} {'pred':>6} {'err %':>6} {'stage':>6} {'p+o meas GiB':>12} {'pred':>6} {'err %':>6}"
+        f"{'act meas GiB':>13} {'pred':>6} {'err %':>6} {'stage':>6} {'p+o meas GiB':>12} {'pred':>6} {'err %':>6} "
+        f"{'peak GiB':>8} {'device':>6}"
     )
     print(header)
     print("-" * len(header))
@@ -258,13 +273,15 @@ def print_table(rows, runs) -> dict[str, list[float]]:
             if value is not None:
                 errors[key].append(value)
         if t_err is not None:
-            by_kind.setdefault(hardware.name, []).append((t_err, h_err))
+            fp8 = " (FP8 rows)" if s.get("precision") == "fp8" else ""
+            by_kind.setdefault(hardware.name + fp8, []).append((t_err, h_err))
         print(
-            f"{run.run_id:32} {layout:32} {_fmt(t_meas, '11.2f')} {pred.iteration_s:7.2f} {_fmt(t_err, '+6.1f')} "
+            f"{run.run_id:44} {layout:32} {_fmt(t_meas, '11.2f')} {pred.iteration_s:7.2f} {_fmt(t_err, '+6.1f')} "
             f"{hidden:8.2f} {_fmt(h_err, '+6.1f')} "
             f"{_fmt(a_meas, '12.2f')}{tag or ' '} {pred.activation_gib:6.2f} {_fmt(a_err, '+6.1f')} "
             f"{pred.stage_activation_gib:6.2f} "
-            f"{_fmt(p_meas, '12.2f')} {pred.params_optimizer_gib:6.2f} {_fmt(p_err, '+6.1f')}"
+            f"{_fmt(p_meas, '12.2f')} {pred.params_optimizer_gib:6.2f} {_fmt(p_err, '+6.1f')} "
+            f"{pred.peak_gib:8.1f} {pred.device_gib:6.0f}{' OVER' if pred.peak_gib > pred.device_gib else ''}"
         )
     print()
     for key, label in (
@@ -277,6 +294,11 @@ def print_table(rows, runs) -> dict[str, list[float]]:
             print(
                 f"{label:18}: {len(values)} rows, mean |error| {values.mean():.1f} %, max |error| {values.max():.1f} %"
             )
+    over = [run.run_id for run, pred, _, _ in rows if pred.peak_gib > pred.device_gib]
+    print(
+        f"modelled peak above the device's memory: {len(over)} of {len(rows)} rows"
+        + (f" ({', '.join(over)})" if over else "")
+    )
     for kind, pairs in by_kind.items():
         exposed, hidden = np.abs([p[0] for p in pairs]), np.abs([p[1] for p in pairs])
         print(
