@@ -18,6 +18,10 @@ from tinker_opt.strategy import Strategy
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 PRECISIONS = ("bf16", "fp16", "fp32")
+FP8_FORMATS = ("e4m3", "hybrid")
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
+"""Megatron-LM's `--fp8-format` and `--fp8-recipe` choices (megatron/training/arguments.py,
+_add_transformer_engine_args; recipe default `delayed`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +70,15 @@ class ModelSpec:
     precision: str = "bf16"
     noop_layers: tuple[int, ...] = ()
     """Indices of `--noop-layers` (they count in `--num-layers` of the script but do not compute)."""
+    # FP8 training (Transformer Engine; the linear layers' GEMMs in FP8, the rest in `precision`).
+    fp8_format: str | None = None
+    """`--fp8-format` (`e4m3` or `hybrid`: E4M3 forward, E5M2 gradients); None: no FP8."""
+    fp8_recipe: str = "delayed"
+    """`--fp8-recipe`: delayed (amax history), tensorwise (current per-tensor scale), blockwise, mxfp8."""
+    fp8_param_gather: bool = False
+    """`--fp8-param-gather`: the compute weights are kept in FP8 and all-gathered in FP8."""
+    fp8_amax_history_len: int = 1
+    """`--fp8-amax-history-len` (Megatron's default 1): amax values kept per FP8 tensor (delayed)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -92,6 +105,22 @@ class ModelSpec:
             )
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        self._check_fp8()
+
+    def _check_fp8(self) -> None:
+        if self.fp8_format not in (None, *FP8_FORMATS):
+            raise ConfigError(f"fp8_format must be one of {FP8_FORMATS}, got {self.fp8_format!r}")
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise ConfigError(f"fp8_recipe must be one of {FP8_RECIPES}, got {self.fp8_recipe!r}")
+        if self.fp8_format and self.precision == "fp32":
+            raise ConfigError("FP8 training (fp8_format) needs --bf16 or --fp16 besides, got fp32")
+        if self.fp8_amax_history_len < 1:
+            raise ConfigError(f"fp8_amax_history_len must be >= 1, got {self.fp8_amax_history_len}")
+
+    @property
+    def is_fp8(self) -> bool:
+        """The linear layers run their GEMMs in FP8 (Transformer Engine's fp8_autocast)."""
+        return self.fp8_format is not None
 
     @property
     def is_moe(self) -> bool:

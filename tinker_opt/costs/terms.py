@@ -31,6 +31,7 @@ from tinker_opt.costs.cp_terms import (
     unaligned_extra,
 )
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_us
+from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
 from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
 from tinker_opt.costs.profile_table import BlockCost, BlockTable
 from tinker_opt.costs.recompute import activation_function_terms
@@ -261,7 +262,9 @@ class TermBuilder:
             self, s, dense_params, cost.expert_param_count, cost.fwd_us, cost.bwd_us
         )
         weights, optimizer = param_bytes(self, s, dense_params, cost.expert_param_count)
+        weights += fp8_weight_extra_bytes(self.model, cost.param_count)  # costs/fp8_terms.py
         grad_us, gather_us, opt_us = tail_parts_us(self, s, dense_params, cost.expert_param_count)
+        gather_us *= fp8_gather_factor(self.model)
         sync_us = (overlap.exposed(grad_us, cost.bwd_us) if s.overlap_grad_reduce else grad_us) + (
             overlap.exposed(gather_us, cost.fwd_us) if s.overlap_param_gather else gather_us
         )
