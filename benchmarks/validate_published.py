@@ -29,13 +29,14 @@ import argparse
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from published_fit import Efficiencies, fit_time_parameters, with_efficiency
 from published_runs import (
     DEFAULT_RUNS_FILE,
     PublishedRun,
@@ -105,18 +106,6 @@ def limits_for(run: PublishedRun) -> SpaceLimits:
         extra_mbs=(s["mbs"],),
         prof_cp=(s["cp"],),
         prof_ep=(s["ep"],) if run.model.get("moe") else None,
-    )
-
-
-def with_efficiency(hardware: HardwareSpec, matmul_max: float, memory_max: float) -> HardwareSpec:
-    eff = hardware.efficiency
-    return replace(
-        hardware,
-        efficiency=replace(
-            eff,
-            matmul=replace(eff.matmul, max_efficiency=matmul_max),
-            memory=replace(eff.memory, max_efficiency=memory_max),
-        ),
     )
 
 
@@ -221,15 +210,15 @@ def evaluate_all(
     runs,
     profiles: Profiles,
     hardware_override: str | None,
-    efficiencies: dict[str, tuple[float, float]] | None = None,
+    efficiencies: Efficiencies | None = None,
 ):
-    """Predict every run; `efficiencies` replaces (matmul, memory) max efficiency per description name."""
+    """Predict every run; `efficiencies` replaces curves' max efficiency per description name."""
     rows = []
     for run in runs:
         model, strategy, how = read_run(run, launch_script(run))
         hardware = hardware_for(run, hardware_override)
         if efficiencies and hardware.name in efficiencies:
-            hardware = with_efficiency(hardware, *efficiencies[hardware.name])
+            hardware = with_efficiency(hardware, efficiencies[hardware.name])
         name = f"{model.num_layers}L{model.hidden_size}h"
         folder = profiles.folder(name, model, limits_for(run), hardware)
         rows.append((run, predict(run, model, strategy, folder, hardware), how, hardware))
@@ -308,75 +297,14 @@ def print_table(rows, runs) -> dict[str, list[float]]:
     return errors
 
 
-def overlap_residual(pred: Prediction, measured_s: float) -> float:
-    """Relative distance of the measured time from the interval the model brackets it by,
-    [time with the overlap-hideable communication hidden, time with it exposed]: zero inside.
+def residuals(runs, profiles: Profiles, hardware_override: str | None):
+    """The fit's cost: predicted / measured - 1 of each row's iteration time under some efficiencies."""
 
-    Overlap is not priced yet (another part of the cost model), so a row whose flags could hide
-    communication constrains the efficiencies only when the measurement falls outside what any
-    amount of overlap explains; the efficiencies are not bent to stand in for the overlap."""
-    low, high = pred.iteration_s - pred.hideable_s, pred.iteration_s
-    if measured_s < low:
-        return low / measured_s - 1
-    if measured_s > high:
-        return high / measured_s - 1
-    return 0.0
+    def of(rows: list[PublishedRun], efficiencies: Efficiencies) -> list[float]:
+        evaluated = evaluate_all(rows, profiles, hardware_override, efficiencies)
+        return [p.iteration_s / r.iteration_time_s - 1 for r, p, _, _ in evaluated]
 
-
-def fit_time_parameters(
-    runs, profiles: Profiles, hardware_override: str | None, fix_memory: bool = False
-) -> dict[str, tuple[float, float]]:
-    """Least squares over a grid of (matmul, memory) asymptotic efficiency, per hardware
-    description: two physical parameters shared by every timed row of that device, never one
-    per row (sum of squared `overlap_residual`s). `fix_memory`: keep the description's memory
-    efficiency and fit the matmul one alone (when the rows cannot tell the two apart)."""
-    timed = [r for r in runs if r.iteration_time_s is not None]
-    kinds: dict[str, list[PublishedRun]] = {}
-    for run in timed:
-        kinds.setdefault(hardware_for(run, hardware_override).name, []).append(run)
-    fitted = {}
-    for kind, kind_runs in kinds.items():
-        memory_now = hardware_for(kind_runs[0], hardware_override).efficiency.memory.max_efficiency
-
-        def cost(pair: tuple[float, float], kind=kind, kind_runs=kind_runs) -> float:
-            rows = evaluate_all(kind_runs, profiles, hardware_override, {kind: pair})
-            return sum(overlap_residual(p, r.iteration_time_s) ** 2 for r, p, _, _ in rows)
-
-        # Coarse grid (matmul 0.50 ... 0.94 by 0.04, memory 0.4 ... 1.0 by 0.2), then a fine one
-        # (0.01, 0.05) around the coarse optimum: the cost is smooth in both parameters.
-        memories = (
-            [memory_now]
-            if fix_memory
-            else [round(float(b), 2) for b in np.arange(0.40, 1.0001, 0.2)]
-        )
-        coarse = [(round(float(a), 2), b) for a in np.arange(0.50, 0.9401, 0.04) for b in memories]
-        best = min((cost(pair), *pair) for pair in coarse)
-        fine_memories = (
-            [memory_now]
-            if fix_memory
-            else [
-                round(float(b), 2)
-                for b in np.arange(best[2] - 0.15, best[2] + 0.1501, 0.05)
-                if 0.4 - 1e-9 <= b <= 1.0
-            ]
-        )
-        fine = [
-            (round(float(a), 2), b)
-            for a in np.arange(best[1] - 0.03, best[1] + 0.0301, 0.01)
-            if a <= 1.0
-            for b in fine_memories
-        ]
-        best = min([best] + [(cost(pair), *pair) for pair in fine])
-        rms = 100 * np.sqrt(best[0] / len(kind_runs))
-        print(
-            f"fit {kind}: matmul max_efficiency {best[1]:.2f}, memory max_efficiency {best[2]:.2f}"
-            f"{' (kept)' if fix_memory else ''} (rms residual outside the overlap bracket {rms:.1f} % over "
-            f"{len(kind_runs)} rows)",
-            flush=True,
-        )
-        fitted[kind] = (best[1], best[2])
-    print()
-    return fitted
+    return of
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -406,7 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         profiles = Profiles(Path(tmp))
         started = time.perf_counter()
         fitted = (
-            fit_time_parameters(runs, profiles, args.hardware, args.fix_memory)
+            fit_time_parameters(
+                runs, residuals(runs, profiles, args.hardware), args.hardware, args.fix_memory
+            )
             if args.fit
             else None
         )
