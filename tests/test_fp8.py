@@ -118,7 +118,7 @@ def test_profile_on_910b_refuses_fp8_in_one_line(tmp_path):
 def _layer_weights(model: ModelSpec) -> np.ndarray:
     profile = synthetic_profile(model, tps=(1,), cps=(1,), mbss=(1,))
     cost = CostModel.from_profile(profile, model, cluster(1, 8, 60000), 8, hardware=HARDWARE)
-    coeffs = cost.coefficients(Strategy(tp=1, pp=1, dp=8, dist_opt=True))
+    coeffs = cost.coefficients(Strategy(tp=1, pp=1, dp=8, zero=1))
     return coeffs.layer_static_bytes - coeffs.layer_optimizer_bytes - coeffs.layer_grad_bytes
 
 
