@@ -120,6 +120,16 @@ def _said(value: Any, *words: str) -> bool:
     return isinstance(value, str) and any(w in value.lower() for w in words)
 
 
+def _recommended(s: dict[str, Any], key: str, *words: str) -> bool:
+    """A knob the row sets, or leaves 'not stated' while its source's notes (`overlap` text, e.g.
+    "README tips recommend --overlap-grad-reduce/--overlap-param-gather, distributed optimizer")
+    recommend it: a vendor benchmark of its own recipe runs the recommended setting."""
+    value = s.get(key)
+    if value is True:
+        return True
+    return _said(value, "not stated") and _said(s.get("overlap", ""), *words)
+
+
 def _recompute(value: Any) -> str:
     """`none | selective | full` from the file's field: 'full, block, ...', 'activation_checkpointing
     true in the linked yaml' (every layer: full), 'none (...)', 'not stated' (Megatron's default: none)."""
@@ -135,7 +145,8 @@ def normalised_strategy(raw: dict[str, Any]) -> dict[str, Any]:
     """The file's strategy with its free-text fields (quotes of the source) read as typed values.
 
     Integers stay; `null` knobs take Megatron's default (vpp 1, cp 1, ep 1); a boolean knob is on
-    only when the source says so ('not stated' is off, the framework default); the overlap flags
+    only when the source says so ('not stated' is off, the framework default, unless the source's
+    notes recommend it: `_recommended`); the overlap flags
     come from the optimizer text ('overlap_grad_sync, overlap_param_sync': NeMo's distributed
     fused Adam) and `tp_comm_overlap` text ('ub_tp_comm_overlap true': userbuffers); FSDP2 rows
     (`fsdp` text) are ZeRO-3 over the data-parallel ranks."""
@@ -145,12 +156,19 @@ def normalised_strategy(raw: dict[str, Any]) -> dict[str, Any]:
     s["etp"] = s["etp"] if isinstance(s.get("etp"), int) else None
     s["sp"] = s.get("sp") is True
     s["recompute"] = _recompute(s.get("recompute"))
-    s["distributed_optimizer"] = s.get("distributed_optimizer") is True
+    notes = s.get("overlap", "")
+    recommended = _recommended(s, "distributed_optimizer", "distributed optimizer")
+    s["distributed_optimizer"] = recommended
     optimizer = s.get("optimizer", "")
-    s["overlap_grad_reduce"] = s.get("overlap_grad_reduce") is True or _said(
-        optimizer, "overlap_grad"
+    recommends = recommended and _said(raw.get("distributed_optimizer"), "not stated")
+    s["overlap_grad_reduce"] = (
+        s.get("overlap_grad_reduce") is True
+        or _said(optimizer, "overlap_grad")
+        or (recommends and _said(notes, "--overlap-grad-reduce"))
     )
-    s["overlap_param_gather"] = _said(optimizer, "overlap_param")
+    s["overlap_param_gather"] = _said(optimizer, "overlap_param") or (
+        recommends and _said(notes, "overlap-param-gather")
+    )
     s["tp_comm_overlap"] = _said(s.get("tp_comm_overlap"), "true")
     s["fsdp"] = _said(s.get("fsdp"), "fsdp")
     return s
