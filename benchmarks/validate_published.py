@@ -16,11 +16,15 @@ out the embedding and output layer; the 22B no-recompute figure is exactly 48 la
 per-layer formula). The cost model's whole first stage, embedding / head included, is printed
 beside it ("stage"). Rows that give only a percentage of the no-recompute baseline are compared
 as that percentage times the measured baseline of the same model and layout ("d" rows).
-`--fit` fits the asymptotic matmul and memory efficiencies of each hardware description to the
-iteration times of its rows (two physical parameters shared by every row of a device, never one
-per row) and prints them. Communication overlap (`--use-mc2`, `--overlap-grad-reduce`) is not
-priced by the cost model yet; each row also shows the time with the communication those flags
-could hide taken off ("hidden"), so the error is bracketed from both sides.
+Every row of the file is evaluated: dense, context-parallel, FP8 and MoE rows (their free-text
+strategy fields are read as typed knobs by published_runs.normalised_strategy). Per row it also
+prints the modelled peak of the busiest stage against the device's memory; a row that ran (it has
+a measured time) must not be modelled above its device. Errors are summarised per device kind,
+FP8 rows apart. `--fit` fits the hardware descriptions' asymptotic efficiencies to the timed rows
+(published_fit.py: matmul, memory unless `--fix-memory`, then the FP8 matmul one on FP8 rows;
+physical parameters shared by every row of a device, never one per row) and prints them. The
+cost model prices the overlap flags (costs/overlap.py); "hidden" is the time with the remaining
+exposed communication those flags target taken off as well, a lower bound.
 """
 
 from __future__ import annotations
