@@ -267,7 +267,8 @@ def print_table(rows, runs) -> dict[str, list[float]]:
                 errors[key].append(value)
         if t_err is not None:
             fp8 = " (FP8 rows)" if s.get("precision") == "fp8" else ""
-            by_kind.setdefault(hardware.name + fp8, []).append((t_err, h_err))
+            by_kind.setdefault(f"on {hardware.name}{fp8}", []).append((t_err, h_err))
+            by_kind.setdefault(f"of the {run.category} rows", []).append((t_err, h_err))
         print(
             f"{run.run_id:44} {layout:32} {_fmt(t_meas, '11.2f')} {pred.iteration_s:7.2f} {_fmt(t_err, '+6.1f')} "
             f"{hidden:8.2f} {_fmt(h_err, '+6.1f')} "
@@ -276,6 +277,13 @@ def print_table(rows, runs) -> dict[str, list[float]]:
             f"{_fmt(p_meas, '12.2f')} {pred.params_optimizer_gib:6.2f} {_fmt(p_err, '+6.1f')} "
             f"{pred.peak_gib:8.1f} {pred.device_gib:6.0f}{' OVER' if pred.peak_gib > pred.device_gib else ''}"
         )
+    print_summary(rows, errors, by_kind)
+    return errors
+
+
+def print_summary(rows, errors: dict[str, list[float]], groups: dict[str, list]) -> None:
+    """Mean / max |error| per quantity, per device kind (FP8 rows apart) and per category; the
+    rows that ran with the modelled peak above the device's memory."""
     print()
     for key, label in (
         ("time", "iteration time"),
@@ -295,13 +303,12 @@ def print_table(rows, runs) -> dict[str, list[float]]:
         f"rows that ran with the modelled peak above the device's memory: {len(over)} of "
         f"{len(ran)}" + (f" ({', '.join(over)})" if over else "")
     )
-    for kind, pairs in by_kind.items():
+    for group, pairs in groups.items():
         exposed, hidden = np.abs([p[0] for p in pairs]), np.abs([p[1] for p in pairs])
         print(
-            f"iteration time on {kind}: {len(pairs)} rows, mean |error| {exposed.mean():.1f} %, max "
+            f"iteration time {group}: {len(pairs)} rows, mean |error| {exposed.mean():.1f} %, max "
             f"{exposed.max():.1f} %; with overlap hidden: mean {hidden.mean():.1f} %, max {hidden.max():.1f} %"
         )
-    return errors
 
 
 def residuals(runs, profiles: Profiles, hardware_override: str | None):
