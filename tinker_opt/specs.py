@@ -171,6 +171,41 @@ class ModelSpec:
         return cls(**values)
 
 
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class OptimizerPrecision:
+    """Megatron's precision-aware optimizer (`--use-precision-aware-optimizer` with
+    `--main-grads-dtype`, `--main-params-dtype`, `--exp-avg-dtype`, `--exp-avg-sq-dtype`,
+    megatron/training/arguments.py; Transformer Engine's FusedAdam keeps the states in these
+    dtypes): the dtypes of the gradient buffer, the master weights and the two Adam moments.
+    Without the switch Megatron keeps all four in fp32 (the default here: bf16 training implies
+    accumulate_allreduce_grads_in_fp32, so the gradient buffer is fp32)."""
+
+    main_grads: str = "fp32"
+    main_params: str = "fp32"
+    exp_avg: str = "fp32"
+    exp_avg_sq: str = "fp32"
+
+    def __post_init__(self) -> None:
+        for name, value in dataclasses.asdict(self).items():
+            if value not in DTYPE_BYTES:
+                raise ConfigError(
+                    f"{name} dtype must be one of {sorted(DTYPE_BYTES)}, got {value!r}"
+                )
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per parameter of the gradient buffer (accumulated and reduced in this dtype)."""
+        return DTYPE_BYTES[self.main_grads]
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes per parameter of the optimizer states: master weight + exp_avg + exp_avg_sq."""
+        return sum(DTYPE_BYTES[d] for d in (self.main_params, self.exp_avg, self.exp_avg_sq))
+
+
 @dataclass(frozen=True, kw_only=True)
 class FrameworkInfo:
     """Which framework and version the script is written for, and how it launches."""
@@ -213,6 +248,8 @@ class TrainSpec:
     recompute_activation_function_num_layers: int | None = None
     """MindSpeed `--recompute-activation-function-num-layers`: only the first N layers of each stage
     recompute the activation; None for every layer (or when the switch is off)."""
+    optimizer_precision: OptimizerPrecision = field(default_factory=OptimizerPrecision)
+    """Megatron's precision-aware optimizer dtypes (all fp32 without `--use-precision-aware-optimizer`)."""
     ulysses_degree_in_cp: int | None = None
     """MindSpeed `--ulysses-degree-in-cp`: the Ulysses group size of `hybrid_cp_algo` (the ring
     runs over cp / this many ranks); None when the script does not give it

@@ -80,11 +80,18 @@ class TermBuilder:
         self.comm = comm
         self.mem_bw_gbs = memory_bandwidth_gbs or DEFAULT_MEMORY_BANDWIDTH_GBS
         self.bpe = model.bytes_per_element
-        # --reuse-fp32-param (bf16 only) saves sizeof(bf16) per parameter of the master copy
-        # (divided by the optimizer's sharding with dist_opt, like the rest of the states).
+        # Optimizer states per parameter: fp32 master + two Adam moments (12 B), or the dtypes of
+        # Megatron's precision-aware optimizer (specs.OptimizerPrecision); --reuse-fp32-param
+        # (bf16 only) saves sizeof(bf16) of the master copy; fp32 training keeps no master (8 B).
+        # All divided by the optimizer's sharding with dist_opt.
+        precision = job.optimizer_precision
         self.opt_state_bytes = (
-            (12 - (self.bpe if job.reuse_fp32_param else 0)) if self.bpe == 2 else 8
+            (precision.state_bytes - (self.bpe if job.reuse_fp32_param else 0))
+            if self.bpe == 2
+            else 8
         )
+        self.grad_bytes = precision.grad_bytes
+        """Gradient-buffer bytes per parameter (fp32 main gradients unless --main-grads-dtype)."""
         self.host_link_gbs = host_link_gbs
         self.kinds = model.layer_kinds()
         self.layer_block = {
