@@ -37,6 +37,11 @@ def test_reader_takes_the_dtypes_only_with_the_switch():
     ignored = BF16_STATES.replace("--use-precision-aware-optimizer ", "")
     plain = read_script_text(SCRIPT.format(flags=ignored), "b.sh").train.optimizer_precision
     assert (plain.grad_bytes, plain.state_bytes) == (4, 12)
+    reduce = read_script_text(SCRIPT.format(flags="--grad-reduce-in-bf16"), "d.sh").train
+    assert (reduce.optimizer_precision.grad_bytes, reduce.optimizer_precision.state_bytes) == (
+        2,
+        12,
+    )
 
 
 def test_unknown_dtype_is_a_one_line_script_error():

@@ -97,7 +97,7 @@ FLAGS: tuple[Flag, ...] = (
            "dist-opt; MindSpeed docs/features/reuse-fp32-param.md)", "--reuse-fp32-param"),
     *_rows("job", "precision-aware optimizer: gradient buffer, master weights and Adam moments in the given "
            "dtypes (Megatron-LM; specs.OptimizerPrecision)", "--use-precision-aware-optimizer", "--main-grads-dtype",
-           "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype"),
+           "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--grad-reduce-in-bf16"),
     *_rows("job", "MLP activation output dropped and recomputed in the backward (MindSpeed; costs/recompute.py)",
            "--recompute-activation-function"),
     *_rows("job", "Ulysses group of hybrid_cp_algo: all-to-all over it, ring over cp / it (MindSpeed; "

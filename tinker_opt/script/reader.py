@@ -260,12 +260,14 @@ def _train_spec(
 
 
 def _optimizer_precision(launch) -> OptimizerPrecision:
-    """The precision-aware optimizer's dtypes; they apply only with its switch (Megatron-LM)."""
+    """The precision-aware optimizer's dtypes (they apply only with its switch, Megatron-LM);
+    `--grad-reduce-in-bf16` keeps the gradient buffer in bf16 with or without it."""
+    bf16_grads = launch.has("--grad-reduce-in-bf16")
     if not launch.has("--use-precision-aware-optimizer"):
-        return OptimizerPrecision()
+        return OptimizerPrecision(main_grads="bf16") if bf16_grads else OptimizerPrecision()
     try:
         return OptimizerPrecision(
-            main_grads=launch.value("--main-grads-dtype") or "fp32",
+            main_grads="bf16" if bf16_grads else launch.value("--main-grads-dtype") or "fp32",
             main_params=launch.value("--main-params-dtype") or "fp32",
             exp_avg=launch.value("--exp-avg-dtype") or "fp32",
             exp_avg_sq=launch.value("--exp-avg-sq-dtype") or "fp32",
