@@ -132,3 +132,14 @@ def test_fp8_weight_copies_and_fp8_param_gather_memory():
     assert np.array_equal(_layer_weights(_fp8(model, fp8_param_gather=True)), bf16)
     assert fp8_gather_factor(_fp8(model, fp8_param_gather=True)) == 0.5
     assert fp8_gather_factor(_fp8(model)) == fp8_gather_factor(model) == 1.0
+
+
+def test_fp8_fields_of_the_descriptions():
+    """H100 lists peak_tflops.fp8 and a fitted matmul_fp8 curve that survives a JSON round
+    trip; A100 and 910B have no FP8 rate."""
+    h100 = load_hardware("h100-80gb")
+    assert h100.has_fp8 and h100.peak_flops_per_us("fp8") == 1979e6
+    again = type(h100).from_dict(h100.to_dict())
+    assert again.efficiency.fp8_matmul == h100.efficiency.matmul_fp8 is not None
+    for name in ("a100-80gb", "910b"):
+        assert not load_hardware(name).has_fp8

@@ -10,7 +10,8 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
      "host_link_gbs": float,                                        # optional, device<->host copy
      "intra_node": {"bandwidth_gbs": float, "latency_us": float},   # per device, one direction,
      "inter_node": {"bandwidth_gbs": float, "latency_us": float},   # achievable (efficiency applied)
-     "efficiency": {"matmul": CURVE, "memory": CURVE, "notes": [...]},
+     "efficiency": {"matmul": CURVE, "memory": CURVE, "notes": [...],
+                    "matmul_fp8": CURVE},                           # optional: FP8 GEMMs (of fp8 peak)
      "sources": [...], "assumptions": [...]}
 
     CURVE = {"max_efficiency": float, "half_size": float}      # eff(x) = max * x / (x + half)
