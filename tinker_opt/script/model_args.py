@@ -146,6 +146,20 @@ def _mla_fields(launch: Launch) -> dict:
     }
 
 
+def _fp8_fields(launch: Launch) -> dict:
+    """FP8 flags (megatron/training/arguments.py _add_transformer_engine_args; MindSpeed-LLM
+    has none): read only with `--fp8-format`, which switches FP8 on."""
+    fp8_format = launch.value("--fp8-format")
+    if not fp8_format:
+        return {}
+    return {
+        "fp8_format": fp8_format,
+        "fp8_recipe": launch.value("--fp8-recipe") or "delayed",
+        "fp8_param_gather": launch.has("--fp8-param-gather"),
+        "fp8_amax_history_len": int_value(launch, "--fp8-amax-history-len", 1),
+    }
+
+
 def _precision(launch: Launch) -> str:
     if launch.has("--bf16"):
         return "bf16"
@@ -190,6 +204,7 @@ def read_model(launch: Launch, warn: Callable[[str], None]) -> ModelSpec:
         noop_layers=tuple(noop),
         **_moe_fields(launch),
         **_mla_fields(launch),
+        **_fp8_fields(launch),
     )
     try:
         return ModelSpec(**values)
