@@ -64,7 +64,7 @@ def is_fp8_gemm(op: OpRecord, linears: frozenset[str]) -> bool:
 
 def _cast(op: OpRecord, sid: int, nbytes: int, recipe: str, fresh) -> OpRecord:
     """The memory-bound cast of one operand (storage `sid`, `nbytes` in BF16) before `op`."""
-    reads = ((sid, nbytes),)
+    reads: tuple[tuple[int, int], ...] = ((sid, nbytes),)
     if recipe == "tensorwise":  # the amax reduction reads the operand once more, before the cast
         reads += ((next(fresh), nbytes),)
     writes = ((next(fresh), int(nbytes * FP8_CAST_OUT_BYTES_PER_INPUT_BYTE)),)

@@ -74,7 +74,7 @@ def job_of(log: TrainingLog, script: str | None, devices_per_node: int | None) -
 
     if script:
         info = read_optional_script(script, CHECK_SCRIPT)
-        warnings = ()
+        warnings: tuple[str, ...] = ()
         if log.arguments:
             dump = read_script_text(launch_text(log.arguments, devices_per_node), "dump.sh")
             warnings = _disagreement(info, dump)
