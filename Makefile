@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch pinned first: the CPU wheel on disk; an unpinned torch pulls a CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[profile,test]'
+	$(PY) -m pip install -q -e '.[profile,logs,test]'
 	touch $@
 
 demo: $(VENV)/.installed
