@@ -167,8 +167,11 @@ def _row(case: str, tree: str, found: dict) -> dict:
     return row
 
 
-def run(trees: dict[str, Path], only: set[str], timeout_s: float, work: Path) -> list[dict]:
-    """Every case on every tree, the profiles first (each tree profiles with its own code)."""
+def run(
+    trees: dict[str, Path], only: set[str], timeout_s: float, work: Path, reuse: dict[str, str]
+) -> list[dict]:
+    """Every case on every tree, the profiles first (each tree profiles with its own code, unless
+    `reuse` names a profiled-data folder for the script's stem: then both trees read it)."""
     rows, profiles = [], {}
     tinker = _tinker_folder(work)
     for case in CASES:
@@ -179,6 +182,8 @@ def run(trees: dict[str, Path], only: set[str], timeout_s: float, work: Path) ->
             folder = tinker
             if kind == "analytic":
                 key = (label, script, hardware)
+                if Path(script).stem in reuse:
+                    profiles[key] = {"folder": reuse[Path(script).stem]}
                 if key not in profiles:
                     profiles[key] = _profile(tree, script, hardware, work, timeout_s)
                     prof = profiles[key]
@@ -230,12 +235,19 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated case names")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per subprocess")
     parser.add_argument("--note", default="", help="a line for the table header (e.g. the load)")
+    parser.add_argument(
+        "--reuse-profile",
+        action="append",
+        default=[],
+        help="SCRIPT_STEM=FOLDER: both trees search this analytic profile (no profile rows)",
+    )
     parser.add_argument("--out", default="search_speed", help="file stem under benchmarks/results/")
     args = parser.parse_args()
     trees = {"before": Path(args.base).resolve(), "after": Path(args.after).resolve()}
     only = {name for name in args.only.split(",") if name}
     with tempfile.TemporaryDirectory(prefix="tinker-speed-") as tmp:
-        rows = run(trees, only, args.timeout, Path(tmp))
+        reuse = dict(item.split("=", 1) for item in args.reuse_profile)
+        rows = run(trees, only, args.timeout, Path(tmp), reuse)
     load = os.getloadavg()
     commits = ", ".join(f"{label} = {_commit(tree)}" for label, tree in trees.items())
     note = (
