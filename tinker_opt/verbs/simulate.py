@@ -11,6 +11,8 @@ from tinker_opt.specs import ClusterSpec
 from tinker_opt.strategy import Strategy
 from tinker_opt.verbs.common import (
     cost_model_for,
+    devices_per_node_for,
+    hardware_for,
     model_of,
     num_nodes_for,
     read_json_object,
@@ -44,6 +46,10 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
         Strategy.from_dict(read_json_object(strategy_file)) if strategy_file is not None else None
     )
     script_gbs = info.train.global_batch_size if info is not None else None
+    per_node = devices_per_node_for(
+        settings.num_npus_per_node, info, hardware_for(settings, profiled)
+    )
+    settings = replace(settings, num_npus_per_node=per_node.devices_per_node)
     settings = replace(
         settings,
         global_batch_size=settings.global_batch_size
@@ -64,7 +70,8 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
         profiled, model, cluster, settings.global_batch_size, settings, info
     )
     return cost_model.evaluate(strategy), (
-        list(cost_model.warnings)
+        list(per_node.notes)
+        + list(cost_model.warnings)
         + _layer_form_warning(strategy, info, settings)
         + _hybrid_degree_warning(strategy, info, model)
         + _unaligned_ulysses_warning(strategy, info, model, settings)
