@@ -155,7 +155,7 @@ class CommModel:
 
     def placement(self, stride: int, size: int, devices_per_node: int) -> GroupPlacement:
         """group_scope on this model's hardware (its high-bandwidth domain)."""
-        domain = self.hardware.domain_devices if self.hardware is not None else None
+        domain = self.hardware.domain_size if self.hardware is not None else None
         return group_scope(stride, size, devices_per_node, domain)
 
     def time_us(

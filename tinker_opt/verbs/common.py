@@ -136,7 +136,7 @@ def devices_per_node_for(given: int | None, info, hardware) -> NodeCount:
             f"{hardware.devices_per_node}; planning for {count} (the hardware's links and cards "
             "per device are kept)"
         )
-        if hardware.domain_devices % count:
+        if hardware.domain_size and hardware.domain_size % count:
             raise ConfigError(
                 f"{source} gives {count} devices per node, but the high-bandwidth domain of "
                 f"hardware '{hardware.name}' ({hardware.domain_devices} devices) is not a whole "
