@@ -139,6 +139,8 @@ def test_domain_spanning_nodes_uses_the_domain_link() -> None:
     assert place == GroupPlacement("intra_domain", 4, 2)
     assert model.time_us("all_reduce", 8, place, S) == pytest.approx(28.0 + 1.75 * S / 600e3)
     assert model.placement(8, 16, 4).tier == "inter_node"
+    assert model.placement(8, 6, 4).tier == "inter_node"  # a 48-rank span straddles domains
+    assert model.placement(8, 6, 4, num_devices=48).tier == "intra_domain"  # the job fits in one
 
 
 def test_existing_descriptions_keep_domain_equal_to_node() -> None:

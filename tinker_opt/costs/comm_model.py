@@ -61,14 +61,19 @@ class GroupPlacement:
 
 
 def group_scope(
-    stride: int, size: int, devices_per_node: int, domain_devices: int | None = None
+    stride: int,
+    size: int,
+    devices_per_node: int,
+    domain_devices: int | None = None,
+    num_devices: int | None = None,
 ) -> GroupPlacement:
     """Where a communication group sits under Megatron's rank order.
 
     Ranks are laid out tp innermost, then cp, dp, pp; a group of `size` ranks `stride` apart spans
     `stride * size` consecutive ranks: inside one node when that span fits and tiles the node,
-    inside one high-bandwidth domain (`domain_devices`, default the node) likewise, else across
-    domains. Members per node: the node's devices over the stride (at most the group's size).
+    inside one high-bandwidth domain (`domain_devices`, default the node) when the whole job
+    (`num_devices`) fits in one or the span tiles the domains, else across domains. Members per
+    node: the node's devices over the stride (at most the group's size).
     """
     span = stride * size
     if size <= 1 or (span <= devices_per_node and devices_per_node % span == 0):
@@ -76,7 +81,8 @@ def group_scope(
     per_node = max(1, min(size, devices_per_node // stride))
     nodes = -(-size // per_node)
     domain = domain_devices or devices_per_node
-    if domain > devices_per_node and span <= domain and domain % span == 0:
+    job_inside = num_devices is not None and num_devices <= domain
+    if domain > devices_per_node and span <= domain and (job_inside or domain % span == 0):
         return GroupPlacement("intra_domain", per_node, nodes)
     return GroupPlacement("inter_node", per_node, nodes)
 
@@ -153,10 +159,12 @@ class CommModel:
         link = self._scope_links[scope]
         return _Fit(link.latency_us, link.bandwidth_gbs)
 
-    def placement(self, stride: int, size: int, devices_per_node: int) -> GroupPlacement:
+    def placement(
+        self, stride: int, size: int, devices_per_node: int, num_devices: int | None = None
+    ) -> GroupPlacement:
         """group_scope on this model's hardware (its high-bandwidth domain)."""
         domain = self.hardware.domain_size if self.hardware is not None else None
-        return group_scope(stride, size, devices_per_node, domain)
+        return group_scope(stride, size, devices_per_node, domain, num_devices)
 
     def time_us(
         self, op: str, group_size: int, scope: str | GroupPlacement, nbytes: float

@@ -114,7 +114,8 @@ class TermBuilder:
         return self.blocks.cost(block, tp=s.tp, sp=s.sp, cp=s.cp, ep=ep, etp=etp, mbs=s.mbs)
 
     def scope(self, stride: int, size: int) -> GroupPlacement:
-        return self.comm.placement(stride, size, self.cluster.devices_per_node)
+        cluster = self.cluster
+        return self.comm.placement(stride, size, cluster.devices_per_node, cluster.num_devices)
 
     # -- collectives per layer (us) ------------------------------------------------------------
     def tp_pair_us(self, s: Strategy, nbytes: float) -> float:
