@@ -278,7 +278,9 @@ def comm_table(
     """comm.csv rows (op, group_size, scope, bytes, time_us) computed from the description.
 
     Inter-node rows for every group size up to max_group_size (tensor, data or expert groups
-    that span nodes); intra-node rows only for groups that fit in one node (devices_per_node)."""
+    that span nodes) on one network card, one member per node (the cost model then shares the
+    node's cards among the groups, comm_cost.spanning_time_us); intra-node rows only for groups
+    that fit in one node (devices_per_node)."""
     rows = []
     for scope in ("intra_node", "inter_node"):
         link = hardware.link(scope)
