@@ -90,3 +90,16 @@ def test_qwen3_30b_fsdp2_a3_finds_a_strategy_on_its_16_npus(tmp_path) -> None:
     best = summary["best"]["strategy"]
     assert best["tp"] * best["pp"] * best["cp"] * best["dp"] == 16
     assert "error" not in summary["current"]
+
+
+def test_tp_nodes_adds_tensor_parallelism_across_nodes() -> None:
+    """--tp-nodes 2 profiles (so the search may choose) tp = 2 x max_npu; the default keeps tp
+    within a node (plus the script's own)."""
+    from tinker_opt.profile.settings import MeasureSettings
+    from tinker_opt.profile.space import tp_values
+
+    model = read_script(DEEPSEEK_A3).model
+    base = {"device": "cpu", "max_npu": 8, "max_mbs": 1, "warmup": 0, "repeats": 5}
+    assert max(tp_values(model, MeasureSettings(**base).limits(None))) == 8
+    across = tp_values(model, MeasureSettings(**base, tp_nodes=2).limits(None))
+    assert 16 in across and 32 not in across
