@@ -15,6 +15,7 @@ from tinker_opt.verbs.common import (
     cost_model_for,
     devices_per_node_for,
     hardware_for,
+    memory_limit_for,
     model_of,
     num_nodes_for,
     read_json_object,
@@ -67,6 +68,7 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
         Strategy.from_dict(read_json_object(strategy_file)) if strategy_file is not None else None
     )
     settings, notes = _cluster_settings(settings, info, profiled, strategy)
+    settings = replace(settings, memory_limit=memory_limit_for(settings, profiled)[0])
     cluster = ClusterSpec(
         num_nodes=settings.num_nodes,
         devices_per_node=settings.num_npus_per_node,
