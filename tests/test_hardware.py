@@ -21,7 +21,16 @@ from tinker_opt.hardware import (
 )
 from tinker_opt.hardware.fit import TimedOps, bounded_lstsq, fit_efficiency, fit_link
 
-SHIPPED = ("910b", "a100-40gb", "a100-80gb", "h100-80gb")
+SHIPPED = (
+    "910b",
+    "a100-40gb",
+    "a100-80gb",
+    "h100-80gb",
+    "atlas-a3",
+    "h200-141gb",
+    "b200",
+    "gb200-nvl72",
+)
 
 
 def test_shipped_descriptions_are_listed() -> None:
@@ -181,3 +190,31 @@ def test_fit_efficiency_recovers_any_matmul_curve(max_eff: float, half: float) -
     true = DeviceEfficiency(matmul=EfficiencyCurve(max_eff, half), memory=EfficiencyCurve(0.8, 1e6))
     fitted, _ = fit_efficiency(_synthetic_samples(true, 2.0e6, seed=1), 2.0e6)
     assert fitted.matmul.max_efficiency == pytest.approx(max_eff, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("name", "per_node", "domain", "library"),
+    [
+        ("atlas-a3", 16, 768, "hccl"),
+        ("h200-141gb", 8, 8, "nccl"),
+        ("b200", 8, 8, "nccl"),
+        ("gb200-nvl72", 4, 72, "nccl"),
+    ],
+)
+def test_todays_descriptions_state_their_network(name, per_node, domain, library) -> None:
+    """The issue-19 descriptions: devices per node, the high-bandwidth domain and the library."""
+    hardware = load_hardware(name)
+    assert (hardware.devices_per_node, hardware.domain_devices, hardware.collectives) == (
+        per_node,
+        domain,
+        library,
+    )
+    assert hardware.assumptions, "the unknowns are listed"
+
+
+def test_domain_must_hold_whole_nodes() -> None:
+    """A domain that is not a whole number of nodes is refused with both numbers."""
+    data = load_hardware("gb200-nvl72").to_dict()
+    data["domain"]["size"] = 70
+    with pytest.raises(ConfigError, match=r"domain size \(70\).*devices_per_node \(4\)"):
+        HardwareSpec.from_dict(data)

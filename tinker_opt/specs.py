@@ -256,6 +256,10 @@ class TrainSpec:
     (rules.hybrid_ulysses_degree says which degree the model then uses)."""
 
 
+DEFAULT_DEVICES_PER_NODE = 8
+"""Devices per node when neither the command line, the script nor a hardware description says."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
     """The target cluster the search plans for."""

@@ -7,6 +7,12 @@ use the same figures as `CostModel.evaluate`. A group size that was not measured
 (latency, bandwidth) of the nearest measured size of that op and scope, then of any op of that
 scope. A scope with no measurement at all takes the hardware file's link, or else a documented
 default, and says so in `warnings` (intra-node figures are never reused for inter-node traffic).
+
+Groups are placed on the network tiers of the hardware description (`group_scope`): inside a node
+(the measured / fitted curves), inside a high-bandwidth domain that spans nodes (the domain link,
+a flat ring: every member has its own NVLink / UB port), or across domains (comm_cost.
+spanning_time_us: the node's network cards shared by its concurrent groups, NCCL rings or HCCL
+two-level algorithms, with the inter-node figure as one card's link).
 """
 
 from __future__ import annotations
@@ -16,7 +22,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tinker_opt.comm_cost import collective_time_us, latency_steps, traffic_factor
+from tinker_opt.comm_cost import (
+    NodeNetwork,
+    Span,
+    collective_time_us,
+    latency_steps,
+    spanning_time_us,
+    traffic_factor,
+)
 from tinker_opt.hardware import HardwareSpec, LinkSpec
 
 DEFAULT_LINKS = {
@@ -30,16 +43,48 @@ DEFAULT_LINKS = {
 """Links used when neither comm.csv, the hardware file nor a flag gives a figure for a scope."""
 
 
-def group_scope(stride: int, size: int, devices_per_node: int) -> str:
-    """Whether a communication group stays inside one node under Megatron's rank order.
+@dataclass(frozen=True)
+class GroupPlacement:
+    """The tier a communication group spans and how its members sit on the nodes."""
+
+    tier: str
+    """intra_node | intra_domain | inter_node (across nodes of different domains)."""
+    per_node: int
+    """Members of the group on each node it touches."""
+    nodes: int
+    """Nodes the group touches."""
+
+    @property
+    def scope(self) -> str:
+        """The comm.csv scope whose curves time the group (intra_node or inter_node)."""
+        return "intra_node" if self.tier == "intra_node" else "inter_node"
+
+
+def group_scope(
+    stride: int,
+    size: int,
+    devices_per_node: int,
+    domain_devices: int | None = None,
+    num_devices: int | None = None,
+) -> GroupPlacement:
+    """Where a communication group sits under Megatron's rank order.
 
     Ranks are laid out tp innermost, then cp, dp, pp; a group of `size` ranks `stride` apart spans
-    `stride * size` consecutive ranks, inside one node when that span fits and tiles the node.
+    `stride * size` consecutive ranks: inside one node when that span fits and tiles the node,
+    inside one high-bandwidth domain (`domain_devices`, default the node) when the whole job
+    (`num_devices`) fits in one or the span tiles the domains, else across domains. Members per
+    node: the node's devices over the stride (at most the group's size).
     """
     span = stride * size
     if size <= 1 or (span <= devices_per_node and devices_per_node % span == 0):
-        return "intra_node"
-    return "inter_node"
+        return GroupPlacement("intra_node", max(size, 1), 1)
+    per_node = max(1, min(size, devices_per_node // stride))
+    nodes = -(-size // per_node)
+    domain = domain_devices or devices_per_node
+    job_inside = num_devices is not None and num_devices <= domain
+    if domain > devices_per_node and span <= domain and (job_inside or domain % span == 0):
+        return GroupPlacement("intra_domain", per_node, nodes)
+    return GroupPlacement("inter_node", per_node, nodes)
 
 
 @dataclass(frozen=True)
@@ -60,6 +105,9 @@ class CommModel:
         multi_node: bool = False,
         multi_device: bool = True,
     ) -> None:
+        self.hardware = hardware
+        """The description whose network tiers place the groups (None: domain = node, one card
+        per device, NCCL's algorithms)."""
         self._fits = _fit_rows(comm)
         self._links: dict[tuple[str, int, str], _Fit] = {}
         self._times: dict[tuple, float] = {}
@@ -111,20 +159,58 @@ class CommModel:
         link = self._scope_links[scope]
         return _Fit(link.latency_us, link.bandwidth_gbs)
 
-    def time_us(self, op: str, group_size: int, scope: str, nbytes: float) -> float:
-        """Time of one collective over `group_size` ranks of `nbytes` per rank (0 for a lone rank)."""
+    def placement(
+        self, stride: int, size: int, devices_per_node: int, num_devices: int | None = None
+    ) -> GroupPlacement:
+        """group_scope on this model's hardware (its high-bandwidth domain)."""
+        domain = self.hardware.domain_size if self.hardware is not None else None
+        return group_scope(stride, size, devices_per_node, domain, num_devices)
+
+    def time_us(
+        self, op: str, group_size: int, scope: str | GroupPlacement, nbytes: float
+    ) -> float:
+        """Time of one collective over `group_size` ranks of `nbytes` per rank (0 for a lone rank).
+
+        `scope` is a GroupPlacement, or a comm.csv scope name (`inter_node`: one member per node)."""
         key = (op, group_size, scope, nbytes)
         found = self._times.get(key)
         if found is None:
             if group_size <= 1 and op != "send_recv":
                 found = 0.0
             else:
-                fit = self.link(op, group_size, scope)
-                found = collective_time_us(
-                    op, group_size, nbytes, fit.bandwidth_gbs, fit.latency_us
-                )
+                found = self._placed_us(op, group_size, _as_placement(scope, group_size), nbytes)
             self._times[key] = found
         return found
+
+    def _placed_us(self, op: str, size: int, place: GroupPlacement, nbytes: float) -> float:
+        """The tier's rule: curves inside a node, the domain link inside a domain, else the
+        cards of the nodes (comm_cost.spanning_time_us)."""
+        if place.tier == "intra_node":
+            fit = self.link(op, size, "intra_node")
+            return collective_time_us(op, size, nbytes, fit.bandwidth_gbs, fit.latency_us)
+        if place.tier == "intra_domain":
+            link = self.hardware.domain_link
+            return collective_time_us(op, size, nbytes, link.bandwidth_gbs, link.latency_us)
+        hardware = self.hardware
+        net = NodeNetwork(
+            intra=self.link(op, max(place.per_node, 2), "intra_node"),
+            card=self.link(op, size, "inter_node"),
+            cards_per_device=hardware.nics_per_device if hardware is not None else 1.0,
+            library=hardware.collectives if hardware is not None else "nccl",
+        )
+        span = Span(place.per_node, place.nodes) if op != "send_recv" else Span(1, 2)
+        return spanning_time_us(op, span, nbytes, net)
+
+
+def _as_placement(scope: str | GroupPlacement, size: int) -> GroupPlacement:
+    """A comm.csv scope name as a placement: `inter_node` puts one member on each node."""
+    if isinstance(scope, GroupPlacement):
+        return scope
+    return (
+        GroupPlacement("intra_node", size, 1)
+        if scope == "intra_node"
+        else GroupPlacement("inter_node", 1, size)
+    )
 
 
 def _fit_rows(comm: pd.DataFrame) -> dict[tuple[str, str, int], _Fit]:

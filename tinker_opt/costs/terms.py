@@ -22,7 +22,7 @@ import numpy as np
 
 from tinker_opt.costs import overlap
 from tinker_opt.costs.coefficients import SplitCoefficients
-from tinker_opt.costs.comm_model import CommModel, group_scope
+from tinker_opt.costs.comm_model import CommModel, GroupPlacement
 from tinker_opt.costs.cp_terms import (
     cp_fwd_bwd_us,
     cp_groups,
@@ -121,8 +121,9 @@ class TermBuilder:
     def cost(self, block: str, s: Strategy, ep: int = 1, etp: int = 1) -> BlockCost:
         return self.blocks.cost(block, tp=s.tp, sp=s.sp, cp=s.cp, ep=ep, etp=etp, mbs=s.mbs)
 
-    def scope(self, stride: int, size: int) -> str:
-        return group_scope(stride, size, self.cluster.devices_per_node)
+    def scope(self, stride: int, size: int) -> GroupPlacement:
+        cluster = self.cluster
+        return self.comm.placement(stride, size, cluster.devices_per_node, cluster.num_devices)
 
     # -- collectives per layer (us) ------------------------------------------------------------
     def tp_pair_us(self, s: Strategy, nbytes: float) -> float:
@@ -303,7 +304,7 @@ class TermBuilder:
             "estimated": cost.estimated,
         }
 
-    def sync_groups(self, s: Strategy) -> list[tuple[int, str]]:
+    def sync_groups(self, s: Strategy) -> list[tuple[int, GroupPlacement]]:
         """(size, scope) of the dense and expert gradient groups."""
         dp_cp, edp = data_groups(s, self.model.is_moe)
         groups = [(dp_cp, self.scope(s.tp, dp_cp))]

@@ -12,6 +12,9 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
      "inter_node": {"bandwidth_gbs": float, "latency_us": float},   # achievable (efficiency applied)
      "efficiency": {"matmul": CURVE, "memory": CURVE, "notes": [...],
                     "matmul_fp8": CURVE},                           # optional: FP8 GEMMs (of fp8 peak)
+     "nics_per_node": int,                                          # optional, network tiers below
+     "domain": {"size": int, "bandwidth_gbs": float, "latency_us": float},   # optional
+     "collectives": "nccl" | "hccl",                                # optional, default nccl
      "sources": [...], "assumptions": [...]}
 
     CURVE = {"max_efficiency": float, "half_size": float}      # eff(x) = max * x / (x + half)
@@ -20,6 +23,13 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
 The efficiency curves (tinker_opt/hardware/efficiency.py) drive the analytic device: matmul
 efficiency versus the op's FLOPs, memory-bandwidth efficiency versus the bytes an op moves. A
 missing `efficiency` entry takes the defaults of `DeviceEfficiency` (an assumption).
+
+Network tiers (Calculon's systems files: one link per level of the network): within a node
+(`intra_node`, per device), within the high-bandwidth domain (`domain`: an NVLink / UB domain of
+`size` devices that may span nodes, per device; default: the node, with the intra-node link) and
+across domains (`inter_node`: one network card, `nics_per_node` of them per node, default one per
+device). `collectives` names the library whose algorithms price a group that leaves the node
+(tinker_opt/comm_cost.py). Files without the optional keys load as before: domain = node.
 """
 
 from __future__ import annotations
@@ -51,6 +61,8 @@ DEFAULT_HOST_LINK_GBS = 25.0
 """Device<->host copy bandwidth per device and direction when a hardware file gives none.
 ASSUMPTION: a PCIe 4.0/5.0 x16 class link (32/64 GB/s peak) shared by the devices on its switch,
 about 25 GB/s achieved per device; used only for `--swap-optimizer` traffic."""
+COLLECTIVE_LIBRARIES = ("nccl", "hccl")
+"""Libraries whose algorithms comm_cost.spanning_time_us models (NCCL on GPUs, HCCL on Ascend)."""
 DEFAULT_COMM_SIZES = tuple(64 * 1024 * 4**i for i in range(7))
 """64 KiB ... 256 MiB, the sizes the measured communication profile uses too."""
 
@@ -83,10 +95,19 @@ class HardwareSpec:
     efficiency: DeviceEfficiency = field(default_factory=DeviceEfficiency)
     host_link_gbs: float = DEFAULT_HOST_LINK_GBS
     """Achieved device<->host copy bandwidth per device and direction (swap-optimizer traffic)."""
+    nics_per_node: int | None = None
+    """Network cards per node, each `inter_node` fast; None: one per device."""
+    domain_size: int | None = None
+    """Devices in one high-bandwidth domain (may span nodes); None: one node."""
+    intra_domain: LinkSpec | None = None
+    """Link per device between nodes of one domain; None: the intra-node link."""
+    collectives: str = "nccl"
+    """The collective library (COLLECTIVE_LIBRARIES) whose algorithms price groups across nodes."""
     sources: list[Any] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self._check_network()
         if isinstance(self.efficiency, dict):  # accept the JSON form as well
             object.__setattr__(self, "efficiency", DeviceEfficiency.from_dict(self.efficiency))
         if (
@@ -102,6 +123,39 @@ class HardwareSpec:
             raise ConfigError(
                 f"hardware '{self.name}' needs host_link_gbs > 0, got {self.host_link_gbs}"
             )
+
+    def _check_network(self) -> None:
+        """The optional network tiers: positive counts, a domain of whole nodes, a known library."""
+        if self.collectives not in COLLECTIVE_LIBRARIES:
+            raise ConfigError(
+                f"hardware '{self.name}' collectives must be one of {COLLECTIVE_LIBRARIES}, "
+                f"got {self.collectives!r}"
+            )
+        if self.nics_per_node is not None and self.nics_per_node < 1:
+            raise ConfigError(
+                f"hardware '{self.name}' needs nics_per_node >= 1, got {self.nics_per_node}"
+            )
+        domain = self.domain_size
+        if domain is not None and (domain < 1 or domain % self.devices_per_node):
+            raise ConfigError(
+                f"hardware '{self.name}' domain size ({domain}) must be a multiple of "
+                f"devices_per_node ({self.devices_per_node})"
+            )
+
+    @property
+    def domain_devices(self) -> int:
+        """Devices of one high-bandwidth domain (the node when the file names none)."""
+        return self.domain_size or self.devices_per_node
+
+    @property
+    def domain_link(self) -> LinkSpec:
+        """The per-device link between nodes of one domain (the intra-node link by default)."""
+        return self.intra_domain or self.intra_node
+
+    @property
+    def nics_per_device(self) -> float:
+        """Network cards per device (0.5 when two devices share a card)."""
+        return (self.nics_per_node or self.devices_per_node) / self.devices_per_node
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], origin: str = "hardware file") -> HardwareSpec:
@@ -130,10 +184,11 @@ class HardwareSpec:
                 inter_node=LinkSpec(**data["inter_node"]),
                 efficiency=DeviceEfficiency.from_dict(data.get("efficiency", {}), origin),
                 host_link_gbs=float(data.get("host_link_gbs", DEFAULT_HOST_LINK_GBS)),
+                **_network_fields(data),
                 sources=list(data.get("sources", [])),
                 assumptions=list(data.get("assumptions", [])),
             )
-        except (TypeError, ValueError, AttributeError) as exc:
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:
             raise ConfigError(
                 f"{origin} has a malformed entry ({exc}); see the schema in tinker_opt/hardware/__init__.py"
             ) from None
@@ -183,9 +238,32 @@ class HardwareSpec:
             "intra_node": dataclasses.asdict(self.intra_node),
             "inter_node": dataclasses.asdict(self.inter_node),
             "efficiency": self.efficiency.to_dict(),
+            **self._network_dict(),
             "sources": list(self.sources),
             "assumptions": list(self.assumptions),
         }
+
+    def _network_dict(self) -> dict[str, Any]:
+        """The optional network keys that are set, in the JSON form `_network_fields` reads."""
+        out: dict[str, Any] = {"collectives": self.collectives}
+        if self.nics_per_node is not None:
+            out["nics_per_node"] = self.nics_per_node
+        if self.domain_size is not None:
+            out["domain"] = {"size": self.domain_size, **dataclasses.asdict(self.domain_link)}
+        return out
+
+
+def _network_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """HardwareSpec keyword arguments of the optional network keys of a hardware file."""
+    fields: dict[str, Any] = {"collectives": str(data.get("collectives", "nccl"))}
+    if "nics_per_node" in data:
+        fields["nics_per_node"] = int(data["nics_per_node"])
+    domain = data.get("domain")
+    if domain is not None:
+        domain = dict(domain)
+        fields["domain_size"] = int(domain.pop("size"))
+        fields["intra_domain"] = LinkSpec(**domain) if domain else None
+    return fields
 
 
 def shipped_hardware() -> list[str]:
@@ -217,7 +295,9 @@ def comm_table(
     """comm.csv rows (op, group_size, scope, bytes, time_us) computed from the description.
 
     Inter-node rows for every group size up to max_group_size (tensor, data or expert groups
-    that span nodes); intra-node rows only for groups that fit in one node (devices_per_node)."""
+    that span nodes) on one network card, one member per node (the cost model then shares the
+    node's cards among the groups, comm_cost.spanning_time_us); intra-node rows only for groups
+    that fit in one node (devices_per_node)."""
     rows = []
     for scope in ("intra_node", "inter_node"):
         link = hardware.link(scope)

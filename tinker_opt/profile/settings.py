@@ -15,7 +15,7 @@ from tinker_opt.errors import ConfigError
 from tinker_opt.profile.device import Device
 from tinker_opt.profile.kernels import FLAG_OPS
 from tinker_opt.profile.space import SpaceLimits
-from tinker_opt.specs import TrainSpec
+from tinker_opt.specs import DEFAULT_DEVICES_PER_NODE, TrainSpec
 
 BLOCK_SOURCES = ("reference", "megatron-core")
 CPU_MEMORY_FRACTION = 0.5
@@ -41,6 +41,9 @@ class MeasureSettings:
     """Timed forward + backward passes per row (the median is kept); at least 5."""
     prof_tp: tuple[int, ...] | None = None
     prof_sp: tuple[int, ...] | None = None
+    tp_nodes: int = 1
+    """Largest number of nodes one tensor-parallel group may span: tp = max_npu x 2, 4, ... up
+    to it are profiled (and so searched) where the model allows them; 1 keeps tp within a node."""
     max_ep: int | None = None
     """Largest expert-parallel size to profile (None: num_experts; the script's own ep is always profiled)."""
     hardware: str | None = None
@@ -101,12 +104,13 @@ class MeasureSettings:
         line (the `profile` verb passes the script's `kernel_flags`)."""
         return cls(
             device=settings.device,
-            max_npu=settings.max_npu,
+            max_npu=settings.max_npu or DEFAULT_DEVICES_PER_NODE,
             max_mbs=settings.max_mbs,
             warmup=settings.warmup,
             repeats=settings.repeats,
             prof_tp=settings.prof_tp,
             prof_sp=settings.prof_sp,
+            tp_nodes=settings.tp_nodes,
             max_ep=settings.max_ep,
             hardware=settings.hardware,
             devices=settings.devices,
@@ -136,6 +140,10 @@ class MeasureSettings:
             )
         return wanted
 
+    def _tp_across(self) -> tuple[int, ...]:
+        """Tensor-parallel sizes over 2, 4, ... whole nodes, up to tp_nodes (across nodes)."""
+        return tuple(self.max_npu * 2**i for i in range(1, 12) if 2**i <= self.tp_nodes)
+
     def limits(self, train: TrainSpec | None) -> SpaceLimits:
         """The profile space these settings (and the script's own strategy) ask for."""
         strategy = train.strategy if train is not None else None
@@ -152,7 +160,7 @@ class MeasureSettings:
             max_mbs=self.max_mbs,
             prof_tp=self.prof_tp,
             prof_sp=self.prof_sp,
-            extra_tp=(strategy.tp,) if strategy and strategy.tp > 1 else (),
+            extra_tp=((strategy.tp,) if strategy and strategy.tp > 1 else ()) + self._tp_across(),
             prof_cp=tuple(sorted(cp)) or None,
             prof_ep=self.prof_ep,
             max_ep=self.max_ep,

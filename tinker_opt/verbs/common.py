@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tinker_opt.errors import ConfigError
-from tinker_opt.specs import ClusterSpec
+from tinker_opt.specs import DEFAULT_DEVICES_PER_NODE, ClusterSpec
 from tinker_opt.strategy import Strategy
 
 if TYPE_CHECKING:
@@ -90,6 +90,63 @@ def model_of(profiled, info, how_to_pass: str):
     )
 
 
+def hardware_for(settings, profiled=None):
+    """The hardware description that prices the network: --hardware, else the one an analytic
+    profile embeds in its meta.json, else None."""
+    from tinker_opt.hardware import HardwareSpec, load_hardware
+
+    if settings.hardware:
+        return load_hardware(settings.hardware)
+    embedded = profiled.meta.hardware if profiled is not None else None
+    if embedded:
+        return HardwareSpec.from_dict(embedded, origin=f"meta.json of {profiled.path}")
+    return None
+
+
+@dataclass(frozen=True)
+class NodeCount:
+    """Devices per node of the planned cluster, where the figure came from and what was said."""
+
+    devices_per_node: int
+    source: str
+    notes: tuple[str, ...] = ()
+
+
+def devices_per_node_for(given: int | None, info, hardware) -> NodeCount:
+    """Devices per node: the command line, else the script, else the hardware description (said
+    so), else 8. A hardware description that disagrees is reported and the script's count used;
+    one whose high-bandwidth domain is not a whole number of such nodes is refused."""
+    script = info.train.nproc_per_node if info is not None else None
+    if given:
+        count, source = given, "the command line"
+    elif script:
+        count, source = script, "the script"
+    elif hardware is not None:
+        count, source = hardware.devices_per_node, f"hardware {hardware.name}"
+    else:
+        count, source = DEFAULT_DEVICES_PER_NODE, "the default"
+    notes = []
+    if given and script and given != script:
+        notes.append(
+            f"planning for {given} devices per node (command line); the script runs {script}"
+        )
+    if hardware is not None and hardware.devices_per_node != count:
+        notes.append(
+            f"WARNING: {source} gives {count} devices per node, hardware '{hardware.name}' has "
+            f"{hardware.devices_per_node}; planning for {count} (the hardware's links and cards "
+            "per device are kept)"
+        )
+        if hardware.domain_size and hardware.domain_size % count:
+            raise ConfigError(
+                f"{source} gives {count} devices per node, but the high-bandwidth domain of "
+                f"hardware '{hardware.name}' ({hardware.domain_devices} devices) is not a whole "
+                f"number of such nodes; pass --num-npus-per-node or a matching hardware file"
+            )
+    elif source.startswith("hardware"):
+        notes.append(f"{count} devices per node from hardware '{hardware.name}' (no script)")
+    return NodeCount(count, source, tuple(notes))
+
+
 def memory_limit_for(settings, profiled) -> tuple[float, str | None]:
     """--memory-limit, else the device's memory less what the framework keeps
     (costs/framework_memory.py launch_budget_mb), from --hardware or the profile's description;
@@ -130,9 +187,8 @@ def cost_model_for(profiled, model, cluster: ClusterSpec, global_batch_size: int
     script's job flags come from `info` when known (the swap chunk count else from meta.json)."""
     from tinker_opt.costs.evaluate import CostModel
     from tinker_opt.costs.job import JobOptions
-    from tinker_opt.hardware import load_hardware
 
-    hardware = load_hardware(settings.hardware) if settings.hardware else None
+    hardware = hardware_for(settings, profiled)
     job = (
         job_options(info)
         if info is not None

@@ -22,6 +22,17 @@ def profile_folder(settings: ProfileSettings, labels: ScriptLabels) -> Path:
     return folder.with_name(f"{folder.name}-{settings.task_id}") if settings.task_id else folder
 
 
+def _devices_per_node(settings: ProfileSettings, info, log: Log | None) -> int:
+    """The profile's devices per node (max_npu): the command line, else the script's, else the
+    hardware description's (verbs.common.devices_per_node_for, whose notes are logged)."""
+    from tinker_opt.verbs.common import devices_per_node_for, hardware_for
+
+    count = devices_per_node_for(settings.max_npu, info, hardware_for(settings))
+    for note in count.notes if log else ():
+        log(note)
+    return count.devices_per_node
+
+
 def run_profile(
     settings: ProfileSettings, *, progress: Progress | None = None, log: Log | None = None
 ) -> Path:
@@ -36,6 +47,7 @@ def run_profile(
     labels = labels_for(settings.pretrain_script_path, settings.model_name, settings.model_size)
     out_dir = profile_folder(settings, labels)
     analytic = settings.device == "analytic"
+    settings = replace(settings, max_npu=_devices_per_node(settings, info, log))
     measure_settings = MeasureSettings.from_settings(
         replace(settings, device="cpu") if analytic else settings,
         kernel_flags=script_flags(info.launch),

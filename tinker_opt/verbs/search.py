@@ -14,6 +14,8 @@ from tinker_opt.specs import ClusterSpec
 from tinker_opt.verbs.common import (
     Progress,
     cost_model_for,
+    devices_per_node_for,
+    hardware_for,
     labels_for,
     memory_limit_for,
     model_of,
@@ -101,6 +103,10 @@ def _search_run(settings: SearchSettings, log: RunLog):
         log(note)
     script_path = settings.pretrain_script_path_search or profiled.meta.script_path
     info = read_optional_script(script_path, SEARCH_SCRIPT, settings.model_config)
+    per_node = devices_per_node_for(
+        settings.num_npus_per_node, info, hardware_for(settings, profiled)
+    )
+    settings = replace(settings, num_npus_per_node=per_node.devices_per_node)
     if info is not None:
         settings = replace(
             settings,
@@ -122,7 +128,7 @@ def _search_run(settings: SearchSettings, log: RunLog):
     cost_model = cost_model_for(
         profiled, model, cluster, settings.global_batch_size, settings, info
     )
-    warnings = list(cost_model.warnings) + _script_warnings(info)
+    warnings = list(per_node.notes) + list(cost_model.warnings) + _script_warnings(info)
     for warning in warnings:
         log(warning)
     log(

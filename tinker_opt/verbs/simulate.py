@@ -13,6 +13,8 @@ from tinker_opt.specs import ClusterSpec
 from tinker_opt.strategy import Strategy
 from tinker_opt.verbs.common import (
     cost_model_for,
+    devices_per_node_for,
+    hardware_for,
     memory_limit_for,
     model_of,
     num_nodes_for,
@@ -65,22 +67,15 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
     strategy = (
         Strategy.from_dict(read_json_object(strategy_file)) if strategy_file is not None else None
     )
-    script_gbs = info.train.global_batch_size if info is not None else None
-    settings = replace(
-        settings,
-        global_batch_size=settings.global_batch_size
-        or script_gbs
-        or profiled.meta.global_batch_size,
-        num_nodes=settings.num_nodes or _default_nodes(strategy, info, settings.num_npus_per_node),
-    )
-    require(settings, "global_batch_size", "num_nodes")
+    settings, notes = _cluster_settings(settings, info, profiled, strategy)
     settings = replace(settings, memory_limit=memory_limit_for(settings, profiled)[0])
     cluster = ClusterSpec(
         num_nodes=settings.num_nodes,
         devices_per_node=settings.num_npus_per_node,
         memory_limit_mb=settings.memory_limit,
     )
-    strategy, notes = _chosen_strategy(strategy, settings, info, cluster, model.num_layers)
+    strategy, chosen = _chosen_strategy(strategy, settings, info, cluster, model.num_layers)
+    notes += chosen
     check_strategy(strategy, model, cluster, settings.global_batch_size)
     cost_model = cost_model_for(
         profiled, model, cluster, settings.global_batch_size, settings, info
@@ -92,6 +87,25 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
         + _hybrid_degree_warning(strategy, info, model)
         + _unaligned_ulysses_warning(strategy, info, model, settings)
     )
+
+
+def _cluster_settings(settings: SimulateSettings, info, profiled, strategy: Strategy | None):
+    """(settings, notes): devices per node (verbs.common.devices_per_node_for), the global batch
+    size (flag, script, profile) and the nodes (flag, script, strategy) filled in."""
+    per_node = devices_per_node_for(
+        settings.num_npus_per_node, info, hardware_for(settings, profiled)
+    )
+    script_gbs = info.train.global_batch_size if info is not None else None
+    settings = replace(
+        settings,
+        num_npus_per_node=per_node.devices_per_node,
+        global_batch_size=settings.global_batch_size
+        or script_gbs
+        or profiled.meta.global_batch_size,
+        num_nodes=settings.num_nodes or _default_nodes(strategy, info, per_node.devices_per_node),
+    )
+    require(settings, "global_batch_size", "num_nodes")
+    return settings, list(per_node.notes)
 
 
 def _unaligned_ulysses_warning(strategy: Strategy, info, model, settings) -> list[str]:
