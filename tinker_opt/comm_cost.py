@@ -56,8 +56,11 @@ def collective_time_us(
 class Link(Protocol):
     """A link as the formulas read it (hardware.LinkSpec, a fitted comm.csv curve)."""
 
-    bandwidth_gbs: float
-    latency_us: float
+    @property
+    def bandwidth_gbs(self) -> float: ...
+
+    @property
+    def latency_us(self) -> float: ...
 
 
 @dataclass(frozen=True)

@@ -189,6 +189,7 @@ class CommModel:
             fit = self.link(op, size, "intra_node")
             return collective_time_us(op, size, nbytes, fit.bandwidth_gbs, fit.latency_us)
         if place.tier == "intra_domain":
+            assert self.hardware is not None, "a domain tier comes from a hardware description"
             link = self.hardware.domain_link
             return collective_time_us(op, size, nbytes, link.bandwidth_gbs, link.latency_us)
         hardware = self.hardware

@@ -43,6 +43,7 @@ from tinker_opt.costs.zero_terms import (
 from tinker_opt.strategy import Strategy
 
 if TYPE_CHECKING:  # terms.py calls these; only the annotations name its TermBuilder
+    from tinker_opt.costs.comm_model import GroupPlacement
     from tinker_opt.costs.terms import TermBuilder
 
 ADAM_TOUCH_BYTES = 30
@@ -69,7 +70,12 @@ def swaps(tb: TermBuilder, s: Strategy) -> bool:
 
 
 def sync_us(
-    tb: TermBuilder, s: Strategy, size: int, scope: str, params: float, slope_only: bool
+    tb: TermBuilder,
+    s: Strategy,
+    size: int,
+    scope: str | GroupPlacement,
+    params: float,
+    slope_only: bool,
 ) -> float:
     """Gradient synchronisation of `params` (exposed, after the pipeline flush): fp32
     all-reduce, or reduce-scatter of gradients + all-gather of bf16 weights (dist. optimizer)."""

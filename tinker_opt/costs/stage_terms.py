@@ -130,7 +130,9 @@ def _stage_tails(tb: TermBuilder, s: Strategy, first_params: int, last_params: i
     """Constant tail per stage: collective latencies, embedding / head parameters and, with tied
     embeddings and pp > 1, the all-reduce of the word-embedding gradients between first and last."""
     p = s.pp
-    latency = sum(sync_us(tb, s, size, scope, 0.0, False) for size, scope in tb.sync_groups(s))
+    latency = sum(
+        (sync_us(tb, s, size, scope, 0.0, False) for size, scope in tb.sync_groups(s)), 0.0
+    )
     sync = np.full(p, latency, dtype=float)
     total = np.full(p, latency, dtype=float)
     for index, params in ((0, first_params), (p - 1, last_params)):

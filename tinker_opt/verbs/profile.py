@@ -28,8 +28,9 @@ def _devices_per_node(settings: ProfileSettings, info, log: Log | None) -> int:
     from tinker_opt.verbs.common import devices_per_node_for, hardware_for
 
     count = devices_per_node_for(settings.max_npu, info, hardware_for(settings))
-    for note in count.notes if log else ():
-        log(note)
+    if log is not None:
+        for note in count.notes:
+            log(note)
     return count.devices_per_node
 
 
