@@ -333,10 +333,19 @@ def _layer_split_message(s: Strategy, num_layers: int, form: str = "free") -> st
 
 
 def _recompute_count_message(s: Strategy, num_layers: int) -> str | None:
+    """`--recompute-num-layers` r: Megatron's config only asks for a value (transformer_config.py
+    checks `recompute_num_layers is None`, not its range). `block` checkpoints the layers with
+    index < r of each chunk (transformer_block.py `_checkpointed_forward`), so r above a chunk's
+    layers means every layer (ModelLink's Mixtral script passes 32 with pp 8): accepted and
+    priced as min(r, n) per chunk (costs/recompute.chunk_plan). `uniform` slices groups
+    [i, i + r) of the chunk's layer list; ASSUMPTION: past the chunk that indexes a missing
+    layer, so r above the largest chunk stays refused there."""
     if s.recompute != "full":
         return None
     r = s.recompute_num_layers
     chunk_max = max(s.stage_layers(num_layers)) // s.vpp
+    if s.recompute_method == "block" and r is not None and r >= 1:
+        return None
     if r is None or not 1 <= r <= chunk_max:
         return (
             f"full recompute needs recompute_num_layers between 1 and the layers of the largest "

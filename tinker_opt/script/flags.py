@@ -112,6 +112,8 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("model", "mixture of experts", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
            "--moe-intermediate-size", "--moe-shared-expert-intermediate-size", "--n-shared-experts",
            "--first-k-dense-replace", "--moe-layer-freq"),
+    *_rows("model", "MoE token dispatcher: read and kept; other than alltoall(_seq) priced as all-to-all, with a "
+           "warning", "--moe-token-dispatcher-type", "--moe-enable-deepep"),
     *_rows("model", "latent attention and multi-token prediction", "--multi-latent-attention",
            "--multi-head-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
            "--qk-nope-head-dim", "--qk-pos-emb-head-dim", "--qk-rope-head-dim", "--v-head-dim", "--mtp-num-layers"),

@@ -40,9 +40,8 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
     model = model_of(profiled, info, SIMULATE_SCRIPT)
     if settings.num_layers:
         model = replace(model, num_layers=settings.num_layers)
-    strategy = (
-        Strategy.from_dict(read_json_object(strategy_file)) if strategy_file is not None else None
-    )
+    data = read_json_object(strategy_file) if strategy_file is not None else None
+    strategy = Strategy.from_dict(data) if data is not None else None
     script_gbs = info.train.global_batch_size if info is not None else None
     settings = replace(
         settings,
@@ -59,6 +58,8 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
     )
     if strategy is None:
         strategy = _strategy_from_flags(settings, cluster.num_devices, model.num_layers)
+    if data is None or _is_bare(data):
+        strategy = _in_computing_layers(strategy, info)
     check_strategy(strategy, model, cluster, settings.global_batch_size)
     cost_model = cost_model_for(
         profiled, model, cluster, settings.global_batch_size, settings, info
@@ -69,6 +70,21 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
         + _hybrid_degree_warning(strategy, info, model)
         + _unaligned_ulysses_warning(strategy, info, model, settings)
     )
+
+
+def _is_bare(data: dict) -> bool:
+    """A bare Strategy object (not an Evaluation or summary.json, whose stages count computing layers)."""
+    return not isinstance(data.get("best"), dict) and "stages" not in data
+
+
+def _in_computing_layers(strategy: Strategy, info) -> Strategy:
+    """A strategy in the script's layer terms (noop layers counted, as `inspect` and `apply` say
+    it) mapped to computing layers (emit/noop_layers.py)."""
+    from tinker_opt.emit.noop_layers import computing_layer_strategy
+
+    if info is None or not info.model.noop_layers:
+        return strategy
+    return computing_layer_strategy(strategy, info.model.noop_layers, info.num_layers_in_script)
 
 
 def _unaligned_ulysses_warning(strategy: Strategy, info, model, settings) -> list[str]:
