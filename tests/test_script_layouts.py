@@ -123,3 +123,31 @@ def test_block_recompute_count_above_a_stage_means_every_layer():
     uniform = computing.replace(recompute_method="uniform", recompute_num_layers=48)
     with pytest.raises(StrategyError, match="recompute_num_layers between 1"):
         check_strategy(uniform, info.model, cluster, gbs)
+
+
+def test_unknown_flags_listed_once_apart_from_unpriced():
+    """A flag the reader does not know is named once in its own warning, apart from the flags it
+    knows but does not price; inspect lists both."""
+    info = read_script_text(
+        megatron_moe_script("--made-up-knob 3 --moe-grouped-gemm --made-up-knob 4 --lr 1e-4")
+    )
+    unknown = [w for w in info.warnings if "does not know" in w]
+    assert len(unknown) == 1 and unknown[0].count("--made-up-knob") == 1
+    assert "--moe-grouped-gemm" not in unknown[0] and "--lr" not in unknown[0]
+    unpriced = [w for w in info.warnings if "does not include" in w]
+    assert len(unpriced) == 1 and "--moe-grouped-gemm" in unpriced[0]
+    assert "--made-up-knob" not in unpriced[0]
+    framework = inspect_dict(info)["framework"]
+    assert framework["unknown_flags"] == ["--made-up-knob"]
+    assert framework["not_priced_flags"] == ["--moe-grouped-gemm"]
+
+
+def test_search_warnings_name_unknown_and_model_settings():
+    """search.log and summary.json take the same list (verbs/search.py _script_warnings)."""
+    from tinker_opt.verbs.search import _script_warnings
+
+    info = read_script_text(megatron_moe_script("--made-up-knob --mtp-num-layers 1"))
+    warnings = _script_warnings(info)
+    assert any("--made-up-knob" in w for w in warnings)
+    assert any("--mtp-num-layers 1" in w for w in warnings)
+    assert any("--moe-token-dispatcher-type allgather" in w for w in warnings)

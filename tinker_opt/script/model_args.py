@@ -211,12 +211,9 @@ def read_model(launch: Launch, warn: Callable[[str], None]) -> ModelSpec:
         **_mla_fields(launch),
     )
     try:
-        model = ModelSpec(**values)
+        return ModelSpec(**values)
     except ConfigError as exc:
         raise ScriptError(f"the script's model arguments are inconsistent: {exc}") from None
-    for message in unpriced_model_warnings(model):
-        warn(message)
-    return model
 
 
 PRICED_DISPATCHERS = ("alltoall", "alltoall_seq")

@@ -154,11 +154,12 @@ def _run_labels(
 
 
 def _script_warnings(info) -> list[str]:
-    """The script's flags the prediction does not include (script/flags.py), for log and summary."""
-    from tinker_opt.script.flags import unpriced_warning
+    """What the prediction leaves out of the script (script/reader.py), for log and summary."""
+    from tinker_opt.script.reader import prediction_warnings
 
-    warning = unpriced_warning(info.launch) if info is not None else None
-    return [warning] if warning else []
+    if info is None:
+        return []
+    return prediction_warnings(info.launch, info.model, fsdp2=info.fsdp2 is not None)
 
 
 def _solve(cost_model, settings: SearchSettings, info, version: str | None, log: RunLog):
