@@ -173,6 +173,14 @@ def _layer_list(launch: Launch, pp: int, total_layers: int, warn) -> tuple[int, 
             f"--num-layers {total_layers}; read as an even split"
         )
         return None
+    if launch.has("--noop-layers"):
+        # ASSUMPTION (version unknown): MindSpeed-LLM's own DeepSeek-V3 example passes both flags.
+        warn(
+            "--num-layer-list with --noop-layers: MindSpeed-LLM's argument check "
+            "(mindspeed_llm/training/arguments.py _validate_noop_layer) drops the layer list when "
+            "noop layers are set in the releases read; it is priced as written, check which split "
+            "your version runs"
+        )
     return layers
 
 
