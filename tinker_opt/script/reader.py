@@ -251,6 +251,7 @@ def _train_spec(
         is_moe=model.is_moe,
         megatron=flavour == "megatron",
         warn=warn,
+        mtp_layers=model.mtp_num_layers,
     )
     framework = FrameworkInfo(
         flavour=flavour,
