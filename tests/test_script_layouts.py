@@ -151,3 +151,107 @@ def test_search_warnings_name_unknown_and_model_settings():
     assert any("--made-up-knob" in w for w in warnings)
     assert any("--mtp-num-layers 1" in w for w in warnings)
     assert any("--moe-token-dispatcher-type allgather" in w for w in warnings)
+
+
+# ----------------------------------------------------------------------------------------------
+# Megatron-LM pipeline layouts (script/pipeline_layout.py)
+# ----------------------------------------------------------------------------------------------
+
+GPT3 = FIXTURES / "train_gpt3_175b_distributed.sh"
+"""Megatron-LM's GPT-3 175B example: 96 layers, tp 8, pp 16, 16 nodes of 8 (bash arrays)."""
+
+
+def gpt3_with(*extra: str) -> str:
+    """The GPT-3 example with extra model-parallel arguments after its pipeline size."""
+    text = GPT3.read_text(encoding="utf-8")
+    anchor = "--pipeline-model-parallel-size 16"
+    assert anchor in text
+    return text.replace(anchor, " ".join((anchor, *extra)), 1)
+
+
+def test_deepseek_v3_layout_string():
+    """Megatron's DeepSeek-V3 example `Et*3|(tt|)*29,m|L` with pp 16: vpp 2, 32 virtual stages,
+    3 decoder layers on the first, 2 on each of the next 29, none on the MTP and loss stages."""
+    info = read_script_text(
+        megatron_moe_script(
+            "--mtp-num-layers 1 --pipeline-model-parallel-layout 'Et*3|(tt|)*29,m|L'", pp=16
+        ).replace("--nnodes 1", "--nnodes 16")
+    )
+    strategy = info.train.strategy
+    assert strategy.vpp == 2 and strategy.per_virtual_stage
+    assert strategy.num_layer_list == (3,) + (2,) * 29 + (0, 0)
+    assert strategy.stage_layers(61) == (5,) + (4,) * 13 + (2, 2)
+    assert inspect_dict(info)["strategy"]["num_layer_list"][:2] == [3, 2]
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["Et*3|t*2L", "Ett|(t|)*3", "E|tt|tt|tt|tt|tt|tt|tt|ttL"],
+)
+def test_layout_errors_name_the_rule(layout):
+    """A layout Megatron refuses (stage count, E/L placement, decoder count) is a ScriptError."""
+    with pytest.raises(ScriptError, match="--pipeline-model-parallel-layout"):
+        read_script_text(gpt3_with(f"--pipeline-model-parallel-layout '{layout}'"))
+
+
+def test_account_for_embedding_and_loss():
+    """num_layers + 2 split evenly over pp x vpp, one fewer on the first and last virtual stage
+    (Megatron's get_num_layers_to_build): 94 + 2 over 16 x 2 is 3 each, 2 at both ends."""
+    text = gpt3_with(
+        "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+        "--num-virtual-stages-per-pipeline-rank 2"
+    ).replace("--num-layers 96", "--num-layers 94")
+    strategy = read_script_text(text).train.strategy
+    assert strategy.vpp == 2
+    assert strategy.chunk_layers(94) == (2,) + (3,) * 30 + (2,)
+
+
+def test_first_last_counts_with_virtual_stages():
+    """First/last stage counts with virtual stages: each rank's layers split evenly over its chunks."""
+    text = gpt3_with(
+        "--decoder-first-pipeline-num-layers 4 --decoder-last-pipeline-num-layers 8 "
+        "--num-virtual-stages-per-pipeline-rank 2"
+    )
+    strategy = read_script_text(text).train.strategy
+    assert strategy.num_layer_list == (4,) + (6,) * 14 + (8,)
+    assert strategy.chunk_layers(96)[:2] == (2, 3) and strategy.chunk_layers(96)[-1] == 4
+
+
+@pytest.mark.parametrize(
+    "layers",
+    [
+        (4,) + (3,) * 30 + (2,),  # per virtual stage
+        (4,) + (6,) * 14 + (8,),  # per rank, even chunks
+        (3,) * 31 + (3,),  # even: no list
+    ],
+)
+def test_layouts_round_trip_through_apply(layers):
+    """apply writes the split (a layout string where it needs one) and reading gives it back;
+    writing the script's own strategy back then changes nothing."""
+    info = read_script(GPT3)
+    target = info.train.strategy.replace(vpp=2, num_layer_list=layers)
+    if len(set(layers)) == 1:
+        target = target.replace(num_layer_list=None)
+    out = apply_strategy(info.text, target, nnodes=16, nproc_per_node=8)
+    back = read_script_text(out.text)
+    assert back.train.strategy == target
+    again = apply_strategy(out.text, back.train.strategy, nnodes=16, nproc_per_node=8)
+    assert again.text == out.text
+
+
+def test_layout_string_bare_inside_a_double_quoted_group():
+    """In MindSpeed-style `ARGS="..."` groups the layout is written unquoted (the group keeps it one
+    word); on a launch line or in an array it is single-quoted."""
+    from tinker_opt.emit.strategy_plan import _inside_double_quotes
+
+    text = 'A="--x 1 --y 2"\ntorchrun a.py --z 3\n'
+    assert _inside_double_quotes(text, text.index("--y"))
+    assert not _inside_double_quotes(text, text.index("--z"))
+
+
+def test_mindspeed_refuses_a_layer_list_with_virtual_stages():
+    """MindSpeed-LLM: "Dynamic pipeline model and virtual pipeline cannot be enabled at the same time"."""
+    info = read_script(FIXTURES / "pretrain_deepseek3_671b_4k_ptd.sh")
+    target = info.train.strategy.replace(vpp=2, num_layer_list=(8,) * 7 + (8,))
+    with pytest.raises(StrategyError, match="virtual pipeline"):
+        apply_strategy(info.text, target, nnodes=16, nproc_per_node=8)
