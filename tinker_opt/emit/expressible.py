@@ -163,6 +163,17 @@ def uses_layout_string(s: Strategy, launch, vr: VersionRange) -> bool:
     return free and layer_form_message(tuple(layers), "first_last") is not None
 
 
+def virtual_list_message(s: Strategy, info: ScriptInfo, vr: VersionRange) -> str | None:
+    """Why the script's framework cannot write a layer list with virtual stages (None if it can):
+    Megatron-LM through `--pipeline-model-parallel-layout` where the version has it; never
+    MindSpeed-LLM (its --num-layer-list refuses a virtual pipeline)."""
+    try:
+        _layer_list(s, info, vr)
+    except StrategyError as exc:
+        return str(exc)
+    return None
+
+
 def _layer_list(s: Strategy, info: ScriptInfo, vr: VersionRange) -> tuple[int, ...] | None:
     layers = s.num_layer_list
     if layers is None or vr.family != versions.MEGATRON:

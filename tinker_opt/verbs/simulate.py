@@ -125,7 +125,7 @@ def _hybrid_degree_warning(strategy: Strategy, info, model) -> list[str]:
 def _layer_form_warning(strategy: Strategy, info, settings: SimulateSettings) -> list[str]:
     """simulate evaluates any split (Tinker's own picks included) but says when the script's
     framework could not write it: the rule the search and the writer apply (rules.LAYER_FORMS)."""
-    from tinker_opt.emit.expressible import layer_form
+    from tinker_opt.emit.expressible import layer_form, virtual_list_message
     from tinker_opt.rules import layer_form_message
     from tinker_opt.script import versions
 
@@ -134,7 +134,11 @@ def _layer_form_warning(strategy: Strategy, info, settings: SimulateSettings) ->
     vr = versions.resolve(
         getattr(settings, "version", None), info.text, info.train.framework.flavour
     )
-    message = layer_form_message(tuple(strategy.num_layer_list), layer_form(info, vr))
+    message = (
+        virtual_list_message(strategy, info, vr)
+        if strategy.vpp > 1
+        else layer_form_message(tuple(strategy.num_layer_list), layer_form(info, vr))
+    )
     name = info.path.name if info.path is not None else "this script"
     return [f"{message}: the search would not choose this split for {name}"] if message else []
 
