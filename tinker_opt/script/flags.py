@@ -194,25 +194,26 @@ def unknown_flags(launch: Launch) -> list[str]:
     return [name for name in names if name not in BY_NAME]
 
 
+def _naming(names: list[str], before: str, after: str) -> str | None:
+    """One warning naming `names` between two phrases, or None when there are none."""
+    return f"{before} {', '.join(names)} ({after})" if names else None
+
+
 def unknown_warning(launch: Launch) -> str | None:
     """One warning naming the flags tinker-opt does not know (apart from the unpriced ones)."""
-    names = unknown_flags(launch)
-    if not names:
-        return None
-    return (
-        f"flags tinker-opt does not know: {', '.join(names)} (read as having no effect on time or "
-        "memory; kept as written by apply)"
+    return _naming(
+        unknown_flags(launch),
+        "flags tinker-opt does not know:",
+        "read as having no effect on time or memory; kept as written by apply",
     )
 
 
 def unpriced_warning(launch: Launch) -> str | None:
     """One warning naming the unpriced flags the script sets, or None."""
-    names = unpriced_flags(launch)
-    if not names:
-        return None
-    return (
-        f"the prediction does not include {', '.join(names)} (time or memory effects not modelled; "
-        "see the flag table in the README)"
+    return _naming(
+        unpriced_flags(launch),
+        "the prediction does not include",
+        "time or memory effects not modelled; see the flag table in the README",
     )
 
 
