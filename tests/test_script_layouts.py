@@ -143,11 +143,11 @@ def test_unknown_flags_listed_once_apart_from_unpriced():
 
 
 def test_search_warnings_name_unknown_and_model_settings():
-    """search.log and summary.json take the same list (verbs/search.py _script_warnings)."""
-    from tinker_opt.verbs.search import _script_warnings
+    """search.log, summary.json and simulate take the same list (verbs/common.py script_warnings)."""
+    from tinker_opt.verbs.common import script_warnings
 
     info = read_script_text(megatron_moe_script("--made-up-knob --mtp-num-layers 1"))
-    warnings = _script_warnings(info)
+    warnings = script_warnings(info)
     assert any("--made-up-knob" in w for w in warnings)
     assert any("--mtp-num-layers 1" in w for w in warnings)
     assert any("--moe-token-dispatcher-type allgather" in w for w in warnings)
@@ -255,3 +255,39 @@ def test_mindspeed_refuses_a_layer_list_with_virtual_stages():
     target = info.train.strategy.replace(vpp=2, num_layer_list=(8,) * 7 + (8,))
     with pytest.raises(StrategyError, match="virtual pipeline"):
         apply_strategy(info.text, target, nnodes=16, nproc_per_node=8)
+
+
+def test_noop_layers_with_virtual_stages_keep_each_chunk():
+    """DeepSeek-V3's 64 script layers (noop 61,62,63) over pp 8 x vpp 2: 4 script layers per
+    virtual stage, the last holding one computing layer."""
+    info = read_script(FIXTURES / "pretrain_deepseek3_671b_4k_ptd.sh")
+    strategy = info.train.strategy.replace(num_layer_list=None, vpp=2)
+    computing = computing_layer_strategy(strategy, info.model.noop_layers, 64)
+    assert computing.num_layer_list == (4,) * 15 + (1,)
+    assert computing.stage_layers(61) == (8,) * 7 + (5,)
+
+
+def test_glm45_air_simulates_as_written_from_the_command_line(tmp_path):
+    """`inspect` then `simulate --strategy` of GLM-4.5-Air's own strategy (refused before as
+    "num_layers (46) is not divisible by pp (4)") prices 11, 12, 12, 11 computing layers."""
+    import json
+
+    from cli_support import run_cli
+
+    profile = tmp_path / "prof"
+    proc = run_cli(
+        "profile", str(GLM45_AIR), "--device", "analytic", "--hardware", "910b",
+        "--prof-tp", "1", "--max-mbs", "1", "--max-ep", "8", "--prof-path", str(profile),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    strategy = tmp_path / "strategy.json"
+    inspected = run_cli("inspect", str(GLM45_AIR), "--json")
+    strategy.write_text(json.dumps(json.loads(inspected.stdout)["strategy"]))
+    proc = run_cli(
+        "simulate", str(GLM45_AIR), "--profiled-data-path", str(profile),
+        "--strategy", str(strategy), "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    evaluation = json.loads(proc.stdout)
+    assert [stage["layers"] for stage in evaluation["stages"]] == [11, 12, 12, 11]
+    assert "--mtp-num-layers 1" in proc.stderr

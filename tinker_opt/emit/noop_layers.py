@@ -52,14 +52,13 @@ def computing_layer_strategy(
     in the cost model's terms: a layer list of computing layers only (the inverse of
     strategy_for_script). MindSpeed-LLM pads the stack with noop layers so that the script's
     `--num-layers` splits evenly (GLM-4.5-Air: 48 = 46 + noop 1,47 over pp 4 is 12 script layers
-    per stage, 11, 12, 12, 11 of them computing)."""
-    if not noop_layers or strategy.pp == 1 or strategy.vpp > 1:
+    per stage, 11, 12, 12, 11 of them computing). With virtual stages each chunk keeps its
+    computing layers, in Megatron's layer order (a per-virtual-stage list)."""
+    if not noop_layers or strategy.pp == 1:
         return strategy
-    sizes = strategy.num_layer_list
-    if sizes is None:
-        if layers_in_script % strategy.pp:
-            return strategy  # the rules name the uneven split
-        sizes = (layers_in_script // strategy.pp,) * strategy.pp
+    if strategy.num_layer_list is None and layers_in_script % (strategy.pp * strategy.vpp):
+        return strategy  # the rules name the uneven split
+    sizes = strategy.chunk_layers(layers_in_script)
     noop, counts, start = set(noop_layers), [], 0
     for size in sizes:
         counts.append(sum(1 for index in range(start, start + size) if index not in noop))

@@ -17,6 +17,7 @@ from tinker_opt.verbs.common import (
     labels_for,
     model_of,
     read_optional_script,
+    script_warnings,
 )
 from tinker_opt.verbs.profile import run_profile
 
@@ -113,7 +114,7 @@ def _search_run(settings: SearchSettings, log: RunLog):
     cost_model = cost_model_for(
         profiled, model, cluster, settings.global_batch_size, settings, info
     )
-    warnings = list(cost_model.warnings) + _script_warnings(info)
+    warnings = list(cost_model.warnings) + script_warnings(info)
     for warning in warnings:
         log(warning)
     log(
@@ -151,15 +152,6 @@ def _run_labels(
         cluster.devices_per_node,
         cost_model.model.seq_length,
     )
-
-
-def _script_warnings(info) -> list[str]:
-    """What the prediction leaves out of the script (script/reader.py), for log and summary."""
-    from tinker_opt.script.reader import prediction_warnings
-
-    if info is None:
-        return []
-    return prediction_warnings(info.launch, info.model, fsdp2=info.fsdp2 is not None)
 
 
 def _solve(cost_model, settings: SearchSettings, info, version: str | None, log: RunLog):

@@ -15,6 +15,7 @@ from tinker_opt.verbs.common import (
     num_nodes_for,
     read_json_object,
     read_optional_script,
+    script_warnings,
 )
 
 SIMULATE_SCRIPT = "(positionally or with --pretrain-script-path)"
@@ -65,7 +66,8 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
         profiled, model, cluster, settings.global_batch_size, settings, info
     )
     return cost_model.evaluate(strategy), (
-        list(cost_model.warnings)
+        script_warnings(info)
+        + list(cost_model.warnings)
         + _layer_form_warning(strategy, info, settings)
         + _hybrid_degree_warning(strategy, info, model)
         + _unaligned_ulysses_warning(strategy, info, model, settings)
