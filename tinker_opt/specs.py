@@ -13,13 +13,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from tinker_opt.choices import Dispatcher, choice
 from tinker_opt.errors import ConfigError
 from tinker_opt.strategy import Strategy
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 PRECISIONS = ("bf16", "fp16", "fp32")
-DISPATCHERS = ("allgather", "alltoall", "alltoall_seq", "flex")
-"""Megatron's MoE token dispatchers (megatron/training/arguments.py --moe-token-dispatcher-type)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,7 +60,7 @@ class ModelSpec:
     moe_layer_pattern: tuple[int, ...] | None = None
     """Megatron's list form of `--moe-layer-freq` over the computing layers: 1 = MoE, 0 = dense
     (script/layer_pattern.py); None when the frequency is an integer."""
-    moe_token_dispatcher_type: str = "allgather"
+    moe_token_dispatcher_type: Dispatcher = Dispatcher.ALLGATHER
     """`--moe-token-dispatcher-type` (allgather | alltoall | alltoall_seq | flex); Megatron-LM's
     default is allgather (megatron/training/arguments.py)."""
     moe_enable_deepep: bool = False
@@ -106,11 +105,10 @@ class ModelSpec:
                 f"moe_layer_pattern has {len(self.moe_layer_pattern)} entries but the model has "
                 f"{self.num_layers} computing layers"
             )
-        if self.moe_token_dispatcher_type not in DISPATCHERS:
-            raise ConfigError(
-                f"moe_token_dispatcher_type must be one of {DISPATCHERS}, got "
-                f"{self.moe_token_dispatcher_type!r}"
-            )
+        dispatcher = choice(
+            Dispatcher, self.moe_token_dispatcher_type, "moe_token_dispatcher_type", ConfigError
+        )
+        object.__setattr__(self, "moe_token_dispatcher_type", dispatcher)
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
 
@@ -153,6 +151,7 @@ class ModelSpec:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["noop_layers"] = list(self.noop_layers)
+        out["moe_token_dispatcher_type"] = str(self.moe_token_dispatcher_type)
         if self.moe_layer_pattern is not None:
             out["moe_layer_pattern"] = list(self.moe_layer_pattern)
         return out

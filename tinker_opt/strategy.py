@@ -14,10 +14,19 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from tinker_opt.choices import (
+    CpAlgo,
+    Recompute,
+    RecomputeMethod,
+    Schedule,
+    StrEnum,
+    assert_never,
+    choice,
+)
 from tinker_opt.errors import StrategyError
 
-RECOMPUTE_KINDS = ("none", "selective", "full")
-RECOMPUTE_METHODS = ("block", "uniform")
+RECOMPUTE_KINDS = tuple(kind.value for kind in Recompute)
+RECOMPUTE_METHODS = tuple(method.value for method in RecomputeMethod)
 STRATEGY_KEYS = (
     "tp",
     "pp",
@@ -47,6 +56,23 @@ ZERO_LEVELS = (0, 1, 2, 3)
 optimizer), 2 + gradients, 3 + parameters (FSDP)."""
 
 
+def zero_from_dist_opt(dist_opt: object, zero: object = None) -> int:
+    """The ZeRO stage of an older strategy file (or flag pair) that spells `dist_opt`: true means
+    at least 1 (exactly 1 without `zero`), false means 0; a `zero` that contradicts it is an error
+    naming both values."""
+    on = bool(dist_opt)
+    if zero is None:
+        return int(on)
+    if isinstance(zero, bool) or zero not in ZERO_LEVELS:
+        raise StrategyError(f"zero must be one of {ZERO_LEVELS}, got {zero!r}")
+    if on != (zero >= 1):
+        raise StrategyError(
+            f"dist_opt {str(on).lower()} contradicts zero {zero} (the distributed optimizer is "
+            "zero >= 1); give one of them or make them agree"
+        )
+    return int(zero)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Strategy:
     """One parallel configuration, as Megatron / MindSpeed-LLM flags can express it."""
@@ -55,17 +81,16 @@ class Strategy:
     pp: int = 1
     dp: int = 1
     cp: int = 1
-    cp_algo: str | None = None
+    cp_algo: CpAlgo | None = None
     """Context-parallel algorithm (`--context-parallel-algo`), None when cp == 1."""
     ep: int = 1
     etp: int | None = None
     """Expert tensor-parallel size; None means Megatron's default (= tp) or a dense model."""
     sp: bool = False
     vpp: int = 1
-    dist_opt: bool = False
     mbs: int = 1
-    recompute: str = "none"
-    recompute_method: str | None = None
+    recompute: Recompute = Recompute.NONE
+    recompute_method: RecomputeMethod | None = None
     """`block` or `uniform` with full recompute, else None."""
     recompute_num_layers: int | None = None
     """Megatron's `--recompute-num-layers` (one number for all stages), with full recompute."""
@@ -76,8 +101,8 @@ class Strategy:
     per-virtual-stage counts in Megatron's layout order (index chunk * pp + rank, the stages of
     `--pipeline-model-parallel-layout`; a stage may hold 0 decoder layers)."""
     zero: int = 0
-    """ZeRO stage over the data-parallel (x context-parallel) group, kept consistent with dist_opt:
-    zero >= 1 exactly when dist_opt. Levels 0 and 1 follow dist_opt; 2 and 3 turn dist_opt on."""
+    """ZeRO stage over the data-parallel (x context-parallel) group (ZERO_LEVELS); the one field of
+    the optimizer sharding: the distributed optimizer is the read-only `dist_opt` (zero >= 1)."""
     overlap_grad_reduce: bool | None = None
     """`--overlap-grad-reduce`: DP gradient reduce in buckets during the backward."""
     overlap_param_gather: bool | None = None
@@ -90,22 +115,18 @@ class Strategy:
     def __post_init__(self) -> None:
         if self.zero not in ZERO_LEVELS or isinstance(self.zero, bool):
             raise StrategyError(f"zero must be one of {ZERO_LEVELS}, got {self.zero!r}")
-        if self.zero <= 1:
-            object.__setattr__(self, "zero", int(bool(self.dist_opt)))
-        else:
-            object.__setattr__(self, "dist_opt", True)
         for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise StrategyError(f"strategy {name} must be a positive integer, got {value!r}")
-        if self.recompute not in RECOMPUTE_KINDS:
-            raise StrategyError(
-                f"recompute must be one of {RECOMPUTE_KINDS}, got {self.recompute!r}"
-            )
-        if self.recompute_method is not None and self.recompute_method not in RECOMPUTE_METHODS:
-            raise StrategyError(
-                f"recompute_method must be one of {RECOMPUTE_METHODS}, got {self.recompute_method!r}"
-            )
+        object.__setattr__(
+            self, "recompute", choice(Recompute, self.recompute, "recompute", StrategyError)
+        )
+        for name, kind in (("recompute_method", RecomputeMethod), ("cp_algo", CpAlgo)):
+            if getattr(self, name) is not None:
+                object.__setattr__(
+                    self, name, choice(kind, getattr(self, name), name, StrategyError)
+                )
         for name in OVERLAP_KEYS:
             if getattr(self, name) not in (None, True, False):
                 raise StrategyError(
@@ -135,6 +156,16 @@ class Strategy:
         """The layer list gives one count per virtual stage (pp * vpp entries, vpp > 1)."""
         layers = self.num_layer_list
         return layers is not None and self.vpp > 1 and len(layers) == self.pp * self.vpp
+
+    @property
+    def dist_opt(self) -> bool:
+        """Megatron's distributed optimizer (`--use-distributed-optimizer`): ZeRO stage >= 1."""
+        return self.zero >= 1
+
+    @property
+    def schedule(self) -> Schedule:
+        """The pipeline schedule: interleaved 1F1B with virtual chunks (vpp > 1), else 1F1B."""
+        return Schedule.INTERLEAVED if self.vpp > 1 else Schedule.ONE_F_ONE_B
 
     @property
     def world_size(self) -> int:
@@ -172,8 +203,12 @@ class Strategy:
         return tuple(stages[s] // self.vpp for _ in range(self.vpp) for s in range(self.pp))
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of ARCHITECTURE.md, keys in schema order."""
+        """The JSON object of ARCHITECTURE.md, keys in schema order; `dist_opt` is written as the
+        derived key (zero >= 1) that the frozen Strategy schema and older readers expect."""
         out = {key: getattr(self, key) for key in STRATEGY_KEYS}
+        for key, value in out.items():
+            if isinstance(value, StrEnum):
+                out[key] = value.value  # plain strings in JSON and in dict comparisons
         if out["num_layer_list"] is not None:
             out["num_layer_list"] = list(out["num_layer_list"])
         return out
@@ -191,11 +226,13 @@ class Strategy:
                 f"unknown strategy key(s) {unknown}; expected some of {list(STRATEGY_KEYS)}"
             )
         values = {key: data[key] for key in STRATEGY_KEYS if key in data and data[key] is not None}
-        for flag in ("sp", "dist_opt", *OVERLAP_KEYS):
+        for flag in ("sp", *OVERLAP_KEYS):
             if flag in values:
                 values[flag] = bool(values[flag])
         if "num_layer_list" in values:
             values["num_layer_list"] = tuple(int(n) for n in values["num_layer_list"])
+        if "dist_opt" in values:
+            values["zero"] = zero_from_dist_opt(values.pop("dist_opt"), values.get("zero"))
         return cls(**values)
 
     def replace(self, **changes: Any) -> Strategy:
@@ -219,11 +256,16 @@ class Strategy:
         elif self.dist_opt:
             parts.append("do")
         parts.append(f"mbs{self.mbs}")
-        if self.recompute == "selective":
-            parts.append("rc_sel")
-        elif self.recompute == "full":
-            method = "_uni" if self.recompute_method == "uniform" else ""
-            parts.append(f"rc_full{method}{self.recompute_num_layers or ''}")
+        match self.recompute:
+            case Recompute.NONE:
+                pass
+            case Recompute.SELECTIVE:
+                parts.append("rc_sel")
+            case Recompute.FULL:
+                method = "_uni" if self.recompute_method == RecomputeMethod.UNIFORM else ""
+                parts.append(f"rc_full{method}{self.recompute_num_layers or ''}")
+            case _:
+                assert_never(self.recompute)
         if self.num_layer_list is not None:
             parts.append("L" + "_".join(str(n) for n in self.num_layer_list))
         return "-".join(parts)

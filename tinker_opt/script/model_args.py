@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tinker_opt.choices import Dispatcher, choice
 from tinker_opt.errors import ConfigError, ScriptError
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.layer_pattern import parse_layer_freq, pattern_for_layers
-from tinker_opt.specs import DISPATCHERS, NORMALIZATIONS, ModelSpec
+from tinker_opt.specs import NORMALIZATIONS, ModelSpec
 
 REQUIRED_MODEL_FLAGS = ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length")
 DEFAULT_VOCAB_SIZE = 32000
@@ -119,11 +120,9 @@ DEEPEP_FLAG = "--moe-enable-deepep"
 
 def _dispatcher(launch: Launch) -> dict:
     """The token dispatcher: the flag's value, else Megatron-LM's default `allgather`."""
-    value = launch.value(DISPATCHER_FLAG) or "allgather"
-    if value not in DISPATCHERS:
-        raise ScriptError(
-            f"{DISPATCHER_FLAG} is {value!r}; Megatron takes one of {list(DISPATCHERS)}"
-        )
+    value = choice(
+        Dispatcher, launch.value(DISPATCHER_FLAG) or "allgather", DISPATCHER_FLAG, ScriptError
+    )
     return {"moe_token_dispatcher_type": value, "moe_enable_deepep": launch.has(DEEPEP_FLAG)}
 
 
@@ -216,7 +215,7 @@ def read_model(launch: Launch, warn: Callable[[str], None]) -> ModelSpec:
         raise ScriptError(f"the script's model arguments are inconsistent: {exc}") from None
 
 
-PRICED_DISPATCHERS = ("alltoall", "alltoall_seq")
+PRICED_DISPATCHERS = (Dispatcher.ALLTOALL, Dispatcher.ALLTOALL_SEQ)
 """Dispatchers the cost model prices as they run (the expert all-to-all, costs/terms.py)."""
 
 
