@@ -13,6 +13,7 @@ Pipeline (Narayanan et al. 2021, Megatron-LM): with v virtual chunks per rank an
     v * T = sum_s t_s + (m*v - 1) * max_s t_s + v * max_s tail_s
 which is 1F1B's `sum + (m - 1) * max` for v = 1 and gives the interleaved bubble (p - 1) / v * t for
 balanced stages; `tail_s` is the stage's exposed gradient synchronisation plus its optimizer step.
+The formula is written once, in costs/pipeline.py, for this module and every solver.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from tinker_opt.costs.pipeline import pipeline_x_v
 from tinker_opt.costs.recompute import chunk_plan
 from tinker_opt.strategy import Strategy
 
@@ -41,6 +43,8 @@ class Memo:
     """(r, tables) of the last r tabulated (mixed_split.range_costs)."""
     mixed_terms: dict[int, Any] = field(default_factory=dict)
     """Per-r bound terms of a mixed stack (mixed_split.bound_terms_for_r)."""
+    even_split: tuple[Any] | None = None
+    """(the even split of a virtual pipeline, or None when it does not fit,) (stacks.Stack)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -188,11 +192,7 @@ class SplitCoefficients:
         """The objective, v * T in ns: sum_s t_s + (m*v - 1) * max_s t_s + v * max_s tail_s
         (module docstring)."""
         times = [st.time_ns for st in stages]
-        return (
-            sum(times)
-            + (self.num_microbatches * self.vpp - 1) * max(times)
-            + self.vpp * max(st.tail_ns for st in stages)
-        )
+        return pipeline_x_v(self, sum(times), max(times), max(st.tail_ns for st in stages))
 
     def time_ns_x_v(self, layers: tuple[int, ...], r: int) -> int:
         """v * T in ns of a split (layers per stage, recompute count r)."""
