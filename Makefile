@@ -1,5 +1,5 @@
-# Two entry points (README): `make demo` runs the example end to end, `make test` runs ruff
-# (`make lint`) and then the tests.
+# Two entry points (README): `make demo` runs the example end to end, `make test` runs ruff and
+# mypy (`make lint`) and then the tests.
 # Each creates the virtual environment .venv when it is missing.
 PYTHON ?= python3
 VENV ?= .venv
@@ -23,10 +23,12 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed lint
 	$(PY) -m pytest -n 2
 
-# Lint: ruff's checks and its formatter in check mode (configured in pyproject.toml).
+# Lint: ruff's checks, its formatter in check mode and the type checker (mypy, basic mode), all
+# configured in pyproject.toml.
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) profiled_data results

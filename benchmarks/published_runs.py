@@ -19,7 +19,7 @@ clone, as CI lays it out); `load_runs` says so when it is missing.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ HARDWARE_BY_ID = {
     "h100_sxm_80gb": "h100-80gb",
     "h100_80gb_sxm": "h100-80gb",
     "ascend_910b_atlas_a2": "910b",
+    "h100_dgx_ref": "h100-80gb",
 }
 """Hardware ids of the published-runs file -> shipped description names."""
 
@@ -51,6 +52,9 @@ class PublishedRun:
     hardware_name: str
     n_devices: int
     measured: dict[str, Any]
+    derived: dict[str, Any] = field(default_factory=dict)
+    category: str = "dense"
+    """`dense` (the first rows), or the file's `category`: moe, cp, dense_h100."""
 
     @property
     def num_nodes(self) -> int:
@@ -58,7 +62,8 @@ class PublishedRun:
 
     @property
     def is_llama(self) -> bool:
-        return self.model.get("arch") == "llama"
+        """LLaMA-style layers (RMSNorm, SwiGLU, rotary, no biases): LLaMA and Mixtral rows."""
+        return self.model.get("arch") in ("llama", "mixtral")
 
     @property
     def iteration_time_s(self) -> float | None:
@@ -72,6 +77,10 @@ class PublishedRun:
         if "tokens_per_s_per_device" in m:
             tokens = self.strategy["gbs"] * self.model["seq"]
             return tokens / (self.n_devices * float(m["tokens_per_s_per_device"]))
+        if (
+            "iteration_time_s" in self.derived
+        ):  # e.g. from published TFLOPS (derived.iteration_time_how)
+            return float(self.derived["iteration_time_s"])
         return None
 
 
@@ -92,14 +101,77 @@ def load_runs(path: Path = DEFAULT_RUNS_FILE) -> list[PublishedRun]:
             PublishedRun(
                 run_id=run["id"],
                 model=run["model"],
-                strategy=run["strategy"],
+                strategy=normalised_strategy(run["strategy"]),
                 hardware_id=hw.get("id", ""),
                 hardware_name=hw.get("name", ""),
                 n_devices=int(run["n_devices"]),
                 measured=run.get("measured", {}),
+                derived=run.get("derived", {}),
+                category=run.get("category", "dense"),
             )
         )
     return runs
+
+
+def _said(value: Any, *words: str) -> bool:
+    """A strategy field is on: literally True, or free text (quoting the source) naming a word."""
+    if isinstance(value, bool):
+        return value
+    return isinstance(value, str) and any(w in value.lower() for w in words)
+
+
+def _recommended(s: dict[str, Any], key: str, *words: str) -> bool:
+    """A knob the row sets, or leaves 'not stated' while its source's notes (`overlap` text, e.g.
+    "README tips recommend --overlap-grad-reduce/--overlap-param-gather, distributed optimizer")
+    recommend it: a vendor benchmark of its own recipe runs the recommended setting."""
+    value = s.get(key)
+    if value is True:
+        return True
+    return _said(value, "not stated") and _said(s.get("overlap", ""), *words)
+
+
+def _recompute(value: Any) -> str:
+    """`none | selective | full` from the file's field: 'full, block, ...', 'activation_checkpointing
+    true in the linked yaml' (every layer: full), 'none (...)', 'not stated' (Megatron's default: none)."""
+    text = str(value or "none").lower()
+    if text.startswith("selective"):
+        return "selective"
+    if text.startswith("full") or "activation_checkpointing true" in text:
+        return "full"
+    return "none"
+
+
+def normalised_strategy(raw: dict[str, Any]) -> dict[str, Any]:
+    """The file's strategy with its free-text fields (quotes of the source) read as typed values.
+
+    Integers stay; `null` knobs take Megatron's default (vpp 1, cp 1, ep 1); a boolean knob is on
+    only when the source says so ('not stated' is off, the framework default, unless the source's
+    notes recommend it: `_recommended`); the overlap flags
+    come from the optimizer text ('overlap_grad_sync, overlap_param_sync': NeMo's distributed
+    fused Adam) and `tp_comm_overlap` text ('ub_tp_comm_overlap true': userbuffers); FSDP2 rows
+    (`fsdp` text) are ZeRO-3 over the data-parallel ranks."""
+    s = dict(raw)
+    for key in ("vpp", "cp", "ep"):
+        s[key] = s.get(key) if isinstance(s.get(key), int) else 1
+    s["etp"] = s["etp"] if isinstance(s.get("etp"), int) else None
+    s["sp"] = s.get("sp") is True
+    s["recompute"] = _recompute(s.get("recompute"))
+    notes = s.get("overlap", "")
+    recommended = _recommended(s, "distributed_optimizer", "distributed optimizer")
+    s["distributed_optimizer"] = recommended
+    optimizer = s.get("optimizer", "")
+    recommends = recommended and _said(raw.get("distributed_optimizer"), "not stated")
+    s["overlap_grad_reduce"] = (
+        s.get("overlap_grad_reduce") is True
+        or _said(optimizer, "overlap_grad")
+        or (recommends and _said(notes, "--overlap-grad-reduce"))
+    )
+    s["overlap_param_gather"] = _said(optimizer, "overlap_param") or (
+        recommends and _said(notes, "overlap-param-gather")
+    )
+    s["tp_comm_overlap"] = _said(s.get("tp_comm_overlap"), "true")
+    s["fsdp"] = _said(s.get("fsdp"), "fsdp")
+    return s
 
 
 def hardware_for(run: PublishedRun, override: str | None = None) -> HardwareSpec:
@@ -139,14 +211,22 @@ def recompute_flags(strategy: dict[str, Any]) -> list[str]:
     return []
 
 
-def launch_script(run: PublishedRun) -> str:
-    """A Megatron-LM `pretrain_gpt.py` launch script (bash arrays, as Megatron's examples write them)."""
+FP8_FLAGS = ("--fp8-format hybrid", "--fp8-recipe delayed", "--fp8-amax-history-len 1024",
+             "--fp8-amax-compute-algo max", "--fp8-param-gather")  # fmt: skip
+"""How the FP8 rows trained: NeMo's GPT-3 175B FP8 recipe (NVIDIA/dgxc-benchmarking
+nemo_megatron/gpt3_175b_hydra.yaml: fp8 true, fp8_hybrid true, fp8_amax_history_len 1024,
+fp8_amax_compute_algo max, fp8_wgrad true, fp8_params true), as Megatron-LM's flags
+(megatron/training/arguments.py _add_transformer_engine_args: --fp8-format hybrid = E4M3 forward,
+E5M2 backward; fp8_params = --fp8-param-gather)."""
+
+
+def model_flags(run: PublishedRun) -> list[str]:
+    """The network: GPT-style (LayerNorm, GeLU, learned positions, dropout 0.1) or LLaMA-style."""
     m, s = run.model, run.strategy
-    layers_per_chunk = m["layers"] // (s["pp"] * s.get("vpp", 1))
-    model_args = [
+    flags = [
         f"--num-layers {m['layers']}",
         f"--hidden-size {m['hidden']}",
-        f"--ffn-hidden-size {m['ffn']}",
+        f"--ffn-hidden-size {m['ffn'] or m['moe']['moe_ffn']}",
         f"--num-attention-heads {m['heads']}",
         f"--kv-channels {m.get('head_dim', m['hidden'] // m['heads'])}",
         f"--seq-length {m['seq']}",
@@ -154,7 +234,7 @@ def launch_script(run: PublishedRun) -> str:
         f"--vocab-size {m['vocab']}",
     ]
     if run.is_llama:
-        model_args += [
+        flags += [
             "--make-vocab-size-divisible-by 1",
             "--attention-dropout 0.0",
             "--hidden-dropout 0.0",
@@ -166,37 +246,84 @@ def launch_script(run: PublishedRun) -> str:
             *(f"--{flag}" for flag in s.get("fused", ())),
         ]
     else:
-        model_args += [
+        flags += [
             "--make-vocab-size-divisible-by 128",
             "--attention-dropout 0.1",
             "--hidden-dropout 0.1",
         ]
-    if s.get("flash_attn"):
-        model_args.append("--use-flash-attn")
+    if s.get("flash_attn") or run.category != "dense":
+        # The second part's runs (Megatron-Core / NeMo with Transformer Engine, MindSpeed-LLM)
+        # run fused / flash attention: TE's default attention backend.
+        flags.append("--use-flash-attn")
     if m.get("kv_heads", m["heads"]) != m["heads"]:
-        model_args += ["--group-query-attention", f"--num-query-groups {m['kv_heads']}"]
-    parallel_args = [
+        flags += ["--group-query-attention", f"--num-query-groups {m['kv_heads']}"]
+    return flags + moe_flags(run)
+
+
+def moe_flags(run: PublishedRun) -> list[str]:
+    """Mixture-of-experts shape and expert parallelism (`model.moe` of the runs file)."""
+    moe, s = run.model.get("moe"), run.strategy
+    if not moe:
+        return []
+    flags = [
+        f"--num-experts {moe['num_experts']}",
+        f"--moe-router-topk {moe['topk']}",
+        f"--moe-ffn-hidden-size {moe['moe_ffn']}",
+        f"--expert-model-parallel-size {s['ep']}",
+    ]
+    shared = (moe.get("shared_experts") or {}).get("ffn_total")
+    if shared:
+        flags.append(f"--moe-shared-expert-intermediate-size {shared}")
+    if moe.get("first_k_dense"):
+        flags.append(f"--first-k-dense-replace {moe['first_k_dense']}")
+    return flags
+
+
+def parallel_flags(run: PublishedRun) -> list[str]:
+    """tp, pp, vpp, cp, sequence parallel, ZeRO (distributed optimizer, FSDP) and overlap flags."""
+    m, s = run.model, run.strategy
+    flags = [
         f"--tensor-model-parallel-size {s['tp']}",
         f"--pipeline-model-parallel-size {s['pp']}",
     ]
-    if s.get("vpp", 1) > 1:
-        parallel_args.append(f"--num-layers-per-virtual-pipeline-stage {layers_per_chunk}")
-    if s.get("sp"):
-        parallel_args.append("--sequence-parallel")
-    if s.get("distributed_optimizer"):
-        parallel_args.append("--use-distributed-optimizer")
-    if s.get("overlap_grad_reduce"):
-        parallel_args.append("--overlap-grad-reduce")
-    if s.get("mc2"):
-        parallel_args.append("--use-mc2")
-    training_args = [
+    if s["vpp"] > 1:
+        layers_per_chunk = m["layers"] // (s["pp"] * s["vpp"])
+        flags.append(f"--num-layers-per-virtual-pipeline-stage {layers_per_chunk}")
+    if s["cp"] > 1:
+        flags.append(f"--context-parallel-size {s['cp']}")
+    switches = (
+        ("sp", "--sequence-parallel"),
+        ("distributed_optimizer", "--use-distributed-optimizer"),
+        ("overlap_grad_reduce", "--overlap-grad-reduce"),
+        ("overlap_param_gather", "--overlap-param-gather"),
+        ("tp_comm_overlap", "--tp-comm-overlap"),
+        ("mc2", "--use-mc2"),
+    )
+    flags += [flag for key, flag in switches if s.get(key)]
+    if s["fsdp"]:
+        # PyTorch FSDP2 shards parameters, gradients and states (ZeRO-3): Megatron-FSDP's
+        # optim_grads_params is the same sharding in Megatron-LM's flags.
+        flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]
+    return flags
+
+
+def training_flags(run: PublishedRun) -> list[str]:
+    """Batch sizes, precision (bf16 / fp16, plus the FP8 recipe of FP8 rows) and recompute."""
+    s = run.strategy
+    precision = s.get("precision", "bf16")
+    flags = [
         f"--micro-batch-size {s['mbs']}",
         f"--global-batch-size {s['gbs']}",
-        f"--{s.get('precision', 'bf16')}",
+        "--bf16" if precision == "fp8" else f"--{precision}",
+        *(FP8_FLAGS if precision == "fp8" else ()),
         "--train-iters 100",
         "--lr 6.0e-5",
-        *recompute_flags(s),
     ]
+    return flags + recompute_flags(s)
+
+
+def launch_script(run: PublishedRun) -> str:
+    """A Megatron-LM `pretrain_gpt.py` launch script (bash arrays, as Megatron's examples write them)."""
     gpus_per_node = min(8, run.n_devices)
 
     def array(name: str, flags: list[str]) -> str:
@@ -209,11 +336,11 @@ def launch_script(run: PublishedRun) -> str:
         "MASTER_ADDR=${MASTER_ADDR:-localhost}\nMASTER_PORT=${MASTER_PORT:-6000}\nNODE_RANK=${RANK:-0}\n\n"
         "DISTRIBUTED_ARGS=(\n    --nproc_per_node $GPUS_PER_NODE\n    --nnodes $NUM_NODES\n"
         "    --node_rank $NODE_RANK\n    --master_addr $MASTER_ADDR\n    --master_port $MASTER_PORT\n)\n\n"
-        + array("GPT_MODEL_ARGS", model_args)
+        + array("GPT_MODEL_ARGS", model_flags(run))
         + "\n"
-        + array("MODEL_PARALLEL_ARGS", parallel_args)
+        + array("MODEL_PARALLEL_ARGS", parallel_flags(run))
         + "\n"
-        + array("TRAINING_ARGS", training_args)
+        + array("TRAINING_ARGS", training_flags(run))
         + "\n"
         + "torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \\\n    ${GPT_MODEL_ARGS[@]} \\\n"
         "    ${MODEL_PARALLEL_ARGS[@]} \\\n    ${TRAINING_ARGS[@]} \\\n    --mock-data --tokenizer-type NullTokenizer\n"

@@ -16,11 +16,15 @@ out the embedding and output layer; the 22B no-recompute figure is exactly 48 la
 per-layer formula). The cost model's whole first stage, embedding / head included, is printed
 beside it ("stage"). Rows that give only a percentage of the no-recompute baseline are compared
 as that percentage times the measured baseline of the same model and layout ("d" rows).
-`--fit` fits the asymptotic matmul and memory efficiencies of each hardware description to the
-iteration times of its rows (two physical parameters shared by every row of a device, never one
-per row) and prints them. Communication overlap (`--use-mc2`, `--overlap-grad-reduce`) is not
-priced by the cost model yet; each row also shows the time with the communication those flags
-could hide taken off ("hidden"), so the error is bracketed from both sides.
+Every row of the file is evaluated: dense, context-parallel, FP8 and MoE rows (their free-text
+strategy fields are read as typed knobs by published_runs.normalised_strategy). Per row it also
+prints the modelled peak of the busiest stage against the device's memory; a row that ran (it has
+a measured time) must not be modelled above its device. Errors are summarised per device kind,
+FP8 rows apart. `--fit` fits the hardware descriptions' asymptotic efficiencies to the timed rows
+(published_fit.py: matmul, memory unless `--fix-memory`, then the FP8 matmul one on FP8 rows;
+physical parameters shared by every row of a device, never one per row) and prints them. The
+cost model prices the overlap flags (costs/overlap.py); "hidden" is the time with the remaining
+exposed communication those flags target taken off as well, a lower bound.
 """
 
 from __future__ import annotations
@@ -29,13 +33,14 @@ import argparse
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from published_fit import Efficiencies, fit_time_parameters, with_efficiency
 from published_runs import (
     DEFAULT_RUNS_FILE,
     PublishedRun,
@@ -70,6 +75,11 @@ class Prediction:
     stage_activation_gib: float
     """All activations of the first stage: the layers plus the embedding (and head when pp = 1)."""
     params_optimizer_gib: float
+    peak_gib: float
+    """The modelled peak of the busiest stage (Evaluation.peak_memory_mb): what the search holds
+    against the memory limit."""
+    device_gib: float
+    """The device's memory (the hardware description's memory_gb, read as GiB as the search does)."""
     hideable_s: float = 0.0
     """Exposed communication the run's overlap flags would hide at most (not priced by the model
     yet): the tensor-parallel collectives of every micro-batch with `--use-mc2` /
@@ -91,20 +101,15 @@ def read_run(run: PublishedRun, text: str) -> tuple[ModelSpec, Strategy, str]:
 
 
 def limits_for(run: PublishedRun) -> SpaceLimits:
-    """The analytic profile space: the run's tp (so the run's shape is profiled) up to 8, mbs up to 4."""
+    """The analytic profile space: the run's tp (so the run's shape is profiled) up to 8, mbs up to
+    4, the run's own cp and ep."""
     s = run.strategy
-    return SpaceLimits(max_npu=max(8, s["tp"]), max_mbs=max(4, s["mbs"]), extra_mbs=(s["mbs"],))
-
-
-def with_efficiency(hardware: HardwareSpec, matmul_max: float, memory_max: float) -> HardwareSpec:
-    eff = hardware.efficiency
-    return replace(
-        hardware,
-        efficiency=replace(
-            eff,
-            matmul=replace(eff.matmul, max_efficiency=matmul_max),
-            memory=replace(eff.memory, max_efficiency=memory_max),
-        ),
+    return SpaceLimits(
+        max_npu=max(8, s["tp"]),
+        max_mbs=max(4, s["mbs"]),
+        extra_mbs=(s["mbs"],),
+        prof_cp=(s["cp"],),
+        prof_ep=(s["ep"],) if run.model.get("moe") else None,
     )
 
 
@@ -151,6 +156,8 @@ def predict(
         activation_gib=(first.act_bytes_x_v - non_layer_x_v) / v / GIB,
         stage_activation_gib=first.act_bytes_x_v / v / GIB,
         params_optimizer_gib=(first.static_bytes_x_v - first.transient_bytes_x_v) / v / GIB,
+        peak_gib=evaluation.peak_memory_mb / 1024,
+        device_gib=hardware.memory_gb,
     )
 
 
@@ -207,15 +214,15 @@ def evaluate_all(
     runs,
     profiles: Profiles,
     hardware_override: str | None,
-    efficiencies: dict[str, tuple[float, float]] | None = None,
+    efficiencies: Efficiencies | None = None,
 ):
-    """Predict every run; `efficiencies` replaces (matmul, memory) max efficiency per description name."""
+    """Predict every run; `efficiencies` replaces curves' max efficiency per description name."""
     rows = []
     for run in runs:
         model, strategy, how = read_run(run, launch_script(run))
         hardware = hardware_for(run, hardware_override)
         if efficiencies and hardware.name in efficiencies:
-            hardware = with_efficiency(hardware, *efficiencies[hardware.name])
+            hardware = with_efficiency(hardware, efficiencies[hardware.name])
         name = f"{model.num_layers}L{model.hidden_size}h"
         folder = profiles.folder(name, model, limits_for(run), hardware)
         rows.append((run, predict(run, model, strategy, folder, hardware), how, hardware))
@@ -234,9 +241,10 @@ def print_table(rows, runs) -> dict[str, list[float]]:
     """Predicted against measured per row; iteration time also with the overlap-hideable
     communication taken off ("hidden": the run's overlap flags hiding all they could)."""
     header = (
-        f"{'run':32} {'tp pp vpp mbs  gbs sp recompute':32} {'iter meas s':>11} {'pred s':>7} {'err %':>6} "
+        f"{'run':44} {'tp pp vpp mbs  gbs sp recompute':32} {'iter meas s':>11} {'pred s':>7} {'err %':>6} "
         f"{'hidden s':>8} {'err %':>6} "
-        f"{'act meas GiB':>13} {'pred':>6} {'err %':>6} {'stage':>6} {'p+o meas GiB':>12} {'pred':>6} {'err %':>6}"
+        f"{'act meas GiB':>13} {'pred':>6} {'err %':>6} {'stage':>6} {'p+o meas GiB':>12} {'pred':>6} {'err %':>6} "
+        f"{'peak GiB':>8} {'device':>6}"
     )
     print(header)
     print("-" * len(header))
@@ -258,14 +266,24 @@ def print_table(rows, runs) -> dict[str, list[float]]:
             if value is not None:
                 errors[key].append(value)
         if t_err is not None:
-            by_kind.setdefault(hardware.name, []).append((t_err, h_err))
+            fp8 = " (FP8 rows)" if s.get("precision") == "fp8" else ""
+            by_kind.setdefault(f"on {hardware.name}{fp8}", []).append((t_err, h_err))
+            by_kind.setdefault(f"of the {run.category} rows", []).append((t_err, h_err))
         print(
-            f"{run.run_id:32} {layout:32} {_fmt(t_meas, '11.2f')} {pred.iteration_s:7.2f} {_fmt(t_err, '+6.1f')} "
+            f"{run.run_id:44} {layout:32} {_fmt(t_meas, '11.2f')} {pred.iteration_s:7.2f} {_fmt(t_err, '+6.1f')} "
             f"{hidden:8.2f} {_fmt(h_err, '+6.1f')} "
             f"{_fmt(a_meas, '12.2f')}{tag or ' '} {pred.activation_gib:6.2f} {_fmt(a_err, '+6.1f')} "
             f"{pred.stage_activation_gib:6.2f} "
-            f"{_fmt(p_meas, '12.2f')} {pred.params_optimizer_gib:6.2f} {_fmt(p_err, '+6.1f')}"
+            f"{_fmt(p_meas, '12.2f')} {pred.params_optimizer_gib:6.2f} {_fmt(p_err, '+6.1f')} "
+            f"{pred.peak_gib:8.1f} {pred.device_gib:6.0f}{' OVER' if pred.peak_gib > pred.device_gib else ''}"
         )
+    print_summary(rows, errors, by_kind)
+    return errors
+
+
+def print_summary(rows, errors: dict[str, list[float]], groups: dict[str, list]) -> None:
+    """Mean / max |error| per quantity, per device kind (FP8 rows apart) and per category; the
+    rows that ran with the modelled peak above the device's memory."""
     print()
     for key, label in (
         ("time", "iteration time"),
@@ -277,84 +295,30 @@ def print_table(rows, runs) -> dict[str, list[float]]:
             print(
                 f"{label:18}: {len(values)} rows, mean |error| {values.mean():.1f} %, max |error| {values.max():.1f} %"
             )
-    for kind, pairs in by_kind.items():
+    # A row ran when it has a measured time; Korthikanti et al.'s memory-only rows (no time)
+    # include the layouts that do not fit in 80 GB (their Figure 1), which must stay above.
+    ran = [(run, pred) for run, pred, _, _ in rows if run.iteration_time_s is not None]
+    over = [run.run_id for run, pred in ran if pred.peak_gib > pred.device_gib]
+    print(
+        f"rows that ran with the modelled peak above the device's memory: {len(over)} of "
+        f"{len(ran)}" + (f" ({', '.join(over)})" if over else "")
+    )
+    for group, pairs in groups.items():
         exposed, hidden = np.abs([p[0] for p in pairs]), np.abs([p[1] for p in pairs])
         print(
-            f"iteration time on {kind}: {len(pairs)} rows, mean |error| {exposed.mean():.1f} %, max "
+            f"iteration time {group}: {len(pairs)} rows, mean |error| {exposed.mean():.1f} %, max "
             f"{exposed.max():.1f} %; with overlap hidden: mean {hidden.mean():.1f} %, max {hidden.max():.1f} %"
         )
-    return errors
 
 
-def overlap_residual(pred: Prediction, measured_s: float) -> float:
-    """Relative distance of the measured time from the interval the model brackets it by,
-    [time with the overlap-hideable communication hidden, time with it exposed]: zero inside.
+def residuals(runs, profiles: Profiles, hardware_override: str | None):
+    """The fit's cost: predicted / measured - 1 of each row's iteration time under some efficiencies."""
 
-    Overlap is not priced yet (another part of the cost model), so a row whose flags could hide
-    communication constrains the efficiencies only when the measurement falls outside what any
-    amount of overlap explains; the efficiencies are not bent to stand in for the overlap."""
-    low, high = pred.iteration_s - pred.hideable_s, pred.iteration_s
-    if measured_s < low:
-        return low / measured_s - 1
-    if measured_s > high:
-        return high / measured_s - 1
-    return 0.0
+    def of(rows: list[PublishedRun], efficiencies: Efficiencies) -> list[float]:
+        evaluated = evaluate_all(rows, profiles, hardware_override, efficiencies)
+        return [p.iteration_s / r.iteration_time_s - 1 for r, p, _, _ in evaluated]
 
-
-def fit_time_parameters(
-    runs, profiles: Profiles, hardware_override: str | None, fix_memory: bool = False
-) -> dict[str, tuple[float, float]]:
-    """Least squares over a grid of (matmul, memory) asymptotic efficiency, per hardware
-    description: two physical parameters shared by every timed row of that device, never one
-    per row (sum of squared `overlap_residual`s). `fix_memory`: keep the description's memory
-    efficiency and fit the matmul one alone (when the rows cannot tell the two apart)."""
-    timed = [r for r in runs if r.iteration_time_s is not None]
-    kinds: dict[str, list[PublishedRun]] = {}
-    for run in timed:
-        kinds.setdefault(hardware_for(run, hardware_override).name, []).append(run)
-    fitted = {}
-    for kind, kind_runs in kinds.items():
-        memory_now = hardware_for(kind_runs[0], hardware_override).efficiency.memory.max_efficiency
-
-        def cost(pair: tuple[float, float], kind=kind, kind_runs=kind_runs) -> float:
-            rows = evaluate_all(kind_runs, profiles, hardware_override, {kind: pair})
-            return sum(overlap_residual(p, r.iteration_time_s) ** 2 for r, p, _, _ in rows)
-
-        # Coarse grid (matmul 0.50 ... 0.94 by 0.04, memory 0.4 ... 1.0 by 0.2), then a fine one
-        # (0.01, 0.05) around the coarse optimum: the cost is smooth in both parameters.
-        memories = (
-            [memory_now]
-            if fix_memory
-            else [round(float(b), 2) for b in np.arange(0.40, 1.0001, 0.2)]
-        )
-        coarse = [(round(float(a), 2), b) for a in np.arange(0.50, 0.9401, 0.04) for b in memories]
-        best = min((cost(pair), *pair) for pair in coarse)
-        fine_memories = (
-            [memory_now]
-            if fix_memory
-            else [
-                round(float(b), 2)
-                for b in np.arange(best[2] - 0.15, best[2] + 0.1501, 0.05)
-                if 0.4 - 1e-9 <= b <= 1.0
-            ]
-        )
-        fine = [
-            (round(float(a), 2), b)
-            for a in np.arange(best[1] - 0.03, best[1] + 0.0301, 0.01)
-            if a <= 1.0
-            for b in fine_memories
-        ]
-        best = min([best] + [(cost(pair), *pair) for pair in fine])
-        rms = 100 * np.sqrt(best[0] / len(kind_runs))
-        print(
-            f"fit {kind}: matmul max_efficiency {best[1]:.2f}, memory max_efficiency {best[2]:.2f}"
-            f"{' (kept)' if fix_memory else ''} (rms residual outside the overlap bracket {rms:.1f} % over "
-            f"{len(kind_runs)} rows)",
-            flush=True,
-        )
-        fitted[kind] = (best[1], best[2])
-    print()
-    return fitted
+    return of
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -384,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         profiles = Profiles(Path(tmp))
         started = time.perf_counter()
         fitted = (
-            fit_time_parameters(runs, profiles, args.hardware, args.fix_memory)
+            fit_time_parameters(
+                runs, residuals(runs, profiles, args.hardware), args.hardware, args.fix_memory
+            )
             if args.fit
             else None
         )

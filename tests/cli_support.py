@@ -19,7 +19,10 @@ EXAMPLE_CONFIG = ROOT / "examples" / "config.json"
 def run_cli(
     *args: str, cwd: Path | None = None, block_torch: bool = False
 ) -> subprocess.CompletedProcess:
-    """Run `tinker-opt ARGS` as a user would (fresh interpreter); optionally with torch unimportable."""
+    """Run `tinker-opt ARGS`: in this process (`invoke_cli`), or in a fresh interpreter where the
+    process itself is under test (another working directory, torch made unimportable)."""
+    if cwd is None and not block_torch:
+        return invoke_cli(*args)
     prelude = "import sys; sys.modules['torch'] = None; " if block_torch else ""
     code = (
         prelude
@@ -41,10 +44,12 @@ def invoke_cli(*args: str) -> subprocess.CompletedProcess:
     is exit code 2 and one `error:` line on stderr. For tests a fresh interpreter adds nothing to."""
     from typer.testing import CliRunner
 
-    from tinker_opt.cli import app
+    from tinker_opt import cli
     from tinker_opt.errors import TinkerError
 
-    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    for console in (cli.console, cli.err_console):
+        console.width = 200  # as run_cli's COLUMNS=200, whatever COLUMNS was when cli was imported
+    result = CliRunner().invoke(cli.app, list(args), env={"COLUMNS": "200"})
     code, stderr = result.exit_code, result.stderr
     if isinstance(result.exception, TinkerError):
         code, stderr = 2, stderr + "error: " + " ".join(str(result.exception).split()) + "\n"

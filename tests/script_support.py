@@ -11,9 +11,9 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
+from tinker_opt.knobs import KNOBS, KnobContext, knob_message
 from tinker_opt.script import versions
 from tinker_opt.script.reader import ScriptInfo, p2p_overlap
-from tinker_opt.script.strategy_args import OVERLAP_FLAGS
 from tinker_opt.strategy import Strategy
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scripts"
@@ -41,7 +41,6 @@ OWNED_FLAGS = {
     "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers",
     "--use-distributed-optimizer",
-    "--overlap-param-gather",
     "--micro-batch-size",
     "--enable-recompute-layers-per-pp-rank",
     "--nnodes",
@@ -50,13 +49,8 @@ OWNED_FLAGS = {
     "--local_worker_num",
     "--num_nodes",
     "--num_gpus",
-    "--overlap-grad-reduce",
-    "--moe-alltoall-overlap-comm",
-    "--overlap-moe-expert-parallel-comm",
-    "--use-ascend-mc2",
-    "--use-mc2",
-    "--tp-comm-overlap",
-    "--tp-comm-overlap-cfg",
+    # the knob registry's switches and their companions
+    *(flag for knob in KNOBS.values() for flag in (*knob.flags, *knob.companions)),
 }
 _VALUE = r"(\d+(,\d+)*|full|selective|block|uniform|\w+_cp_algo|causal|general)"
 _ALLOWED_TOKEN = re.compile(
@@ -197,33 +191,19 @@ def _rest(draw, info, vr, allowed, world, tp, pp, cp, dp, nnodes, nproc):
 @st.composite
 def _overlaps(draw, info, s, allowed):
     """(overlap knobs to apply, what the tuned script reads back): None where a knob applies keeps
-    the script's setting; knobs that do not apply read back as None; only valid combinations."""
-    current = info.train.strategy
-    applies = {
-        "overlap_grad_reduce": True,
-        "overlap_param_gather": s.dist_opt,
-        "overlap_moe_comm": info.model.is_moe,
-        "tp_comm_overlap": s.tp > 1,
-    }
-    can_on = {
-        key: any(info.launch.has(f) or allowed(f) for f in flags)
-        for key, flags in OVERLAP_FLAGS.items()
-    }
+    the script's setting; knobs that do not apply read back as None; only valid combinations (a
+    knob whose effective value the registry's rules refuse, given the knobs before it, is off)."""
+    current, is_moe = info.train.strategy, info.model.is_moe
+    context = KnobContext.of(s, is_moe)
     chosen, expected = {}, {}
-    for key in OVERLAP_FLAGS:
-        value = draw(st.sampled_from([None, True, False] if can_on[key] else [None, False]))
-        if key == "tp_comm_overlap" and s.tp > 1 and not s.sp:
-            value = False
+    for key, knob in KNOBS.items():
+        can_on = any(info.launch.has(f) or allowed(f) for f in knob.flags)
+        value = draw(st.sampled_from([None, True, False] if can_on else [None, False]))
         effective = bool(getattr(current, key)) if value is None else value
-        if (
-            key == "overlap_param_gather"
-            and applies[key]
-            and effective
-            and not expected["overlap_grad_reduce"]
-        ):
+        if effective and knob_message(s.replace(**expected, **{key: True}), is_moe):
             value, effective = False, False
         chosen[key] = value
-        expected[key] = effective if applies[key] else None
+        expected[key] = effective if knob.exists(context) else None
     return chosen, expected
 
 

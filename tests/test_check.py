@@ -163,3 +163,28 @@ def test_search_log_calibrates_then_replans(tmp_path):
     summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
     assert summary["current"]["iteration_time_ms"] == pytest.approx(1029.45, rel=0.01)
     assert "calibrated 910b on" in (folder / "search.log").read_text(encoding="utf-8")
+
+
+def test_script_that_is_not_the_logged_run_is_warned(tmp_path):
+    """A script whose strategy differs from the log's argument dump: priced, with a warning."""
+    from tinker_opt.logs import read_log
+    from tinker_opt.logs.arguments import launch_text
+
+    text = launch_text(read_log(KISTI / "log.txt").arguments)
+    script = tmp_path / "other.sh"
+    script.write_text(
+        text.replace("--micro-batch-size 4", "--micro-batch-size 2"), encoding="utf-8"
+    )
+    run = _cli(
+        "check",
+        str(KISTI / "log.txt"),
+        str(script),
+        "--device",
+        "analytic",
+        "--hardware",
+        "v100-32gb",
+        "--json",
+    )
+    assert run.returncode == 0, run.stderr
+    assert "mbs 2 vs 4" in run.stderr
+    assert json.loads(run.stdout)["job"]["strategy"]["mbs"] == 2

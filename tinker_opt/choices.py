@@ -35,7 +35,7 @@ def choice(kind: type[E], value: object, name: str, error: type[Exception] = Val
     """`value` (a member or its spelling) as a member of `kind`; `error` naming the choices
     otherwise (a StrategyError for a strategy, a ConfigError for a setting)."""
     try:
-        return kind(value)
+        return kind(str(value)) if isinstance(value, str) else kind(value)  # type: ignore[arg-type]
     except ValueError:
         choices = tuple(member.value for member in kind)
         raise error(f"{name} must be one of {choices}, got {value!r}") from None

@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_opt.errors import ConfigError
 
@@ -268,9 +268,14 @@ def _settings_class(section: str) -> type:
     return cls
 
 
-ProfileSettings = _settings_class("profile")
-SearchSettings = _settings_class("search")
-SimulateSettings = _settings_class("simulate")
+if TYPE_CHECKING:  # built at run time from TABLE: the type checker sees their attributes as Any
+    ProfileSettings = Any
+    SearchSettings = Any
+    SimulateSettings = Any
+else:
+    ProfileSettings = _settings_class("profile")
+    SearchSettings = _settings_class("search")
+    SimulateSettings = _settings_class("simulate")
 SETTINGS_CLASSES: dict[str, type] = {
     "profile": ProfileSettings,
     "search": SearchSettings,

@@ -5,6 +5,8 @@ rules (OUTER_RULES) judge a configuration before its layer split, check_strategy
 strategy. The facts of the framework version the rules depend on are a FrameworkRules
 (script/versions.py builds it for a script); layer forms (LAYER_FORMS) say which per-stage layer
 counts a framework can write, one rule shared by the split solvers, `simulate` and the writer.
+The overlap switches' rules are their declarations in the knob registry (knobs.py;
+ARCHITECTURE.md, "The knob registry").
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod, assert_never
 from tinker_opt.errors import StrategyError
+from tinker_opt.knobs import knob_message
 from tinker_opt.specs import ClusterSpec, ModelSpec
 from tinker_opt.strategy import Strategy
 
@@ -208,7 +211,7 @@ def _rule_moe(
                 f"ep ({s.ep}) / etp ({s.etp}) apply to MoE models only; this model has no experts"
             )
         return None
-    if model.num_experts % s.ep:
+    if (model.num_experts or 1) % s.ep:
         return f"num_experts ({model.num_experts}) must be a multiple of expert_model_parallel_size ({s.ep})"
     etp = s.expert_tp
     if (s.tp * s.dp * s.cp) % (s.ep * etp):
@@ -291,19 +294,9 @@ def _rule_overlap(
 
 
 def overlap_message(s: Strategy, is_moe: bool) -> str | None:
-    """Where each overlap switch applies (Megatron-LM arguments.py validate_args; MindSpeed mc2 likewise)."""
-    if s.overlap_param_gather and not s.dist_opt:
-        return "overlap_param_gather needs the distributed optimizer (dist_opt); turn one on or the other off"
-    if s.overlap_param_gather and s.overlap_grad_reduce is False:
-        return (
-            "overlap_param_gather needs overlap_grad_reduce "
-            "(Megatron: 'Must use --overlap-param-gather with --overlap-grad-reduce')"
-        )
-    if s.overlap_moe_comm and not is_moe:
-        return "overlap_moe_comm applies to MoE models only; this model has no experts"
-    if s.tp_comm_overlap and not (s.tp > 1 and s.sp):
-        return f"tp_comm_overlap needs tp > 1 with sequence parallelism (tp {s.tp}, sp {s.sp})"
-    return None
+    """Where each overlap switch is accepted, what it requires and excludes: the knob registry's
+    declarations (knobs.py OVERLAP_KNOBS, with their sources)."""
+    return knob_message(s, is_moe)
 
 
 def _rule_recompute_kind(

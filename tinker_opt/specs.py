@@ -19,6 +19,10 @@ from tinker_opt.strategy import Strategy
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 PRECISIONS = ("bf16", "fp16", "fp32")
+FP8_FORMATS = ("e4m3", "hybrid")
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
+"""Megatron-LM's `--fp8-format` and `--fp8-recipe` choices (megatron/training/arguments.py,
+_add_transformer_engine_args; recipe default `delayed`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +80,15 @@ class ModelSpec:
     precision: str = "bf16"
     noop_layers: tuple[int, ...] = ()
     """Indices of `--noop-layers` (they count in `--num-layers` of the script but do not compute)."""
+    # FP8 training (Transformer Engine; the linear layers' GEMMs in FP8, the rest in `precision`).
+    fp8_format: str | None = None
+    """`--fp8-format` (`e4m3` or `hybrid`: E4M3 forward, E5M2 gradients); None: no FP8."""
+    fp8_recipe: str = "delayed"
+    """`--fp8-recipe`: delayed (amax history), tensorwise (current per-tensor scale), blockwise, mxfp8."""
+    fp8_param_gather: bool = False
+    """`--fp8-param-gather`: the compute weights are kept in FP8 and all-gathered in FP8."""
+    fp8_amax_history_len: int = 1
+    """`--fp8-amax-history-len` (Megatron's default 1): amax values kept per FP8 tensor (delayed)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -111,10 +124,26 @@ class ModelSpec:
         object.__setattr__(self, "moe_token_dispatcher_type", dispatcher)
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        self._check_fp8()
+
+    def _check_fp8(self) -> None:
+        if self.fp8_format not in (None, *FP8_FORMATS):
+            raise ConfigError(f"fp8_format must be one of {FP8_FORMATS}, got {self.fp8_format!r}")
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise ConfigError(f"fp8_recipe must be one of {FP8_RECIPES}, got {self.fp8_recipe!r}")
+        if self.fp8_format and self.precision == "fp32":
+            raise ConfigError("FP8 training (fp8_format) needs --bf16 or --fp16 besides, got fp32")
+        if self.fp8_amax_history_len < 1:
+            raise ConfigError(f"fp8_amax_history_len must be >= 1, got {self.fp8_amax_history_len}")
+
+    @property
+    def is_fp8(self) -> bool:
+        """The linear layers run their GEMMs in FP8 (Transformer Engine's fp8_autocast)."""
+        return self.fp8_format is not None
 
     @property
     def is_moe(self) -> bool:
-        return bool(self.num_experts) and self.num_experts > 1
+        return self.num_experts is not None and self.num_experts > 1
 
     @property
     def bytes_per_element(self) -> int:
@@ -169,6 +198,41 @@ class ModelSpec:
         return cls(**values)
 
 
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class OptimizerPrecision:
+    """Megatron's precision-aware optimizer (`--use-precision-aware-optimizer` with
+    `--main-grads-dtype`, `--main-params-dtype`, `--exp-avg-dtype`, `--exp-avg-sq-dtype`,
+    megatron/training/arguments.py; Transformer Engine's FusedAdam keeps the states in these
+    dtypes): the dtypes of the gradient buffer, the master weights and the two Adam moments.
+    Without the switch Megatron keeps all four in fp32 (the default here: bf16 training implies
+    accumulate_allreduce_grads_in_fp32, so the gradient buffer is fp32)."""
+
+    main_grads: str = "fp32"
+    main_params: str = "fp32"
+    exp_avg: str = "fp32"
+    exp_avg_sq: str = "fp32"
+
+    def __post_init__(self) -> None:
+        for name, value in dataclasses.asdict(self).items():
+            if value not in DTYPE_BYTES:
+                raise ConfigError(
+                    f"{name} dtype must be one of {sorted(DTYPE_BYTES)}, got {value!r}"
+                )
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per parameter of the gradient buffer (accumulated and reduced in this dtype)."""
+        return DTYPE_BYTES[self.main_grads]
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes per parameter of the optimizer states: master weight + exp_avg + exp_avg_sq."""
+        return sum(DTYPE_BYTES[d] for d in (self.main_params, self.exp_avg, self.exp_avg_sq))
+
+
 @dataclass(frozen=True, kw_only=True)
 class FrameworkInfo:
     """Which framework and version the script is written for, and how it launches."""
@@ -211,6 +275,8 @@ class TrainSpec:
     recompute_activation_function_num_layers: int | None = None
     """MindSpeed `--recompute-activation-function-num-layers`: only the first N layers of each stage
     recompute the activation; None for every layer (or when the switch is off)."""
+    optimizer_precision: OptimizerPrecision = field(default_factory=OptimizerPrecision)
+    """Megatron's precision-aware optimizer dtypes (all fp32 without `--use-precision-aware-optimizer`)."""
     ulysses_degree_in_cp: int | None = None
     """MindSpeed `--ulysses-degree-in-cp`: the Ulysses group size of `hybrid_cp_algo` (the ring
     runs over cp / this many ranks); None when the script does not give it

@@ -1,11 +1,12 @@
 """Strategy: one point of the parallel-strategy space, with its JSON schema.
 
-The JSON keys are fixed by ARCHITECTURE.md ("Machine-readable interfaces"):
+The JSON keys are fixed by ARCHITECTURE.md ("File formats and machine-readable interfaces"):
 `tp, pp, dp, cp, cp_algo, ep, etp, sp, vpp, dist_opt, mbs, recompute, recompute_method,
-recompute_num_layers, num_layer_list, overlap_grad_reduce, overlap_param_gather, overlap_moe_comm,
-tp_comm_overlap`. `vpp` counts virtual chunks per pipeline rank (1 = plain 1F1B); `num_layer_list`
-is None for an even split; knobs that do not apply are None (an overlap knob left None where it
-applies means "keep the script's setting" to the writer).
+recompute_num_layers, num_layer_list, zero`, then the overlap switches (OVERLAP_KEYS, declared in
+the knob registry, knobs.py). `zero` is the one ZeRO field; `dist_opt` is its derived key.
+`vpp` counts virtual chunks per pipeline rank (1 = plain 1F1B); `num_layer_list` is None for an
+even split; knobs that do not apply are None (an overlap knob left None where it applies means
+"keep the script's setting" to the writer).
 """
 
 from __future__ import annotations
@@ -48,9 +49,10 @@ STRATEGY_KEYS = (
     "overlap_param_gather",
     "overlap_moe_comm",
     "tp_comm_overlap",
+    "overlap_param_gather_with_optimizer_step",
 )
-OVERLAP_KEYS = STRATEGY_KEYS[-4:]
-"""Communication-overlap switches (script/flags.py names their flags per framework)."""
+OVERLAP_KEYS = STRATEGY_KEYS[STRATEGY_KEYS.index("overlap_grad_reduce") :]
+"""Communication-overlap switches, the last keys (declared in the knob registry, knobs.py)."""
 ZERO_LEVELS = (0, 1, 2, 3)
 """ZeRO stages (Rajbhandari et al. 2020): 0 none, 1 optimizer states sharded (Megatron's distributed
 optimizer), 2 + gradients, 3 + parameters (FSDP)."""
@@ -70,7 +72,7 @@ def zero_from_dist_opt(dist_opt: object, zero: object = None) -> int:
             f"dist_opt {str(on).lower()} contradicts zero {zero} (the distributed optimizer is "
             "zero >= 1); give one of them or make them agree"
         )
-    return int(zero)  # type: ignore[arg-type]
+    return int(zero)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +113,9 @@ class Strategy:
     """MoE all-to-all overlap (`--moe-alltoall-overlap-comm` / `--overlap-moe-expert-parallel-comm`); MoE only."""
     tp_comm_overlap: bool | None = None
     """TP communication fused with the matmuls (`--use-ascend-mc2` / `--tp-comm-overlap`); tp > 1 only."""
+    overlap_param_gather_with_optimizer_step: bool | None = None
+    """`--overlap-param-gather-with-optimizer-step`: the first parameter all-gather under the
+    optimizer step; dist_opt only (read and written back, not priced)."""
 
     def __post_init__(self) -> None:
         if self.zero not in ZERO_LEVELS or isinstance(self.zero, bool):

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tinker_opt.costs.units import GRAD_BYTES, data_groups
+from tinker_opt.costs.units import data_groups
 from tinker_opt.costs.zero_terms import (
     sharded_param_bytes,
     tail_gathers_weights,
@@ -81,8 +81,8 @@ def sync_us(
     if not tail_reduces_gradients(s):  # ZeRO 2/3 reduce-scatter in backward (zero_terms.py)
         return t("all_gather", tb.bpe * params) if tail_gathers_weights(s) else 0.0
     if s.dist_opt:
-        return t("reduce_scatter", GRAD_BYTES * params) + t("all_gather", tb.bpe * params)
-    return t("all_reduce", GRAD_BYTES * params)
+        return t("reduce_scatter", tb.grad_bytes * params) + t("all_gather", tb.bpe * params)
+    return t("all_reduce", tb.grad_bytes * params)
 
 
 def tail_slope_us(tb: TermBuilder, s: Strategy, dense: int, expert: int) -> tuple[float, float]:

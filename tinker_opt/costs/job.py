@@ -6,7 +6,9 @@ CostModel and from it to the TermBuilder unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from tinker_opt.specs import OptimizerPrecision
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +25,8 @@ class JobOptions:
     """MindSpeed's `--reuse-fp32-param`: 2 B fewer optimizer-state bytes per parameter."""
     recompute_all: bool = False
     """Full recompute covers every layer or none (MindSpeed-LLM FSDP2's parallel.recompute)."""
+    optimizer_precision: OptimizerPrecision = field(default_factory=OptimizerPrecision)
+    """Gradient-buffer and optimizer-state dtypes (Megatron's precision-aware optimizer)."""
     ulysses_degree: int | None = None
     """The job's `--ulysses-degree-in-cp` (hybrid_cp_algo; rules.hybrid_ulysses_degree)."""
 

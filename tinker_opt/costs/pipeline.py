@@ -23,8 +23,11 @@ from typing import Any, Protocol
 class PipelineShape(Protocol):
     """What the objective reads of a configuration (SplitCoefficients has these fields)."""
 
-    num_microbatches: int
-    vpp: int
+    @property
+    def num_microbatches(self) -> int: ...
+
+    @property
+    def vpp(self) -> int: ...
 
 
 def pipeline_x_v(c: PipelineShape, total: Any, bottleneck: Any, tail: Any) -> Any:

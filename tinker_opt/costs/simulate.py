@@ -77,7 +77,7 @@ def strategy_from_flags(
         pp=pp,
         dp=num_devices // (tp * pp * cp),
         cp=cp,
-        cp_algo=(cp_algo or CpAlgo.MEGATRON) if cp > 1 else None,
+        cp_algo=CpAlgo(cp_algo or CpAlgo.MEGATRON) if cp > 1 else None,
         ep=ep,
         etp=etp,
         sp=bool(sp),
@@ -85,7 +85,7 @@ def strategy_from_flags(
         zero=zero,
         mbs=mbs,
         recompute=kind,
-        recompute_method=method if kind == Recompute.FULL else None,
+        recompute_method=RecomputeMethod(method) if kind == Recompute.FULL else None,
         recompute_num_layers=r,
         num_layer_list=layers,
     )

@@ -9,7 +9,7 @@ import numpy as np
 
 from tinker_opt.costs import overlap
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, sync_us, tail_slope_us
-from tinker_opt.costs.units import GRAD_BYTES, m_tokens, ns_array
+from tinker_opt.costs.units import m_tokens, ns_array
 from tinker_opt.costs.zero_terms import gathered_bytes, unit_exposed_us
 from tinker_opt.strategy import Strategy
 
@@ -141,7 +141,7 @@ def _stage_tails(tb: TermBuilder, s: Strategy, first_params: int, last_params: i
     if p > 1 and not tb.model.untie_embeddings_and_output_weights:
         words = tb.model.vocab_size_for(s.tp) // s.tp * tb.model.hidden_size
         scope = tb.scope(s.tp * s.cp * s.dp * (p - 1), 2)
-        shared = tb.comm.time_us("all_reduce", 2, scope, GRAD_BYTES * words)
+        shared = tb.comm.time_us("all_reduce", 2, scope, tb.grad_bytes * words)
         for index in (0, p - 1):
             sync[index] += shared
             total[index] += shared

@@ -31,6 +31,7 @@ from tinker_opt.costs.cp_terms import (
     unaligned_extra,
 )
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_us
+from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
 from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
 from tinker_opt.costs.profile_table import BlockCost, BlockTable
 from tinker_opt.costs.recompute import activation_function_terms
@@ -79,11 +80,18 @@ class TermBuilder:
         self.comm = comm
         self.mem_bw_gbs = memory_bandwidth_gbs or DEFAULT_MEMORY_BANDWIDTH_GBS
         self.bpe = model.bytes_per_element
-        # --reuse-fp32-param (bf16 only) saves sizeof(bf16) per parameter of the master copy
-        # (divided by the optimizer's sharding with dist_opt, like the rest of the states).
+        # Optimizer states per parameter: fp32 master + two Adam moments (12 B), or the dtypes of
+        # Megatron's precision-aware optimizer (specs.OptimizerPrecision); --reuse-fp32-param
+        # (bf16 only) saves sizeof(bf16) of the master copy; fp32 training keeps no master (8 B).
+        # All divided by the optimizer's sharding with dist_opt.
+        precision = job.optimizer_precision
         self.opt_state_bytes = (
-            (12 - (self.bpe if job.reuse_fp32_param else 0)) if self.bpe == 2 else 8
+            (precision.state_bytes - (self.bpe if job.reuse_fp32_param else 0))
+            if self.bpe == 2
+            else 8
         )
+        self.grad_bytes = precision.grad_bytes
+        """Gradient-buffer bytes per parameter (fp32 main gradients unless --main-grads-dtype)."""
         self.host_link_gbs = host_link_gbs
         self.kinds = model.layer_kinds()
         self.layer_block = {
@@ -261,7 +269,9 @@ class TermBuilder:
             self, s, dense_params, cost.expert_param_count, cost.fwd_us, cost.bwd_us
         )
         weights, optimizer = param_bytes(self, s, dense_params, cost.expert_param_count)
+        weights += fp8_weight_extra_bytes(self.model, cost.param_count)  # costs/fp8_terms.py
         grad_us, gather_us, opt_us = tail_parts_us(self, s, dense_params, cost.expert_param_count)
+        gather_us *= fp8_gather_factor(self.model)
         sync_us = (overlap.exposed(grad_us, cost.bwd_us) if s.overlap_grad_reduce else grad_us) + (
             overlap.exposed(gather_us, cost.fwd_us) if s.overlap_param_gather else gather_us
         )

@@ -8,9 +8,6 @@ import numpy as np
 
 from tinker_opt.strategy import Strategy
 
-GRAD_BYTES = 4
-"""fp32 main gradients (Megatron: bf16 implies accumulate_allreduce_grads_in_fp32)."""
-
 
 def to_ns(us: float) -> int:
     """Microseconds to integer nanoseconds: the one rounding of every time coefficient."""

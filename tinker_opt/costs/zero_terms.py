@@ -47,7 +47,7 @@ def sharded_param_bytes(tb, s: Strategy, dense: int, expert: int) -> tuple[float
     local = dense / dp_cp + expert / edp  # one rank's shard of the parameter elements
     full = dense + expert
     weights = tb.bpe * (local if s.zero >= 3 else full)
-    grads = FSDP_GRAD_BYTES * (local if s.zero >= 2 else full)
+    grads = tb.grad_bytes * (local if s.zero >= 2 else full)  # fp32 unless --main-grads-dtype
     optimizer = tb.opt_state_bytes * (local if s.zero >= 1 else full)
     return weights, grads, optimizer
 

@@ -12,6 +12,7 @@ import dataclasses
 
 from tinker_opt.choices import Recompute, RecomputeMethod
 from tinker_opt.errors import StrategyError
+from tinker_opt.knobs import KNOBS, KnobContext
 from tinker_opt.rules import (
     FrameworkRules,
     interleaved_pipeline_message,
@@ -27,7 +28,6 @@ from tinker_opt.script.strategy_args import (
     SHARDING_FLAG,
     VPP_LAYERS_FLAG,
     VPP_SIZE_FLAGS,
-    overlap_applies,
     zero_backend,
 )
 from tinker_opt.script.versions import CP_ALGO_SINCE, VersionRange, flag_allowed
@@ -84,10 +84,11 @@ def overlap_flag(key: str, info: ScriptInfo, vr: VersionRange) -> str | None:
 def _overlaps(s: Strategy, info: ScriptInfo, vr: VersionRange) -> dict:
     """Normal form of the overlap knobs: None where a knob does not apply; a knob left None where it
     applies keeps the script's setting; a knob switched on needs a flag the version has."""
-    out = {}
+    out: dict[str, bool | None] = {}
     current = info.train.strategy
-    for key in OVERLAP_FLAGS:
-        if not overlap_applies(key, tp=s.tp, dist_opt=s.dist_opt, is_moe=info.model.is_moe):
+    layout = KnobContext.of(s, info.model.is_moe)
+    for key, knob in KNOBS.items():
+        if not knob.exists(layout):
             out[key] = None
             continue
         value = getattr(s, key)
@@ -115,7 +116,7 @@ def _check_model(s: Strategy, info: ScriptInfo, world: int) -> None:
         )
     if not model.is_moe and s.ep > 1:
         raise StrategyError(f"ep = {s.ep} but the model has no experts (--num-experts); use ep = 1")
-    if model.is_moe and model.num_experts % s.ep:
+    if model.is_moe and (model.num_experts or 1) % s.ep:
         raise StrategyError(f"num_experts ({model.num_experts}) must be a multiple of ep ({s.ep})")
 
 

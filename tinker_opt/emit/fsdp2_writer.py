@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from tinker_opt.choices import Recompute
+from tinker_opt.choices import CpAlgo, Recompute
 from tinker_opt.emit import script_edit
 from tinker_opt.emit.script_writer import apply_cluster, with_header
 from tinker_opt.emit.yaml_edit import set_yaml_values, yaml_scalar
@@ -44,7 +44,7 @@ from tinker_opt.script.reader import ScriptInfo, read_script_text
 from tinker_opt.script.shell import ShellSyntaxError
 from tinker_opt.strategy import Strategy
 
-_CP_TYPE_OF_ALGO = {algo: name for name, algo in CP_TYPES.items()}
+_CP_TYPE_OF_ALGO: dict[CpAlgo | None, str] = {algo: name for name, algo in CP_TYPES.items()}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from tinker_opt.emit import script_edit
 from tinker_opt.emit.expressible import overlap_flag, uses_layout_string
 from tinker_opt.emit.script_edit import Edit
 from tinker_opt.errors import StrategyError
+from tinker_opt.knobs import KNOBS
 from tinker_opt.rules import hybrid_ulysses_degree
 from tinker_opt.script import versions
 from tinker_opt.script.launch import ArgOccurrence
@@ -22,7 +23,6 @@ from tinker_opt.script.pipeline_layout import EMBEDDING_FLAG, LAYOUT_FLAG, LOSS_
 from tinker_opt.script.reader import ScriptInfo
 from tinker_opt.script.strategy_args import (
     DEFAULT_CP_ALGO,
-    OVERLAP_FLAGS,
     SHARDING_FLAG,
     SHARDING_STRATEGIES,
     VPP_LAYERS_FLAG,
@@ -63,8 +63,11 @@ RECOMPUTE_OWNED = (
 )
 """What the strategy's recompute knob owns; MindSpeed's extra memory features
 (`--recompute-activation-function`, `--recompute-norm`, `--swap-attention`, ...) stay as written."""
-DIST_OPT_COMPANIONS = ("--overlap-param-gather", "--overlap-param-gather-with-optimizer-step")
-TP_OVERLAP_COMPANIONS = ("--tp-comm-overlap-cfg",)
+DIST_OPT_COMPANIONS = (
+    *KNOBS["overlap_param_gather"].flags,
+    *KNOBS["overlap_param_gather"].companions,
+)
+"""The flags that need the distributed optimizer (knobs.py: the parameter all-gather overlap)."""
 _ANCHORS = {
     "parallel": (
         "--pipeline-model-parallel-size",
@@ -286,12 +289,15 @@ def _zero(plan: _Plan, s: Strategy) -> None:
 def _overlaps(plan: _Plan, s: Strategy) -> None:
     """Each overlap switch: off (or not applicable) removes every spelling; on keeps the script's
     spelling or adds the one the version has (expressible.overlap_flag)."""
-    for key, flags in OVERLAP_FLAGS.items():
+    for key, knob in KNOBS.items():
         if getattr(s, key):
-            if not any(plan.launch.has(flag) for flag in flags):
-                plan.switch(overlap_flag(key, plan.info, plan.vr), True)
+            flag = overlap_flag(key, plan.info, plan.vr)
+            # expressible.py refused a knob on that this version cannot spell
+            assert flag is not None, key
+            if not any(plan.launch.has(spelling) for spelling in knob.flags):
+                plan.switch(flag, True)
         else:
-            plan.remove(*flags, *(TP_OVERLAP_COMPANIONS if key == "tp_comm_overlap" else ()))
+            plan.remove(*knob.flags, *knob.companions)
 
 
 def plan_strategy_edits(

@@ -4,12 +4,14 @@ Shipped descriptions live beside this file as `<name>.json`; a user may pass the
 Schema (every figure carries its source in `sources`, or is listed in `assumptions`):
 
     {"name": str, "devices_per_node": int, "memory_gb": float,
-     "peak_tflops": {"bf16": float, "fp16": float, "fp32": float},
+     "peak_tflops": {"bf16": float, "fp16": float, "fp32": float,
+                     "fp8": float},                                 # fp8 only where the device has it
      "memory_bandwidth_gbs": float,
      "host_link_gbs": float,                                        # optional, device<->host copy
      "intra_node": {"bandwidth_gbs": float, "latency_us": float},   # per device, one direction,
      "inter_node": {"bandwidth_gbs": float, "latency_us": float},   # achievable (efficiency applied)
-     "efficiency": {"matmul": CURVE, "memory": CURVE, "notes": [...]},
+     "efficiency": {"matmul": CURVE, "memory": CURVE, "notes": [...],
+                    "matmul_fp8": CURVE},                           # optional: FP8 GEMMs (of fp8 peak)
      "sources": [...], "assumptions": [...]}
 
     CURVE = {"max_efficiency": float, "half_size": float}      # eff(x) = max * x / (x + half)
@@ -143,11 +145,26 @@ class HardwareSpec:
         """Peak matrix FLOPs per microsecond in a precision (`bf16`, `fp16`, `fp32`); 1 TFLOP/s = 1e6 /us.
 
         A precision the file does not list takes the slowest listed figure for fp32 and the
-        fastest for the 16-bit formats."""
+        fastest for the 16-bit formats; FP8 only where the file gives its rate (`check_fp8`)."""
         if precision in self.peak_tflops:
             return self.peak_tflops[precision] * 1e6
+        if precision == "fp8":
+            self.check_fp8()
         pick = min if precision == "fp32" else max
         return pick(self.peak_tflops.values()) * 1e6
+
+    @property
+    def has_fp8(self) -> bool:
+        """The device has FP8 tensor cores: the description lists `peak_tflops.fp8`."""
+        return "fp8" in self.peak_tflops
+
+    def check_fp8(self) -> None:
+        """ConfigError (one line) when FP8 training is asked of a device without an FP8 rate."""
+        if not self.has_fp8:
+            raise ConfigError(
+                f"hardware '{self.name}' has no FP8 rate (peak_tflops.fp8 in its description): "
+                "FP8 training (--fp8-format) needs a device with FP8 tensor cores (H100 and later)"
+            )
 
     @property
     def memory_bytes_per_us(self) -> float:

@@ -100,6 +100,9 @@ class DeviceEfficiency:
     """Size is the op's FLOPs (FlopCounterMode's count: 2 per multiply-add)."""
     memory: EfficiencyCurve = field(default_factory=_default_memory)
     """Size is the bytes the op reads and writes."""
+    matmul_fp8: EfficiencyCurve | None = None
+    """Matrix ops in FP8 (size: FLOPs), relative to the FP8 peak; None: the `matmul` curve
+    (an assumption, until a fit on FP8 runs gives it)."""
     fuse_elementwise: bool = True
     """Time each run of memory-bound ops between two matrix ops as one fused kernel, as the fused
     kernels of Megatron-LM / MindSpeed-LLM run them (op_timing.fused_kernels); false for eager
@@ -109,11 +112,13 @@ class DeviceEfficiency:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], origin: str = "hardware file") -> DeviceEfficiency:
-        unknown = sorted(set(data) - {"matmul", "memory", "fuse_elementwise", "notes"})
+        unknown = sorted(
+            set(data) - {"matmul", "memory", "matmul_fp8", "fuse_elementwise", "notes"}
+        )
         if unknown:
             raise ConfigError(
                 f"{origin}: unknown efficiency key(s) {unknown}; expected matmul, memory, "
-                "fuse_elementwise, notes"
+                "matmul_fp8, fuse_elementwise, notes"
             )
         defaults = cls()
         return cls(
@@ -123,17 +128,23 @@ class DeviceEfficiency:
             memory=EfficiencyCurve.from_dict(data["memory"])
             if "memory" in data
             else defaults.memory,
+            matmul_fp8=EfficiencyCurve.from_dict(data["matmul_fp8"])
+            if "matmul_fp8" in data
+            else None,
             fuse_elementwise=bool(data.get("fuse_elementwise", defaults.fuse_elementwise)),
             notes=tuple(str(n) for n in data.get("notes", ())),
         )
 
+    @property
+    def fp8_matmul(self) -> EfficiencyCurve:
+        """The curve FP8 matrix ops run under."""
+        return self.matmul_fp8 or self.matmul
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "matmul": self.matmul.to_dict(),
-            "memory": self.memory.to_dict(),
-            "fuse_elementwise": self.fuse_elementwise,
-            "notes": list(self.notes),
-        }
+        out = {"matmul": self.matmul.to_dict(), "memory": self.memory.to_dict()}
+        if self.matmul_fp8 is not None:
+            out["matmul_fp8"] = self.matmul_fp8.to_dict()
+        return out | {"fuse_elementwise": self.fuse_elementwise, "notes": list(self.notes)}
 
 
 def slowed(curve: EfficiencyCurve, factor: float) -> tuple[EfficiencyCurve, bool]:

@@ -39,6 +39,7 @@ import tinker_opt
 from tinker_opt.hardware import HardwareSpec, comm_table
 from tinker_opt.io_utils import write_text_atomic
 from tinker_opt.profile.device import Device, detect_device
+from tinker_opt.profile.fp8 import FP8_BLOCKS, fp8_ops, linear_module_names
 from tinker_opt.profile.measure import Measurement, memory_pass
 from tinker_opt.profile.meta import ProfileMeta, write_meta
 from tinker_opt.profile.op_timing import OpArrays, fused_kernels, total_time_us
@@ -78,9 +79,11 @@ def _host() -> Device:
     return detect_device("cpu")
 
 
-def _traced_passes(block: Block) -> tuple[OpTrace, OpTrace]:
-    """Ops of one forward + backward (as measure.time_block runs it) and of the core attention."""
+def _traced_passes(block: Block) -> tuple[OpTrace, OpTrace, frozenset[int]]:
+    """Ops of one forward + backward (as measure.time_block runs it), of the core attention, and
+    the storage ids of the block's parameters in the first."""
     passes, core = OpTrace(), OpTrace()
+    param_ids = passes.reserve(block.module.parameters())
     inputs = block.make_inputs()
     with trace_ops(passes) as tracer:
         output = block.module(*inputs)
@@ -92,7 +95,7 @@ def _traced_passes(block: Block) -> tuple[OpTrace, OpTrace]:
             q, k, v = layer.attention.split_qkv(layer.norm1(block.make_inputs()[0]))
             with trace_ops(core):
                 layer.attention.core_forward(q, k, v)
-    return passes, core
+    return passes, core, param_ids
 
 
 def _bytes_measurement(block: Block) -> Measurement:
@@ -131,15 +134,19 @@ def trace_block(model: ModelSpec, block: str, shape: Shape) -> BlockTrace:
         ]
         try:
             memory = _bytes_measurement(sub_graph)
-            passes, core = _traced_passes(sub_graph)
+            passes, core, param_ids = _traced_passes(sub_graph)
         finally:
             for hook in hooks:
                 hook.remove()
+        ops = tuple(passes.records)
+        if model.is_fp8 and block in FP8_BLOCKS:
+            linears = linear_module_names(sub_graph.module)
+            ops = fp8_ops(ops, linears, param_ids, model.fp8_recipe)
     return BlockTrace(
         block=block,
         shape=shape,
-        fwd_ops=tuple(passes.of_phase("fwd")),
-        bwd_ops=tuple(passes.of_phase("bwd")),
+        fwd_ops=tuple(op for op in ops if op.phase == "fwd"),
+        bwd_ops=tuple(op for op in ops if op.phase == "bwd"),
         core_ops=tuple(core.records),
         memory=memory,
     )

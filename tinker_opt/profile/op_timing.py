@@ -136,6 +136,8 @@ class OpArrays:
     bytes_moved: np.ndarray
     peak_flops_per_us: np.ndarray
     """Peak matrix rate of each op's precision on the target device."""
+    fp8: np.ndarray | None = None
+    """Which ops run in FP8 (timed under the FP8 matmul curve); None: none."""
 
     @classmethod
     def from_ops(cls, ops: Iterable[OpLike], hardware: HardwareSpec) -> OpArrays:
@@ -146,6 +148,7 @@ class OpArrays:
             peak_flops_per_us=np.array(
                 [hardware.peak_flops_per_us(op.precision) for op in ops], dtype=float
             ),
+            fp8=np.array([op.precision == "fp8" for op in ops], dtype=bool),
         )
 
     def __len__(self) -> int:
@@ -153,8 +156,13 @@ class OpArrays:
 
 
 def compute_times_us(ops: OpArrays, hardware: HardwareSpec) -> np.ndarray:
-    """Each op's time if it were compute-bound (zero for ops without FLOPs)."""
-    return hardware.efficiency.matmul.time_us(ops.flops, ops.peak_flops_per_us)
+    """Each op's time if it were compute-bound (zero for ops without FLOPs); FP8 ops under the
+    FP8 matmul curve (profile/fp8.py)."""
+    eff = hardware.efficiency
+    times = eff.matmul.time_us(ops.flops, ops.peak_flops_per_us)
+    if ops.fp8 is not None and ops.fp8.any():
+        times = np.where(ops.fp8, eff.fp8_matmul.time_us(ops.flops, ops.peak_flops_per_us), times)
+    return times
 
 
 def memory_times_us(ops: OpArrays, hardware: HardwareSpec) -> np.ndarray:

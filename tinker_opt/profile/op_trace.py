@@ -144,6 +144,11 @@ class OpTrace:
             self._alive.append(storage)
         return self._storage_ids[key]
 
+    def reserve(self, tensors: Any) -> frozenset[int]:
+        """Ids for these tensors' storages before tracing (a block's parameters: the FP8 rewrite,
+        profile/fp8.py, tells weights from activations by them)."""
+        return frozenset(self.storage_id(t) for t in tensors)
+
     def release(self) -> None:
         """Drop the references that kept the traced storages alive."""
         self._alive.clear()

@@ -95,6 +95,8 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("strategy", "TP communication fused into the matmuls in tp chunks (MC2 on Ascend, TE userbuffers "
            "on GPUs): one chunk exposed, the rest hidden behind the matmul", "--use-ascend-mc2", "--use-mc2",
            "--tp-comm-overlap"),
+    *_rows("strategy, not priced", "first parameter all-gather under the optimizer step (dist-opt, vpp > 1)",
+           "--overlap-param-gather-with-optimizer-step"),
     # The job.
     *_rows("job", "batch", "--global-batch-size"),
     *_rows("job", "checkpoint loading / fine-tuning (memory of a full tune, conversion warnings)", "--load",
@@ -105,6 +107,9 @@ FLAGS: tuple[Flag, ...] = (
            "version)", "--overlap-p2p-communication", "--no-overlap-p2p-communication"),
     *_rows("job", "fp32 master weights kept as bf16 weight + residual: 2 B fewer per parameter (/dp with "
            "dist-opt; MindSpeed docs/features/reuse-fp32-param.md)", "--reuse-fp32-param"),
+    *_rows("job", "precision-aware optimizer: gradient buffer, master weights and Adam moments in the given "
+           "dtypes (Megatron-LM; specs.OptimizerPrecision)", "--use-precision-aware-optimizer", "--main-grads-dtype",
+           "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--grad-reduce-in-bf16"),
     *_rows("job", "MLP activation output dropped and recomputed in the backward (MindSpeed; costs/recompute.py)",
            "--recompute-activation-function"),
     *_rows("job", "Ulysses group of hybrid_cp_algo: all-to-all over it, ring over cp / it (MindSpeed; "
@@ -127,6 +132,9 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("model", "latent attention and multi-token prediction", "--multi-latent-attention",
            "--multi-head-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
            "--qk-nope-head-dim", "--qk-pos-emb-head-dim", "--qk-rope-head-dim", "--v-head-dim", "--mtp-num-layers"),
+    *_rows("model", "FP8 training: linear-layer GEMMs at the FP8 rate with cast / scaling kernels, FP8 weight "
+           "copies, FP8 parameter all-gather (profile/fp8.py)", "--fp8-format", "--fp8-recipe", "--fp8-param-gather",
+           "--fp8-amax-history-len"),
     # The launcher.
     *_rows("cluster", "nodes and devices per node", "--nnodes", "--nproc_per_node", "--nproc-per-node",
            "--num_nodes", "--num_gpus", "--worker_num", "--local_worker_num"),
@@ -143,8 +151,10 @@ FLAGS: tuple[Flag, ...] = (
            "--use-fused-rotary-pos-emb", "--use-fused-ring-attention-update", "--moe-grouped-gemm",
            "--moe-permutation-async-comm", "--moe-permute-fusion", "--use-fused-moe-token-permute-and-unpermute",
            "--gemm-gradient-accumulation-fusion", "--no-gradient-accumulation-fusion", "--mlp-layer-fusion"),
+    *_rows("not modelled", "FP8 exceptions: weight gradients or the first / last layers kept in BF16",
+           "--no-fp8-wgrad", "--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"),
     *_rows("not modelled", "further communication overlap", "--use-cp-send-recv-overlap",
-           "--overlap-param-gather-with-optimizer-step", "--moe-shared-expert-overlap", "--delay-wgrad-compute",
+           "--moe-shared-expert-overlap", "--delay-wgrad-compute",
            "--moe-allgather-overlap-comm"),
     *_rows("not modelled", "MoE routing and capacity (token dropping, load balancing)", "--moe-train-capacity-factor",
            "--moe-expert-capacity-factor", "--moe-token-drop-policy", "--moe-pad-expert-input-to-capacity",

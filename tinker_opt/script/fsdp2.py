@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from tinker_opt.choices import CpAlgo
 from tinker_opt.errors import ScriptError, StrategyError
 from tinker_opt.script.expand import Field, field_text
 from tinker_opt.script.hf_config import load_hf_config, model_from_hf_config
@@ -67,7 +68,7 @@ DEFAULTS: dict[str, Any] = {
     "data.cutoff_len": 2048,
 }
 """MindSpeed-LLM's defaults for the keys read here (docs/en/pytorch/features/fsdp2/arguments.md)."""
-CP_TYPES = {"ulysses": "ulysses_cp_algo", "ring": "megatron_cp_algo"}
+CP_TYPES = {"ulysses": CpAlgo.ULYSSES, "ring": CpAlgo.MEGATRON}
 LAYERS = "model.layers.{*}"
 """The `recompute_modules` / `fsdp_modules` pattern naming every decoder layer."""
 SELECTIVE_MODULE = LAYERS + ".self_attn"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import overload
 
 from tinker_opt.choices import Dispatcher, choice
 from tinker_opt.errors import ConfigError, ScriptError
@@ -15,6 +16,10 @@ DEFAULT_VOCAB_SIZE = 32000
 """Assumed when neither --vocab-size nor --padded-vocab-size is given (the tokenizer decides)."""
 
 
+@overload
+def int_value(launch: Launch, flag: str, default: int) -> int: ...
+@overload
+def int_value(launch: Launch, flag: str, default: None = None) -> int | None: ...
 def int_value(launch: Launch, flag: str, default: int | None = None) -> int | None:
     """The flag's integer value (last occurrence), `default` when absent; ScriptError when not an integer."""
     arg = launch.last(flag)
@@ -164,6 +169,20 @@ def _mla_fields(launch: Launch) -> dict:
     }
 
 
+def _fp8_fields(launch: Launch) -> dict:
+    """FP8 flags (megatron/training/arguments.py _add_transformer_engine_args; MindSpeed-LLM
+    has none): read only with `--fp8-format`, which switches FP8 on."""
+    fp8_format = launch.value("--fp8-format")
+    if not fp8_format:
+        return {}
+    return {
+        "fp8_format": fp8_format,
+        "fp8_recipe": launch.value("--fp8-recipe") or "delayed",
+        "fp8_param_gather": launch.has("--fp8-param-gather"),
+        "fp8_amax_history_len": int_value(launch, "--fp8-amax-history-len", 1),
+    }
+
+
 def _precision(launch: Launch) -> str:
     if launch.has("--bf16"):
         return "bf16"
@@ -208,6 +227,7 @@ def read_model(launch: Launch, warn: Callable[[str], None]) -> ModelSpec:
         noop_layers=tuple(noop),
         **_moe_fields(launch, tuple(noop)),
         **_mla_fields(launch),
+        **_fp8_fields(launch),
     )
     try:
         return ModelSpec(**values)

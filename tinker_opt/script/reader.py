@@ -6,12 +6,13 @@ finds the training launch, model_args.py / strategy_args.py turn its arguments i
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tinker_opt.errors import ScriptError
+from tinker_opt.errors import ConfigError, ScriptError
 from tinker_opt.script import versions
 from tinker_opt.script.expand import Expansion, Scalar, expand_script
 from tinker_opt.script.flags import (
@@ -37,7 +38,7 @@ from tinker_opt.script.model_args import (
 )
 from tinker_opt.script.shell import ShellSyntaxError
 from tinker_opt.script.strategy_args import read_strategy
-from tinker_opt.specs import FrameworkInfo, ModelSpec, TrainSpec
+from tinker_opt.specs import FrameworkInfo, ModelSpec, OptimizerPrecision, TrainSpec
 
 # Flags and names only MindSpeed-LLM / ModelLink scripts use (Megatron-LM has none of them).
 _MINDSPEED_MARKERS = re.compile(
@@ -272,9 +273,27 @@ def _train_spec(
         swap_optimizer_times=_swap_optimizer_times(launch),
         overlap_p2p_comm=p2p_overlap(launch, version_range),
         reuse_fp32_param=launch.has("--reuse-fp32-param"),
+        optimizer_precision=_optimizer_precision(launch),
         ulysses_degree_in_cp=int_value(launch, "--ulysses-degree-in-cp"),
         **_activation_recompute(launch, version_range),
     )
+
+
+def _optimizer_precision(launch) -> OptimizerPrecision:
+    """The precision-aware optimizer's dtypes (they apply only with its switch, Megatron-LM);
+    `--grad-reduce-in-bf16` keeps the gradient buffer in bf16 with or without it."""
+    bf16_grads = launch.has("--grad-reduce-in-bf16")
+    if not launch.has("--use-precision-aware-optimizer"):
+        return OptimizerPrecision(main_grads="bf16") if bf16_grads else OptimizerPrecision()
+    try:
+        return OptimizerPrecision(
+            main_grads="bf16" if bf16_grads else launch.value("--main-grads-dtype") or "fp32",
+            main_params=launch.value("--main-params-dtype") or "fp32",
+            exp_avg=launch.value("--exp-avg-dtype") or "fp32",
+            exp_avg_sq=launch.value("--exp-avg-sq-dtype") or "fp32",
+        )
+    except ConfigError as exc:
+        raise ScriptError(f"the script's optimizer dtypes are inconsistent: {exc}") from None
 
 
 def read_script_text(
@@ -364,6 +383,7 @@ def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
         "swap_optimizer_times": info.train.swap_optimizer_times,
         "overlap_p2p_comm": info.train.overlap_p2p_comm,
         "reuse_fp32_param": info.train.reuse_fp32_param,
+        "optimizer_precision": dataclasses.asdict(info.train.optimizer_precision),
         "recompute_activation_function": info.train.recompute_activation_function,
         "recompute_activation_function_num_layers": info.train.recompute_activation_function_num_layers,
     }

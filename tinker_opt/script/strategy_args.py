@@ -28,8 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod
+from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod, choice
 from tinker_opt.errors import ScriptError, StrategyError
+from tinker_opt.knobs import KNOBS, KnobContext, read_switches
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.model_args import int_list, int_value
 from tinker_opt.script.pipeline_layout import (
@@ -120,7 +121,7 @@ def _vpp(launch: Launch, pp: int, total_layers: int, warn: Callable[[str], None]
     if not arg.value_text:
         warn(f"{VPP_LAYERS_FLAG} has no value (is its variable set?); read as no virtual pipeline")
         return 1
-    per_chunk = int_value(launch, VPP_LAYERS_FLAG)
+    per_chunk = int_value(launch, VPP_LAYERS_FLAG, 0)
     if per_chunk <= 0 or total_layers % (pp * per_chunk):
         warn(
             f"--num-layers {total_layers} is not a multiple of pp ({pp}) x {VPP_LAYERS_FLAG} "
@@ -130,32 +131,8 @@ def _vpp(launch: Launch, pp: int, total_layers: int, warn: Callable[[str], None]
     return total_layers // (pp * per_chunk)
 
 
-OVERLAP_FLAGS = {
-    "overlap_grad_reduce": ("--overlap-grad-reduce",),
-    "overlap_param_gather": ("--overlap-param-gather",),
-    "overlap_moe_comm": ("--moe-alltoall-overlap-comm", "--overlap-moe-expert-parallel-comm"),
-    "tp_comm_overlap": ("--use-ascend-mc2", "--use-mc2", "--tp-comm-overlap"),
-}
-"""Strategy overlap key -> the flags that switch it on (MindSpeed-LLM spellings, then Megatron-LM's)."""
-
-
-def overlap_applies(key: str, *, tp: int, dist_opt: bool, is_moe: bool) -> bool:
-    """Whether an overlap knob exists for this configuration (else the schema's value is None)."""
-    return {
-        "overlap_grad_reduce": True,
-        "overlap_param_gather": dist_opt,
-        "overlap_moe_comm": is_moe,
-        "tp_comm_overlap": tp > 1,
-    }[key]
-
-
-def _overlaps(launch: Launch, tp: int, dist_opt: bool, is_moe: bool) -> dict:
-    return {
-        key: any(launch.has(flag) for flag in flags)
-        if overlap_applies(key, tp=tp, dist_opt=dist_opt, is_moe=is_moe)
-        else None
-        for key, flags in OVERLAP_FLAGS.items()
-    }
+OVERLAP_FLAGS = {key: knob.flags for key, knob in KNOBS.items()}
+"""Strategy overlap key -> the flags that switch it on (the knob registry, knobs.py)."""
 
 
 def _megatron_layer_list(launch: Launch, pp: int, total_layers: int) -> tuple[int, ...] | None:
@@ -252,18 +229,23 @@ def read_strategy(
             f"world size {world} is not a multiple of tp x pp x cp = {model_parallel}; "
             f"dp read as {max(world // model_parallel, 1)}"
         )
-    algo = None
+    algo: CpAlgo | None = None
     # --use-distributed-optimizer alone is ZeRO-1; a DeepSpeed / Megatron-FSDP stage says more.
     zero = max(_zero(launch), int(launch.has("--use-distributed-optimizer")))
     if cp > 1:
         algo = (
             DEFAULT_CP_ALGO
             if megatron
-            else (launch.value("--context-parallel-algo") or DEFAULT_CP_ALGO)
+            else choice(
+                CpAlgo,
+                launch.value("--context-parallel-algo") or DEFAULT_CP_ALGO,
+                "--context-parallel-algo",
+                ScriptError,
+            )
         )
     vpp = _vpp(launch, pp, total_layers, warn)
     try:
-        return Strategy(
+        layout = Strategy(
             tp=tp,
             pp=pp,
             dp=max(world // model_parallel, 1),
@@ -277,7 +259,7 @@ def read_strategy(
             mbs=int_value(launch, "--micro-batch-size", 1),
             num_layer_list=_layer_list(launch, pp, vpp, total_layers, mtp_layers, warn),
             **_recompute(launch, warn),
-            **_overlaps(launch, tp, zero >= 1, is_moe),
         )
+        return layout.replace(**read_switches(launch.has, KnobContext.of(layout, is_moe)))
     except StrategyError as exc:
         raise ScriptError(f"the script's parallel flags are inconsistent: {exc}") from None

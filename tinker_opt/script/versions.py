@@ -16,15 +16,20 @@ import re
 from dataclasses import dataclass
 
 from tinker_opt.errors import ConfigError
+from tinker_opt.knobs import MEGATRON as _KNOB_MEGATRON
+from tinker_opt.knobs import MINDSPEED as _KNOB_MINDSPEED
+from tinker_opt.knobs import flag_versions
 
 MINDSPEED = "mindspeed"
 MEGATRON = "megatron"
+assert (MINDSPEED, MEGATRON) == (_KNOB_MINDSPEED, _KNOB_MEGATRON), "one spelling of the families"
 PRE_MODELLINK = (0, 0, 0)
 """Pre-1.0 ModelLink (2023, `pretrain_llama.py`)."""
 _RC = {"1": (0, 9, 1), "2": (0, 9, 2), "3": (0, 9, 3)}
 _TINKER = {"1.0": (0, 9, 1), "1.1": (0, 9, 2), "1.2": (0, 9, 3)}
 _LATEST = (999,)
 
+_KNOB_SINCE, _KNOB_UNTIL = flag_versions()
 # Flag -> first version that has it, per family (absent: every version has it).
 FLAG_SINCE: dict[str, dict[str, tuple[int, ...] | None]] = {
     "--context-parallel-size": {MINDSPEED: (0, 9, 3), MEGATRON: (0, 5)},
@@ -43,15 +48,8 @@ FLAG_SINCE: dict[str, dict[str, tuple[int, ...] | None]] = {
     "--num-virtual-stages-per-pipeline-rank": {MINDSPEED: None, MEGATRON: (0, 13)},
     "--account-for-embedding-in-pipeline-split": {MINDSPEED: None, MEGATRON: (0, 13)},
     "--account-for-loss-in-pipeline-split": {MINDSPEED: None, MEGATRON: (0, 13)},
-    # Communication overlap. MindSpeed-LLM: first release whose examples use the flag
-    # (reference/script-conventions.md); Megatron-LM: arguments.py of the named core release.
-    "--overlap-grad-reduce": {MINDSPEED: (0, 9, 2), MEGATRON: (0, 0)},
-    "--overlap-param-gather": {MINDSPEED: (0, 9, 3), MEGATRON: (0, 0)},
-    "--moe-alltoall-overlap-comm": {MINDSPEED: (2, 0, 0), MEGATRON: None},
-    "--overlap-moe-expert-parallel-comm": {MINDSPEED: None, MEGATRON: (0, 14)},
-    "--use-mc2": {MINDSPEED: (0, 9, 2), MEGATRON: None},
-    "--use-ascend-mc2": {MINDSPEED: (2, 2, 0), MEGATRON: None},
-    "--tp-comm-overlap": {MINDSPEED: None, MEGATRON: (0, 0)},
+    # The strategy knobs' flags (communication overlap): declared with each knob (knobs.py).
+    **_KNOB_SINCE,
     "--overlap-p2p-communication": {MINDSPEED: (0, 9, 1), MEGATRON: (0, 0)},
     "--no-overlap-p2p-communication": {MINDSPEED: (2, 0, 0), MEGATRON: (0, 8)},
     "--recompute-activation-function": {MINDSPEED: (1, 0, 0), MEGATRON: None},
@@ -60,7 +58,7 @@ FLAG_SINCE: dict[str, dict[str, tuple[int, ...] | None]] = {
 """None means the family never has the flag."""
 
 FLAG_UNTIL: dict[str, dict[str, tuple[int, ...]]] = {
-    "--use-mc2": {MINDSPEED: (2, 2, 0)},  # renamed --use-ascend-mc2 at 2.2.0
+    **_KNOB_UNTIL,  # knobs.py (--use-mc2 renamed --use-ascend-mc2 at 2.2.0)
     # Megatron-LM turned p2p overlap on by default (commit 152c562, mid 2024; issue #750), making
     # the switch `--no-overlap-p2p-communication`; MindSpeed-LLM 2.0.0 moved to that Megatron core.
     "--overlap-p2p-communication": {MINDSPEED: (2, 0, 0), MEGATRON: (0, 8)},

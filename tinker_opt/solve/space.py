@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tinker_opt.choices import CpAlgo, Recompute
 from tinker_opt.errors import ConfigError
+from tinker_opt.knobs import search_choices
 from tinker_opt.rules import LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES
 from tinker_opt.strategy import (
     OVERLAP_KEYS,
@@ -145,7 +146,7 @@ def _iter_parallel(model, tp, cp, pp, dp, space, available) -> Iterator[Strategy
     if not space.allow_sp:
         sps = [s for s in sps if not s]
     algos = [None] if cp == 1 else list(space.cp_algos)
-    experts = [(1, None)]
+    experts: list[tuple[int, int | None]] = [(1, None)]
     if model.is_moe:
         eps = _allowed(divisors(model.num_experts), space.ep)
         etps = [tp] if space.etp_follows_tp else _allowed(sorted({1, tp}), space.etp)
@@ -184,14 +185,17 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
         for kind in space.recompute
         for method in (space.recompute_methods if kind == Recompute.FULL else (None,))
     ]
-    # The overlap switches depend on the layout and the ZeRO stage alone: listed once per stage.
+    # The overlap switches depend on the layout, the ZeRO stage and vpp alone (knobs.KnobContext):
+    # listed once per stage and vpp.
     overlaps = {
-        z: overlap_choices(base.replace(zero=z), model.is_moe, space.overlaps) for z in zeros
+        (z, v): overlap_choices(base.replace(zero=z, vpp=v), model.is_moe, space.overlaps)
+        for z in zeros
+        for v in vpps
     }
     for vpp, mbs, zero, (recompute, method) in itertools.product(vpps, mbss, zeros, kinds):
         if vpp > 1 and (gbs // (mbs * base.dp)) % base.pp:
             continue
-        for knobs in overlaps[zero]:
+        for knobs in overlaps[zero, vpp]:
             choice = base.replace(
                 vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, recompute_method=method, **knobs
             )
@@ -202,30 +206,10 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
 def overlap_choices(
     s: Strategy, is_moe: bool, allowed: tuple[str, ...] | None
 ) -> list[dict[str, bool | None]]:
-    """The overlap switches of an outer configuration: on where allowed and where the framework
-    accepts them (rules.overlap_message), off where allowed but not applicable to this layout,
-    None where the knob does not exist (schema of ARCHITECTURE.md). Two choices where TP overlap
-    and the MoE all-to-all overlap both apply, since they exclude each other; else one.
-
-    Framework rules: param gather needs the distributed optimizer and grad-reduce overlap
-    (Megatron-LM arguments.py); the MoE all-to-all overlap needs ep > 1 and excludes MC2
-    (Ascend/MindSpeed mindspeed/features_manager/moe/moe_alltoall_overlap.py); TP overlap needs
-    tp > 1 with sequence parallelism (Ascend/MindSpeed docs/zh/features/mc2.md)."""
+    """The overlap switches of an outer configuration (knobs.search_choices: on where allowed,
+    accepted and useful, off where they exist but not, None where they do not exist; one choice
+    per side of each pair that excludes each other, TP overlap (MC2) against the MoE all-to-all
+    overlap). `allowed` None: the backend has none of these knobs, every key stays None."""
     if allowed is None:
         return [dict.fromkeys(OVERLAP_KEYS)]
-    on = set(allowed)
-    grad = "overlap_grad_reduce" in on
-    tp_overlap = "tp_comm_overlap" in on and s.tp > 1 and s.sp
-    moe_overlap = "overlap_moe_comm" in on and s.ep > 1
-    pairs = [(tp_overlap, moe_overlap and not tp_overlap)]
-    if tp_overlap and moe_overlap:
-        pairs.append((False, True))
-    return [
-        {
-            "overlap_grad_reduce": grad,
-            "overlap_param_gather": (grad and "overlap_param_gather" in on) if s.dist_opt else None,
-            "overlap_moe_comm": moe if is_moe else None,
-            "tp_comm_overlap": tp if s.tp > 1 else None,
-        }
-        for tp, moe in pairs
-    ]
+    return search_choices(s, is_moe, allowed)

@@ -39,12 +39,32 @@ class DeviceChoice:
     """Devices per node of the job when the log's argument dump is the job (default: up to 8)."""
 
 
+COMPARED = ("tp", "pp", "dp", "cp", "ep", "sp", "vpp", "mbs")
+"""Strategy keys on which a given script and the log's argument dump must agree."""
+
+
 @dataclass(frozen=True)
 class Job:
     """The job a log ran, as the script reader sees it, and where it was read from."""
 
     info: Any
     source: str
+    warnings: tuple[str, ...] = ()
+
+
+def _disagreement(script_info, dump_info) -> tuple[str, ...]:
+    """A warning when the script is not the job the log's argument dump ran."""
+    mine, ran = script_info.train.strategy.to_dict(), dump_info.train.strategy.to_dict()
+    keys = [k for k in COMPARED if mine.get(k) != ran.get(k)]
+    if script_info.train.global_batch_size != dump_info.train.global_batch_size:
+        keys.append("global batch size")
+    if not keys:
+        return ()
+    shown = ", ".join(f"{k} {mine.get(k)} vs {ran.get(k)}" for k in keys if k in mine)
+    return (
+        f"the script differs from the run in the log's argument dump ({shown or keys[0]}); "
+        "the prediction is of the script",
+    )
 
 
 def job_of(log: TrainingLog, script: str | None, devices_per_node: int | None) -> Job:
@@ -53,7 +73,12 @@ def job_of(log: TrainingLog, script: str | None, devices_per_node: int | None) -
     from tinker_opt.script.reader import read_script_text
 
     if script:
-        return Job(read_optional_script(script, CHECK_SCRIPT), f"script {script}")
+        info = read_optional_script(script, CHECK_SCRIPT)
+        warnings = ()
+        if log.arguments:
+            dump = read_script_text(launch_text(log.arguments, devices_per_node), "dump.sh")
+            warnings = _disagreement(info, dump)
+        return Job(info, f"script {script}", warnings)
     if not log.arguments:
         raise LogError(
             f"{log.source} holds no argument dump ({log.form}); pass the launch script as the "
@@ -195,7 +220,7 @@ def run_check(
         "error": errors,
         "evaluation": evaluation.to_dict(),
     }
-    return result, list(log.warnings) + list(job.info.warnings) + warnings
+    return result, list(log.warnings) + list(job.warnings) + list(job.info.warnings) + warnings
 
 
 def _state_bytes(info) -> float:

@@ -82,21 +82,7 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
         devices_per_node=settings.num_npus_per_node,
         memory_limit_mb=settings.memory_limit,
     )
-    notes = []
-    if (
-        strategy is None
-        and info is not None
-        and settings.pretrain_script_path
-        and _no_flags(settings)
-    ):
-        strategy = _script_strategy(info, cluster)
-        notes.append(
-            f"no strategy flag or file given: priced the script's own strategy {strategy.label()} "
-            "(what a search's summary.json calls `current`)"
-        )
-    if strategy is None:
-        flags = _strategy_from_flags(settings, cluster.num_devices, model.num_layers)
-        strategy = _in_computing_layers(flags, info)
+    strategy, notes = _chosen_strategy(strategy, settings, info, cluster, model.num_layers)
     check_strategy(strategy, model, cluster, settings.global_batch_size)
     cost_model = cost_model_for(
         profiled, model, cluster, settings.global_batch_size, settings, info
@@ -187,6 +173,21 @@ def _default_nodes(strategy: Strategy | None, info, devices_per_node: int) -> in
     if strategy is not None:
         return num_nodes_for(strategy, devices_per_node)
     return info.train.nnodes if info is not None else None
+
+
+def _chosen_strategy(strategy, settings, info, cluster: ClusterSpec, num_layers: int):
+    """(the strategy to price, notes): the file's, else the given script's own when no strategy
+    flag is set (and say so), else the flags'."""
+    if strategy is not None:
+        return strategy, []
+    if info is not None and settings.pretrain_script_path and _no_flags(settings):
+        own = _script_strategy(info, cluster)
+        return own, [
+            f"no strategy flag or file given: priced the script's own strategy {own.label()} "
+            "(what a search's summary.json calls `current`)"
+        ]
+    flags = _strategy_from_flags(settings, cluster.num_devices, num_layers)
+    return _in_computing_layers(flags, info), []
 
 
 def _no_flags(settings: SimulateSettings) -> bool:

@@ -1,0 +1,110 @@
+"""The knob registry: one declaration that the reader, the rules, the space and the writer share."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from script_support import FIXTURES
+
+from tinker_opt.emit.script_writer import apply_strategy
+from tinker_opt.knobs import KNOBS, KnobContext, excluded_pairs, knob_message, read_switches
+from tinker_opt.rules import overlap_message
+from tinker_opt.script import flags, versions
+from tinker_opt.script.reader import read_script_text
+from tinker_opt.solve.space import overlap_choices
+from tinker_opt.strategy import OVERLAP_KEYS, Strategy
+
+
+def test_registry_covers_the_overlap_keys_and_their_flags():
+    """Every overlap key has one declaration, every spelling is a `strategy` flag of the flag
+    table (`strategy, not priced` for an unpriced knob), and the version table holds each
+    spelling's versions from the declaration."""
+    assert tuple(KNOBS) == OVERLAP_KEYS
+    for knob in KNOBS.values():
+        for spelling in knob.spellings:
+            treatment = "strategy" if knob.priced else "strategy, not priced"
+            assert flags.BY_NAME[spelling.flag].treatment == treatment
+            assert versions.FLAG_SINCE[spelling.flag] == spelling.since
+    assert versions.FLAG_UNTIL["--use-mc2"] == {versions.MINDSPEED: (2, 2, 0)}
+
+
+def test_moe_overlap_and_mc2_exclude_each_other_in_the_rules_too():
+    """The rules refuse what the space never produces: the MoE all-to-all overlap with MC2
+    (MindSpeed's moe_alltoall_overlap incompatible_check use_ascend_mc2); each alone is accepted."""
+    both = Strategy(tp=2, sp=True, dp=4, ep=2, overlap_moe_comm=True, tp_comm_overlap=True)
+    assert excluded_pairs() == [("overlap_moe_comm", "tp_comm_overlap")]
+    message = overlap_message(both, is_moe=True)
+    assert message is not None and "exclude each other" in message
+    assert overlap_message(both.replace(tp_comm_overlap=False), is_moe=True) is None
+    assert overlap_message(both.replace(overlap_moe_comm=False), is_moe=True) is None
+
+
+def _strategy(tp, sp, ep, zero, switches):
+    return Strategy(tp=tp, sp=sp and tp > 1, dp=4, ep=ep, zero=zero, **switches)
+
+
+@given(
+    tp=st.sampled_from([1, 2, 4]),
+    sp=st.booleans(),
+    ep=st.sampled_from([1, 2]),
+    zero=st.sampled_from([0, 1, 3]),
+    is_moe=st.booleans(),
+    allowed=st.sets(st.sampled_from(OVERLAP_KEYS)),
+)
+def test_every_search_choice_passes_the_rules(tp, sp, ep, zero, is_moe, allowed):
+    """What the search tries, the rules accept; a knob that does not exist stays None there and in
+    what the reader reads; a knob on in the search is accepted by the framework."""
+    base = _strategy(tp, sp, ep, zero, {})
+    context = KnobContext.of(base, is_moe)
+    choices = overlap_choices(base, is_moe, tuple(sorted(allowed)))
+    assert choices and len({tuple(c.items()) for c in choices}) == len(choices)
+    read = read_switches(lambda flag: True, context)
+    for switches in choices:
+        assert knob_message(base.replace(**switches), is_moe) is None, switches
+        for key, knob in KNOBS.items():
+            assert (read[key] is None) == (not knob.exists(context))
+            assert (switches[key] is None) == (not knob.exists(context) or not knob.priced)
+            assert not switches[key] or key in allowed
+
+
+@pytest.mark.parametrize("is_moe", [False, True])
+def test_rules_accept_exactly_the_valid_switch_settings(is_moe):
+    """Over every on/off setting of the four switches at a tp 2 + sp, ep 2, zero 1 layout, the
+    rules refuse a setting exactly when a declaration says so (accepts, requires, excludes)."""
+    base = _strategy(2, True, 2, 1, {})
+    context = KnobContext.of(base, is_moe)
+    for values in itertools.product((False, True), repeat=len(KNOBS)):
+        switches = dict(zip(KNOBS, values, strict=True))
+        on = {key for key, value in switches.items() if value}
+        bad = (
+            any(not KNOBS[key].accepts(context) for key in on)
+            or any(KNOBS[k].requires and not set(KNOBS[k].requires) <= on for k in on)
+            or any({a, b} <= on for a, b in excluded_pairs())
+        )
+        assert (knob_message(base.replace(**switches), is_moe) is not None) == bad, switches
+
+
+def test_param_gather_with_optimizer_step_is_read_checked_and_kept():
+    """The knob added through the registry alone: the reader reads it, the rules want param
+    gather and a virtual pipeline, the search leaves it to the script (not priced), and `apply`
+    keeps it on (and removes it with the distributed optimizer)."""
+    key = "overlap_param_gather_with_optimizer_step"
+    text = (FIXTURES / "pretrain_qwen3_32b_ptd.sh").read_text()
+    text = text.replace(
+        "--overlap-param-gather", "--overlap-param-gather \\\n    --" + key.replace("_", "-")
+    )
+    s = read_script_text(text).train.strategy
+    assert getattr(s, key) is True and s.vpp > 1 and s.dist_opt
+    assert overlap_message(s, is_moe=False) is None
+    assert "virtual pipeline" in overlap_message(s.replace(vpp=1), is_moe=False)
+    assert "needs overlap_param_gather on" in overlap_message(
+        s.replace(overlap_param_gather=False), is_moe=False
+    )
+    assert all(choice[key] is None for choice in overlap_choices(s, False, OVERLAP_KEYS))
+    kept = apply_strategy(text, s.replace(**{key: None}), nnodes=2, nproc_per_node=8).text
+    assert "--overlap-param-gather-with-optimizer-step" in kept
+    plain = s.replace(zero=0, overlap_param_gather=None, **{key: None})
+    assert "with-optimizer-step" not in apply_strategy(text, plain, nnodes=2, nproc_per_node=8).text

@@ -1,0 +1,213 @@
+"""The knob registry: one declaration per strategy knob, read by every stage that handles it.
+
+A `Knob` says, once, what the script reader (script/strategy_args.py), the validity rules
+(rules.py), the search space (solve/space.py), the writers (emit/strategy_plan.py,
+emit/expressible.py) and the version table (script/versions.py FLAG_SINCE) each need to know
+about a strategy knob: its Strategy key, the flags that spell it and the framework versions that
+have each, where it exists (else its schema value is None), what turning it on requires and
+excludes, where the search turns it on, and the companion flags written back with it. Adding
+a knob is one entry here plus its Strategy field (ARCHITECTURE.md, "Adding a knob").
+
+The registry holds the communication-overlap switches today; the other knobs (parallel sizes,
+recompute, ZeRO) still have their rules in the modules above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tinker_opt.strategy import Strategy
+
+Version = tuple[int, ...]
+MINDSPEED, MEGATRON = "mindspeed", "megatron"
+"""The framework families (script/versions.py uses the same two names)."""
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """One flag that spells a knob, and the framework versions that have it."""
+
+    flag: str
+    since: dict[str, Version | None]
+    """Family -> first version with the flag; None: the family never has it."""
+    until: dict[str, Version] = field(default_factory=dict)
+    """Family -> first version without it (renamed or removed)."""
+
+
+def _spell(
+    flag: str, mindspeed: Version | None, megatron: Version | None, until_mindspeed=None
+) -> Spelling:
+    """A Spelling from its first MindSpeed-LLM and Megatron-LM versions (and a rename)."""
+    until = {MINDSPEED: until_mindspeed} if until_mindspeed else {}
+    return Spelling(flag, {MINDSPEED: mindspeed, MEGATRON: megatron}, until)
+
+
+@dataclass(frozen=True)
+class KnobContext:
+    """What decides where a knob exists and is accepted: the strategy's layout and the model."""
+
+    tp: int
+    sp: bool
+    ep: int
+    vpp: int
+    dist_opt: bool
+    is_moe: bool
+
+    @classmethod
+    def of(cls, s: Strategy, is_moe: bool) -> KnobContext:
+        return cls(tp=s.tp, sp=s.sp, ep=s.ep, vpp=s.vpp, dist_opt=s.dist_opt, is_moe=is_moe)
+
+
+def _always(context: KnobContext) -> bool:
+    return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Knob:
+    """One boolean strategy knob (a switch): its flags, where it applies, what it needs."""
+
+    key: str
+    """The Strategy field (strategy.STRATEGY_KEYS)."""
+    spellings: tuple[Spelling, ...]
+    """The flags that switch it on, MindSpeed-LLM's first, Megatron-LM's last, with the versions
+    that have each; the writer keeps the script's own spelling, else the first the version has."""
+    exists: Callable[[KnobContext], bool] = _always
+    """Where the knob exists; elsewhere the schema's value is None and the writer removes it."""
+    accepts: Callable[[KnobContext], bool] = _always
+    """Where the framework accepts it on (a rule of rules.py; `needs` says it in words)."""
+    needs: str = ""
+    """Why `accepts` is false, in words, for the rule's message."""
+    requires: tuple[str, ...] = ()
+    """Knobs that must not be off (False) when this one is on."""
+    excludes: tuple[str, ...] = ()
+    """Knobs that cannot be on together with this one (either way round: `excluded_pairs`)."""
+    pays_off: Callable[[KnobContext], bool] = _always
+    """Where the search turns it on: there is a collective for it to hide (costs/overlap.py
+    prices an overlap as the part that cannot hide, never more than without it)."""
+    priced: bool = True
+    """Whether the cost model prices it; an unpriced knob is read and written back as the script
+    has it (the search leaves it None, "keep the script's setting") and never chosen."""
+    companions: tuple[str, ...] = ()
+    """Flags that only mean something with it on: the writer removes them with it."""
+    source: str = ""
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return tuple(spelling.flag for spelling in self.spellings)
+
+
+# Versions: MindSpeed-LLM, the first release whose examples use the flag
+# (reference/script-conventions.md); Megatron-LM, arguments.py of the named core release.
+# fmt: off
+OVERLAP_KNOBS: tuple[Knob, ...] = (
+    Knob(key="overlap_grad_reduce", spellings=(_spell("--overlap-grad-reduce", (0, 9, 2), (0, 0)),),
+         source="NVIDIA/Megatron-LM megatron/training/arguments.py"),
+    Knob(key="overlap_param_gather", spellings=(_spell("--overlap-param-gather", (0, 9, 3), (0, 0)),),
+         exists=lambda c: c.dist_opt, accepts=lambda c: c.dist_opt,
+         needs="the distributed optimizer (dist_opt, zero >= 1)", requires=("overlap_grad_reduce",),
+         source="Megatron-LM arguments.py: 'Must use --overlap-param-gather with --overlap-grad-reduce'; "
+                "'Must use --overlap-param-gather-with-optimizer-step with --overlap-param-gather'"),
+    Knob(key="overlap_moe_comm", spellings=(_spell("--moe-alltoall-overlap-comm", (2, 0, 0), None),
+                                            _spell("--overlap-moe-expert-parallel-comm", None, (0, 14))),
+         exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe,
+         needs="a MoE model; it applies to MoE models only and this model has no experts",
+         excludes=("tp_comm_overlap",), pays_off=lambda c: c.ep > 1,
+         source="Ascend/MindSpeed mindspeed/features_manager/moe/moe_alltoall_overlap.py validate_args "
+                "(incompatible_check use_ascend_mc2)"),
+    Knob(key="tp_comm_overlap", spellings=(_spell("--use-ascend-mc2", (2, 2, 0), None),
+                                           _spell("--use-mc2", (0, 9, 2), None, until_mindspeed=(2, 2, 0)),
+                                           _spell("--tp-comm-overlap", None, (0, 0))),
+         exists=lambda c: c.tp > 1, accepts=lambda c: c.tp > 1 and c.sp,
+         needs="tp > 1 with sequence parallelism", companions=("--tp-comm-overlap-cfg",),
+         pays_off=lambda c: c.tp > 1 and c.sp,
+         source="Ascend/MindSpeed docs/zh/features/mc2.md; Megatron-LM arguments.py (tp_comm_overlap)"),
+    # ASSUMPTION: the first versions (Megatron-LM core 0.9; MindSpeed-LLM 2.1.0, on a core that has it).
+    Knob(key="overlap_param_gather_with_optimizer_step",
+         spellings=(_spell("--overlap-param-gather-with-optimizer-step", (2, 1, 0), (0, 9)),),
+         exists=lambda c: c.dist_opt, accepts=lambda c: c.dist_opt and c.vpp > 1,
+         needs="the distributed optimizer and a virtual pipeline (vpp > 1)",
+         requires=("overlap_param_gather",), priced=False,
+         source="Megatron-LM arguments.py: 'Must use --overlap-param-gather-with-optimizer-step with "
+                "--overlap-param-gather', '... only supported with interleaved pipeline parallelism'"),
+)
+# fmt: on
+"""The communication-overlap switches, in Strategy schema order (strategy.OVERLAP_KEYS)."""
+
+KNOBS: dict[str, Knob] = {knob.key: knob for knob in OVERLAP_KNOBS}
+assert len(KNOBS) == len(OVERLAP_KNOBS), "a knob is declared twice"
+
+
+def flag_versions() -> tuple[dict[str, dict[str, Version | None]], dict[str, dict[str, Version]]]:
+    """The knobs' rows of script/versions.py FLAG_SINCE and FLAG_UNTIL."""
+    spellings = [spelling for knob in KNOBS.values() for spelling in knob.spellings]
+    since = {spelling.flag: dict(spelling.since) for spelling in spellings}
+    until = {spelling.flag: dict(spelling.until) for spelling in spellings if spelling.until}
+    return since, until
+
+
+def excluded_pairs() -> list[tuple[str, str]]:
+    """Every pair of knobs that exclude each other, once, whichever side declares it."""
+    pairs = {tuple(sorted((knob.key, other))) for knob in KNOBS.values() for other in knob.excludes}
+    return sorted(pairs)  # type: ignore[arg-type]
+
+
+def knob_message(s: Strategy, is_moe: bool) -> str | None:
+    """Why the framework refuses the strategy's knobs (the first reason), or None."""
+    context = KnobContext.of(s, is_moe)
+    for knob in KNOBS.values():
+        if not getattr(s, knob.key):
+            continue
+        if not knob.accepts(context):
+            return (
+                f"{knob.key} needs {knob.needs} (tp {s.tp}, sp {s.sp}, zero {s.zero}); turn it off"
+            )
+        for other in knob.requires:
+            if getattr(s, other) is False:
+                return f"{knob.key} needs {other} on ({knob.source})"
+    for a, b in excluded_pairs():
+        if getattr(s, a) and getattr(s, b):
+            return f"{a} and {b} exclude each other; turn one of them off"
+    return None
+
+
+def read_switches(has: Callable[[str], bool], context: KnobContext) -> dict[str, bool | None]:
+    """The knobs as a script sets them: on when any spelling is present, None where the knob
+    does not exist (the reader's normal form)."""
+    return {
+        key: any(has(flag) for flag in knob.flags) if knob.exists(context) else None
+        for key, knob in KNOBS.items()
+    }
+
+
+def search_choices(
+    s: Strategy, is_moe: bool, allowed: tuple[str, ...]
+) -> list[dict[str, bool | None]]:
+    """The switch settings the search tries for an outer configuration: every allowed knob on
+    where it pays off and the framework accepts it, off where it exists but does not, None where
+    it does not exist; for each pair that excludes each other and would both be on, one choice
+    with each of the two (the search picks)."""
+    context = KnobContext.of(s, is_moe)
+    on = {
+        key
+        for key, knob in KNOBS.items()
+        if key in allowed
+        and knob.priced
+        and knob.accepts(context)
+        and knob.pays_off(context)
+        and all(other in allowed for other in knob.requires)
+    }
+    choices = [on]
+    for a, b in excluded_pairs():
+        choices = [
+            variant
+            for chosen in choices
+            for variant in ((chosen - {a}, chosen - {b}) if {a, b} <= chosen else (chosen,))
+        ]
+    return [
+        {
+            key: (key in chosen) if knob.exists(context) and knob.priced else None
+            for key, knob in KNOBS.items()
+        }
+        for chosen in choices
+    ]
