@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.emit.noop_layers import computing_layer_strategy
 from tinker_opt.errors import InfeasibleError
 from tinker_opt.hardware import load_hardware
 from tinker_opt.solve.search import search
@@ -20,15 +21,6 @@ from tinker_opt.specs import ClusterSpec
 from tinker_opt.verbs import job_options
 
 SCRIPTS = sorted((Path(__file__).parent / "fixtures" / "scripts").glob("*.sh"))
-
-
-def _computing_layers(layer_list, noop_layers) -> tuple[int, ...]:
-    """The script's per-stage layer counts (noop layers included) as computing layers per stage."""
-    noop, out, start = set(noop_layers), [], 0
-    for count in layer_list:
-        out.append(sum(1 for index in range(start, start + count) if index not in noop))
-        start += count
-    return tuple(out)
 
 
 def _cost_model(script: Path, tmp: Path):
@@ -52,8 +44,7 @@ def _cost_model(script: Path, tmp: Path):
         extra_ep=(s.ep,) if moe else (),
         extra_mbs=(s.mbs,),
     )
-    if s.num_layer_list is not None and model.noop_layers:
-        s = s.replace(num_layer_list=_computing_layers(s.num_layer_list, model.noop_layers))
+    s = computing_layer_strategy(s, model.noop_layers, info.num_layers_in_script)
     profiled = load_profiled_data(
         analytic_profile(model, hardware, tmp / script.stem, limits=limits)
     )

@@ -35,7 +35,7 @@ def test_valid_strategy_passes():
             ["sums to 9", "8 layers"],
         ),
         (
-            Strategy(tp=1, pp=4, dp=2, vpp=2, num_layer_list=(2, 2, 2, 2)),
+            Strategy(tp=1, pp=4, dp=2, vpp=2, num_layer_list=(3, 1, 2, 2)),
             ["num_layer_list", "virtual"],
         ),
         (Strategy(tp=1, pp=1, dp=8, vpp=2), ["pipeline size >= 2", "pp is 1"]),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tinker_opt.choices import CpAlgo, Recompute, assert_never
+from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod, assert_never
 from tinker_opt.errors import StrategyError
 from tinker_opt.knobs import knob_message
 from tinker_opt.specs import ClusterSpec, ModelSpec
@@ -237,10 +237,10 @@ def _rule_vpp(
     if message:
         return message
     if s.num_layer_list is not None:
-        return (
-            "num_layer_list cannot be combined with a virtual pipeline (vpp > 1); use an even split"
-        )
-    if model.num_layers % (s.pp * s.vpp):
+        message = _virtual_list_message(s)
+        if message:
+            return message
+    elif model.num_layers % (s.pp * s.vpp):
         return (
             f"num_layers ({model.num_layers}) must be a multiple of pp*vpp "
             f"({s.pp}*{s.vpp} = {s.pp * s.vpp}) with a virtual pipeline"
@@ -250,6 +250,23 @@ def _rule_vpp(
         return (
             f"the interleaved schedule needs the number of micro-batches ({num_micro}) to be a "
             f"multiple of pp ({s.pp})"
+        )
+    return None
+
+
+def _virtual_list_message(s: Strategy) -> str | None:
+    """A layer list with virtual stages: per-rank totals must be multiples of vpp (Megatron-LM
+    megatron/core/transformer/transformer_block.py get_num_layers_to_build divides a rank's layers
+    evenly over its chunks); per-virtual-stage counts (`--pipeline-model-parallel-layout`,
+    megatron/core/transformer/pipeline_parallel_layer_layout.py) need no more. The micro-batch
+    rule of the interleaved schedule is checked by the caller."""
+    if s.per_virtual_stage:
+        return None
+    uneven = [n for n in s.num_layer_list if n % s.vpp]
+    if uneven:
+        return (
+            f"with vpp {s.vpp} each stage's layer count must be a multiple of vpp; num_layer_list "
+            f"{list(s.num_layer_list)} is not (give one count per virtual stage instead)"
         )
     return None
 
@@ -329,16 +346,35 @@ def _layer_split_message(s: Strategy, num_layers: int, form: str = "free") -> st
         return (
             f"num_layer_list sums to {sum(s.num_layer_list)} but the model has {num_layers} layers"
         )
-    if min(s.num_layer_list) < 1:
+    if min(s.num_layer_list) < 0 or min(s.stage_layers(num_layers)) < 1:
         return f"every pipeline stage needs at least one layer; num_layer_list is {list(s.num_layer_list)}"
+    if s.per_virtual_stage:
+        return None if form == "free" else virtual_form_message(s)
     return layer_form_message(tuple(s.num_layer_list), form)
 
 
+def virtual_form_message(s: Strategy) -> str:
+    """Why a framework without per-virtual-stage layouts cannot write this split."""
+    return (
+        f"num_layer_list {list(s.num_layer_list)} gives each virtual stage its own layer count, "
+        "which only Megatron-LM's --pipeline-model-parallel-layout can say"
+    )
+
+
 def _recompute_count_message(s: Strategy, num_layers: int) -> str | None:
+    """`--recompute-num-layers` r: Megatron's config only asks for a value (transformer_config.py
+    checks `recompute_num_layers is None`, not its range). `block` checkpoints the layers with
+    index < r of each chunk (transformer_block.py `_checkpointed_forward`), so r above a chunk's
+    layers means every layer (ModelLink's Mixtral script passes 32 with pp 8): accepted and
+    priced as min(r, n) per chunk (costs/recompute.chunk_plan). `uniform` slices groups
+    [i, i + r) of the chunk's layer list; ASSUMPTION: past the chunk that indexes a missing
+    layer, so r above the largest chunk stays refused there."""
     if s.recompute != Recompute.FULL:
         return None
     r = s.recompute_num_layers
-    chunk_max = max(s.stage_layers(num_layers)) // s.vpp
+    chunk_max = max(s.chunk_layers(num_layers)) if s.vpp > 1 else max(s.stage_layers(num_layers))
+    if s.recompute_method == RecomputeMethod.BLOCK and r is not None and r >= 1:
+        return None
     if r is None or not 1 <= r <= chunk_max:
         return (
             f"full recompute needs recompute_num_layers between 1 and the layers of the largest "

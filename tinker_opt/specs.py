@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from tinker_opt.choices import Dispatcher, choice
 from tinker_opt.errors import ConfigError
 from tinker_opt.strategy import Strategy
 
@@ -59,6 +60,15 @@ class ModelSpec:
     """Total width of the shared experts (n_shared_experts x moe_ffn_hidden_size), None if none."""
     first_k_dense_replace: int = 0
     moe_layer_freq: int = 1
+    """Every k-th layer is MoE (Megatron's integer `--moe-layer-freq`); unused with a pattern."""
+    moe_layer_pattern: tuple[int, ...] | None = None
+    """Megatron's list form of `--moe-layer-freq` over the computing layers: 1 = MoE, 0 = dense
+    (script/layer_pattern.py); None when the frequency is an integer."""
+    moe_token_dispatcher_type: Dispatcher = Dispatcher.ALLGATHER
+    """`--moe-token-dispatcher-type` (allgather | alltoall | alltoall_seq | flex); Megatron-LM's
+    default is allgather (megatron/training/arguments.py)."""
+    moe_enable_deepep: bool = False
+    """`--moe-enable-deepep`: DeepEP's fused dispatch (with the flex dispatcher)."""
     # Multi-head latent attention and multi-token prediction (DeepSeek style).
     multi_latent_attention: bool = False
     q_lora_rank: int | None = None
@@ -103,6 +113,15 @@ class ModelSpec:
             raise ConfigError(
                 f"normalization must be one of {NORMALIZATIONS}, got {self.normalization!r}"
             )
+        if self.moe_layer_pattern is not None and len(self.moe_layer_pattern) != self.num_layers:
+            raise ConfigError(
+                f"moe_layer_pattern has {len(self.moe_layer_pattern)} entries but the model has "
+                f"{self.num_layers} computing layers"
+            )
+        dispatcher = choice(
+            Dispatcher, self.moe_token_dispatcher_type, "moe_token_dispatcher_type", ConfigError
+        )
+        object.__setattr__(self, "moe_token_dispatcher_type", dispatcher)
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         self._check_fp8()
@@ -143,9 +162,12 @@ class ModelSpec:
         if not self.is_moe:
             return ("dense",) * self.num_layers
         freq = self.moe_layer_freq if self.moe_layer_freq and self.moe_layer_freq > 0 else 1
+        pattern = self.moe_layer_pattern or tuple(
+            int(i % freq == 0) for i in range(self.num_layers)
+        )
         first_dense = max(self.first_k_dense_replace, 0)
         return tuple(
-            "dense" if (i < first_dense or i % freq != 0) else "moe" for i in range(self.num_layers)
+            "moe" if (i >= first_dense and pattern[i]) else "dense" for i in range(self.num_layers)
         )
 
     def layer_block_names(self) -> tuple[str, ...]:
@@ -158,6 +180,9 @@ class ModelSpec:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["noop_layers"] = list(self.noop_layers)
+        out["moe_token_dispatcher_type"] = str(self.moe_token_dispatcher_type)
+        if self.moe_layer_pattern is not None:
+            out["moe_layer_pattern"] = list(self.moe_layer_pattern)
         return out
 
     @classmethod
@@ -168,6 +193,8 @@ class ModelSpec:
             raise ConfigError(f"unknown model key(s) {unknown}; expected some of {sorted(known)}")
         values = dict(data)
         values["noop_layers"] = tuple(values.get("noop_layers") or ())
+        if values.get("moe_layer_pattern") is not None:
+            values["moe_layer_pattern"] = tuple(values["moe_layer_pattern"])
         return cls(**values)
 
 

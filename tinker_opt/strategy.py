@@ -97,7 +97,11 @@ class Strategy:
     recompute_num_layers: int | None = None
     """Megatron's `--recompute-num-layers` (one number for all stages), with full recompute."""
     num_layer_list: tuple[int, ...] | None = None
-    """Layers per pipeline stage (`--num-layer-list`), None for an even split."""
+    """Layers per pipeline stage (`--num-layer-list`), None for an even split. With a virtual
+    pipeline (vpp > 1) either pp per-rank totals, each split evenly over the rank's vpp chunks
+    (Megatron's `--decoder-first/last-pipeline-num-layers` with virtual stages), or pp * vpp
+    per-virtual-stage counts in Megatron's layout order (index chunk * pp + rank, the stages of
+    `--pipeline-model-parallel-layout`; a stage may hold 0 decoder layers)."""
     zero: int = 0
     """ZeRO stage over the data-parallel (x context-parallel) group (ZERO_LEVELS); the one field of
     the optimizer sharding: the distributed optimizer is the read-only `dist_opt` (zero >= 1)."""
@@ -133,11 +137,30 @@ class Strategy:
                 raise StrategyError(
                     f"strategy {name} must be true, false or null, got {getattr(self, name)!r}"
                 )
-        if self.num_layer_list is not None and len(self.num_layer_list) != self.pp:
+        if self.num_layer_list is not None:
+            self._check_layer_list()
+
+    def _check_layer_list(self) -> None:
+        """One count per pipeline stage, or per virtual stage; the latter collapsed to per-rank
+        totals when each rank's chunks are equal (one split, one spelling)."""
+        layers = self.num_layer_list
+        if len(layers) not in (self.pp, self.pp * self.vpp):
+            per_virtual = f" or pp*vpp ({self.pp * self.vpp})" if self.vpp > 1 else ""
             raise StrategyError(
-                f"num_layer_list has {len(self.num_layer_list)} entries but pp is {self.pp}; "
+                f"num_layer_list has {len(layers)} entries but pp is {self.pp}{per_virtual}; "
                 "give one layer count per pipeline stage"
             )
+        if self.vpp > 1 and len(layers) == self.pp * self.vpp:
+            chunks = [layers[s :: self.pp] for s in range(self.pp)]
+            if all(len(set(rank)) == 1 for rank in chunks):
+                totals = tuple(sum(rank) for rank in chunks)
+                object.__setattr__(self, "num_layer_list", totals)
+
+    @property
+    def per_virtual_stage(self) -> bool:
+        """The layer list gives one count per virtual stage (pp * vpp entries, vpp > 1)."""
+        layers = self.num_layer_list
+        return layers is not None and self.vpp > 1 and len(layers) == self.pp * self.vpp
 
     @property
     def dist_opt(self) -> bool:
@@ -160,6 +183,8 @@ class Strategy:
 
     def stage_layers(self, num_layers: int) -> tuple[int, ...]:
         """Layers of each pipeline stage: `num_layer_list`, or the even split."""
+        if self.per_virtual_stage:
+            return tuple(sum(self.num_layer_list[s :: self.pp]) for s in range(self.pp))
         if self.num_layer_list is not None:
             return tuple(self.num_layer_list)
         if num_layers % self.pp:
@@ -168,6 +193,19 @@ class Strategy:
                 "give a num_layer_list or choose a pp that divides it"
             )
         return (num_layers // self.pp,) * self.pp
+
+    def chunk_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Layers of each virtual stage in Megatron's order (chunk j of rank s at j * pp + s):
+        the per-virtual-stage list, else each rank's layers split evenly over its vpp chunks."""
+        if self.per_virtual_stage:
+            return tuple(self.num_layer_list)
+        stages = self.stage_layers(num_layers)
+        if any(n % self.vpp for n in stages):
+            raise StrategyError(
+                f"with vpp {self.vpp} every stage's layer count must be a multiple of it "
+                f"(Megatron splits a rank's layers evenly over its chunks); stages are {list(stages)}"
+            )
+        return tuple(stages[s] // self.vpp for _ in range(self.vpp) for s in range(self.pp))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of ARCHITECTURE.md, keys in schema order; `dist_opt` is written as the

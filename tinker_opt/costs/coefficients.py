@@ -150,21 +150,25 @@ class SplitCoefficients:
         """What one `uniform` group keeps per micro-batch: its input, the hidden state (recompute.py)."""
         return int(self.layer_input_bytes.max())
 
-    def stage_costs(self, layers: tuple[int, ...], r: int) -> list[StageCost]:
+    def stage_costs(
+        self, layers: tuple[int, ...], r: int, chunks: tuple[int, ...] | None = None
+    ) -> list[StageCost]:
         """The per-stage integers of a split (`layers` per stage, recompute count r, 0 for none):
         the one definition of the per-stage sums, for uniform and mixed stacks alike.
 
         Full recompute per chunk (recompute.chunk_plan, Megatron's `_checkpointed_forward`):
         `block` recomputes the first min(r, n) layers of each chunk, which keep their inputs;
         `uniform` recomputes every layer and keeps ceil(n / r) group inputs. The working set of
-        the group being recomputed is the largest over the stage's chunks."""
+        the group being recomputed is the largest over the stage's chunks. `chunks` gives each
+        virtual stage's layers (Megatron's layout order, Strategy.chunk_layers) when they are
+        not the even split of vpp > 1."""
         pre = _prefix_sums(self)
         method = self.method
         out = []
         for s in range(self.num_stages):
             total = dict.fromkeys(_PREFIXED, 0)
             num, num_rc, recompute_ns, rc_input, rc_act, work_layers = 0, 0, 0, 0, 0, 0
-            for start, end in _chunk_bounds(self, layers, s):
+            for start, end in _chunk_bounds(self, layers, s, chunks):
                 plan = chunk_plan(method, end - start, r)
                 cut = start + plan.recomputed
                 for name in _PREFIXED:
@@ -244,11 +248,18 @@ def _prefix_sums(c: SplitCoefficients) -> dict[str, list[int]]:
     return c.memo.prefix
 
 
-def _chunk_bounds(c: SplitCoefficients, layers: tuple[int, ...], s: int) -> list[tuple[int, int]]:
-    """(start, end) layer positions of stage s's chunks (v per rank, Megatron's interleaving)."""
+def _chunk_bounds(
+    c: SplitCoefficients, layers: tuple[int, ...], s: int, chunks: tuple[int, ...] | None = None
+) -> list[tuple[int, int]]:
+    """(start, end) layer positions of stage s's chunks (v per rank, Megatron's interleaving:
+    layer ids run over virtual stage j * p + s in order, pipeline_parallel_layer_layout.py)."""
     if c.vpp == 1:
         start = sum(layers[:s])
         return [(start, start + layers[s])]
+    if chunks is not None:
+        ends = np.cumsum(chunks).tolist()
+        indices = [j * c.num_stages + s for j in range(c.vpp)]
+        return [(ends[k] - chunks[k], ends[k]) for k in indices]
     size = c.num_layers // (c.num_stages * c.vpp)
     return [
         ((j * c.num_stages + s) * size, (j * c.num_stages + s + 1) * size) for j in range(c.vpp)

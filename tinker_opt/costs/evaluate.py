@@ -201,7 +201,8 @@ class CostModel:
             )
         cached = self._cache.get(key)
         if cached is None:
-            check_outer(key, self.model, self.cluster.num_devices, self.global_batch_size)
+            # The outer itself: a virtual pipeline with a layer list needs no even chunks.
+            check_outer(outer, self.model, self.cluster.num_devices, self.global_batch_size)
             cached = self._terms.build(key)
             self._cache[key] = cached
         self._cache[outer] = cached
@@ -255,7 +256,12 @@ def evaluation_of(
     """Evaluation of a split of an outer configuration (the integers of `stage_costs`)."""
     if strategy.recompute == "full" and r < 1:
         raise StrategyError("full recompute needs recompute_num_layers >= 1")
-    stages = c.stage_costs(layers, r)
+    chunks = (
+        strategy.chunk_layers(c.num_layers)
+        if strategy.vpp > 1 and strategy.num_layer_list is not None
+        else None
+    )
+    stages = c.stage_costs(layers, r, chunks)
     total_x_v = c.iteration_time_ns_x_v(stages)
     v = c.vpp
     iteration_ms = total_x_v / v / NS_PER_MS

@@ -112,6 +112,9 @@ def _recompute_count(
                 "--recompute-num-layers / --recompute-method need --recompute full (or 1)"
             )
         return None
-    chunk_max = (max(layers) if layers else -(-num_layers // pp)) // vpp
+    per_virtual = layers is not None and vpp > 1 and len(layers) == pp * vpp
+    chunk_max = (
+        max(layers) if per_virtual else (max(layers) if layers else -(-num_layers // pp)) // vpp
+    )
     default = 1 if method == RecomputeMethod.UNIFORM else max(chunk_max, 1)
     return count if count is not None else default

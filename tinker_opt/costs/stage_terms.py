@@ -118,7 +118,8 @@ def _p2p_us(tb: TermBuilder, s: Strategy) -> tuple[float, float]:
     hop = tb.comm.time_us("send_recv", 2, scope, nbytes)
     if s.vpp == 1 or not tb.job.overlap_p2p_comm:
         return 2 * s.vpp * hop, 0.0
-    chunk = tb.model.num_layers // (s.pp * s.vpp)
+    # ASSUMPTION: with uneven virtual stages (a layout) the hop hides behind the mean chunk.
+    chunk = max(tb.model.num_layers // (s.pp * s.vpp), 1)
     costs = [tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)) for k in tb.kind_names]
     fwd = overlap.exposed(hop, chunk * min(c.fwd_us for c in costs))
     bwd = overlap.exposed(hop, chunk * min(c.bwd_us for c in costs))

@@ -20,6 +20,7 @@ from tinker_opt.rules import (
     overlap_message,
 )
 from tinker_opt.script import versions
+from tinker_opt.script.pipeline_layout import LAYOUT_FLAG
 from tinker_opt.script.reader import ScriptInfo, p2p_overlap
 from tinker_opt.script.strategy_args import (
     DEFAULT_CP_ALGO,
@@ -126,11 +127,6 @@ def _layers(s: Strategy, total: int, info: ScriptInfo, vr: VersionRange) -> None
                 f"num_layer_list sums to {sum(s.num_layer_list)} but --num-layers is "
                 f"{total} (noop layers included); make them equal"
             )
-        if s.vpp > 1:
-            raise StrategyError(
-                "num_layer_list cannot be combined with a virtual pipeline (vpp > 1); "
-                "use one of them"
-            )
     elif total % s.pp:
         raise StrategyError(
             f"--num-layers {total} is not divisible by pp ({s.pp}); give a "
@@ -140,22 +136,64 @@ def _layers(s: Strategy, total: int, info: ScriptInfo, vr: VersionRange) -> None
         message = interleaved_pipeline_message(s.pp, s.vpp, framework_rules(info, vr))
         if message:
             raise StrategyError(f"{message} in {vr.label}")
-        if total % (s.pp * s.vpp):
+        if s.num_layer_list is None and total % (s.pp * s.vpp):
             raise StrategyError(
                 f"vpp = {s.vpp} needs --num-layers {total} divisible by pp x vpp = {s.pp * s.vpp}"
             )
-        if not any(info.launch.has(flag) for flag in VPP_SIZE_FLAGS):
+        layout = vr.family == versions.MEGATRON and uses_layout_string(s, info.launch, vr)
+        if not layout and not any(info.launch.has(flag) for flag in VPP_SIZE_FLAGS):
             _needs(VPP_LAYERS_FLAG, f"vpp = {s.vpp}", info, vr)
+
+
+def uses_layout_string(s: Strategy, launch, vr: VersionRange) -> bool:
+    """Megatron-LM writes the split as `--pipeline-model-parallel-layout` (script/pipeline_layout.py)
+    when the script already does, or when a layer list meets a virtual pipeline (which the
+    first/last flags say only with even chunks). Unequal middle stages without virtual stages take
+    the (experimental) layout only where the script has it or the version is given, at least
+    core_v0.13; otherwise the first/last rule refuses them, as the search's layer form does."""
+    if s.pp == 1:
+        return False
+    if launch.has(LAYOUT_FLAG):
+        return True
+    layers = s.num_layer_list
+    if layers is None:
+        return False
+    if s.vpp > 1:
+        return True
+    since = versions.FLAG_SINCE[LAYOUT_FLAG][versions.MEGATRON]
+    free = vr.exact is not None and vr.exact >= since
+    return free and layer_form_message(tuple(layers), "first_last") is not None
+
+
+def virtual_list_message(s: Strategy, info: ScriptInfo, vr: VersionRange) -> str | None:
+    """Why the script's framework cannot write a layer list with virtual stages (None if it can):
+    Megatron-LM through `--pipeline-model-parallel-layout` where the version has it; never
+    MindSpeed-LLM (its --num-layer-list refuses a virtual pipeline)."""
+    try:
+        _layer_list(s, info, vr)
+    except StrategyError as exc:
+        return str(exc)
+    return None
 
 
 def _layer_list(s: Strategy, info: ScriptInfo, vr: VersionRange) -> tuple[int, ...] | None:
     layers = s.num_layer_list
     if layers is None or vr.family != versions.MEGATRON:
+        if layers is not None and s.vpp > 1:
+            # mindspeed_llm features_manager num_layer_list: "Dynamic pipeline model and
+            # virtual pipeline cannot be enabled at the same time."
+            raise StrategyError(
+                "MindSpeed-LLM refuses --num-layer-list with a virtual pipeline; use an even "
+                "split with vpp, or vpp 1 with the layer list"
+            )
         if layers is not None:
             _needs("--num-layer-list", "num_layer_list", info, vr)
         return layers
     if s.pp == 1:
         return None
+    if uses_layout_string(s, info.launch, vr):
+        _needs(LAYOUT_FLAG, f"num_layer_list {list(layers)}", info, vr)
+        return layers
     message = layer_form_message(tuple(layers), "first_last")
     if message:
         raise StrategyError(message)
@@ -223,13 +261,14 @@ def expressible_strategy(
             f"ZeRO stage {strategy.zero} needs DeepSpeed (--zero-stage) or Megatron-FSDP "
             f"({SHARDING_FLAG}); this script has neither: use zero <= 1"
         )
+    chunk_max = max(strategy.chunk_layers(total)) if strategy.vpp > 1 else None
     stage_layers = max(layer_list) if layer_list else total // strategy.pp
     return strategy.replace(
         sp=strategy.sp and strategy.tp > 1,
         cp_algo=_cp_algo(strategy, info, vr),
         etp=_etp(strategy, info, vr),
         num_layer_list=layer_list,
-        **_recompute(strategy, stage_layers // strategy.vpp),
+        **_recompute(strategy, chunk_max or stage_layers),
         **_overlaps(strategy, info, vr),
     )
 

@@ -45,6 +45,27 @@ def strategy_for_script(
     return strategy.replace(num_layer_list=None if even else full)
 
 
+def computing_layer_strategy(
+    strategy: Strategy, noop_layers: Sequence[int], layers_in_script: int
+) -> Strategy:
+    """A strategy in the script's terms (its layer list, or the even split, counting noop layers)
+    in the cost model's terms: a layer list of computing layers only (the inverse of
+    strategy_for_script). MindSpeed-LLM pads the stack with noop layers so that the script's
+    `--num-layers` splits evenly (GLM-4.5-Air: 48 = 46 + noop 1,47 over pp 4 is 12 script layers
+    per stage, 11, 12, 12, 11 of them computing). With virtual stages each chunk keeps its
+    computing layers, in Megatron's layer order (a per-virtual-stage list)."""
+    if not noop_layers or strategy.pp == 1:
+        return strategy
+    if strategy.num_layer_list is None and layers_in_script % (strategy.pp * strategy.vpp):
+        return strategy  # the rules name the uneven split
+    sizes = strategy.chunk_layers(layers_in_script)
+    noop, counts, start = set(noop_layers), [], 0
+    for size in sizes:
+        counts.append(sum(1 for index in range(start, start + size) if index not in noop))
+        start += size
+    return strategy.replace(num_layer_list=None if len(set(counts)) == 1 else tuple(counts))
+
+
 def strategy_to_write(data: dict[str, Any], info) -> Strategy:
     """The strategy of a JSON object (bare strategy, Evaluation or summary.json) in the script's terms.
 

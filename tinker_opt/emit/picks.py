@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tinker_opt.emit.noop_layers import computing_layer_strategy
 from tinker_opt.errors import ConfigError, InfeasibleError, TinkerError
 from tinker_opt.solve.space import SearchSpace
 from tinker_opt.strategy import Strategy
@@ -90,20 +91,6 @@ def comparison_sentence(best: Evaluation, current: Evaluation) -> str:
 # ---------------------------------------------------------------------------------------------
 # The script's own strategy
 # ---------------------------------------------------------------------------------------------
-
-
-def computing_layer_strategy(
-    strategy: Strategy, noop_layers: Sequence[int], layers_in_script: int
-) -> Strategy:
-    """The script's strategy in the cost model's terms: its layer list counts computing layers only
-    (the inverse of emit.noop_layers.strategy_for_script)."""
-    if not noop_layers or strategy.num_layer_list is None:
-        return strategy
-    noop, counts, start = set(noop_layers), [], 0
-    for size in strategy.num_layer_list:
-        counts.append(sum(1 for index in range(start, start + size) if index not in noop))
-        start += size
-    return strategy.replace(num_layer_list=None if len(set(counts)) == 1 else tuple(counts))
 
 
 def current_evaluation(cost_model, info) -> dict[str, Any]:

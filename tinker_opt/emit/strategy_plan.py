@@ -8,15 +8,18 @@ New flags go next to the group that already holds their kind (parallel sizes, Mo
 
 from __future__ import annotations
 
+import re
+
 from tinker_opt.choices import CpAlgo, Recompute, assert_never
 from tinker_opt.emit import script_edit
-from tinker_opt.emit.expressible import overlap_flag
+from tinker_opt.emit.expressible import overlap_flag, uses_layout_string
 from tinker_opt.emit.script_edit import Edit
 from tinker_opt.errors import StrategyError
 from tinker_opt.knobs import KNOBS
 from tinker_opt.rules import hybrid_ulysses_degree
 from tinker_opt.script import versions
 from tinker_opt.script.launch import ArgOccurrence
+from tinker_opt.script.pipeline_layout import EMBEDDING_FLAG, LAYOUT_FLAG, LOSS_FLAG, layout_text
 from tinker_opt.script.reader import ScriptInfo
 from tinker_opt.script.strategy_args import (
     DEFAULT_CP_ALGO,
@@ -181,7 +184,46 @@ def _experts(plan: _Plan, s: Strategy) -> None:
         plan.value("--expert-tensor-parallel-size", s.etp, group="moe")
 
 
+LAYOUT_OWNED = (
+    LAYOUT_FLAG,
+    EMBEDDING_FLAG,
+    LOSS_FLAG,
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+)
+
+
+def _same_layout(current: Strategy, s: Strategy) -> bool:
+    return (current.pp, current.vpp, current.num_layer_list) == (s.pp, s.vpp, s.num_layer_list)
+
+
+def _inside_double_quotes(text: str, offset: int) -> bool:
+    """Whether `offset` lies inside a double-quoted string (MindSpeed's `GPT_ARGS="..."` groups)."""
+    return len(re.findall(r'(?<!\\)"', text[:offset])) % 2 == 1
+
+
+def _layout_string(plan: _Plan, s: Strategy) -> None:
+    """The whole split as one layout string (it also fixes vpp: Megatron derives it). The string
+    holds `|`, `*` and parentheses: single-quoted on a launch line or in an array, bare inside a
+    double-quoted argument group (the group's expansion keeps it one word)."""
+    chunks = s.chunk_layers(plan.info.num_layers_in_script)
+    plan.remove(VPP_LAYERS_FLAG, *VPP_SIZE_FLAGS, *LAYOUT_OWNED)
+    value = layout_text(chunks, plan.info.model.mtp_num_layers)
+    anchor = plan._anchor("parallel")
+    loc = script_edit.locate((anchor.flag, *anchor.values)) if anchor is not None else None
+    if loc is None or not _inside_double_quotes(plan.text, loc.end):
+        value = f"'{value}'"
+    plan._add("parallel", f"{LAYOUT_FLAG} {value}")
+
+
 def _pipeline_layout(plan: _Plan, s: Strategy) -> None:
+    spelled = any(plan.launch.has(flag) for flag in LAYOUT_OWNED[:3])
+    if spelled and _same_layout(plan.info.train.strategy, s):
+        return  # the script's layout string / account-for switches already say this split
+    if plan.vr.family == versions.MEGATRON and uses_layout_string(s, plan.launch, plan.vr):
+        _layout_string(plan, s)
+        return
+    plan.remove(LAYOUT_FLAG, EMBEDDING_FLAG, LOSS_FLAG)
     if s.vpp > 1:
         size_flag = next((f for f in VPP_SIZE_FLAGS if plan.launch.has(f)), None)
         if size_flag is not None:

@@ -9,7 +9,13 @@ One row per flag. `treatment` says what tinker-opt does with it:
 * `job`: read into the TrainSpec and priced (or only sizes the job: batch, checkpoint, tuning);
 * `job, not priced`: read into the TrainSpec for the cost model, not priced yet (warned);
 * `cluster`: the launcher's node / device counts;
-* `not modelled`: known to change time or memory, not read; a warning names it.
+* `not modelled`: known to change time or memory, not read; a warning names it;
+* `no effect`: known not to change the time or memory of a training step (data, logging,
+  checkpoint paths, learning-rate schedule, tokenizer, initialisation, seeds).
+
+A launch flag in none of these rows is *unknown*: `unknown_flags` lists it, once, in its own
+warning ("flags tinker-opt does not know"), apart from the known-but-unpriced ones, and `inspect`
+reports both lists.
 
 Every flag whose treatment contains "not" is named in the warning of `unpriced_warning` ("the
 prediction does not include ..."), which reaches the terminal, search.log and summary.json. The
@@ -33,6 +39,7 @@ TREATMENTS = (
     "job, not priced",
     "cluster",
     "not modelled",
+    "no effect",
 )
 
 
@@ -68,7 +75,10 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("strategy", "virtual pipeline (interleaved schedule)", "--num-layers-per-virtual-pipeline-stage",
            "--virtual-pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank"),
     *_rows("strategy", "uneven layer split over stages", "--num-layer-list", "--decoder-first-pipeline-num-layers",
-           "--decoder-last-pipeline-num-layers"),
+           "--decoder-last-pipeline-num-layers", "--account-for-embedding-in-pipeline-split",
+           "--account-for-loss-in-pipeline-split"),
+    *_rows("strategy", "layers per virtual stage (Megatron layout string; script/pipeline_layout.py)",
+           "--pipeline-model-parallel-layout"),
     *_rows("strategy", "optimizer states sharded over dp (ZeRO-1)", "--use-distributed-optimizer"),
     *_rows("strategy", "ZeRO stage 0..3 (DeepSpeed; Megatron-FSDP sharding strategy)", "--zero-stage",
            "--deepspeed", "--use-megatron-fsdp", "--use-custom-fsdp", "--data-parallel-sharding-strategy"),
@@ -117,6 +127,8 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("model", "mixture of experts", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
            "--moe-intermediate-size", "--moe-shared-expert-intermediate-size", "--n-shared-experts",
            "--first-k-dense-replace", "--moe-layer-freq"),
+    *_rows("model", "MoE token dispatcher: read and kept; other than alltoall(_seq) priced as all-to-all, with a "
+           "warning", "--moe-token-dispatcher-type", "--moe-enable-deepep"),
     *_rows("model", "latent attention and multi-token prediction", "--multi-latent-attention",
            "--multi-head-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
            "--qk-nope-head-dim", "--qk-pos-emb-head-dim", "--qk-rope-head-dim", "--v-head-dim", "--mtp-num-layers"),
@@ -144,6 +156,31 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("not modelled", "further communication overlap", "--use-cp-send-recv-overlap",
            "--moe-shared-expert-overlap", "--delay-wgrad-compute",
            "--moe-allgather-overlap-comm"),
+    *_rows("not modelled", "MoE routing and capacity (token dropping, load balancing)", "--moe-train-capacity-factor",
+           "--moe-expert-capacity-factor", "--moe-token-drop-policy", "--moe-pad-expert-input-to-capacity",
+           "--noisy_gate_policy", "--moe-router-load-balancing-type", "--moe-router-num-groups",
+           "--moe-router-group-topk", "--moe-router-score-function", "--moe-router-enable-expert-bias",
+           "--moe-router-topk-scaling-factor", "--moe-router-dtype", "--moe-router-pre-softmax"),
+    *_rows("not modelled", "small per-layer extras not in the profiled layer", "--qk-layernorm", "--add-qkv-bias",
+           "--transformer-impl", "--spec", "--no-masked-softmax-fusion", "--no-rope-fusion",
+           "--attention-softmax-in-fp32", "--use-glm-rope", "--variable-seq-lengths"),
+    # Known, and without effect on the time or memory of a training step.
+    *_rows("no effect", "data, tokenizer and prompts", "--data-path", "--split", "--data-impl", "--tokenizer-type",
+           "--tokenizer-name-or-path", "--tokenizer-model", "--tokenizer-not-use-fast", "--vocab-file",
+           "--merge-file", "--prompt-type", "--is-instruction-dataset", "--stage", "--no-shared-storage"),
+    *_rows("no effect", "logging, evaluation and checkpoints", "--log-interval", "--eval-interval", "--eval-iters",
+           "--save", "--save-interval", "--tensorboard-dir", "--no-load-optim", "--no-load-rng", "--no-save-optim",
+           "--no-save-rng", "--lora-load", "--distributed-backend", "--ai-framework", "--DDP-impl",
+           "--deepspeed_config", "--deepspeed-activation-checkpointing", "--no-pipeline-parallel"),
+    *_rows("no effect", "optimiser hyper-parameters, schedule and initialisation", "--lr", "--min-lr",
+           "--lr-decay-style", "--lr-decay-iters", "--lr-warmup-fraction", "--lr-warmup-iters", "--train-iters",
+           "--weight-decay", "--adam-beta1", "--adam-beta2", "--clip-grad", "--initial-loss-scale", "--seed",
+           "--init-method-std", "--rampup-batch-size", "--moe-aux-loss-coeff", "--mtp-loss-scaling-factor"),
+    *_rows("no effect", "position-embedding and norm constants", "--max-position-embeddings", "--rotary-base",
+           "--rotary-percent", "--no-position-embedding", "--norm-epsilon", "--pad-vocab-size-to",
+           "--beta-fast", "--beta-slow", "--rope-scaling-factor", "--rope-scaling-mscale",
+           "--rope-scaling-mscale-all-dim", "--rope-scaling-original-max-position-embeddings",
+           "--rope-scaling-type", "--cp-attention-mask-type"),
 )
 # fmt: on
 """The registry, grouped by treatment."""
@@ -161,14 +198,32 @@ def unpriced_flags(launch: Launch) -> list[str]:
     ]
 
 
+def unknown_flags(launch: Launch) -> list[str]:
+    """Launch flags in no row of the registry, each once, in the order the script gives them."""
+    names = dict.fromkeys(arg.name for arg in launch.args if arg.name.startswith("-"))
+    return [name for name in names if name not in BY_NAME]
+
+
+def _naming(names: list[str], before: str, after: str) -> str | None:
+    """One warning naming `names` between two phrases, or None when there are none."""
+    return f"{before} {', '.join(names)} ({after})" if names else None
+
+
+def unknown_warning(launch: Launch) -> str | None:
+    """One warning naming the flags tinker-opt does not know (apart from the unpriced ones)."""
+    return _naming(
+        unknown_flags(launch),
+        "flags tinker-opt does not know:",
+        "read as having no effect on time or memory; kept as written by apply",
+    )
+
+
 def unpriced_warning(launch: Launch) -> str | None:
     """One warning naming the unpriced flags the script sets, or None."""
-    names = unpriced_flags(launch)
-    if not names:
-        return None
-    return (
-        f"the prediction does not include {', '.join(names)} (time or memory effects not modelled; "
-        "see the flag table in the README)"
+    return _naming(
+        unpriced_flags(launch),
+        "the prediction does not include",
+        "time or memory effects not modelled; see the flag table in the README",
     )
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import overload
 
+from tinker_opt.choices import Dispatcher, choice
 from tinker_opt.errors import ConfigError, ScriptError
 from tinker_opt.script.launch import Launch
+from tinker_opt.script.layer_pattern import parse_layer_freq, pattern_for_layers
 from tinker_opt.specs import NORMALIZATIONS, ModelSpec
 
 REQUIRED_MODEL_FLAGS = ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length")
@@ -107,7 +109,29 @@ def _normalization(launch: Launch, warn: Callable[[str], None]) -> str:
     return value
 
 
-def _moe_fields(launch: Launch) -> dict:
+def _layer_freq(launch: Launch, noop: tuple[int, ...]) -> dict:
+    """`--moe-layer-freq` as an integer frequency or a pattern over the computing layers."""
+    text = launch.value("--moe-layer-freq")
+    if not text:
+        return {"moe_layer_freq": 1}
+    value = parse_layer_freq(text)
+    pattern = pattern_for_layers(value, script_num_layers(launch), noop)
+    return {"moe_layer_freq": value if isinstance(value, int) else 1, "moe_layer_pattern": pattern}
+
+
+DISPATCHER_FLAG = "--moe-token-dispatcher-type"
+DEEPEP_FLAG = "--moe-enable-deepep"
+
+
+def _dispatcher(launch: Launch) -> dict:
+    """The token dispatcher: the flag's value, else Megatron-LM's default `allgather`."""
+    value = choice(
+        Dispatcher, launch.value(DISPATCHER_FLAG) or "allgather", DISPATCHER_FLAG, ScriptError
+    )
+    return {"moe_token_dispatcher_type": value, "moe_enable_deepep": launch.has(DEEPEP_FLAG)}
+
+
+def _moe_fields(launch: Launch, noop: tuple[int, ...]) -> dict:
     experts = int_value(launch, "--num-experts")
     if not experts:
         return {}
@@ -118,15 +142,14 @@ def _moe_fields(launch: Launch) -> dict:
     n_shared = int_value(launch, "--n-shared-experts")
     if shared is None and n_shared and moe_ffn:
         shared = n_shared * moe_ffn
-    freq_text = launch.value("--moe-layer-freq")
-    freq = int(freq_text) if freq_text and freq_text.lstrip("-").isdigit() else 1
     return {
         "num_experts": experts,
         "moe_router_topk": int_value(launch, "--moe-router-topk", 2),
         "moe_ffn_hidden_size": moe_ffn,
         "moe_shared_expert_intermediate_size": shared,
         "first_k_dense_replace": max(int_value(launch, "--first-k-dense-replace", 0), 0),
-        "moe_layer_freq": freq,
+        **_layer_freq(launch, noop),
+        **_dispatcher(launch),
     }
 
 
@@ -202,7 +225,7 @@ def read_model(launch: Launch, warn: Callable[[str], None]) -> ModelSpec:
         mtp_num_layers=int_value(launch, "--mtp-num-layers", 0),
         precision=_precision(launch),
         noop_layers=tuple(noop),
-        **_moe_fields(launch),
+        **_moe_fields(launch, tuple(noop)),
         **_mla_fields(launch),
         **_fp8_fields(launch),
     )
@@ -210,3 +233,26 @@ def read_model(launch: Launch, warn: Callable[[str], None]) -> ModelSpec:
         return ModelSpec(**values)
     except ConfigError as exc:
         raise ScriptError(f"the script's model arguments are inconsistent: {exc}") from None
+
+
+PRICED_DISPATCHERS = (Dispatcher.ALLTOALL, Dispatcher.ALLTOALL_SEQ)
+"""Dispatchers the cost model prices as they run (the expert all-to-all, costs/terms.py)."""
+
+
+def unpriced_model_warnings(model: ModelSpec) -> list[str]:
+    """Model settings that are read (inspect reports them, apply keeps them) but not priced yet."""
+    out = []
+    if model.is_moe and (
+        model.moe_token_dispatcher_type not in PRICED_DISPATCHERS or model.moe_enable_deepep
+    ):
+        deepep = " with DeepEP" if model.moe_enable_deepep else ""
+        out.append(
+            f"{DISPATCHER_FLAG} {model.moe_token_dispatcher_type}{deepep} is priced as the "
+            "all-to-all dispatcher (its own traffic is not modelled)"
+        )
+    if model.mtp_num_layers:
+        out.append(
+            f"--mtp-num-layers {model.mtp_num_layers}: the multi-token-prediction layers on the last "
+            "stage are not in the prediction (time or memory)"
+        )
+    return out

@@ -15,7 +15,12 @@ from typing import Any
 from tinker_opt.errors import ConfigError, ScriptError
 from tinker_opt.script import versions
 from tinker_opt.script.expand import Expansion, Scalar, expand_script
-from tinker_opt.script.flags import unpriced_warning
+from tinker_opt.script.flags import (
+    unknown_flags,
+    unknown_warning,
+    unpriced_flags,
+    unpriced_warning,
+)
 from tinker_opt.script.fsdp2 import (
     Fsdp2Config,
     fsdp2_summary,
@@ -25,7 +30,12 @@ from tinker_opt.script.fsdp2 import (
     read_fsdp2_strategy,
 )
 from tinker_opt.script.launch import Launch, find_launch
-from tinker_opt.script.model_args import int_value, read_model, script_num_layers
+from tinker_opt.script.model_args import (
+    int_value,
+    read_model,
+    script_num_layers,
+    unpriced_model_warnings,
+)
 from tinker_opt.script.shell import ShellSyntaxError
 from tinker_opt.script.strategy_args import read_strategy
 from tinker_opt.specs import FrameworkInfo, ModelSpec, OptimizerPrecision, TrainSpec
@@ -174,6 +184,15 @@ def _activation_recompute(launch: Launch, version_range: versions.VersionRange) 
     }
 
 
+def prediction_warnings(launch: Launch, model: ModelSpec, *, fsdp2: bool = False) -> list[str]:
+    """What the prediction leaves out, for the terminal, search.log and summary.json: the flags
+    read but not priced, the flags the reader does not know (each once, in a warning of their
+    own), and model settings read but not priced (dispatcher, MTP). An FSDP2 launch's arguments
+    are YAML overrides, not Megatron flags: only the model's are named."""
+    flag_warnings = [] if fsdp2 else [unpriced_warning(launch), unknown_warning(launch)]
+    return [w for w in flag_warnings if w] + unpriced_model_warnings(model)
+
+
 def _read_fsdp2(
     text: str,
     name: str,
@@ -233,6 +252,7 @@ def _train_spec(
         is_moe=model.is_moe,
         megatron=flavour == "megatron",
         warn=warn,
+        mtp_layers=model.mtp_num_layers,
     )
     framework = FrameworkInfo(
         flavour=flavour,
@@ -308,9 +328,7 @@ def read_script_text(
     flavour = _flavour(text, launch)
     total = script_num_layers(launch)
     version_range = versions.resolve(None, text, flavour)
-    unpriced = unpriced_warning(launch)
-    if unpriced:
-        warn(unpriced)
+    warnings.extend(prediction_warnings(launch, model))
     train = _train_spec(name, launch, model, nodes, local, flavour, total, version_range, warn)
     return ScriptInfo(
         path=path,
@@ -348,7 +366,8 @@ def read_script(path: str | Path, *, model_config: str | Path | None = None) -> 
 
 
 def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
-    """The `inspect --json` object: model, cluster, strategy and framework."""
+    """The `inspect --json` object: model, cluster, strategy and framework; the framework part also
+    lists the launch flags read but not priced and those the reader does not know (script/flags.py)."""
     model = info.model.to_dict()
     model["micro_batch_size"] = info.train.micro_batch_size
     model["global_batch_size"] = info.train.global_batch_size
@@ -370,6 +389,9 @@ def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
     }
     if info.fsdp2 is not None:
         framework["fsdp2"] = fsdp2_summary(info.fsdp2)
+    megatron_style = info.fsdp2 is None
+    framework["not_priced_flags"] = unpriced_flags(info.launch) if megatron_style else []
+    framework["unknown_flags"] = unknown_flags(info.launch) if megatron_style else []
     return {
         "model": model,
         "cluster": {"nnodes": info.train.nnodes, "nproc_per_node": info.train.nproc_per_node},

@@ -11,7 +11,9 @@ Normalisation (what a script can express, and what the framework really does):
   `--recompute-num-layers` (default 1); method and layer count are None otherwise;
 * vpp = L / (pp x `--num-layers-per-virtual-pipeline-stage`) with L the script's `--num-layers`;
 * num_layer_list from `--num-layer-list` (MindSpeed) or Megatron's
-  `--decoder-first/last-pipeline-num-layers`; None for an even split;
+  `--decoder-first/last-pipeline-num-layers`, `--pipeline-model-parallel-layout` (one count per
+  virtual stage, vpp = its stages / pp) or `--account-for-embedding/loss-in-pipeline-split`
+  (script/pipeline_layout.py); None for an even split;
 * dp = world / (tp x pp x cp);
 * zero: DeepSpeed's `--zero-stage N` (pre-1.0 ModelLink scripts with `--deepspeed`), or Megatron-core
   FSDP (`--use-megatron-fsdp`, `--use-custom-fsdp` before core 0.14) with
@@ -31,6 +33,14 @@ from tinker_opt.errors import ScriptError, StrategyError
 from tinker_opt.knobs import KNOBS, KnobContext, read_switches
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.model_args import int_list, int_value
+from tinker_opt.script.pipeline_layout import (
+    EMBEDDING_FLAG,
+    LAYOUT_FLAG,
+    LOSS_FLAG,
+    accounted_split,
+    layout_split,
+    parse_layout,
+)
 from tinker_opt.strategy import Strategy
 
 DEFAULT_CP_ALGO = CpAlgo.MEGATRON
@@ -98,6 +108,9 @@ def _recompute(launch: Launch, warn: Callable[[str], None]) -> dict:
 
 
 def _vpp(launch: Launch, pp: int, total_layers: int, warn: Callable[[str], None]) -> int:
+    layout = launch.value(LAYOUT_FLAG)
+    if layout:  # the layout's stage count is pp x vpp (pipeline_parallel_layer_layout.py)
+        return max(len(parse_layout(layout)) // pp, 1)
     for flag in VPP_SIZE_FLAGS:
         size = int_value(launch, flag)
         if size:
@@ -141,16 +154,48 @@ def _megatron_layer_list(launch: Launch, pp: int, total_layers: int) -> tuple[in
     )
 
 
-def _layer_list(launch: Launch, pp: int, total_layers: int, warn) -> tuple[int, ...] | None:
+def _megatron_layout(launch: Launch, pp: int, vpp: int, total_layers: int, mtp_layers: int):
+    """Per-virtual-stage counts of `--pipeline-model-parallel-layout` or of the account-for
+    switches (script/pipeline_layout.py), None when the script uses neither."""
+    layout = launch.value(LAYOUT_FLAG)
+    if layout:
+        chunks = layout_split(layout, pp, total_layers, mtp_layers)[1]
+        return None if len(set(chunks)) == 1 else tuple(chunks)  # an even layout
+    embedding, loss = launch.has(EMBEDDING_FLAG), launch.has(LOSS_FLAG)
+    if not (embedding or loss) or pp < 2:
+        return None
+    if launch.has("--decoder-first-pipeline-num-layers") or launch.has(
+        "--decoder-last-pipeline-num-layers"
+    ):
+        raise ScriptError(
+            "--account-for-embedding/loss-in-pipeline-split cannot be combined with "
+            "--decoder-first/last-pipeline-num-layers (Megatron refuses both); keep one"
+        )
+    return tuple(accounted_split(total_layers, pp, vpp, embedding, loss))
+
+
+def _layer_list(
+    launch: Launch, pp: int, vpp: int, total_layers: int, mtp_layers: int, warn
+) -> tuple[int, ...] | None:
     layers = int_list(launch, "--num-layer-list")
     if layers is None:
-        return _megatron_layer_list(launch, pp, total_layers)
+        return _megatron_layout(launch, pp, vpp, total_layers, mtp_layers) or _megatron_layer_list(
+            launch, pp, total_layers
+        )
     if len(layers) != pp or sum(layers) != total_layers:
         warn(
             f"--num-layer-list {','.join(map(str, layers))} does not give {pp} stages summing to "
             f"--num-layers {total_layers}; read as an even split"
         )
         return None
+    if launch.has("--noop-layers"):
+        # ASSUMPTION (version unknown): MindSpeed-LLM's own DeepSeek-V3 example passes both flags.
+        warn(
+            "--num-layer-list with --noop-layers: MindSpeed-LLM's argument check "
+            "(mindspeed_llm/training/arguments.py _validate_noop_layer) drops the layer list when "
+            "noop layers are set in the releases read; it is priced as written, check which split "
+            "your version runs"
+        )
     return layers
 
 
@@ -170,6 +215,7 @@ def read_strategy(
     is_moe: bool,
     megatron: bool,
     warn: Callable[[str], None],
+    mtp_layers: int = 0,
 ) -> Strategy:
     """The strategy the launch arguments run, in the schema's normal form."""
     tp = int_value(launch, "--tensor-model-parallel-size", 1)
@@ -197,6 +243,7 @@ def read_strategy(
                 ScriptError,
             )
         )
+    vpp = _vpp(launch, pp, total_layers, warn)
     try:
         layout = Strategy(
             tp=tp,
@@ -207,10 +254,10 @@ def read_strategy(
             ep=int_value(launch, "--expert-model-parallel-size", 1),
             etp=_expert_tp(launch, is_moe),
             sp=launch.has("--sequence-parallel") and tp > 1,
-            vpp=_vpp(launch, pp, total_layers, warn),
+            vpp=vpp,
             zero=zero,
             mbs=int_value(launch, "--micro-batch-size", 1),
-            num_layer_list=_layer_list(launch, pp, total_layers, warn),
+            num_layer_list=_layer_list(launch, pp, vpp, total_layers, mtp_layers, warn),
             **_recompute(launch, warn),
         )
         return layout.replace(**read_switches(launch.has, KnobContext.of(layout, is_moe)))

@@ -41,6 +41,13 @@ FLAG_SINCE: dict[str, dict[str, tuple[int, ...] | None]] = {
     "--num-layer-list": {MINDSPEED: (0, 9, 1), MEGATRON: None},
     "--decoder-first-pipeline-num-layers": {MINDSPEED: None, MEGATRON: (0, 10)},
     "--decoder-last-pipeline-num-layers": {MINDSPEED: None, MEGATRON: (0, 10)},
+    # Uneven virtual pipelines: Megatron-LM main after core_v0.12 (reference/script-conventions.md
+    # "Main adds"; the evidence table below dates them to 0.13). ASSUMPTION: MindSpeed-LLM never
+    # (one tests/poc script on master only; its --num-layer-list refuses a virtual pipeline).
+    "--pipeline-model-parallel-layout": {MINDSPEED: None, MEGATRON: (0, 13)},
+    "--num-virtual-stages-per-pipeline-rank": {MINDSPEED: None, MEGATRON: (0, 13)},
+    "--account-for-embedding-in-pipeline-split": {MINDSPEED: None, MEGATRON: (0, 13)},
+    "--account-for-loss-in-pipeline-split": {MINDSPEED: None, MEGATRON: (0, 13)},
     # The strategy knobs' flags (communication overlap): declared with each knob (knobs.py).
     **_KNOB_SINCE,
     "--overlap-p2p-communication": {MINDSPEED: (0, 9, 1), MEGATRON: (0, 0)},

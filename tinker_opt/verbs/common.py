@@ -228,3 +228,14 @@ def job_options(info: ScriptInfo):
         ulysses_degree=train.ulysses_degree_in_cp,
         optimizer_precision=train.optimizer_precision,
     )
+
+
+def script_warnings(info) -> list[str]:
+    """What the prediction leaves out of the script (script/reader.py prediction_warnings: flags
+    read but not priced, flags the reader does not know, model settings not priced), for the
+    terminal, search.log and summary.json; none without a script."""
+    from tinker_opt.script.reader import prediction_warnings
+
+    if info is None:
+        return []
+    return prediction_warnings(info.launch, info.model, fsdp2=info.fsdp2 is not None)

@@ -20,6 +20,7 @@ from tinker_opt.verbs.common import (
     memory_limit_for,
     model_of,
     read_optional_script,
+    script_warnings,
 )
 from tinker_opt.verbs.profile import run_profile
 
@@ -128,7 +129,7 @@ def _search_run(settings: SearchSettings, log: RunLog):
     cost_model = cost_model_for(
         profiled, model, cluster, settings.global_batch_size, settings, info
     )
-    warnings = list(per_node.notes) + list(cost_model.warnings) + _script_warnings(info)
+    warnings = list(per_node.notes) + list(cost_model.warnings) + script_warnings(info)
     for warning in warnings:
         log(warning)
     log(
@@ -166,14 +167,6 @@ def _run_labels(
         cluster.devices_per_node,
         cost_model.model.seq_length,
     )
-
-
-def _script_warnings(info) -> list[str]:
-    """The script's flags the prediction does not include (script/flags.py), for log and summary."""
-    from tinker_opt.script.flags import unpriced_warning
-
-    warning = unpriced_warning(info.launch) if info is not None else None
-    return [warning] if warning else []
 
 
 def _solve(cost_model, settings: SearchSettings, info, version: str | None, log: RunLog):

@@ -20,6 +20,7 @@ from tinker_opt.verbs.common import (
     num_nodes_for,
     read_json_object,
     read_optional_script,
+    script_warnings,
 )
 
 SIMULATE_SCRIPT = "(positionally or with --pretrain-script-path)"
@@ -64,9 +65,10 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
     model = model_of(profiled, info, SIMULATE_SCRIPT)
     if settings.num_layers:
         model = replace(model, num_layers=settings.num_layers)
-    strategy = (
-        Strategy.from_dict(read_json_object(strategy_file)) if strategy_file is not None else None
-    )
+    data = read_json_object(strategy_file) if strategy_file is not None else None
+    strategy = Strategy.from_dict(data) if data is not None else None
+    if strategy is not None and _is_bare(data):
+        strategy = _in_computing_layers(strategy, info)
     settings, notes = _cluster_settings(settings, info, profiled, strategy)
     settings = replace(settings, memory_limit=memory_limit_for(settings, profiled)[0])
     cluster = ClusterSpec(
@@ -82,6 +84,7 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
     )
     return cost_model.evaluate(strategy), (
         notes
+        + script_warnings(info)
         + list(cost_model.warnings)
         + _layer_form_warning(strategy, info, settings)
         + _hybrid_degree_warning(strategy, info, model)
@@ -106,6 +109,21 @@ def _cluster_settings(settings: SimulateSettings, info, profiled, strategy: Stra
     )
     require(settings, "global_batch_size", "num_nodes")
     return settings, list(per_node.notes)
+
+
+def _is_bare(data: dict) -> bool:
+    """A bare Strategy object (not an Evaluation or summary.json, whose stages count computing layers)."""
+    return not isinstance(data.get("best"), dict) and "stages" not in data
+
+
+def _in_computing_layers(strategy: Strategy, info) -> Strategy:
+    """A strategy in the script's layer terms (noop layers counted, as `inspect` and `apply` say
+    it) mapped to computing layers (emit/noop_layers.py)."""
+    from tinker_opt.emit.noop_layers import computing_layer_strategy
+
+    if info is None or not info.model.noop_layers:
+        return strategy
+    return computing_layer_strategy(strategy, info.model.noop_layers, info.num_layers_in_script)
 
 
 def _unaligned_ulysses_warning(strategy: Strategy, info, model, settings) -> list[str]:
@@ -146,7 +164,7 @@ def _hybrid_degree_warning(strategy: Strategy, info, model) -> list[str]:
 def _layer_form_warning(strategy: Strategy, info, settings: SimulateSettings) -> list[str]:
     """simulate evaluates any split (Tinker's own picks included) but says when the script's
     framework could not write it: the rule the search and the writer apply (rules.LAYER_FORMS)."""
-    from tinker_opt.emit.expressible import layer_form
+    from tinker_opt.emit.expressible import layer_form, virtual_list_message
     from tinker_opt.rules import layer_form_message
     from tinker_opt.script import versions
 
@@ -155,7 +173,11 @@ def _layer_form_warning(strategy: Strategy, info, settings: SimulateSettings) ->
     vr = versions.resolve(
         getattr(settings, "version", None), info.text, info.train.framework.flavour
     )
-    message = layer_form_message(tuple(strategy.num_layer_list), layer_form(info, vr))
+    message = (
+        virtual_list_message(strategy, info, vr)
+        if strategy.vpp > 1
+        else layer_form_message(tuple(strategy.num_layer_list), layer_form(info, vr))
+    )
     name = info.path.name if info.path is not None else "this script"
     return [f"{message}: the search would not choose this split for {name}"] if message else []
 
@@ -178,7 +200,8 @@ def _chosen_strategy(strategy, settings, info, cluster: ClusterSpec, num_layers:
             f"no strategy flag or file given: priced the script's own strategy {own.label()} "
             "(what a search's summary.json calls `current`)"
         ]
-    return _strategy_from_flags(settings, cluster.num_devices, num_layers), []
+    flags = _strategy_from_flags(settings, cluster.num_devices, num_layers)
+    return _in_computing_layers(flags, info), []
 
 
 def _no_flags(settings: SimulateSettings) -> bool:
