@@ -260,7 +260,7 @@ def _virtual_list_message(s: Strategy) -> str | None:
     evenly over its chunks); per-virtual-stage counts (`--pipeline-model-parallel-layout`,
     megatron/core/transformer/pipeline_parallel_layer_layout.py) need no more. The micro-batch
     rule of the interleaved schedule is checked by the caller."""
-    if s.per_virtual_stage:
+    if s.per_virtual_stage or s.num_layer_list is None:
         return None
     uneven = [n for n in s.num_layer_list if n % s.vpp]
     if uneven:
@@ -356,7 +356,7 @@ def _layer_split_message(s: Strategy, num_layers: int, form: str = "free") -> st
 def virtual_form_message(s: Strategy) -> str:
     """Why a framework without per-virtual-stage layouts cannot write this split."""
     return (
-        f"num_layer_list {list(s.num_layer_list)} gives each virtual stage its own layer count, "
+        f"num_layer_list {list(s.num_layer_list or ())} gives each virtual stage its own layer count, "
         "which only Megatron-LM's --pipeline-model-parallel-layout can say"
     )
 

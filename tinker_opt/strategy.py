@@ -144,6 +144,7 @@ class Strategy:
         """One count per pipeline stage, or per virtual stage; the latter collapsed to per-rank
         totals when each rank's chunks are equal (one split, one spelling)."""
         layers = self.num_layer_list
+        assert layers is not None
         if len(layers) not in (self.pp, self.pp * self.vpp):
             per_virtual = f" or pp*vpp ({self.pp * self.vpp})" if self.vpp > 1 else ""
             raise StrategyError(
@@ -183,7 +184,7 @@ class Strategy:
 
     def stage_layers(self, num_layers: int) -> tuple[int, ...]:
         """Layers of each pipeline stage: `num_layer_list`, or the even split."""
-        if self.per_virtual_stage:
+        if self.per_virtual_stage and self.num_layer_list is not None:
             return tuple(sum(self.num_layer_list[s :: self.pp]) for s in range(self.pp))
         if self.num_layer_list is not None:
             return tuple(self.num_layer_list)
@@ -197,7 +198,7 @@ class Strategy:
     def chunk_layers(self, num_layers: int) -> tuple[int, ...]:
         """Layers of each virtual stage in Megatron's order (chunk j of rank s at j * pp + s):
         the per-virtual-stage list, else each rank's layers split evenly over its vpp chunks."""
-        if self.per_virtual_stage:
+        if self.per_virtual_stage and self.num_layer_list is not None:
             return tuple(self.num_layer_list)
         stages = self.stage_layers(num_layers)
         if any(n % self.vpp for n in stages):

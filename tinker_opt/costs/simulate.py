@@ -114,7 +114,9 @@ def _recompute_count(
         return None
     per_virtual = layers is not None and vpp > 1 and len(layers) == pp * vpp
     chunk_max = (
-        max(layers) if per_virtual else (max(layers) if layers else -(-num_layers // pp)) // vpp
+        max(layers)
+        if per_virtual and layers is not None
+        else (max(layers) if layers else -(-num_layers // pp)) // vpp
     )
     default = 1 if method == RecomputeMethod.UNIFORM else max(chunk_max, 1)
     return count if count is not None else default

@@ -161,7 +161,7 @@ def uses_layout_string(s: Strategy, launch, vr: VersionRange) -> bool:
     if s.vpp > 1:
         return True
     since = versions.FLAG_SINCE[LAYOUT_FLAG][versions.MEGATRON]
-    free = vr.exact is not None and vr.exact >= since
+    free = vr.exact is not None and since is not None and vr.exact >= since
     return free and layer_form_message(tuple(layers), "first_last") is not None
 
 

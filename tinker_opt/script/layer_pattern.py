@@ -40,10 +40,11 @@ def _value(node: ast.AST) -> int | list[int]:
         if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
             return left + right
         if isinstance(node.op, ast.Mult) and isinstance(left, list) != isinstance(right, list):
-            items, times = (left, right) if isinstance(left, list) else (right, left)
-            if times < 0 or len(items) * times > _MAX_LAYERS:  # type: ignore[operator]
+            pattern, times = (left, right) if isinstance(left, list) else (right, left)
+            assert isinstance(pattern, list) and isinstance(times, int)
+            if times < 0 or len(pattern) * times > _MAX_LAYERS:
                 raise ValueError("repeat count out of range")
-            return items * times  # type: ignore[operator]
+            return pattern * times
     raise ValueError(f"unsupported expression {ast.dump(node)[:40]}")
 
 

@@ -67,7 +67,7 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
         model = replace(model, num_layers=settings.num_layers)
     data = read_json_object(strategy_file) if strategy_file is not None else None
     strategy = Strategy.from_dict(data) if data is not None else None
-    if strategy is not None and _is_bare(data):
+    if strategy is not None and data is not None and _is_bare(data):
         strategy = _in_computing_layers(strategy, info)
     settings, notes = _cluster_settings(settings, info, profiled, strategy)
     settings = replace(settings, memory_limit=memory_limit_for(settings, profiled)[0])
