@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from published_moe import moe_run
+
 from tinker_opt.hardware import HardwareSpec, load_hardware, shipped_hardware
 from tinker_opt.specs import ModelSpec
 from tinker_opt.strategy import Strategy
@@ -35,6 +37,7 @@ HARDWARE_BY_ID = {
     "a100_40gb_sxm": "a100-40gb",
     "h100_sxm_80gb": "h100-80gb",
     "h100_80gb_sxm": "h100-80gb",
+    "h100_dgx_ref": "h100-80gb",
     "ascend_910b_atlas_a2": "910b",
 }
 """Hardware ids of the published-runs file -> shipped description names."""
@@ -51,6 +54,7 @@ class PublishedRun:
     hardware_name: str
     n_devices: int
     measured: dict[str, Any]
+    category: str = ""
 
     @property
     def num_nodes(self) -> int:
@@ -88,17 +92,17 @@ def load_runs(path: Path = DEFAULT_RUNS_FILE) -> list[PublishedRun]:
     runs = []
     for run in data["runs"]:
         hw = run.get("hardware", {})
-        runs.append(
-            PublishedRun(
-                run_id=run["id"],
-                model=run["model"],
-                strategy=run["strategy"],
-                hardware_id=hw.get("id", ""),
-                hardware_name=hw.get("name", ""),
-                n_devices=int(run["n_devices"]),
-                measured=run.get("measured", {}),
-            )
+        published = PublishedRun(
+            run_id=run["id"],
+            model=run["model"],
+            strategy=run["strategy"],
+            hardware_id=hw.get("id", ""),
+            hardware_name=hw.get("name", ""),
+            n_devices=int(run["n_devices"]),
+            measured=run.get("measured", {}),
+            category=run.get("category", ""),
         )
+        runs.append(moe_run(published, run.get("derived", {})))
     return runs
 
 
@@ -189,6 +193,7 @@ def launch_script(run: PublishedRun) -> str:
         parallel_args.append("--overlap-grad-reduce")
     if s.get("mc2"):
         parallel_args.append("--use-mc2")
+    parallel_args += s.get("extra_flags", [])  # MoE rows: published_moe.py
     training_args = [
         f"--micro-batch-size {s['mbs']}",
         f"--global-batch-size {s['gbs']}",

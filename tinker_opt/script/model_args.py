@@ -122,6 +122,27 @@ def _moe_fields(launch: Launch) -> dict:
         "moe_shared_expert_intermediate_size": shared,
         "first_k_dense_replace": max(int_value(launch, "--first-k-dense-replace", 0), 0),
         "moe_layer_freq": freq,
+        **_routing_fields(launch),
+    }
+
+
+def _routing_fields(launch: Launch) -> dict:
+    """How tokens reach the experts (Megatron's MoE flags; ModelLink's legacy GShard MoE is
+    recognised by its `--moe-train-capacity-factor`, versions.py)."""
+    gshard = launch.has("--moe-train-capacity-factor")
+    flag = "--moe-train-capacity-factor" if gshard else "--moe-expert-capacity-factor"
+    capacity = float_value(launch, flag, 0.0)
+    dispatcher = launch.value("--moe-token-dispatcher-type") or "allgather"
+    return {
+        "moe_token_dispatcher_type": "alltoall" if gshard else dispatcher,
+        "moe_grouped_gemm": launch.has("--moe-grouped-gemm"),
+        "moe_permute_fusion": launch.has("--moe-permute-fusion")
+        or launch.has("--use-fused-moe-token-permute-and-unpermute"),
+        "moe_expert_capacity_factor": capacity if capacity > 0 else None,
+        "moe_pad_expert_input_to_capacity": gshard
+        or launch.has("--moe-pad-expert-input-to-capacity"),
+        "moe_gshard_dispatch": gshard,
+        **({"moe_load_imbalance": 1.0} if launch.has("--moe-router-force-load-balancing") else {}),
     }
 
 
