@@ -20,7 +20,10 @@ def _model(**fields):
     return dataclasses.replace(base, **fields)
 
 
-def _row(model, shape=Shape(ep=2)):
+EP2 = Shape(ep=2)
+
+
+def _row(model, shape=EP2):
     return block_row(trace_block(model, "layer.moe", shape), H100)
 
 
