@@ -32,6 +32,7 @@ from tinker_opt.costs.cp_terms import (
 )
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_us
 from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
+from tinker_opt.costs.moe_terms import moe_comm_us
 from tinker_opt.costs.profile_table import BlockCost, BlockTable
 from tinker_opt.costs.recompute import activation_function_terms
 from tinker_opt.costs.stage_terms import stage_terms
@@ -127,21 +128,6 @@ class TermBuilder:
             )
         return self.comm.time_us("all_reduce", s.tp, scope, nbytes)
 
-    def _moe_us(self, s: Strategy) -> float:
-        """Expert traffic of one MoE layer, one direction: token dispatch + combine all-to-all
-        over ep (Megatron's alltoall dispatcher), and all-gather + reduce-scatter over etp."""
-        m = self.model
-        tokens = m_tokens(m, s) // (s.tp if s.sp else 1)  # SP: each TP rank routes its slice
-        routed = tokens * m.moe_router_topk * m.hidden_size * self.bpe
-        etp = s.expert_tp
-        a2a = 2 * self.comm.time_us("all_to_all", s.ep, self.scope(etp, s.ep), routed)
-        scope = self.scope(1, etp)
-        gathered = routed * etp
-        return a2a + (
-            self.comm.time_us("all_gather", etp, scope, gathered)
-            + self.comm.time_us("reduce_scatter", etp, scope, gathered)
-        )
-
     def _layer_comm_us(self, kind: str, s: Strategy, cost: BlockCost) -> tuple[float, float, float]:
         """(forward, backward) exposed collectives of one layer and the hidden rest (costs/overlap.py);
         the backward mirrors the forward."""
@@ -162,7 +148,7 @@ class TermBuilder:
             bwd_tp = (parts - fused) * pair + overlap.chunked_exposed(
                 fused * pair, cost.bwd_us * share, s.tp
             )
-        moe = self._moe_us(s) if kind == "moe" and not self.ep_comm_in_times else 0.0
+        moe = moe_comm_us(self, s) if kind == "moe" and not self.ep_comm_in_times else 0.0
         moe_bwd = overlap.exposed(moe, cost.bwd_us / 2) if moe and s.overlap_moe_comm else moe
         cp_fwd, cp_bwd = cp_fwd_bwd_us(self, s)
         u, r = cp_groups(self, s)
