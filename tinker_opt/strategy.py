@@ -18,6 +18,9 @@ from tinker_opt.errors import StrategyError
 
 RECOMPUTE_KINDS = ("none", "selective", "full")
 RECOMPUTE_METHODS = ("block", "uniform")
+SCHEDULES = ("1f1b", "dualpipev")
+"""Pipeline schedules: Megatron's 1F1B (interleaved when vpp > 1) and MindSpeed's DualPipeV
+(`--schedules-method dualpipev`: two chunks per rank in a V, costs/coefficients.py)."""
 STRATEGY_KEYS = (
     "tp",
     "pp",
@@ -34,6 +37,8 @@ STRATEGY_KEYS = (
     "recompute_method",
     "recompute_num_layers",
     "num_layer_list",
+    "schedule",
+    "moe_fb_overlap",
     "zero",
     "overlap_grad_reduce",
     "overlap_param_gather",
@@ -71,6 +76,11 @@ class Strategy:
     """Megatron's `--recompute-num-layers` (one number for all stages), with full recompute."""
     num_layer_list: tuple[int, ...] | None = None
     """Layers per pipeline stage (`--num-layer-list`), None for an even split."""
+    schedule: str = "1f1b"
+    """Pipeline schedule (SCHEDULES): `1f1b`, or `dualpipev` (vpp 1: its two chunks per rank are
+    the schedule's own)."""
+    moe_fb_overlap: bool = False
+    """MindSpeed `--moe-fb-overlap`: one micro-batch's forward hides another's backward all-to-all."""
     zero: int = 0
     """ZeRO stage over the data-parallel (x context-parallel) group, kept consistent with dist_opt:
     zero >= 1 exactly when dist_opt. Levels 0 and 1 follow dist_opt; 2 and 3 turn dist_opt on."""
@@ -94,6 +104,12 @@ class Strategy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise StrategyError(f"strategy {name} must be a positive integer, got {value!r}")
+        if self.schedule not in SCHEDULES:
+            raise StrategyError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.schedule == "dualpipev" and self.vpp != 1:
+            raise StrategyError(
+                f"dualpipev runs two chunks per rank of its own; vpp must be 1, got {self.vpp}"
+            )
         if self.recompute not in RECOMPUTE_KINDS:
             raise StrategyError(
                 f"recompute must be one of {RECOMPUTE_KINDS}, got {self.recompute!r}"
@@ -153,7 +169,7 @@ class Strategy:
                 f"unknown strategy key(s) {unknown}; expected some of {list(STRATEGY_KEYS)}"
             )
         values = {key: data[key] for key in STRATEGY_KEYS if key in data and data[key] is not None}
-        for flag in ("sp", "dist_opt", *OVERLAP_KEYS):
+        for flag in ("sp", "dist_opt", "moe_fb_overlap", *OVERLAP_KEYS):
             if flag in values:
                 values[flag] = bool(values[flag])
         if "num_layer_list" in values:
@@ -174,6 +190,10 @@ class Strategy:
             parts.append(f"etp{self.etp}")
         if self.vpp > 1:
             parts.append(f"vpp{self.vpp}")
+        if self.schedule != "1f1b":
+            parts.append(self.schedule)
+        if self.moe_fb_overlap:
+            parts.append("fbo")
         if self.sp:
             parts.append("sp")
         if self.zero >= 2:

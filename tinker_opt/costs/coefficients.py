@@ -13,6 +13,7 @@ Pipeline (Narayanan et al. 2021, Megatron-LM): with v virtual chunks per rank an
     v * T = sum_s t_s + (m*v - 1) * max_s t_s + v * max_s tail_s
 which is 1F1B's `sum + (m - 1) * max` for v = 1 and gives the interleaved bubble (p - 1) / v * t for
 balanced stages; `tail_s` is the stage's exposed gradient synchronisation plus its optimizer step.
+DualPipeV (two chunks per rank in a V) has its own bubble: SplitCoefficients.pipeline_x_v.
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ class SplitCoefficients:
     layer_form: str = "free"
     """Which per-stage layer counts the framework can write (rules.LAYER_FORMS): every split
     solver returns only splits of this form."""
+    schedule: str = "1f1b"
+    """Pipeline schedule (strategy.SCHEDULES); DualPipeV has vpp = 2 chunks per rank in a V."""
     recompute_all: bool = False
     """Full recompute covers every layer of a chunk or none (MindSpeed-LLM FSDP2's parallel.recompute
     wraps all decoder layers): the solvers then choose only r = the largest chunk."""
@@ -184,11 +187,23 @@ class SplitCoefficients:
         """The objective, v * T in ns: sum_s t_s + (m*v - 1) * max_s t_s + v * max_s tail_s
         (module docstring)."""
         times = [st.time_ns for st in stages]
-        return (
-            sum(times)
-            + (self.num_microbatches * self.vpp - 1) * max(times)
-            + self.vpp * max(st.tail_ns for st in stages)
-        )
+        return self.pipeline_x_v(sum(times), max(times), max(st.tail_ns for st in stages))
+
+    def pipeline_x_v(self, total, slowest, tail):
+        """v * T from the sum and the largest of the per-stage times and the largest tail (ints or
+        arrays). 1F1B / interleaved: total + (m v - 1) slowest + v tail (module docstring).
+
+        DualPipeV (v = 2): bubble (p - 1)(F&B + B - W) - F per chunk (Ascend/MindSpeed
+        docs/features/dualpipev.md; deepseek-ai/DualPipe README) with a rank's micro-batch
+        t = 2 (F + B). ASSUMPTION: B = 2F and W = B / 2 (the weight gradients are half of the
+        backward, as in Zero Bubble, Qi et al. 2023), F&B = F + B (the overlap it brings is
+        priced on the all-to-all: costs/overlap.py). Bubble = 2/3 (p - 1) t - t / 6, written for
+        unequal stages as 2/3 (total - slowest) - slowest / 6, so
+        2 T = (4 total + (6 m - 5) slowest) / 3 + 2 tail, rounded down to an integer ns."""
+        m, v = self.num_microbatches, self.vpp
+        if self.schedule == "dualpipev":
+            return (4 * total + (6 * m - 5) * slowest) // 3 + v * tail
+        return total + (m * v - 1) * slowest + v * tail
 
     def time_ns_x_v(self, layers: tuple[int, ...], r: int) -> int:
         """v * T in ns of a split (layers per stage, recompute count r)."""
@@ -250,6 +265,9 @@ def _chunk_bounds(c: SplitCoefficients, layers: tuple[int, ...], s: int) -> list
         start = sum(layers[:s])
         return [(start, start + layers[s])]
     size = c.num_layers // (c.num_stages * c.vpp)
+    if c.schedule == "dualpipev":  # the V: chunks s and 2p - 1 - s
+        back = 2 * c.num_stages - 1 - s
+        return [(s * size, (s + 1) * size), (back * size, (back + 1) * size)]
     return [
         ((j * c.num_stages + s) * size, (j * c.num_stages + s + 1) * size) for j in range(c.vpp)
     ]

@@ -9,7 +9,7 @@ import numpy as np
 
 from tinker_opt.costs import overlap
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, sync_us, tail_slope_us
-from tinker_opt.costs.units import GRAD_BYTES, m_tokens, ns_array
+from tinker_opt.costs.units import GRAD_BYTES, chunks_per_rank, head_stage, m_tokens, ns_array
 from tinker_opt.costs.zero_terms import gathered_bytes, unit_exposed_us
 from tinker_opt.strategy import Strategy
 
@@ -32,9 +32,16 @@ def inflight_x_v(p: int, v: int, num_micro: int) -> np.ndarray:
     )
 
 
+def dualpipev_inflight_x_v(p: int, num_micro: int) -> np.ndarray:
+    """2 x the micro-batches each DualPipeV rank holds: PP + 1 chunk activations per device for
+    PP = 2p chunks (deepseek-ai/DualPipe README, "Pipeline Bubbles and Memory Usage Comparison")."""
+    return np.full(p, min(2 * p + 1, 2 * num_micro), dtype=np.int64)
+
+
 def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     """Stage arrays of SplitCoefficients (keys are its field names) plus `estimated`."""
-    p, v, m = s.pp, s.vpp, tb.model
+    p, v, m = s.pp, chunks_per_rank(s), tb.model
+    last = head_stage(s)
     emb = tb.cost("embedding", s)
     norm = tb.cost("final_norm", s)
     head = tb.cost("head", s)
@@ -53,12 +60,12 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     head_comm += unit_exposed_us(tb, s, last_params)
     time[0] += emb.fwd_us + emb.bwd_us + emb_comm
     comm[0] += emb_comm
-    time[-1] += norm.fwd_us + norm.bwd_us + head.fwd_us + head.bwd_us + head_comm
-    comm[-1] += head_comm
+    time[last] += norm.fwd_us + norm.bwd_us + head.fwd_us + head.bwd_us + head_comm
+    comm[last] += head_comm
     static = np.zeros(p, dtype=np.int64)
     optimizer = np.zeros(p, dtype=np.int64)
     grad = np.zeros(p, dtype=np.int64)
-    for index, params in ((0, first_params), (p - 1, last_params)):
+    for index, params in ((0, first_params), (last, last_params)):
         weights, opt = param_bytes(tb, s, params, 0)  # weights include the gradients
         static[index] += weights + opt
         optimizer[index] += opt
@@ -69,12 +76,12 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     static += tb.attention_mask_bytes
     transient = np.full(p, layer_transient, dtype=np.int64)
     transient[0] = max(transient[0], emb.transient_bytes)
-    transient[-1] = max(transient[-1], norm.transient_bytes, head.transient_bytes)
+    transient[last] = max(transient[last], norm.transient_bytes, head.transient_bytes)
     unit = max([cost.param_count for cost in layer_costs] + [first_params, last_params])
     transient += gathered_bytes(s, unit, tb.bpe)  # ZeRO 2/3: gathered units and their gradients
     act_bytes = np.zeros(p, dtype=np.int64)
     act_bytes[0] += emb.activation_bytes
-    act_bytes[-1] += norm.activation_bytes + head.activation_bytes
+    act_bytes[last] += norm.activation_bytes + head.activation_bytes
     tail, tail_sync = _stage_tails(tb, s, first_params, last_params)
     return {
         "stage_time_ns": ns_array(time),
@@ -86,7 +93,9 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
         "stage_transient_bytes": transient,
         "stage_act_bytes": act_bytes,
         "stage_mask_bytes": np.full(p, tb.attention_mask_bytes, dtype=np.int64),
-        "stage_inflight_x_v": inflight_x_v(p, v, num_micro),
+        "stage_inflight_x_v": dualpipev_inflight_x_v(p, num_micro)
+        if s.schedule == "dualpipev"
+        else inflight_x_v(p, v, num_micro),
         "stage_tail_ns": tail,
         "stage_tail_sync_ns": tail_sync,
         "estimated": emb.estimated or norm.estimated or head.estimated,
@@ -101,7 +110,7 @@ def _head_params(tb: TermBuilder, s: Strategy, head) -> int:
     """
     if tb.model.untie_embeddings_and_output_weights:
         return head.param_count
-    if s.pp == 1:
+    if s.pp == 1 or head_stage(s) == 0:
         return 0
     return tb.model.vocab_size_for(s.tp) // s.tp * tb.model.hidden_size
 
@@ -116,14 +125,18 @@ def _p2p_us(tb: TermBuilder, s: Strategy) -> tuple[float, float]:
     nbytes = m_tokens(tb.model, s) * tb.model.hidden_size * tb.bpe // (s.tp if s.sp else 1)
     scope = tb.scope(s.tp * s.cp * s.dp, s.pp)
     hop = tb.comm.time_us("send_recv", 2, scope, nbytes)
-    if s.vpp == 1 or not tb.job.overlap_p2p_comm:
-        return 2 * s.vpp * hop, 0.0
-    chunk = tb.model.num_layers // (s.pp * s.vpp)
+    v = chunks_per_rank(s)
+    # DualPipeV hides its p2p behind the other micro-batch's compute with the fb-overlap only
+    # (dualpipev.md: with it "All2All通信和P2P通信都可以被没有依赖关系的计算掩盖").
+    hides = s.moe_fb_overlap if s.schedule == "dualpipev" else tb.job.overlap_p2p_comm
+    if v == 1 or not hides:
+        return 2 * v * hop, 0.0
+    chunk = tb.model.num_layers // (s.pp * v)
     costs = [tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)) for k in tb.kind_names]
     fwd = overlap.exposed(hop, chunk * min(c.fwd_us for c in costs))
     bwd = overlap.exposed(hop, chunk * min(c.bwd_us for c in costs))
-    exposed = s.vpp * (fwd + bwd)
-    return exposed, 2 * s.vpp * hop - exposed
+    exposed = v * (fwd + bwd)
+    return exposed, 2 * v * hop - exposed
 
 
 def _stage_tails(tb: TermBuilder, s: Strategy, first_params: int, last_params: int):
@@ -133,11 +146,11 @@ def _stage_tails(tb: TermBuilder, s: Strategy, first_params: int, last_params: i
     latency = sum(sync_us(tb, s, size, scope, 0.0, False) for size, scope in tb.sync_groups(s))
     sync = np.full(p, latency, dtype=float)
     total = np.full(p, latency, dtype=float)
-    for index, params in ((0, first_params), (p - 1, last_params)):
+    for index, params in ((0, first_params), (head_stage(s), last_params)):
         sync_part, opt_us = tail_slope_us(tb, s, params, 0)
         sync[index] += sync_part
         total[index] += sync_part + opt_us
-    if p > 1 and not tb.model.untie_embeddings_and_output_weights:
+    if p > 1 and head_stage(s) > 0 and not tb.model.untie_embeddings_and_output_weights:
         words = tb.model.vocab_size_for(s.tp) // s.tp * tb.model.hidden_size
         scope = tb.scope(s.tp * s.cp * s.dp * (p - 1), 2)
         shared = tb.comm.time_us("all_reduce", 2, scope, GRAD_BYTES * words)

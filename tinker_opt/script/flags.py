@@ -112,6 +112,8 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("model", "mixture of experts", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
            "--moe-intermediate-size", "--moe-shared-expert-intermediate-size", "--n-shared-experts",
            "--first-k-dense-replace", "--moe-layer-freq"),
+    *_rows("strategy", "DualPipeV schedule and MoE forward/backward overlap (MindSpeed; costs/coefficients.py, "
+           "costs/overlap.py)", "--schedules-method", "--moe-fb-overlap"),
     *_rows("model", "how tokens reach the experts and how the experts run (costs/moe_terms.py)",
            "--moe-token-dispatcher-type", "--moe-grouped-gemm", "--moe-permute-fusion",
            "--use-fused-moe-token-permute-and-unpermute", "--moe-expert-capacity-factor",
@@ -125,11 +127,10 @@ FLAGS: tuple[Flag, ...] = (
            "--num_nodes", "--num_gpus", "--worker_num", "--local_worker_num"),
     # Known to change time or memory, not modelled.
     *_rows("not modelled", "attention activations swapped to the host (MindSpeed swap-attention)", "--swap-attention"),
-    *_rows("not modelled", "DualPipeV schedule and MoE forward/backward overlap (MindSpeed)", "--schedules-method",
-           "--moe-fb-overlap"),
     *_rows("not modelled", "further recompute / memory features (MindSpeed)", "--recompute-norm",
            "--recompute-mtp-norm", "--recompute-mtp-layer", "--enable-recompute-layers-per-pp-rank",
-           "--recompute-in-advance", "--moe-zero-memory", "--release-fp32-grad", "--recompute-modules"),
+           "--recompute-in-advance", "--moe-zero-memory", "--release-fp32-grad", "--recompute-modules",
+           "--dualpipev-dw-detach"),
     *_rows("not modelled", "communication-compute fusion (MindSpeed CoC)", "--use-ascend-coc", "--coc-fused-kernel",
            "--coc-parallel-num"),
     *_rows("not modelled", "fused kernels whose speed-up the profile does not measure", "--use-fused-swiglu",

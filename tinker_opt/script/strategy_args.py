@@ -230,6 +230,17 @@ def read_strategy(
             num_layer_list=_layer_list(launch, pp, total_layers, warn),
             **_recompute(launch, warn),
             **_overlaps(launch, tp, dist_opt, is_moe),
+            **_schedule(launch, is_moe),
         )
     except StrategyError as exc:
         raise ScriptError(f"the script's parallel flags are inconsistent: {exc}") from None
+
+
+def _schedule(launch: Launch, is_moe: bool) -> dict:
+    """MindSpeed's pipeline schedule (`--schedules-method dualpipev`) and MoE forward/backward
+    overlap (`--moe-fb-overlap`, MoE models only)."""
+    method = launch.value("--schedules-method")
+    return {
+        "schedule": "dualpipev" if method == "dualpipev" else "1f1b",
+        "moe_fb_overlap": is_moe and launch.has("--moe-fb-overlap"),
+    }

@@ -36,6 +36,9 @@ FLAG_SINCE: dict[str, dict[str, tuple[int, ...] | None]] = {
     "--num-layer-list": {MINDSPEED: (0, 9, 1), MEGATRON: None},
     "--decoder-first-pipeline-num-layers": {MINDSPEED: None, MEGATRON: (0, 10)},
     "--decoder-last-pipeline-num-layers": {MINDSPEED: None, MEGATRON: (0, 10)},
+    # MindSpeed-LLM 2.0.0: first release whose examples use them (reference/script-conventions.md).
+    "--schedules-method": {MINDSPEED: (2, 0, 0), MEGATRON: None},
+    "--moe-fb-overlap": {MINDSPEED: (2, 0, 0), MEGATRON: None},
     # Communication overlap. MindSpeed-LLM: first release whose examples use the flag
     # (reference/script-conventions.md); Megatron-LM: arguments.py of the named core release.
     "--overlap-grad-reduce": {MINDSPEED: (0, 9, 2), MEGATRON: (0, 0)},

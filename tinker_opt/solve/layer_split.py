@@ -129,7 +129,7 @@ def objective_x_v(c: SplitCoefficients, k: Scalars, n: np.ndarray, r: int) -> in
     else:
         times = stage_time_ns(c, k, n, r)
     tails = k.alpha * n + c.stage_tail_ns
-    return int(times.sum() + (c.num_microbatches * c.vpp - 1) * times.max() + c.vpp * tails.max())
+    return int(c.pipeline_x_v(int(times.sum()), int(times.max()), int(tails.max())))
 
 
 def pack(caps: np.ndarray, total: int) -> np.ndarray | None:
