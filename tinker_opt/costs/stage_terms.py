@@ -62,14 +62,21 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     comm[0] += emb_comm
     time[last] += norm.fwd_us + norm.bwd_us + head.fwd_us + head.bwd_us + head_comm
     comm[last] += head_comm
+    mtp = _mtp_terms(tb, s, norm, head)
+    time[last] += mtp["time_us"]
+    comm[last] += mtp["comm_us"]
     static = np.zeros(p, dtype=np.int64)
     optimizer = np.zeros(p, dtype=np.int64)
     grad = np.zeros(p, dtype=np.int64)
-    for index, params in ((0, first_params), (last, last_params)):
-        weights, opt = param_bytes(tb, s, params, 0)  # weights include the gradients
+    for index, params, experts in (
+        (0, first_params, 0),
+        (last, last_params, 0),
+        (last, mtp["params"], mtp["expert_params"]),
+    ):
+        weights, opt = param_bytes(tb, s, params, experts)  # weights include the gradients
         static[index] += weights + opt
         optimizer[index] += opt
-        grad[index] += grad_bytes(tb, s, params, 0)
+        grad[index] += grad_bytes(tb, s, params, experts)
     layer_costs = [tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)) for k in set(tb.kinds)]
     layer_transient = max(cost.transient_bytes for cost in layer_costs)
     # Tinker's attention mask: one seq^2 tensor per stage (Tinker itself adds it per layer).
@@ -81,8 +88,8 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     transient += gathered_bytes(s, unit, tb.bpe)  # ZeRO 2/3: gathered units and their gradients
     act_bytes = np.zeros(p, dtype=np.int64)
     act_bytes[0] += emb.activation_bytes
-    act_bytes[last] += norm.activation_bytes + head.activation_bytes
-    tail, tail_sync = _stage_tails(tb, s, first_params, last_params)
+    act_bytes[last] += norm.activation_bytes + head.activation_bytes + mtp["act_bytes"]
+    tail, tail_sync = _stage_tails(tb, s, first_params, last_params + mtp["params"])
     return {
         "stage_time_ns": ns_array(time),
         "stage_comm_ns": ns_array(comm),
@@ -99,6 +106,34 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
         "stage_tail_ns": tail,
         "stage_tail_sync_ns": tail_sync,
         "estimated": emb.estimated or norm.estimated or head.estimated,
+    }
+
+
+def _mtp_terms(tb: TermBuilder, s: Strategy, norm, head) -> dict:
+    """The multi-token-prediction modules on the stage of the output layer (`--mtp-num-layers`).
+
+    Each MTP module is one more decoder layer (of the model's last layer kind), two norms, a
+    projection h x 2h of the concatenated embedding and hidden state, and the shared output head
+    run again (DeepSeek-V3 technical report, arXiv:2412.19437, section 2.2; Megatron-LM
+    megatron/core/transformer/multi_token_prediction.py places them on the last pipeline stage).
+    ASSUMPTION: the projection's compute is left out (2 h^2 per token, small beside the layer)."""
+    k = tb.model.mtp_num_layers
+    if not k:
+        return {"time_us": 0.0, "comm_us": 0.0, "params": 0, "expert_params": 0, "act_bytes": 0}
+    kind = tb.kinds[-1]
+    layer = tb.cost(tb.layer_block[kind], s, *tb.layer_shape(kind, s))
+    fwd_comm, bwd_comm, _ = tb._layer_comm_us(kind, s, layer)
+    comm = fwd_comm + bwd_comm
+    per_module = layer.fwd_us + layer.bwd_us + 2 * (norm.fwd_us + norm.bwd_us)
+    per_module += head.fwd_us + head.bwd_us + comm
+    h = tb.model.hidden_size
+    dense = layer.param_count - layer.expert_param_count + 2 * norm.param_count + 2 * h * h // s.tp
+    return {
+        "time_us": k * per_module,
+        "comm_us": k * comm,
+        "params": k * dense,
+        "expert_params": k * layer.expert_param_count,
+        "act_bytes": k * (layer.activation_bytes + head.activation_bytes),
     }
 
 
