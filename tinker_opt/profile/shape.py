@@ -141,7 +141,11 @@ def expert_load(model: ModelSpec, num_local_experts: int = 1) -> float:
     `--moe-pad-expert-input-to-capacity` (and ModelLink's legacy GShard MoE, which always pads:
     DeepSpeed sharded_moe top2gating) every expert computes exactly c.
     A rank with n local experts: ASSUMPTION, the experts' excess loads are independent, so the
-    rank's excess is the expert's divided by sqrt(n)."""
+    rank's excess is the expert's divided by sqrt(n).
+    The profile setting's default imbalance, 1.25, is an ASSUMPTION: no measured busiest / mean
+    expert load is in the project's sources; it is the largest training capacity factor of
+    Switch Transformers (Fedus et al., 2022), the headroom an auxiliary-loss-balanced router is
+    provisioned with. Megatron's MoE README warns that dropless routing is imbalanced."""
     capacity = model.moe_expert_capacity_factor
     if capacity and model.moe_pad_expert_input_to_capacity:
         return capacity
