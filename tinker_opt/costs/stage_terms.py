@@ -38,6 +38,12 @@ def dualpipev_inflight_x_v(p: int, num_micro: int) -> np.ndarray:
     return np.full(p, min(2 * p + 1, 2 * num_micro), dtype=np.int64)
 
 
+def _inflight(s: Strategy, v: int, num_micro: int) -> np.ndarray:
+    if s.schedule == "dualpipev":
+        return dualpipev_inflight_x_v(s.pp, num_micro)
+    return inflight_x_v(s.pp, v, num_micro)
+
+
 def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     """Stage arrays of SplitCoefficients (keys are its field names) plus `estimated`."""
     p, v, m = s.pp, chunks_per_rank(s), tb.model
@@ -60,23 +66,14 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     head_comm += unit_exposed_us(tb, s, last_params)
     time[0] += emb.fwd_us + emb.bwd_us + emb_comm
     comm[0] += emb_comm
-    time[last] += norm.fwd_us + norm.bwd_us + head.fwd_us + head.bwd_us + head_comm
-    comm[last] += head_comm
     mtp = _mtp_terms(tb, s, norm, head)
-    time[last] += mtp["time_us"]
-    comm[last] += mtp["comm_us"]
-    static = np.zeros(p, dtype=np.int64)
-    optimizer = np.zeros(p, dtype=np.int64)
-    grad = np.zeros(p, dtype=np.int64)
-    for index, params, experts in (
-        (0, first_params, 0),
-        (last, last_params, 0),
-        (last, mtp["params"], mtp["expert_params"]),
-    ):
-        weights, opt = param_bytes(tb, s, params, experts)  # weights include the gradients
-        static[index] += weights + opt
-        optimizer[index] += opt
-        grad[index] += grad_bytes(tb, s, params, experts)
+    time[last] += norm.fwd_us + norm.bwd_us + head.fwd_us + head.bwd_us + head_comm + mtp["time_us"]
+    comm[last] += head_comm + mtp["comm_us"]
+    static, optimizer, grad = _edge_param_bytes(
+        tb,
+        s,
+        ((0, first_params, 0), (last, last_params, 0), (last, mtp["params"], mtp["expert_params"])),
+    )
     layer_costs = [tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)) for k in set(tb.kinds)]
     layer_transient = max(cost.transient_bytes for cost in layer_costs)
     # Tinker's attention mask: one seq^2 tensor per stage (Tinker itself adds it per layer).
@@ -100,13 +97,23 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
         "stage_transient_bytes": transient,
         "stage_act_bytes": act_bytes,
         "stage_mask_bytes": np.full(p, tb.attention_mask_bytes, dtype=np.int64),
-        "stage_inflight_x_v": dualpipev_inflight_x_v(p, num_micro)
-        if s.schedule == "dualpipev"
-        else inflight_x_v(p, v, num_micro),
+        "stage_inflight_x_v": _inflight(s, v, num_micro),
         "stage_tail_ns": tail,
         "stage_tail_sync_ns": tail_sync,
         "estimated": emb.estimated or norm.estimated or head.estimated,
     }
+
+
+def _edge_param_bytes(tb: TermBuilder, s: Strategy, parts) -> tuple[np.ndarray, ...]:
+    """(weights + gradients + states, states, gradients) per stage of the (stage, dense params,
+    expert params) parts that are not decoder layers (embedding, head, MTP modules)."""
+    static, optimizer, grad = (np.zeros(s.pp, dtype=np.int64) for _ in range(3))
+    for index, params, experts in parts:
+        weights, opt = param_bytes(tb, s, params, experts)  # weights include the gradients
+        static[index] += weights + opt
+        optimizer[index] += opt
+        grad[index] += grad_bytes(tb, s, params, experts)
+    return static, optimizer, grad
 
 
 def _mtp_terms(tb: TermBuilder, s: Strategy, norm, head) -> dict:
