@@ -62,8 +62,6 @@ class ModelSpec:
     (DeepEP)."""
     moe_grouped_gemm: bool = False
     """`--moe-grouped-gemm`: the local experts run as one grouped GEMM, else one GEMM per expert."""
-    moe_permute_fusion: bool = False
-    """`--moe-permute-fusion` (MindSpeed `--use-fused-moe-token-permute-and-unpermute`)."""
     moe_expert_capacity_factor: float | None = None
     """`--moe-expert-capacity-factor` (legacy `--moe-train-capacity-factor`): tokens above
     capacity x the mean load of an expert are dropped; None is dropless."""

@@ -39,9 +39,16 @@ def dualpipev_inflight_x_v(p: int, num_micro: int) -> np.ndarray:
 
 
 def _inflight(s: Strategy, v: int, num_micro: int) -> np.ndarray:
+    """In-flight micro-batches (x v) of the schedule. The fb-overlap pairs a forward with another
+    micro-batch's backward; with vpp, and without a pipeline, that is one more warmup (chunk)
+    micro-batch than the schedule holds alone (megatron-moe-fb-overlap.md: "warmup阶段相比于原始
+    VPP多做一个warmup microbatch"); 1F1B's steady phase already pairs them."""
     if s.schedule == "dualpipev":
         return dualpipev_inflight_x_v(s.pp, num_micro)
-    return inflight_x_v(s.pp, v, num_micro)
+    base = inflight_x_v(s.pp, v, num_micro)
+    if s.moe_fb_overlap and (v > 1 or s.pp == 1):
+        return np.minimum(base + 1, num_micro * v)
+    return base
 
 
 def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:

@@ -115,8 +115,7 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("strategy", "DualPipeV schedule and MoE forward/backward overlap (MindSpeed; costs/coefficients.py, "
            "costs/overlap.py)", "--schedules-method", "--moe-fb-overlap"),
     *_rows("model", "how tokens reach the experts and how the experts run (costs/moe_terms.py)",
-           "--moe-token-dispatcher-type", "--moe-grouped-gemm", "--moe-permute-fusion",
-           "--use-fused-moe-token-permute-and-unpermute", "--moe-expert-capacity-factor",
+           "--moe-token-dispatcher-type", "--moe-grouped-gemm", "--moe-expert-capacity-factor",
            "--moe-pad-expert-input-to-capacity", "--moe-train-capacity-factor",
            "--moe-router-force-load-balancing"),
     *_rows("model", "latent attention and multi-token prediction", "--multi-latent-attention",
@@ -135,7 +134,7 @@ FLAGS: tuple[Flag, ...] = (
            "--coc-parallel-num"),
     *_rows("not modelled", "fused kernels whose speed-up the profile does not measure", "--use-fused-swiglu",
            "--use-fused-rotary-pos-emb", "--use-fused-ring-attention-update",
-           "--moe-permutation-async-comm",
+           "--moe-permutation-async-comm", "--moe-permute-fusion", "--use-fused-moe-token-permute-and-unpermute",
            "--gemm-gradient-accumulation-fusion", "--no-gradient-accumulation-fusion", "--mlp-layer-fusion"),
     *_rows("not modelled", "further communication overlap", "--use-cp-send-recv-overlap",
            "--overlap-param-gather-with-optimizer-step", "--moe-shared-expert-overlap", "--delay-wgrad-compute",

@@ -136,8 +136,6 @@ def _routing_fields(launch: Launch) -> dict:
     return {
         "moe_token_dispatcher_type": "alltoall" if gshard else dispatcher,
         "moe_grouped_gemm": launch.has("--moe-grouped-gemm"),
-        "moe_permute_fusion": launch.has("--moe-permute-fusion")
-        or launch.has("--use-fused-moe-token-permute-and-unpermute"),
         "moe_expert_capacity_factor": capacity if capacity > 0 else None,
         "moe_pad_expert_input_to_capacity": gshard
         or launch.has("--moe-pad-expert-input-to-capacity"),
