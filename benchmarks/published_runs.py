@@ -265,7 +265,7 @@ def strategy_of(run: PublishedRun) -> Strategy:
         dp=s.get("dp", 1),
         vpp=s.get("vpp", 1),
         sp=bool(s.get("sp")),
-        dist_opt=bool(s.get("distributed_optimizer")),
+        zero=int(bool(s.get("distributed_optimizer"))),
         mbs=s["mbs"],
         recompute=s.get("recompute", "none"),
         recompute_method="uniform" if full else None,

@@ -36,6 +36,23 @@ def run_cli(
     )
 
 
+def invoke_cli(*args: str) -> subprocess.CompletedProcess:
+    """Run `tinker-opt ARGS` in this process (typer's CliRunner), as `main` would: a TinkerError
+    is exit code 2 and one `error:` line on stderr. For tests a fresh interpreter adds nothing to."""
+    from typer.testing import CliRunner
+
+    from tinker_opt.cli import app
+    from tinker_opt.errors import TinkerError
+
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    code, stderr = result.exit_code, result.stderr
+    if isinstance(result.exception, TinkerError):
+        code, stderr = 2, stderr + "error: " + " ".join(str(result.exception).split()) + "\n"
+    elif result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(list(args), code, result.stdout, stderr)
+
+
 def run_all_analytic(script: Path, tmp_path: Path, *options: str) -> tuple[dict, Path]:
     """`tinker-opt all SCRIPT` on the analytic 910B (16 NPUs per node, 57,000 MB, one CPU, quiet)
     plus `options`; asserts it succeeds and returns (summary.json, the rank-1 tuned script)."""

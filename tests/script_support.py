@@ -177,7 +177,7 @@ def _rest(draw, info, vr, allowed, world, tp, pp, cp, dp, nnodes, nproc):
         etp=etp,
         sp=draw(st.booleans()),
         vpp=vpp,
-        dist_opt=draw(st.booleans()),
+        zero=draw(st.integers(0, 1)),
         mbs=draw(st.sampled_from(mbss)),
         recompute=recompute,
         recompute_method=method,

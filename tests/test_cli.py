@@ -9,6 +9,7 @@ from cli_support import (
     EXAMPLE,
     EXAMPLE_CONFIG,
     assert_one_line_error,
+    invoke_cli,
     read_json,
     run_cli,
     write_synthetic_profile,
@@ -141,6 +142,21 @@ def test_simulate_json_matches_search(profile_dir, search_run):
     best = read_json(search_run / "summary.json")["best"]
     assert evaluation["strategy"] == best["strategy"]
     assert evaluation["iteration_time_ms"] == pytest.approx(best["iteration_time_ms"])
+
+
+def test_simulate_of_the_script_prices_its_own_strategy(profile_dir, search_run):
+    """simulate SCRIPT with no strategy flag or file is the search's `current` (summary.json), and
+    says so; one strategy flag brings back the flags' defaults for the rest."""
+    args = ("simulate", str(EXAMPLE), "--profiled-data-path", str(profile_dir))
+    args += ("--global-batch-size", "64", "--memory-limit", "60000", "--json")
+    result = invoke_cli(*args)
+    assert result.returncode == 0, result.stderr
+    current = read_json(search_run / "summary.json")["current"]
+    assert "error" not in current and current["strategy"]["tp"] == 2
+    assert json.loads(result.stdout) == current
+    assert "priced the script's own strategy tp2-pp2-dp4" in " ".join(result.stderr.split())
+    flagged = json.loads(invoke_cli(*args, "--simu-pp", "2").stdout)
+    assert (flagged["strategy"]["tp"], flagged["strategy"]["pp"]) == (1, 2)
 
 
 def test_simulate_tinker_flags(profile_dir):

@@ -51,7 +51,7 @@ def evaluations():
             recompute_method="block",
             recompute_num_layers=1,
         ),
-        Strategy(tp=1, pp=1, dp=16, mbs=1, dist_opt=True),
+        Strategy(tp=1, pp=1, dp=16, mbs=1, zero=1),
         Strategy(tp=2, pp=2, dp=4, sp=True, mbs=1),
     ]
     return sorted(
@@ -228,7 +228,7 @@ LONG = Strategy(
     etp=1,
     vpp=4,
     sp=True,
-    dist_opt=True,
+    zero=1,
     mbs=4,
     recompute="full",
     recompute_method="block",

@@ -82,7 +82,7 @@ def test_hybrid_degree_reaches_the_cost_model():
 def test_megatron_ring_is_hybrid_with_one_ulysses_rank():
     """Ring attention prices exactly as hybrid with u = 1 (cp - 1 hops of the rank's K/V)."""
     cm = _cost_model(HYBRID_MODEL, nodes=1, per_node=8, ulysses_degree=1)
-    ring = Strategy(tp=1, pp=1, dp=2, cp=4, cp_algo="megatron_cp_algo", mbs=1, dist_opt=True)
+    ring = Strategy(tp=1, pp=1, dp=2, cp=4, cp_algo="megatron_cp_algo", mbs=1, zero=1)
     hybrid = ring.replace(cp_algo="hybrid_cp_algo")
     assert cp_groups(cm._terms, hybrid) == (1, 4)
     assert cp_fwd_bwd_us(cm._terms, ring) == cp_fwd_bwd_us(cm._terms, hybrid)
@@ -94,7 +94,7 @@ def test_unaligned_ulysses_by_hand():
     (524,288 B, 4/3 of the aligned 393,216 B); K/V (2 groups < 4) are repeated to 6 heads."""
     assert ulysses_heads_factor(6, 1, 4) == pytest.approx(4 / 3)
     cm = _cost_model(UNALIGNED_MODEL, nodes=1, per_node=8)
-    s = Strategy(tp=1, pp=1, dp=2, cp=4, cp_algo="ulysses_cp_algo", mbs=1, dist_opt=True)
+    s = Strategy(tp=1, pp=1, dp=2, cp=4, cp_algo="ulysses_cp_algo", mbs=1, zero=1)
     t = cm.comm.time_us
     a2a = t("all_to_all", 4, "intra_node", 3 * 524_288) + t("all_to_all", 4, "intra_node", 524_288)
     assert cp_fwd_bwd_us(cm._terms, s) == pytest.approx((a2a, a2a))
@@ -110,7 +110,7 @@ def test_unaligned_ulysses_by_hand():
 def test_aligned_ulysses_has_no_pace_term():
     """When tp*cp divides the heads nothing is added (factor 1)."""
     cm = _cost_model(HYBRID_MODEL, nodes=1, per_node=8)
-    s = Strategy(tp=1, pp=1, dp=2, cp=4, cp_algo="ulysses_cp_algo", mbs=1, dist_opt=True)
+    s = Strategy(tp=1, pp=1, dp=2, cp=4, cp_algo="ulysses_cp_algo", mbs=1, zero=1)
     cost = _layer_cost(cm, s)
     assert unaligned_extra(cm._terms, s, cost, 0.5) == (0.0, 0.0, 0)
 

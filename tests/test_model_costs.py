@@ -73,7 +73,7 @@ MEMORY_PARTS = (
             recompute_num_layers=1,
             num_layer_list=(3, 2, 2, 1),
         ),
-        Strategy(tp=1, pp=2, dp=4, dist_opt=True, recompute="selective"),
+        Strategy(tp=1, pp=2, dp=4, zero=1, recompute="selective"),
         Strategy(tp=2, pp=4, dp=1, vpp=2, recompute="full", recompute_num_layers=1),
     ],
     ids=["full-uneven", "distopt-selective", "vpp-full"],
@@ -120,7 +120,7 @@ def test_single_device_has_no_communication():
 def test_distributed_optimizer_shards_states_and_is_not_slower():
     """dist_opt divides optimizer states by dp*cp and its reduce-scatter + all-gather is no slower."""
     plain = _model().evaluate(Strategy(dp=8))
-    sharded = _model().evaluate(Strategy(dp=8, dist_opt=True))
+    sharded = _model().evaluate(Strategy(dp=8, zero=1))
     assert sharded.stages[0]["optimizer_mb"] == pytest.approx(
         plain.stages[0]["optimizer_mb"] / 8, rel=1e-6
     )

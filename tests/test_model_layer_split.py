@@ -39,7 +39,7 @@ def configurations(draw):
         sp=tp > 1,
         vpp=vpp,
         mbs=draw(st.sampled_from([1, 2])),
-        dist_opt=draw(st.booleans()),
+        zero=draw(st.integers(0, 1)),
         recompute=recompute,
         recompute_method="block" if recompute == "full" else None,
     )

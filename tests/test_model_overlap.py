@@ -149,7 +149,7 @@ def test_reuse_fp32_param_saves_two_bytes_per_parameter_of_states():
     reuse = CostModel.from_profile(
         profile, model, cluster(1, 2, 60000), 8, job=JobOptions(reuse_fp32_param=True)
     )
-    for dist_opt in (False, True):
-        s = Strategy(dp=2, dist_opt=dist_opt)
+    for zero in (0, 1):
+        s = Strategy(dp=2, zero=zero)
         a, b = plain.evaluate(s).stages[0], reuse.evaluate(s).stages[0]
         assert b["optimizer_mb"] == pytest.approx(a["optimizer_mb"] * 10 / 12, rel=1e-6)

@@ -53,7 +53,7 @@ def test_dualpipev_with_fb_overlap_is_never_slower_than_1f1b():
     cost = _cost(_model(layers=8))
     for pp in (2, 4):
         base = Strategy(tp=1, pp=pp, dp=8 // pp, ep=2, etp=1, mbs=1)
-        v = base.replace(schedule="dualpipev", moe_fb_overlap=True)
+        v = base.replace(dualpipev=True, moe_fb_overlap=True)
         one_f_one_b, dualpipev = cost.evaluate(base), cost.evaluate(v)
         assert dualpipev.iteration_time_ms <= one_f_one_b.iteration_time_ms, pp
         assert dualpipev.time_breakdown_ms["bubble_ms"] < one_f_one_b.time_breakdown_ms["bubble_ms"]
@@ -63,7 +63,7 @@ def test_dualpipev_puts_the_head_on_the_first_rank_and_holds_pp_plus_one_chunks(
     """The V ends where it starts: embedding and output layer on rank 0; 2p + 1 chunk
     activations in flight on every rank (DualPipe README)."""
     cost = _cost(_model(layers=8))
-    s = Strategy(tp=1, pp=2, dp=4, ep=2, etp=1, schedule="dualpipev")
+    s = Strategy(tp=1, pp=2, dp=4, ep=2, etp=1, dualpipev=True)
     coefficients = cost.coefficients(s)
     assert coefficients.vpp == 2
     assert list(coefficients.stage_inflight_x_v) == [5, 5]
@@ -73,8 +73,8 @@ def test_dualpipev_puts_the_head_on_the_first_rank_and_holds_pp_plus_one_chunks(
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        (dict(schedule="dualpipev", pp=3), "multiple of 2\\*pp"),
-        (dict(schedule="dualpipev", overlap_grad_reduce=True), "overlap_grad_reduce"),
+        (dict(dualpipev=True, pp=3), "multiple of 2\\*pp"),
+        (dict(dualpipev=True, overlap_grad_reduce=True), "overlap_grad_reduce"),
         (dict(moe_fb_overlap=True, etp=2, tp=2, sp=True, dp=2), "etp 1"),
     ],
 )
@@ -84,7 +84,7 @@ def test_schedule_rules(changes, match):
     with pytest.raises(StrategyError, match=match):
         check_outer(s, _model(layers=8), s.world_size, 32)
     with pytest.raises(StrategyError, match="vpp must be 1"):
-        Strategy(pp=2, vpp=2, schedule="dualpipev")
+        Strategy(pp=2, vpp=2, dualpipev=True)
 
 
 def test_search_considers_both_schedules():

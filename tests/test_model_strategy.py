@@ -21,7 +21,7 @@ def _check(strategy, model=DENSE, gbs=64):
 
 def test_valid_strategy_passes():
     """A plain tp2-pp2-dp2 strategy with sp and the distributed optimizer is valid."""
-    _check(Strategy(tp=2, pp=2, dp=2, sp=True, dist_opt=True, mbs=2))
+    _check(Strategy(tp=2, pp=2, dp=2, sp=True, zero=1, mbs=2))
 
 
 @pytest.mark.parametrize(
@@ -130,7 +130,7 @@ def test_overlap_keys_round_trip_json():
         pp=1,
         dp=4,
         sp=True,
-        dist_opt=True,
+        zero=1,
         overlap_grad_reduce=True,
         overlap_param_gather=True,
         tp_comm_overlap=False,
@@ -138,3 +138,20 @@ def test_overlap_keys_round_trip_json():
     assert Strategy.from_dict(strategy.to_dict()) == strategy
     with pytest.raises(StrategyError, match="true, false or null"):
         Strategy(overlap_grad_reduce="yes")
+
+
+def test_choices_are_enum_members_and_json_stays_plain_strings():
+    """Spellings become members (comparisons with the spelling still hold); to_dict writes plain
+    strings; an unknown spelling names the choices."""
+    import json
+
+    from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod
+
+    s = Strategy(cp=2, cp_algo="ulysses_cp_algo", recompute="full", recompute_method="block")
+    assert s.recompute is Recompute.FULL and s.recompute == "full"
+    assert (s.recompute_method, s.cp_algo) == (RecomputeMethod.BLOCK, CpAlgo.ULYSSES)
+    data = s.to_dict()
+    assert type(data["recompute"]) is str and type(data["cp_algo"]) is str
+    assert Strategy.from_dict(json.loads(json.dumps(data))) == s
+    with pytest.raises(StrategyError, match=r"cp_algo must be one of .*'megatron_cp_algo'"):
+        Strategy(cp=2, cp_algo="ring")

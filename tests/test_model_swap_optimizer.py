@@ -20,7 +20,7 @@ from tinker_opt.strategy import Strategy
 
 MODEL = moe_model(num_layers=4, hidden=512, heads=4, seq=512, experts=4, first_dense=1)
 PROFILE = synthetic_profile(MODEL, tps=(1, 2), cps=(1,), eps=(1, 2), mbss=(1, 2))
-OUTER = Strategy(tp=2, pp=2, dp=2, ep=2, sp=True, dist_opt=True)
+OUTER = Strategy(tp=2, pp=2, dp=2, ep=2, sp=True, zero=1)
 
 
 def cost_model(
@@ -76,7 +76,7 @@ def test_faster_host_link_shrinks_the_tail():
 
 def test_without_distributed_optimizer_nothing_is_swapped():
     """MindSpeed's swap optimizer needs dist_opt: plain-optimizer coefficients are unchanged."""
-    outer = OUTER.replace(dist_opt=False)
+    outer = OUTER.replace(zero=0)
     plain, swapped = (cost_model(t).coefficients(outer) for t in (None, 16))
     assert np.array_equal(plain.layer_optimizer_bytes, swapped.layer_optimizer_bytes)
     assert np.array_equal(plain.layer_tail_ns, swapped.layer_tail_ns)
@@ -91,7 +91,7 @@ def test_swapping_makes_a_tight_budget_feasible():
         tp=1,
         pp=1,
         dp=2,
-        dist_opt=True,
+        zero=1,
         recompute="full",
         recompute_method="block",
         recompute_num_layers=4,

@@ -3,7 +3,10 @@ effect on time, and solver agreement with zero in the space."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from cli_support import assert_one_line_error, invoke_cli, write_synthetic_profile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from model_support import cluster, dense_model, moe_model, solvers_agree, synthetic_profile
@@ -19,16 +22,34 @@ from tinker_opt.strategy import Strategy
 LAYERS, HIDDEN, DEVICES = 4, 512, 4
 
 
-def test_zero_and_dist_opt_stay_consistent():
-    """zero >= 1 exactly when dist_opt: 0/1 follow dist_opt, 2/3 turn it on; JSON round-trips."""
-    assert Strategy(dist_opt=True).zero == 1 and Strategy().zero == 0
-    assert Strategy(zero=3).dist_opt and Strategy(zero=2, dist_opt=False).dist_opt
-    assert Strategy(zero=1).zero == 0  # level 1 is dist_opt: without it, no sharding
-    s = Strategy(tp=2, dp=2, zero=3)
-    assert Strategy.from_dict(s.to_dict()) == s and "z3" in s.label()
-    assert Strategy.from_dict({"tp": 1, "dist_opt": True}).zero == 1  # older JSON without `zero`
+def test_dist_opt_is_read_only_and_follows_zero():
+    """The distributed optimizer is zero >= 1, a property: no constructor argument, no second field."""
+    assert [Strategy(zero=z).dist_opt for z in (0, 1, 2, 3)] == [False, True, True, True]
+    assert "z3" in Strategy(tp=2, dp=2, zero=3).label() and "do" in Strategy(zero=1).label()
+    with pytest.raises(TypeError):
+        Strategy(**{"dist_opt": True})
     with pytest.raises(StrategyError, match="zero"):
         Strategy(zero=4)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_from_dict_round_trips_every_zero_stage(zero):
+    """to_dict -> from_dict keeps the stage; the derived `dist_opt` key is written and agrees."""
+    s = Strategy(tp=2, dp=2, zero=zero)
+    data = s.to_dict()
+    assert data["zero"] == zero and data["dist_opt"] is (zero >= 1)
+    assert Strategy.from_dict(data) == s
+    assert Strategy.from_dict({"zero": zero}).zero == zero  # no `dist_opt` key: zero alone decides
+
+
+def test_old_dist_opt_files_load_and_contradictions_name_both():
+    """`dist_opt: true` without `zero` is stage 1, false is 0; a disagreement is one error with both."""
+    assert Strategy.from_dict({"tp": 1, "dist_opt": True}).zero == 1
+    assert Strategy.from_dict({"tp": 1, "dist_opt": False}).zero == 0
+    assert Strategy.from_dict({"dist_opt": True, "zero": 3}).zero == 3
+    for data in ({"dist_opt": True, "zero": 0}, {"dist_opt": False, "zero": 2}):
+        with pytest.raises(StrategyError, match=r"dist_opt (true|false) contradicts zero [02]"):
+            Strategy.from_dict(data)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +60,7 @@ def dense_costs():
 
 
 def _stage(costs, zero: int):
-    return costs.evaluate(Strategy(tp=1, pp=1, dp=DEVICES, zero=zero, dist_opt=zero >= 1)).stages[0]
+    return costs.evaluate(Strategy(tp=1, pp=1, dp=DEVICES, zero=zero)).stages[0]
 
 
 def test_zero_memory_per_stage_matches_hand_computed(dense_costs):
@@ -75,7 +96,7 @@ def test_zero_memory_per_stage_matches_hand_computed(dense_costs):
 def test_zero3_traffic_costs_time_when_compute_cannot_hide_it(dense_costs):
     """Stage 3 all-gathers every unit twice per micro-batch; its exposed part never makes it faster
     than stage 1 here (tiny layers: the gathers outlast the compute)."""
-    t1 = dense_costs.evaluate(Strategy(tp=1, dp=DEVICES, dist_opt=True)).iteration_time_ms
+    t1 = dense_costs.evaluate(Strategy(tp=1, dp=DEVICES, zero=1)).iteration_time_ms
     t3 = dense_costs.evaluate(Strategy(tp=1, dp=DEVICES, zero=3)).iteration_time_ms
     assert t3 > t1
 
@@ -123,7 +144,7 @@ def test_sharding_makes_a_tight_limit_feasible():
     model = dense_model(num_layers=4, hidden=512, heads=8, seq=256, vocab=4096)
     profile = synthetic_profile(model, tps=(1,), cps=(1,), eps=(1,), mbss=(1,))
     probe = CostModel.from_profile(profile, model, cluster(1, 8, 1e6), 8)
-    need = {z: probe.evaluate(Strategy(dp=8, zero=z, dist_opt=True)).peak_memory_mb for z in (1, 3)}
+    need = {z: probe.evaluate(Strategy(dp=8, zero=z)).peak_memory_mb for z in (1, 3)}
     assert need[3] < need[1]
     limit = (need[1] + need[3]) / 2
     costs = CostModel.from_profile(profile, model, cluster(1, 8, limit), 8)
@@ -139,3 +160,24 @@ def test_sharding_makes_a_tight_limit_feasible():
         ),
     ).best
     assert best.strategy.zero >= 2
+
+
+def test_simulate_takes_every_zero_stage_and_refuses_a_contradiction(tmp_path):
+    """`simulate --zero 0..3` prices each stage (memory falls with the stage); `--dist-opt 0
+    --zero 2` is one line naming both values."""
+    folder = write_synthetic_profile(tmp_path / "prof")
+    base = ("simulate", "--profiled-data-path", str(folder), "--global-batch-size", "16")
+    base += ("--num-nodes", "1", "--num-npus-per-node", "8", "--json")
+    peaks = []
+    for zero in range(4):
+        result = invoke_cli(*base, "--zero", str(zero))
+        assert result.returncode == 0, result.stderr
+        evaluation = json.loads(result.stdout)
+        assert evaluation["strategy"]["zero"] == zero
+        assert evaluation["strategy"]["dist_opt"] is (zero >= 1)
+        peaks.append(evaluation["peak_memory_mb"])
+    assert peaks == sorted(peaks, reverse=True) and peaks[3] < peaks[0]
+    assert_one_line_error(
+        invoke_cli(*base, "--dist-opt", "0", "--zero", "2"), "dist_opt false", "zero 2"
+    )
+    assert_one_line_error(invoke_cli(*base, "--zero", "4"), "zero", "0, 1, 2 or 3")

@@ -42,7 +42,7 @@ def test_dense_gqa_model_from_config_json():
 def test_dense_strategy_from_overrides():
     """The launch line's --parallel.fsdp_size 16 and batch settings give the strategy (ZeRO-3 over 16)."""
     info = read_script(QWEN3_8B)
-    assert info.train.strategy == Strategy(tp=1, pp=1, dp=16, dist_opt=True, zero=3, mbs=1)
+    assert info.train.strategy == Strategy(tp=1, pp=1, dp=16, zero=3, mbs=1)
     assert info.train.global_batch_size == 16 and info.train.framework.flavour == "fsdp2"
     assert "parallel.fsdp_size" in info.fsdp2.overrides
 
@@ -200,13 +200,13 @@ def test_cli_inspect_missing_model_one_line():
 @pytest.mark.parametrize(
     "strategy, message",
     [
-        (Strategy(tp=1, pp=2, dp=8, dist_opt=True), "pipeline"),
+        (Strategy(tp=1, pp=2, dp=8, zero=1), "pipeline"),
         (
             Strategy(
                 tp=1,
                 dp=16,
                 cp=1,
-                dist_opt=True,
+                zero=1,
                 recompute="full",
                 recompute_method="block",
                 recompute_num_layers=4,

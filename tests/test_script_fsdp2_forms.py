@@ -294,7 +294,7 @@ def test_unsharded_target_leaves_reshard_alone():
     info = _read(QWEN3_30B_EP)
     out = apply_fsdp2(
         info,
-        Strategy(tp=1, dp=32, ep=8, dist_opt=False, mbs=1),
+        Strategy(tp=1, dp=32, ep=8, zero=0, mbs=1),
         nnodes=2,
         nproc_per_node=16,
         yaml_reference="t.yaml",

@@ -248,7 +248,7 @@ def test_apply_keeps_bash_syntax_and_reads_back(script, tp_pp, sp, dist_opt, rec
     tp, pp = tp_pp
     info = read_script_text(script)
     target = info.train.strategy.replace(
-        tp=tp, pp=pp, dp=8 // (tp * pp), sp=sp and tp > 1, dist_opt=dist_opt, recompute=recompute
+        tp=tp, pp=pp, dp=8 // (tp * pp), sp=sp and tp > 1, zero=int(dist_opt), recompute=recompute
     )
     out = apply_strategy(script, target, nnodes=1, nproc_per_node=8)
     ok, err = bash_syntax_ok(out.text)

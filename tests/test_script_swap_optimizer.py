@@ -70,7 +70,7 @@ def test_apply_strategy_keeps_swap_flags():
         dp=8,
         ep=8,
         sp=True,
-        dist_opt=True,
+        zero=1,
         recompute="full",
         recompute_method="block",
         recompute_num_layers=2,

@@ -26,7 +26,7 @@ def test_variable_used_once_changes_at_its_assignment():
     """TP=1 ... ${TP}: the assignment changes, the flag line does not."""
     text = text_of("pretrain_llama2_7b_ptd.sh")
     out = apply_strategy(
-        text, Strategy(tp=2, pp=2, dp=2, sp=True, dist_opt=True), nnodes=1, nproc_per_node=8
+        text, Strategy(tp=2, pp=2, dp=2, sp=True, zero=1), nnodes=1, nproc_per_node=8
     )
     assert changed_lines(text, out.text) == (["TP=1"], ["TP=2"])
 
@@ -35,7 +35,7 @@ def test_shared_variable_changes_at_the_reference():
     """MBS also feeds GBS=$((MBS*64)): the ${MBS} reference becomes a literal, MBS=1 stays."""
     text = text_of("pretrain_internlm3_8b_4k_ptd.sh")
     out = apply_strategy(
-        text, Strategy(tp=2, pp=4, dp=1, sp=True, dist_opt=True, mbs=2), nnodes=1, nproc_per_node=8
+        text, Strategy(tp=2, pp=4, dp=1, sp=True, zero=1, mbs=2), nnodes=1, nproc_per_node=8
     )
     assert "MBS=1\n" in out.text and "    --micro-batch-size 2 \\\n" in out.text
     assert read_script_text(out.text).train.global_batch_size == 64
@@ -61,7 +61,7 @@ def test_new_flags_on_a_one_line_launch():
     """Pre-1.0 style: flags sit on the launch line, so new ones are added there."""
     text = text_of("pretrain_llama_13b_ptd_modellink.sh")
     out = apply_strategy(
-        text, Strategy(tp=4, pp=2, dp=1, sp=True, dist_opt=True, mbs=2), nnodes=1, nproc_per_node=8
+        text, Strategy(tp=4, pp=2, dp=1, sp=True, zero=1, mbs=2), nnodes=1, nproc_per_node=8
     )
     assert (
         "      --pipeline-model-parallel-size 2 \\\n      --use-distributed-optimizer \\\n"
@@ -103,7 +103,7 @@ def test_switching_to_ulysses_drops_ring_options():
             cp=2,
             cp_algo="ulysses_cp_algo",
             sp=True,
-            dist_opt=True,
+            zero=1,
             recompute="full",
             recompute_method="uniform",
             recompute_num_layers=1,
@@ -126,7 +126,7 @@ def test_selective_recompute_replaces_full():
 def test_header_after_shebang_and_replaced_on_reapply():
     """Header lines follow the shebang; applying again replaces the old block."""
     text = text_of("pretrain_llama2_7b_ptd.sh")
-    strategy = Strategy(tp=1, pp=2, dp=4, dist_opt=True)
+    strategy = Strategy(tp=1, pp=2, dp=4, zero=1)
     once = apply_strategy(text, strategy, nnodes=1, nproc_per_node=8, header=["a", "b"]).text
     assert once.startswith("#!/bin/bash\n# tinker-opt: a\n# tinker-opt: b\n\n")
     twice = apply_strategy(once, strategy, nnodes=1, nproc_per_node=8, header=["c"]).text
@@ -136,9 +136,7 @@ def test_header_after_shebang_and_replaced_on_reapply():
 def test_node_counts_follow_the_target():
     """NNODES / NPUS_PER_NODE assignments change; WORLD_SIZE follows by itself."""
     text = text_of("pretrain_llama2_7b_ptd.sh")
-    out = apply_strategy(
-        text, Strategy(tp=1, pp=2, dp=16, dist_opt=True), nnodes=4, nproc_per_node=8
-    )
+    out = apply_strategy(text, Strategy(tp=1, pp=2, dp=16, zero=1), nnodes=4, nproc_per_node=8)
     assert changed_lines(text, out.text) == (["NNODES=1"], ["NNODES=4"])
 
 
@@ -146,7 +144,7 @@ def test_msrun_counts():
     """msrun: local_worker_num via NPUS_PER_NODE, worker_num via NNODES in WORLD_SIZE."""
     text = text_of("pretrain_qwen3_8b_4k_ms.sh")
     out = apply_strategy(
-        text, Strategy(tp=4, pp=2, dp=2, sp=True, dist_opt=True), nnodes=2, nproc_per_node=8
+        text, Strategy(tp=4, pp=2, dp=2, sp=True, zero=1), nnodes=2, nproc_per_node=8
     )
     assert changed_lines(text, out.text) == (["NNODES=1"], ["NNODES=2"])
 
@@ -366,9 +364,7 @@ def test_flags_added_and_removed_next_to_a_quoted_value():
         + 'PAR=(\n    --tensor-model-parallel-size 1\n    --pipeline-model-parallel-size "$PP"\n)\n'
         + launch
     )
-    out = apply_strategy(
-        text, Strategy(tp=1, pp=1, dp=8, dist_opt=True), nnodes=1, nproc_per_node=8
-    )
+    out = apply_strategy(text, Strategy(tp=1, pp=1, dp=8, zero=1), nnodes=1, nproc_per_node=8)
     assert '    --pipeline-model-parallel-size "$PP"\n    --use-distributed-optimizer\n' in out.text
     text = (
         head
@@ -385,7 +381,7 @@ def test_dualpipev_and_fb_overlap_round_trip():
     info = read_script_text(text, "ds.sh")
     assert info.train.strategy.schedule == "1f1b" and not info.train.strategy.moe_fb_overlap
     target = info.train.strategy.replace(
-        schedule="dualpipev", moe_fb_overlap=True, overlap_grad_reduce=False
+        dualpipev=True, moe_fb_overlap=True, overlap_grad_reduce=False
     )
     out = apply_strategy(text, target, nnodes=16, nproc_per_node=8, version="2.2.0")
     again = read_script_text(out.text, "ds_v.sh").train.strategy

@@ -67,7 +67,7 @@ def uniform_configurations(draw):
         sp=tp > 1,
         vpp=vpp,
         mbs=mbs,
-        dist_opt=draw(st.booleans()),
+        zero=draw(st.integers(0, 1)),
         recompute="full" if full else recompute,
         recompute_method=method,
     )

@@ -79,6 +79,15 @@ def _to_recompute(value: Any) -> str:
     raise TypeError("none | selective | full (or 0/1)")
 
 
+def _to_zero(value: Any) -> int:
+    """A ZeRO stage 0..3; Tinker's 0/1 and true/false (the distributed optimizer off / on)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, str)) and str(value).strip() in ("0", "1", "2", "3"):
+        return int(str(value).strip())
+    raise TypeError("a ZeRO stage 0, 1, 2 or 3")
+
+
 CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "int": _to_int,
     "float": _to_float,
@@ -86,6 +95,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "bool": _to_bool,
     "int_list": _to_int_list,
     "recompute": _to_recompute,
+    "zero": _to_zero,
 }
 
 
@@ -95,7 +105,7 @@ class Setting:
 
     key: str
     kind: str
-    """int | float | str | bool | int_list | recompute (a key of CONVERTERS)."""
+    """int | float | str | bool | int_list | recompute | zero (a key of CONVERTERS)."""
     default: Any
     help: str
     sections: tuple[str, ...]
@@ -193,20 +203,20 @@ TABLE = (
     _s("top_k", "int", 10, "Number of ranked strategies (and tuned scripts) to write.", S, positive=True),
     _s("headroom", "float", 10, "Memory the 'headroom' pick leaves free, in percent of --memory-limit.", S, unit="%"),
     _s("max_mbs", "int", None, "Largest micro-batch size the search may choose.", S, positive=True),
-    # simulate: the strategy
-    _s("simu_tp", "int", 1, "Tensor-parallel size.", M, positive=True, aliases=("--tp",)),
-    _s("simu_pp", "int", 1, "Pipeline-parallel size.", M, positive=True, aliases=("--pp",)),
-    _s("simu_ep", "int", 1, "Expert-parallel size.", M, positive=True, aliases=("--ep",)),
+    # simulate: the strategy (none given, with a launch script: the script's own strategy; else 1, off, none)
+    _s("simu_tp", "int", None, "Tensor-parallel size (default 1).", M, positive=True, aliases=("--tp",)),
+    _s("simu_pp", "int", None, "Pipeline-parallel size (default 1).", M, positive=True, aliases=("--pp",)),
+    _s("simu_ep", "int", None, "Expert-parallel size (default 1).", M, positive=True, aliases=("--ep",)),
     _s("simu_etp", "int", None, "Expert tensor-parallel size (default: tp).", M, positive=True, aliases=("--etp",)),
-    _s("simu_sp", "bool", False, "Sequence parallel (0/1).", M, aliases=("--sp",)),
-    _s("simu_cp", "int", 1, "Context-parallel size.", M, positive=True, aliases=("--cp",)),
+    _s("simu_sp", "bool", None, "Sequence parallel (0/1, default 0).", M, aliases=("--sp",)),
+    _s("simu_cp", "int", None, "Context-parallel size (default 1).", M, positive=True, aliases=("--cp",)),
     _s("cp_algo", "str", None, "Context-parallel algorithm (default megatron_cp_algo when cp > 1).", M),
-    _s("simu_vpp", "int", 1, "Virtual pipeline chunks per pipeline rank.", M, positive=True, aliases=("--vpp",)),
-    _s("zero", "bool", False, "Distributed optimizer (0/1); same as dist_opt.", M),
-    _s("dist_opt", "bool", None, "Distributed optimizer (0/1).", M),
-    _s("micro_batch_size", "int", 1, "Micro-batch size.", M, positive=True, aliases=("--mbs",)),
+    _s("simu_vpp", "int", None, "Virtual pipeline chunks per pipeline rank (default 1).", M, positive=True, aliases=("--vpp",)),
+    _s("zero", "zero", None, "ZeRO stage 0..3 (1 = the distributed optimizer; Tinker's 0/1; default 0).", M),
+    _s("dist_opt", "bool", None, "Distributed optimizer (0/1): zero 1 when on, 0 when off; must agree with --zero.", M),
+    _s("micro_batch_size", "int", None, "Micro-batch size (default 1).", M, positive=True, aliases=("--mbs",)),
     _s("num_layer_list", "int_list", None, "Layers per pipeline stage, e.g. 4,4,4,4.", M, positive=True),
-    _s("recompute", "recompute", "none", "none | selective | full (Tinker's 0/1 = none/full).", M),
+    _s("recompute", "recompute", None, "none | selective | full (Tinker's 0/1 = none/full; default none).", M),
     _s("recompute_num_layers", "int", None, "Layers per stage fully recomputed (default: all; uniform: 1).", M,
        positive=True),
     _s("recompute_method", "str", None, "Full recompute method: block | uniform (Megatron's; default block).", M),
@@ -224,6 +234,7 @@ _TYPES = {
     "bool": bool,
     "int_list": tuple[int, ...],
     "recompute": str,
+    "zero": int,
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tinker_opt.choices import CpAlgo, Recompute, assert_never
 from tinker_opt.errors import StrategyError
 from tinker_opt.specs import ClusterSpec, ModelSpec
 from tinker_opt.strategy import Strategy
@@ -78,7 +79,9 @@ def form_allows(layers, form: str) -> bool:
 LATEST_RULES = FrameworkRules()
 """The rules of recent framework versions: the default where the version is not known."""
 
-MODELLED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo", "hybrid_cp_algo", "kvallgather_cp_algo")
+MODELLED_CP_ALGOS = tuple(
+    algo.value for algo in (CpAlgo.MEGATRON, CpAlgo.ULYSSES, CpAlgo.HYBRID, CpAlgo.KV_ALLGATHER)
+)
 """Context-parallel algorithms the cost model times (ring, all-to-all, all-to-all inside Ulysses
 groups x ring across them, all-gather of K/V)."""
 
@@ -161,16 +164,22 @@ def _rule_cp(
 ) -> str | None:
     if s.cp == 1:
         return None
-    if s.cp_algo not in MODELLED_CP_ALGOS:
-        return (
-            f"context parallelism needs cp_algo, one of {MODELLED_CP_ALGOS} "
-            f"(got {s.cp_algo!r}; the others are not modelled)"
-        )
-    # Ring attention (also the ring of hybrid) splits each sequence into 2*cp load-balanced chunks.
-    chunks = 2 * s.cp if s.cp_algo in ("megatron_cp_algo", "hybrid_cp_algo") else s.cp
+    match s.cp_algo:
+        case CpAlgo.MEGATRON | CpAlgo.HYBRID:
+            # Ring attention (also the ring of hybrid) splits each sequence into 2*cp load-balanced chunks.
+            chunks = 2 * s.cp
+        case CpAlgo.ULYSSES | CpAlgo.KV_ALLGATHER:
+            chunks = s.cp
+        case CpAlgo.ADAPTIVE | None:
+            return (
+                f"context parallelism needs cp_algo, one of {MODELLED_CP_ALGOS} "
+                f"(got {s.cp_algo and s.cp_algo.value!r}; the others are not modelled)"
+            )
+        case _:
+            assert_never(s.cp_algo)
     if model.seq_length % chunks:
         return f"seq_length ({model.seq_length}) must be a multiple of {chunks} for cp={s.cp} with {s.cp_algo}"
-    if s.cp_algo == "ulysses_cp_algo":
+    if s.cp_algo == CpAlgo.ULYSSES:
         return ulysses_heads_message(model.num_attention_heads, s.tp, s.cp, fw)
     # hybrid_cp_algo: a degree obeying MindSpeed's rule always exists (u = 1, the heads being a
     # multiple of tp); which one is used: hybrid_ulysses_degree.
@@ -311,7 +320,7 @@ def _rule_schedule(
 def _rule_recompute_kind(
     s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
 ) -> str | None:
-    if s.recompute != "full" and s.recompute_num_layers is not None:
+    if s.recompute != Recompute.FULL and s.recompute_num_layers is not None:
         return f"recompute_num_layers ({s.recompute_num_layers}) applies to full recompute only"
     return None
 
@@ -362,7 +371,7 @@ def _layer_split_message(s: Strategy, num_layers: int, form: str = "free") -> st
 
 
 def _recompute_count_message(s: Strategy, num_layers: int) -> str | None:
-    if s.recompute != "full":
+    if s.recompute != Recompute.FULL:
         return None
     r = s.recompute_num_layers
     chunk_max = max(s.stage_layers(num_layers)) // s.vpp

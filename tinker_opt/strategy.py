@@ -14,13 +14,19 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from tinker_opt.choices import (
+    CpAlgo,
+    Recompute,
+    RecomputeMethod,
+    Schedule,
+    StrEnum,
+    assert_never,
+    choice,
+)
 from tinker_opt.errors import StrategyError
 
-RECOMPUTE_KINDS = ("none", "selective", "full")
-RECOMPUTE_METHODS = ("block", "uniform")
-SCHEDULES = ("1f1b", "dualpipev")
-"""Pipeline schedules: Megatron's 1F1B (interleaved when vpp > 1) and MindSpeed's DualPipeV
-(`--schedules-method dualpipev`: two chunks per rank in a V, costs/coefficients.py)."""
+RECOMPUTE_KINDS = tuple(kind.value for kind in Recompute)
+RECOMPUTE_METHODS = tuple(method.value for method in RecomputeMethod)
 STRATEGY_KEYS = (
     "tp",
     "pp",
@@ -37,7 +43,7 @@ STRATEGY_KEYS = (
     "recompute_method",
     "recompute_num_layers",
     "num_layer_list",
-    "schedule",
+    "dualpipev",
     "moe_fb_overlap",
     "zero",
     "overlap_grad_reduce",
@@ -52,6 +58,23 @@ ZERO_LEVELS = (0, 1, 2, 3)
 optimizer), 2 + gradients, 3 + parameters (FSDP)."""
 
 
+def zero_from_dist_opt(dist_opt: object, zero: object = None) -> int:
+    """The ZeRO stage of an older strategy file (or flag pair) that spells `dist_opt`: true means
+    at least 1 (exactly 1 without `zero`), false means 0; a `zero` that contradicts it is an error
+    naming both values."""
+    on = bool(dist_opt)
+    if zero is None:
+        return int(on)
+    if isinstance(zero, bool) or zero not in ZERO_LEVELS:
+        raise StrategyError(f"zero must be one of {ZERO_LEVELS}, got {zero!r}")
+    if on != (zero >= 1):
+        raise StrategyError(
+            f"dist_opt {str(on).lower()} contradicts zero {zero} (the distributed optimizer is "
+            "zero >= 1); give one of them or make them agree"
+        )
+    return int(zero)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Strategy:
     """One parallel configuration, as Megatron / MindSpeed-LLM flags can express it."""
@@ -60,30 +83,29 @@ class Strategy:
     pp: int = 1
     dp: int = 1
     cp: int = 1
-    cp_algo: str | None = None
+    cp_algo: CpAlgo | None = None
     """Context-parallel algorithm (`--context-parallel-algo`), None when cp == 1."""
     ep: int = 1
     etp: int | None = None
     """Expert tensor-parallel size; None means Megatron's default (= tp) or a dense model."""
     sp: bool = False
     vpp: int = 1
-    dist_opt: bool = False
     mbs: int = 1
-    recompute: str = "none"
-    recompute_method: str | None = None
+    recompute: Recompute = Recompute.NONE
+    recompute_method: RecomputeMethod | None = None
     """`block` or `uniform` with full recompute, else None."""
     recompute_num_layers: int | None = None
     """Megatron's `--recompute-num-layers` (one number for all stages), with full recompute."""
     num_layer_list: tuple[int, ...] | None = None
     """Layers per pipeline stage (`--num-layer-list`), None for an even split."""
-    schedule: str = "1f1b"
-    """Pipeline schedule (SCHEDULES): `1f1b`, or `dualpipev` (vpp 1: its two chunks per rank are
-    the schedule's own)."""
+    dualpipev: bool = False
+    """MindSpeed's DualPipeV schedule (`--schedules-method dualpipev`; vpp 1: its two chunks per
+    rank are the schedule's own, costs/coefficients.py)."""
     moe_fb_overlap: bool = False
     """MindSpeed `--moe-fb-overlap`: one micro-batch's forward hides another's backward all-to-all."""
     zero: int = 0
-    """ZeRO stage over the data-parallel (x context-parallel) group, kept consistent with dist_opt:
-    zero >= 1 exactly when dist_opt. Levels 0 and 1 follow dist_opt; 2 and 3 turn dist_opt on."""
+    """ZeRO stage over the data-parallel (x context-parallel) group (ZERO_LEVELS); the one field of
+    the optimizer sharding: the distributed optimizer is the read-only `dist_opt` (zero >= 1)."""
     overlap_grad_reduce: bool | None = None
     """`--overlap-grad-reduce`: DP gradient reduce in buckets during the backward."""
     overlap_param_gather: bool | None = None
@@ -96,28 +118,22 @@ class Strategy:
     def __post_init__(self) -> None:
         if self.zero not in ZERO_LEVELS or isinstance(self.zero, bool):
             raise StrategyError(f"zero must be one of {ZERO_LEVELS}, got {self.zero!r}")
-        if self.zero <= 1:
-            object.__setattr__(self, "zero", int(bool(self.dist_opt)))
-        else:
-            object.__setattr__(self, "dist_opt", True)
         for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise StrategyError(f"strategy {name} must be a positive integer, got {value!r}")
-        if self.schedule not in SCHEDULES:
-            raise StrategyError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if self.schedule == "dualpipev" and self.vpp != 1:
+        if self.dualpipev and self.vpp != 1:
             raise StrategyError(
                 f"dualpipev runs two chunks per rank of its own; vpp must be 1, got {self.vpp}"
             )
-        if self.recompute not in RECOMPUTE_KINDS:
-            raise StrategyError(
-                f"recompute must be one of {RECOMPUTE_KINDS}, got {self.recompute!r}"
-            )
-        if self.recompute_method is not None and self.recompute_method not in RECOMPUTE_METHODS:
-            raise StrategyError(
-                f"recompute_method must be one of {RECOMPUTE_METHODS}, got {self.recompute_method!r}"
-            )
+        object.__setattr__(
+            self, "recompute", choice(Recompute, self.recompute, "recompute", StrategyError)
+        )
+        for name, kind in (("recompute_method", RecomputeMethod), ("cp_algo", CpAlgo)):
+            if getattr(self, name) is not None:
+                object.__setattr__(
+                    self, name, choice(kind, getattr(self, name), name, StrategyError)
+                )
         for name in OVERLAP_KEYS:
             if getattr(self, name) not in (None, True, False):
                 raise StrategyError(
@@ -128,6 +144,19 @@ class Strategy:
                 f"num_layer_list has {len(self.num_layer_list)} entries but pp is {self.pp}; "
                 "give one layer count per pipeline stage"
             )
+
+    @property
+    def dist_opt(self) -> bool:
+        """Megatron's distributed optimizer (`--use-distributed-optimizer`): ZeRO stage >= 1."""
+        return self.zero >= 1
+
+    @property
+    def schedule(self) -> Schedule:
+        """The pipeline schedule: DualPipeV when chosen, interleaved 1F1B with virtual chunks
+        (vpp > 1), else 1F1B."""
+        if self.dualpipev:
+            return Schedule.DUALPIPEV
+        return Schedule.INTERLEAVED if self.vpp > 1 else Schedule.ONE_F_ONE_B
 
     @property
     def world_size(self) -> int:
@@ -150,8 +179,12 @@ class Strategy:
         return (num_layers // self.pp,) * self.pp
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of ARCHITECTURE.md, keys in schema order."""
+        """The JSON object of ARCHITECTURE.md, keys in schema order; `dist_opt` is written as the
+        derived key (zero >= 1) that the frozen Strategy schema and older readers expect."""
         out = {key: getattr(self, key) for key in STRATEGY_KEYS}
+        for key, value in out.items():
+            if isinstance(value, StrEnum):
+                out[key] = value.value  # plain strings in JSON and in dict comparisons
         if out["num_layer_list"] is not None:
             out["num_layer_list"] = list(out["num_layer_list"])
         return out
@@ -169,11 +202,13 @@ class Strategy:
                 f"unknown strategy key(s) {unknown}; expected some of {list(STRATEGY_KEYS)}"
             )
         values = {key: data[key] for key in STRATEGY_KEYS if key in data and data[key] is not None}
-        for flag in ("sp", "dist_opt", "moe_fb_overlap", *OVERLAP_KEYS):
+        for flag in ("sp", "dualpipev", "moe_fb_overlap", *OVERLAP_KEYS):
             if flag in values:
                 values[flag] = bool(values[flag])
         if "num_layer_list" in values:
             values["num_layer_list"] = tuple(int(n) for n in values["num_layer_list"])
+        if "dist_opt" in values:
+            values["zero"] = zero_from_dist_opt(values.pop("dist_opt"), values.get("zero"))
         return cls(**values)
 
     def replace(self, **changes: Any) -> Strategy:
@@ -190,8 +225,8 @@ class Strategy:
             parts.append(f"etp{self.etp}")
         if self.vpp > 1:
             parts.append(f"vpp{self.vpp}")
-        if self.schedule != "1f1b":
-            parts.append(self.schedule)
+        if self.dualpipev:
+            parts.append("dualpipev")
         if self.moe_fb_overlap:
             parts.append("fbo")
         if self.sp:
@@ -201,11 +236,16 @@ class Strategy:
         elif self.dist_opt:
             parts.append("do")
         parts.append(f"mbs{self.mbs}")
-        if self.recompute == "selective":
-            parts.append("rc_sel")
-        elif self.recompute == "full":
-            method = "_uni" if self.recompute_method == "uniform" else ""
-            parts.append(f"rc_full{method}{self.recompute_num_layers or ''}")
+        match self.recompute:
+            case Recompute.NONE:
+                pass
+            case Recompute.SELECTIVE:
+                parts.append("rc_sel")
+            case Recompute.FULL:
+                method = "_uni" if self.recompute_method == RecomputeMethod.UNIFORM else ""
+                parts.append(f"rc_full{method}{self.recompute_num_layers or ''}")
+            case _:
+                assert_never(self.recompute)
         if self.num_layer_list is not None:
             parts.append("L" + "_".join(str(n) for n in self.num_layer_list))
         return "-".join(parts)

@@ -1,6 +1,6 @@
 """`simulate`: the Strategy that Tinker-style flags (or JSON) describe, for `CostModel.evaluate`.
 
-The CLI maps its flags (`--simu-tp`, `--simu-pp`, `--simu-ep`, `--simu-sp`, `--zero`/`--dist-opt`,
+The CLI maps its flags (`--simu-tp`, `--simu-pp`, `--simu-ep`, `--simu-sp`, `--zero 0..3`/`--dist-opt`,
 `--micro-batch-size`, `--num-layer-list`, `--recompute`, `--recompute-num-layers`, `--cp`,
 `--cp-algo`, `--vpp`, `--etp`) onto `strategy_from_flags`; the data-parallel size follows from the
 cluster. `Evaluation.to_dict()` is what `--json` prints and `--detail` tabulates.
@@ -10,15 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod
 from tinker_opt.errors import StrategyError
 from tinker_opt.strategy import Strategy
 
 RECOMPUTE_ALIASES = {
-    "0": "none",
-    "1": "full",
-    "none": "none",
-    "selective": "selective",
-    "full": "full",
+    "0": Recompute.NONE,
+    "1": Recompute.FULL,
+    **{kind.value: kind for kind in Recompute},
 }
 """Tinker's `--recompute 0|1` (1 = full recompute of every layer) and our kind names."""
 
@@ -45,10 +44,10 @@ def strategy_from_flags(
     ep: int = 1,
     etp: int | None = None,
     sp: bool = False,
-    dist_opt: bool = False,
+    zero: int = 0,
     mbs: int = 1,
     num_layer_list: str | tuple[int, ...] | None = None,
-    recompute: Any = "none",
+    recompute: Any = Recompute.NONE,
     recompute_num_layers: int | None = None,
     cp: int = 1,
     cp_algo: str | None = None,
@@ -69,7 +68,7 @@ def strategy_from_flags(
         if not isinstance(num_layer_list, tuple)
         else num_layer_list
     )
-    method = recompute_method or "block"
+    method = recompute_method or RecomputeMethod.BLOCK
     r = _recompute_count(
         kind, method, recompute_num_layers, recompute_method, layers, num_layers, pp, vpp
     )
@@ -78,15 +77,15 @@ def strategy_from_flags(
         pp=pp,
         dp=num_devices // (tp * pp * cp),
         cp=cp,
-        cp_algo=(cp_algo or "megatron_cp_algo") if cp > 1 else None,
+        cp_algo=(cp_algo or CpAlgo.MEGATRON) if cp > 1 else None,
         ep=ep,
         etp=etp,
         sp=bool(sp),
         vpp=vpp,
-        dist_opt=bool(dist_opt),
+        zero=zero,
         mbs=mbs,
         recompute=kind,
-        recompute_method=method if kind == "full" else None,
+        recompute_method=method if kind == Recompute.FULL else None,
         recompute_num_layers=r,
         num_layer_list=layers,
     )
@@ -105,14 +104,14 @@ def _recompute_count(
     """`recompute_num_layers` of the simulate flags: Tinker's `--recompute 1` recomputes every
     layer, as block over the largest stage chunk or uniform with one layer per group (Megatron's
     usual full recompute); the count and method need full recompute."""
-    if method not in ("block", "uniform"):
+    if method not in tuple(RecomputeMethod):
         raise StrategyError(f"--recompute-method must be block or uniform; got {given_method!r}")
-    if kind != "full":
+    if kind != Recompute.FULL:
         if count is not None or given_method is not None:
             raise StrategyError(
                 "--recompute-num-layers / --recompute-method need --recompute full (or 1)"
             )
         return None
     chunk_max = (max(layers) if layers else -(-num_layers // pp)) // vpp
-    default = 1 if method == "uniform" else max(chunk_max, 1)
+    default = 1 if method == RecomputeMethod.UNIFORM else max(chunk_max, 1)
     return count if count is not None else default

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from tinker_opt.choices import Recompute, RecomputeMethod
 from tinker_opt.errors import StrategyError
 from tinker_opt.rules import (
     FrameworkRules,
@@ -196,10 +197,10 @@ def _etp(s: Strategy, info: ScriptInfo, vr: VersionRange) -> int | None:
 
 
 def _recompute(s: Strategy, stage_layers: int) -> dict:
-    if s.recompute != "full":
+    if s.recompute != Recompute.FULL:
         return {"recompute_method": None, "recompute_num_layers": None}
-    method = s.recompute_method or "uniform"
-    default_layers = 1 if method == "uniform" else stage_layers
+    method = s.recompute_method or RecomputeMethod.UNIFORM
+    default_layers = 1 if method == RecomputeMethod.UNIFORM else stage_layers
     return {
         "recompute_method": method,
         "recompute_num_layers": s.recompute_num_layers or default_layers,

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from tinker_opt.choices import Recompute
 from tinker_opt.emit import script_edit
 from tinker_opt.emit.script_writer import apply_cluster, with_header
 from tinker_opt.emit.yaml_edit import set_yaml_values, yaml_scalar
@@ -68,7 +69,7 @@ def fsdp2_target(strategy: Strategy, info: ScriptInfo) -> Strategy:
             "(ulysses_cp_algo or megatron_cp_algo)"
         )
     layers = info.model.num_layers
-    if strategy.recompute == "full" and (
+    if strategy.recompute == Recompute.FULL and (
         strategy.recompute_method,
         strategy.recompute_num_layers,
     ) not in (("uniform", 1), ("block", layers)):
@@ -78,7 +79,7 @@ def fsdp2_target(strategy: Strategy, info: ScriptInfo) -> Strategy:
         )
     recompute = (
         {"recompute": "full", "recompute_method": "block", "recompute_num_layers": layers}
-        if strategy.recompute == "full"
+        if strategy.recompute == Recompute.FULL
         else {"recompute": strategy.recompute}
     )
     sharded = (
@@ -96,7 +97,6 @@ def fsdp2_target(strategy: Strategy, info: ScriptInfo) -> Strategy:
         etp=strategy.tp if info.model.is_moe else None,
         sp=False,
         vpp=1,
-        dist_opt=sharded,
         zero=zero,
         mbs=strategy.mbs,
         **recompute,
@@ -107,9 +107,9 @@ def _recompute_modules(target: Strategy, modules: list[str]) -> list[str] | None
     """The `recompute_modules` list the target needs, or None when the current one reads right
     (script/fsdp2.py: full iff `model.layers.{*}` is listed, selective iff only its sub-modules are)."""
     parts = [m for m in modules if m.startswith(LAYERS + ".")]
-    if target.recompute == "full" and LAYERS not in modules:
+    if target.recompute == Recompute.FULL and LAYERS not in modules:
         wanted = [LAYERS]
-    elif target.recompute == "selective" and (LAYERS in modules or not parts):
+    elif target.recompute == Recompute.SELECTIVE and (LAYERS in modules or not parts):
         wanted = [SELECTIVE_MODULE]
     else:
         return None
@@ -132,7 +132,7 @@ def fsdp2_values(
         "parallel.tp_size": target.tp,
         "parallel.fsdp_size": shard,
         "parallel.cp_size": target.cp,
-        "parallel.recompute": target.recompute != "none",
+        "parallel.recompute": target.recompute != Recompute.NONE,
         "training.per_device_train_batch_size": target.mbs,
         "training.gradient_accumulation_steps": global_batch_size // per_step,
     }

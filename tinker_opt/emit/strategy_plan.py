@@ -8,6 +8,7 @@ New flags go next to the group that already holds their kind (parallel sizes, Mo
 
 from __future__ import annotations
 
+from tinker_opt.choices import CpAlgo, Recompute, assert_never
 from tinker_opt.emit import script_edit
 from tinker_opt.emit.expressible import overlap_flag
 from tinker_opt.emit.script_edit import Edit
@@ -143,13 +144,13 @@ def _context_parallel(plan: _Plan, s: Strategy) -> None:
         return
     algo = s.cp_algo
     plan.value("--context-parallel-algo", algo, default=DEFAULT_CP_ALGO)
-    if algo not in ("megatron_cp_algo", "hybrid_cp_algo", "adaptive_cp_algo"):
+    if algo not in (CpAlgo.MEGATRON, CpAlgo.HYBRID, CpAlgo.ADAPTIVE):
         plan.remove(*CP_RING_ONLY)
-    if algo not in ("ulysses_cp_algo", "hybrid_cp_algo"):
+    if algo not in (CpAlgo.ULYSSES, CpAlgo.HYBRID):
         plan.remove(*CP_ULYSSES_ONLY)
-    if algo != "adaptive_cp_algo":
+    if algo != CpAlgo.ADAPTIVE:
         plan.remove(*CP_ADAPTIVE_ONLY)
-    if algo == "hybrid_cp_algo":
+    if algo == CpAlgo.HYBRID:
         current = plan.launch.value("--ulysses-degree-in-cp")
         requested = int(current) if current and current.isdigit() else None
         heads = plan.info.model.num_attention_heads
@@ -206,21 +207,23 @@ def _pipeline_layout(plan: _Plan, s: Strategy) -> None:
 
 
 def _recompute(plan: _Plan, s: Strategy) -> None:
-    if s.recompute == "none":
-        plan.remove(*RECOMPUTE_OWNED)
-        return
-    if s.recompute == "selective":
-        plan.remove(*RECOMPUTE_FULL_ONLY)
-        if plan.launch.has("--recompute-activations"):
-            if plan.launch.value("--recompute-granularity") not in (None, "selective"):
-                plan.remove("--recompute-granularity")
-            return
-        plan.value("--recompute-granularity", "selective", group="recompute")
-        return
-    plan.remove("--recompute-activations", "--recompute-modules")
-    plan.value("--recompute-granularity", "full", group="recompute")
-    plan.value("--recompute-method", s.recompute_method, group="recompute")
-    plan.value("--recompute-num-layers", s.recompute_num_layers, group="recompute")
+    match s.recompute:
+        case Recompute.NONE:
+            plan.remove(*RECOMPUTE_OWNED)
+        case Recompute.SELECTIVE:
+            plan.remove(*RECOMPUTE_FULL_ONLY)
+            if plan.launch.has("--recompute-activations"):
+                if plan.launch.value("--recompute-granularity") not in (None, Recompute.SELECTIVE):
+                    plan.remove("--recompute-granularity")
+                return
+            plan.value("--recompute-granularity", Recompute.SELECTIVE, group="recompute")
+        case Recompute.FULL:
+            plan.remove("--recompute-activations", "--recompute-modules")
+            plan.value("--recompute-granularity", Recompute.FULL, group="recompute")
+            plan.value("--recompute-method", s.recompute_method, group="recompute")
+            plan.value("--recompute-num-layers", s.recompute_num_layers, group="recompute")
+        case _:
+            assert_never(s.recompute)
 
 
 def _zero(plan: _Plan, s: Strategy) -> None:

@@ -331,7 +331,6 @@ def read_fsdp2_strategy(
             etp=tp if is_moe else None,
             sp=False,
             vpp=1,
-            dist_opt=fsdp > 1,
             zero=zero,
             mbs=mbs,
             **recompute,

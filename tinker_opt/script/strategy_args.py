@@ -26,12 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod
 from tinker_opt.errors import ScriptError, StrategyError
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.model_args import int_list, int_value
 from tinker_opt.strategy import Strategy
 
-DEFAULT_CP_ALGO = "megatron_cp_algo"
+DEFAULT_CP_ALGO = CpAlgo.MEGATRON
 MEGATRON_FSDP_FLAGS = ("--use-megatron-fsdp", "--use-custom-fsdp")
 SHARDING_FLAG = "--data-parallel-sharding-strategy"
 SHARDING_STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
@@ -77,19 +78,19 @@ VPP_SIZE_FLAGS = (
 
 def _recompute(launch: Launch, warn: Callable[[str], None]) -> dict:
     granularity = launch.value("--recompute-granularity")
-    if launch.has("--recompute-activations") or granularity == "selective":
-        return {"recompute": "selective"}
-    if granularity != "full":
+    if launch.has("--recompute-activations") or granularity == Recompute.SELECTIVE:
+        return {"recompute": Recompute.SELECTIVE}
+    if granularity != Recompute.FULL:
         return {}
     method = launch.value("--recompute-method")
-    if method not in ("uniform", "block"):
+    if method not in tuple(RecomputeMethod):
         warn(
             "--recompute-granularity full without --recompute-method uniform|block; read as uniform "
             "(Megatron needs the method)"
         )
-        method = "uniform"
+        method = RecomputeMethod.UNIFORM
     return {
-        "recompute": "full",
+        "recompute": Recompute.FULL,
         "recompute_method": method,
         "recompute_num_layers": int_value(launch, "--recompute-num-layers", 1),
     }
@@ -206,7 +207,8 @@ def read_strategy(
             f"dp read as {max(world // model_parallel, 1)}"
         )
     algo = None
-    dist_opt = launch.has("--use-distributed-optimizer") or _zero(launch) >= 1
+    # --use-distributed-optimizer alone is ZeRO-1; a DeepSpeed / Megatron-FSDP stage says more.
+    zero = max(_zero(launch), int(launch.has("--use-distributed-optimizer")))
     if cp > 1:
         algo = (
             DEFAULT_CP_ALGO
@@ -224,12 +226,11 @@ def read_strategy(
             etp=_expert_tp(launch, is_moe),
             sp=launch.has("--sequence-parallel") and tp > 1,
             vpp=_vpp(launch, pp, total_layers, warn),
-            dist_opt=dist_opt,
-            zero=_zero(launch),
+            zero=zero,
             mbs=int_value(launch, "--micro-batch-size", 1),
             num_layer_list=_layer_list(launch, pp, total_layers, warn),
             **_recompute(launch, warn),
-            **_overlaps(launch, tp, dist_opt, is_moe),
+            **_overlaps(launch, tp, zero >= 1, is_moe),
             **_schedule(launch, is_moe),
         )
     except StrategyError as exc:
@@ -241,6 +242,6 @@ def _schedule(launch: Launch, is_moe: bool) -> dict:
     overlap (`--moe-fb-overlap`, MoE models only)."""
     method = launch.value("--schedules-method")
     return {
-        "schedule": "dualpipev" if method == "dualpipev" else "1f1b",
+        "dualpipev": method == "dualpipev",
         "moe_fb_overlap": is_moe and launch.has("--moe-fb-overlap"),
     }

@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from tinker_opt.choices import CpAlgo, Recompute
 from tinker_opt.errors import ConfigError
 from tinker_opt.rules import LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES
 from tinker_opt.strategy import (
@@ -24,7 +25,7 @@ from tinker_opt.strategy import (
     Strategy,
 )
 
-SEARCHED_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo")
+SEARCHED_CP_ALGOS = (CpAlgo.MEGATRON.value, CpAlgo.ULYSSES.value)
 """Context-parallel algorithms searched by default (kvallgather can be simulated and allowed)."""
 DEFAULT_MAX_MBS = 8
 
@@ -186,7 +187,7 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
     kinds = [
         (kind, method)
         for kind in space.recompute
-        for method in (space.recompute_methods if kind == "full" else (None,))
+        for method in (space.recompute_methods if kind == Recompute.FULL else (None,))
     ]
     for vpp, mbs, zero, (recompute, method) in itertools.product(vpps, mbss, zeros, kinds):
         if vpp > 1 and (gbs // (mbs * base.dp)) % base.pp:
@@ -194,7 +195,6 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
         candidate = base.replace(
             vpp=vpp,
             mbs=mbs,
-            dist_opt=zero >= 1,
             zero=zero,
             recompute=recompute,
             recompute_method=method,
@@ -221,7 +221,7 @@ def schedule_choices(s: Strategy, space: SearchSpace) -> Iterator[Strategy]:
             off["overlap_param_gather"] = False if s.overlap_param_gather is not None else None
             if fb and s.overlap_moe_comm is not None:
                 off["overlap_moe_comm"] = False
-            yield s.replace(schedule=schedule, moe_fb_overlap=fb, **off)
+            yield s.replace(dualpipev=schedule == "dualpipev", moe_fb_overlap=fb, **off)
 
 
 def overlap_choices(

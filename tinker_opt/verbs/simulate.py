@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from tinker_opt.choices import CpAlgo
 from tinker_opt.config import SimulateSettings, require
+from tinker_opt.errors import ConfigError
 from tinker_opt.rules import check_strategy
 from tinker_opt.specs import ClusterSpec
 from tinker_opt.strategy import Strategy
@@ -18,10 +20,29 @@ from tinker_opt.verbs.common import (
 )
 
 SIMULATE_SCRIPT = "(positionally or with --pretrain-script-path)"
+FLAG_PARAMS = {
+    "simu_tp": "tp",
+    "simu_pp": "pp",
+    "simu_ep": "ep",
+    "simu_etp": "etp",
+    "simu_sp": "sp",
+    "simu_cp": "cp",
+    "cp_algo": "cp_algo",
+    "simu_vpp": "vpp",
+    "micro_batch_size": "mbs",
+    "num_layer_list": "num_layer_list",
+    "recompute": "recompute",
+    "recompute_num_layers": "recompute_num_layers",
+    "recompute_method": "recompute_method",
+}
+"""simulate's strategy settings (config.TABLE) -> the keyword of costs.simulate.strategy_from_flags;
+`zero` and `dist_opt` resolve together into its `zero`."""
+STRATEGY_SETTINGS = (*FLAG_PARAMS, "zero", "dist_opt")
 
 
 def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
-    """Evaluate one strategy (from a JSON file or the flags); returns (Evaluation, warnings).
+    """Evaluate one strategy (from a JSON file, the flags, or the given launch script's own when
+    neither is given); returns (Evaluation, warnings).
 
     The model, global batch size and nodes come from the flags, else the launch script (given,
     or the profiled one), else the profile (global batch size) or the strategy (nodes)."""
@@ -57,6 +78,18 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
         devices_per_node=settings.num_npus_per_node,
         memory_limit_mb=settings.memory_limit,
     )
+    notes = []
+    if (
+        strategy is None
+        and info is not None
+        and settings.pretrain_script_path
+        and _no_flags(settings)
+    ):
+        strategy = _script_strategy(info, cluster)
+        notes.append(
+            f"no strategy flag or file given: priced the script's own strategy {strategy.label()} "
+            "(what a search's summary.json calls `current`)"
+        )
     if strategy is None:
         strategy = _strategy_from_flags(settings, cluster.num_devices, model.num_layers)
     check_strategy(strategy, model, cluster, settings.global_batch_size)
@@ -64,7 +97,8 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
         profiled, model, cluster, settings.global_batch_size, settings, info
     )
     return cost_model.evaluate(strategy), (
-        list(cost_model.warnings)
+        notes
+        + list(cost_model.warnings)
         + _layer_form_warning(strategy, info, settings)
         + _hybrid_degree_warning(strategy, info, model)
         + _unaligned_ulysses_warning(strategy, info, model, settings)
@@ -78,7 +112,7 @@ def _unaligned_ulysses_warning(strategy: Strategy, info, model, settings) -> lis
     from tinker_opt.rules import ulysses_heads_message
     from tinker_opt.script import versions
 
-    if info is None or strategy.cp == 1 or strategy.cp_algo != "ulysses_cp_algo":
+    if info is None or strategy.cp == 1 or strategy.cp_algo != CpAlgo.ULYSSES:
         return []
     vr = versions.resolve(
         getattr(settings, "version", None), info.text, info.train.framework.flavour
@@ -93,7 +127,7 @@ def _hybrid_degree_warning(strategy: Strategy, info, model) -> list[str]:
     which (MindSpeed has no default; rules.hybrid_ulysses_degree, the degree `apply` writes)."""
     from tinker_opt.rules import hybrid_ulysses_degree
 
-    if strategy.cp == 1 or strategy.cp_algo != "hybrid_cp_algo":
+    if strategy.cp == 1 or strategy.cp_algo != CpAlgo.HYBRID:
         return []
     requested = info.train.ulysses_degree_in_cp if info is not None else None
     used = hybrid_ulysses_degree(strategy.cp, strategy.tp, model.num_attention_heads, requested)
@@ -130,26 +164,43 @@ def _default_nodes(strategy: Strategy | None, info, devices_per_node: int) -> in
     return info.train.nnodes if info is not None else None
 
 
-def _strategy_from_flags(settings: SimulateSettings, num_devices: int, num_layers: int) -> Strategy:
-    """simulate's Tinker-style flags as a Strategy (dp is what the devices leave)."""
-    from tinker_opt.costs.simulate import strategy_from_flags
+def _no_flags(settings: SimulateSettings) -> bool:
+    """No strategy setting given, on the command line or in the config file."""
+    return all(getattr(settings, key) is None for key in STRATEGY_SETTINGS)
 
-    dist_opt = settings.dist_opt if settings.dist_opt is not None else settings.zero
-    return strategy_from_flags(
-        num_devices=num_devices,
-        num_layers=num_layers,
-        tp=settings.simu_tp,
-        pp=settings.simu_pp,
-        ep=settings.simu_ep,
-        etp=settings.simu_etp,
-        sp=settings.simu_sp,
-        dist_opt=dist_opt,
-        mbs=settings.micro_batch_size,
-        num_layer_list=settings.num_layer_list,
-        recompute=settings.recompute,
-        recompute_num_layers=settings.recompute_num_layers,
-        cp=settings.simu_cp,
-        cp_algo=settings.cp_algo,
-        recompute_method=settings.recompute_method,
-        vpp=settings.simu_vpp,
+
+def _script_strategy(info, cluster: ClusterSpec) -> Strategy:
+    """The launch script's own strategy on its computing layers, as the search's `current`
+    (emit/picks.py current_evaluation); the cluster must be the script's."""
+    from tinker_opt.emit.picks import computing_layer_strategy
+
+    script_devices = info.train.nnodes * info.train.nproc_per_node
+    if script_devices != cluster.num_devices:
+        raise ConfigError(
+            f"the script runs on {script_devices} devices ({info.train.nnodes} x "
+            f"{info.train.nproc_per_node}) but simulate plans for {cluster.num_devices} "
+            f"({cluster.num_nodes} x {cluster.devices_per_node}); pass --num-npus-per-node "
+            f"{info.train.nproc_per_node} or strategy flags"
+        )
+    return computing_layer_strategy(
+        info.train.strategy, info.model.noop_layers, info.num_layers_in_script
     )
+
+
+def _strategy_from_flags(settings: SimulateSettings, num_devices: int, num_layers: int) -> Strategy:
+    """simulate's Tinker-style flags as a Strategy (dp is what the devices leave); a flag not
+    given takes strategy_from_flags' default (1, off, none)."""
+    from tinker_opt.costs.simulate import strategy_from_flags
+    from tinker_opt.strategy import zero_from_dist_opt
+
+    zero = (
+        zero_from_dist_opt(settings.dist_opt, settings.zero)
+        if settings.dist_opt is not None
+        else settings.zero or 0
+    )
+    given = {
+        param: getattr(settings, key)
+        for key, param in FLAG_PARAMS.items()
+        if getattr(settings, key) is not None
+    }
+    return strategy_from_flags(num_devices=num_devices, num_layers=num_layers, zero=zero, **given)
