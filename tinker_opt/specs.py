@@ -13,12 +13,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from tinker_opt.choices import Dispatcher, choice
 from tinker_opt.errors import ConfigError
 from tinker_opt.strategy import Strategy
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 PRECISIONS = ("bf16", "fp16", "fp32")
-DISPATCHERS = ("allgather", "alltoall", "alltoall_seq", "flex")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,9 +57,9 @@ class ModelSpec:
     first_k_dense_replace: int = 0
     moe_layer_freq: int = 1
     # How tokens reach the experts and how the experts run (Megatron's MoE flags; costs/moe_terms.py).
-    moe_token_dispatcher_type: str = "allgather"
-    """`--moe-token-dispatcher-type`: allgather (Megatron's default), alltoall, alltoall_seq or flex
-    (DeepEP)."""
+    moe_token_dispatcher_type: Dispatcher = Dispatcher.ALLGATHER
+    """`--moe-token-dispatcher-type` (allgather | alltoall | alltoall_seq | flex); Megatron-LM's
+    default is allgather (megatron/training/arguments.py)."""
     moe_grouped_gemm: bool = False
     """`--moe-grouped-gemm`: the local experts run as one grouped GEMM, else one GEMM per expert."""
     moe_expert_capacity_factor: float | None = None
@@ -111,11 +111,10 @@ class ModelSpec:
             )
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.moe_token_dispatcher_type not in DISPATCHERS:
-            raise ConfigError(
-                f"moe_token_dispatcher_type must be one of {DISPATCHERS}, got "
-                f"{self.moe_token_dispatcher_type!r}"
-            )
+        dispatcher = choice(
+            Dispatcher, self.moe_token_dispatcher_type, "moe_token_dispatcher_type", ConfigError
+        )
+        object.__setattr__(self, "moe_token_dispatcher_type", dispatcher)
         if self.moe_load_imbalance is not None and self.moe_load_imbalance < 1:
             raise ConfigError(f"moe_load_imbalance must be >= 1, got {self.moe_load_imbalance}")
 
@@ -161,6 +160,7 @@ class ModelSpec:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["noop_layers"] = list(self.noop_layers)
+        out["moe_token_dispatcher_type"] = str(self.moe_token_dispatcher_type)
         return out
 
     @classmethod
