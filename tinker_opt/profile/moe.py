@@ -107,23 +107,32 @@ class GroupedExperts(nn.Module):
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
+MAX_TRACED_GEMMS = 8
+"""Most separate expert GEMMs a SequentialExperts traces: more local experts run in this many
+batched groups (tracing 128 separate experts costs half a minute per profiled shape).
+ASSUMPTION: above 8 local experts the small-GEMM penalty of the loop is understated (each group
+is timed at the size of its experts together)."""
+
+
 class SequentialExperts(nn.Module):
-    """The rank's routed experts as separate GEMMs, one expert after another (no grouped GEMM)."""
+    """The rank's routed experts as separate GEMMs, one expert after another (no grouped GEMM);
+    more than MAX_TRACED_GEMMS local experts in that many equal groups."""
 
     def __init__(self, num_experts: int, hidden: int, ffn_local: int, **kwargs) -> None:
         super().__init__()
-        self.local = nn.ModuleList(
-            GroupedExperts(1, hidden, ffn_local, **kwargs) for _ in range(num_experts)
-        )
+        groups = min(num_experts, MAX_TRACED_GEMMS)
+        sizes = [num_experts // groups + (i < num_experts % groups) for i in range(groups)]
+        self.local = nn.ModuleList(GroupedExperts(n, hidden, ffn_local, **kwargs) for n in sizes)
 
     @property
     def num_experts(self) -> int:
-        return len(self.local)
+        return sum(group.num_experts for group in self.local)
 
     def forward(self, dispatched: torch.Tensor) -> torch.Tensor:
         """dispatched [T, h] grouped by expert, the first T % E experts one token more (balanced)."""
         per, extra = divmod(dispatched.shape[0], self.num_experts)
-        sizes = [per + 1] * extra + [per] * (self.num_experts - extra)
+        sizes = [group.num_experts * per for group in self.local]
+        sizes[0] += extra  # the first group's first `extra` experts get one token more
         chunks = torch.split(dispatched, sizes)
         return torch.cat([e(c) for e, c in zip(self.local, chunks, strict=True) if c.shape[0]])
 
