@@ -47,6 +47,7 @@ def test_to_dict_has_the_interface_keys():
         "fits",
         "estimated",
         "in_block_times",
+        "framework_memory",
     }
     assert len(out["stages"]) == 2 and all(set(stage) >= STAGE_KEYS for stage in out["stages"])
 

@@ -1,4 +1,4 @@
-"""Command line: profile | search | simulate | all, plus inspect, apply and calibrate.
+"""Command line: profile | search | simulate | all, plus inspect, apply, calibrate and check.
 
 This module only parses and prints; the verbs' work is in the verbs package. The settings options of
 profile, search, simulate and all come from config.TABLE (`with_settings`): kebab-case plus
@@ -287,7 +287,8 @@ def simulate(
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return
     console.print(strategies_table([result], "simulated strategy"))
-    fits = "fits" if result.get("fits", True) else f"does NOT fit in {settings.memory_limit:g} MB"
+    limit = f"{settings.memory_limit:g} MB" if settings.memory_limit else "the device's budget"
+    fits = "fits" if result.get("fits", True) else f"does NOT fit in {limit}"
     console.print(
         f"iteration {result['iteration_time_ms']:.1f} ms, peak {result['peak_memory_mb']:.0f} MB ({fits})"
     )
@@ -363,10 +364,28 @@ def apply(
     console.print("wrote " + " and ".join(str(path) for path in written))
 
 
+LOG_OPT = typer.Option(
+    None, "--log", help="A training log (file or TensorBoard folder); repeat for several runs."
+)
+HARDWARE_OPT = typer.Option(None, "--hardware", help="Hardware description (name or JSON file).")
+SKIP_FIRST_OPT = typer.Option(
+    1, "--skip-first", help="Logged iteration records to drop as start-up (steady-state rule)."
+)
+NPUS_OPT = typer.Option(
+    None,
+    "--num-npus-per-node",
+    "--num_npus_per_node",
+    help="Devices per node when the job comes from the log's argument dump (default: up to 8).",
+)
+
+
 @app.command()
 def calibrate(
-    profile_dir: Path = typer.Argument(
-        ..., help="A measured profiled-data folder of a real device."
+    source: Path | None = typer.Argument(
+        None,
+        help="A measured profiled-data folder; with --log: the launch script of the logs "
+        "(default: each log's argument dump).",
+        show_default=False,
     ),
     hardware: str = typer.Option(
         ..., "--hardware", help="The description to start from (name or JSON file)."
@@ -374,9 +393,75 @@ def calibrate(
     output: Path = typer.Option(
         ..., "--output", "-o", help="Where to write the fitted hardware JSON."
     ),
+    log: list[Path] | None = LOG_OPT,
+    skip_first: int = SKIP_FIRST_OPT,
+    num_npus_per_node: int | None = NPUS_OPT,
 ) -> None:
-    """Fit a hardware description's efficiency curves and links to a measured profile."""
-    console.print(f"wrote {verbs.run_calibrate(profile_dir, hardware, output)}")
+    """Fit a hardware description to a measured profile, or (--log) to the iteration times of runs."""
+    if not log:
+        if source is None:
+            raise ConfigError("calibrate needs a profiled-data folder, or --log LOG [SCRIPT]")
+        console.print(f"wrote {verbs.run_calibrate(source, hardware, output)}")
+        return
+    from tinker_opt.emit.check_tables import calibration_table
+
+    report = verbs.run_calibrate_log(
+        list(log),
+        str(source) if source is not None else None,
+        verbs.DeviceChoice(hardware=hardware, num_npus_per_node=num_npus_per_node),
+        output,
+        skip_first=skip_first,
+    )
+    console.print(calibration_table(report))
+    if report["capped"]:
+        err_console.print(
+            "[bold yellow]WARNING[/bold yellow] the logs ask for an efficiency above 1 (faster "
+            "than the peak): the description's peak rates or its communication are off"
+        )
+    console.print(f"wrote {report['output']}")
+
+
+@app.command()
+def check(
+    log: Path = typer.Argument(..., help="Training log: a file, or a TensorBoard folder."),
+    script: Path | None = typer.Argument(
+        None,
+        help="The launch script of the run (default: the log's argument dump).",
+        show_default=False,
+    ),
+    profiled_data_path: str | None = typer.Option(
+        None, "--profiled-data-path", "--profiled_data_path", help="Profiled-data folder."
+    ),
+    device: str | None = typer.Option(
+        None, "--device", help="analytic: price the job from --hardware (no profile needed)."
+    ),
+    hardware: str | None = HARDWARE_OPT,
+    skip_first: int = SKIP_FIRST_OPT,
+    num_npus_per_node: int | None = NPUS_OPT,
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Set a training log's measured iteration time and memory beside the prediction."""
+    from tinker_opt.emit.check_tables import check_table
+
+    choice = verbs.DeviceChoice(
+        profiled_data_path=profiled_data_path,
+        device=device,
+        hardware=hardware,
+        num_npus_per_node=num_npus_per_node,
+    )
+    result, warnings = verbs.run_check(
+        log, str(script) if script else None, choice, skip_first=skip_first
+    )
+    for warning in warnings:
+        err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}", highlight=False)
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        return
+    console.print(check_table(result))
+    console.print(
+        f"iterations used: {result['iterations_used']} ({result['steady_state_rule']})",
+        highlight=False,
+    )
 
 
 def main() -> None:

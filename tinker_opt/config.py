@@ -191,7 +191,7 @@ TABLE = (
     _s("global_batch_size", "int", None, "Global batch size in samples (default: the script's).", f"{S} {M}", positive=True),
     _s("num_nodes", "int", None, "Nodes of the target cluster (default: the script's; simulate: else the strategy's).", f"{S} {M}", positive=True),
     _s("num_npus_per_node", "int", 8, "Devices per node of the target cluster.", f"{S} {M}", positive=True),
-    _s("memory_limit", "float", 57000, "Modelled memory budget per device (weights, grads, optimizer, activations, transients).", f"{S} {M}", unit="MB", positive=True),
+    _s("memory_limit", "float", None, "Modelled memory budget per device (weights, grads, optimizer, activations, transients); default: the device's memory (--hardware or the profile's description) less what the framework keeps, else 57000.", f"{S} {M}", unit="MB", positive=True),
     _s("inter_node_bandwidth", "float", None, "Inter-node bandwidth per device (overrides the profile).", f"{S} {M}", unit="GB/s", positive=True),
     _s("model_config", "str", None, "FSDP2 launches: the model's Hugging Face config.json, when model.model_name_or_path is not on this machine.", f"{P} {S} {M}"),
     _s("hardware", "str", None, "Hardware description (name or JSON file): communication figures, and the analytic device.", f"{P} {S} {M}"),
@@ -203,6 +203,7 @@ TABLE = (
     _s("top_k", "int", 10, "Number of ranked strategies (and tuned scripts) to write.", S, positive=True),
     _s("headroom", "float", 10, "Memory the 'headroom' pick leaves free, in percent of --memory-limit.", S, unit="%"),
     _s("max_mbs", "int", None, "Largest micro-batch size the search may choose.", S, positive=True),
+    _s("log", "str", None, "Training log of a run of this machine: calibrate --hardware on it, then search an analytic profile re-timed on the fit.", S),
     # simulate: the strategy (none given, with a launch script: the script's own strategy; else 1, off, none)
     _s("simu_tp", "int", None, "Tensor-parallel size (default 1).", M, positive=True, aliases=("--tp",)),
     _s("simu_pp", "int", None, "Pipeline-parallel size (default 1).", M, positive=True, aliases=("--pp",)),

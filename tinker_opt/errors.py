@@ -28,3 +28,7 @@ class StrategyError(TinkerError):
 
 class InfeasibleError(TinkerError):
     """No strategy fits under the memory limit; the message gives the least memory needed."""
+
+
+class LogError(TinkerError):
+    """A training log cannot be read (not a log, no iteration times, an unknown form)."""

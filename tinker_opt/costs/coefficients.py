@@ -13,7 +13,8 @@ Pipeline (Narayanan et al. 2021, Megatron-LM): with v virtual chunks per rank an
     v * T = sum_s t_s + (m*v - 1) * max_s t_s + v * max_s tail_s
 which is 1F1B's `sum + (m - 1) * max` for v = 1 and gives the interleaved bubble (p - 1) / v * t for
 balanced stages; `tail_s` is the stage's exposed gradient synchronisation plus its optimizer step.
-DualPipeV (two chunks per rank in a V) has its own bubble: SplitCoefficients.pipeline_x_v.
+The formula is written once, in costs/pipeline.py, for this module and every solver.
+DualPipeV (two chunks per rank in a V) has its own bubble there.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from tinker_opt.costs.pipeline import pipeline_x_v
 from tinker_opt.costs.recompute import chunk_plan
 from tinker_opt.strategy import Strategy
 
@@ -42,6 +44,8 @@ class Memo:
     """(r, tables) of the last r tabulated (mixed_split.range_costs)."""
     mixed_terms: dict[int, Any] = field(default_factory=dict)
     """Per-r bound terms of a mixed stack (mixed_split.bound_terms_for_r)."""
+    even_split: tuple[Any] | None = None
+    """(the even split of a virtual pipeline, or None when it does not fit,) (stacks.Stack)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,23 +191,7 @@ class SplitCoefficients:
         """The objective, v * T in ns: sum_s t_s + (m*v - 1) * max_s t_s + v * max_s tail_s
         (module docstring)."""
         times = [st.time_ns for st in stages]
-        return self.pipeline_x_v(sum(times), max(times), max(st.tail_ns for st in stages))
-
-    def pipeline_x_v(self, total, slowest, tail):
-        """v * T from the sum and the largest of the per-stage times and the largest tail (ints or
-        arrays). 1F1B / interleaved: total + (m v - 1) slowest + v tail (module docstring).
-
-        DualPipeV (v = 2): bubble (p - 1)(F&B + B - W) - F per chunk (Ascend/MindSpeed
-        docs/features/dualpipev.md; deepseek-ai/DualPipe README) with a rank's micro-batch
-        t = 2 (F + B). ASSUMPTION: B = 2F and W = B / 2 (the weight gradients are half of the
-        backward, as in Zero Bubble, Qi et al. 2023), F&B = F + B (the overlap it brings is
-        priced on the all-to-all: costs/overlap.py). Bubble = 2/3 (p - 1) t - t / 6, written for
-        unequal stages as 2/3 (total - slowest) - slowest / 6, so
-        2 T = (4 total + (6 m - 5) slowest) / 3 + 2 tail, rounded down to an integer ns."""
-        m, v = self.num_microbatches, self.vpp
-        if self.schedule == "dualpipev":
-            return (4 * total + (6 * m - 5) * slowest) // 3 + v * tail
-        return total + (m * v - 1) * slowest + v * tail
+        return pipeline_x_v(self, sum(times), max(times), max(st.tail_ns for st in stages))
 
     def time_ns_x_v(self, layers: tuple[int, ...], r: int) -> int:
         """v * T in ns of a split (layers per stage, recompute count r)."""

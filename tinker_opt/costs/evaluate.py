@@ -15,6 +15,12 @@ from typing import Any
 
 from tinker_opt.costs.coefficients import SplitCoefficients, StageCost
 from tinker_opt.costs.comm_model import CommModel
+from tinker_opt.costs.framework_memory import (
+    accelerator_of,
+    framework_memory,
+    framework_stages,
+    framework_summary,
+)
 from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
 from tinker_opt.costs.profile_table import BlockTable
 from tinker_opt.costs.terms import TermBuilder
@@ -46,6 +52,9 @@ class Evaluation:
     in_block_times: tuple[str, ...] = ()
     """Terms not added because the profile's block times include them (Tinker folders:
     `tp_comm`, `ep_comm`); the breakdown's comm_ms then holds only the other collectives."""
+    framework_memory: dict[str, Any] = field(default_factory=dict, compare=False)
+    """What the framework allocates and keeps beyond the modelled memory, and the predicted
+    allocated / reserved / device peaks (costs/framework_memory.py)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +67,7 @@ class Evaluation:
             "fits": self.fits,
             "estimated": self.estimated,
             "in_block_times": list(self.in_block_times),
+            "framework_memory": dict(self.framework_memory),
         }
 
 
@@ -79,6 +89,7 @@ class CostModel:
         times_include_ep_comm: bool = False,
         attention_mask_bytes: int = 0,
         layer_form: str = "free",
+        accelerator: str = "cuda",
     ) -> None:
         self.model = model
         self.cluster = cluster
@@ -101,6 +112,8 @@ class CostModel:
             layer_form=layer_form,
         )
         self._cache: dict[Strategy, SplitCoefficients] = {}
+        self.accelerator = accelerator
+        """cuda | npu: the framework's context and communication buffers (framework_memory.py)."""
 
     @classmethod
     def from_profile(
@@ -137,6 +150,9 @@ class CostModel:
             times_include_tp_comm=bool(meta.times_include_tp_comm),
             times_include_ep_comm=bool(meta.times_include_ep_comm),
             attention_mask_bytes=meta.attention_mask_bytes or 0,
+            accelerator=accelerator_of(
+                hardware.name if hardware is not None else None, str(meta.device)
+            ),
         )
 
     @property
@@ -206,7 +222,14 @@ class CostModel:
             self.model.seq_length,
             self.cluster.num_devices,
         )
-        return dataclasses.replace(evaluation, in_block_times=self._terms.left_out())
+        framework = framework_memory(self.model, strategy, self.accelerator)
+        stages = framework_stages(evaluation.stages, framework)
+        return dataclasses.replace(
+            evaluation,
+            stages=stages,
+            in_block_times=self._terms.left_out(),
+            framework_memory=framework_summary(stages, framework),
+        )
 
     def split_strategy(self, outer: Strategy, layers: tuple[int, ...], r: int) -> Strategy:
         """The full Strategy of an outer configuration with a split and recompute count."""

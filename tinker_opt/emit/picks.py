@@ -10,8 +10,9 @@
 * Picks: the fastest; the fastest keeping the checkpoint's tp / pp / ep (no conversion) when the
   script loads one (`--load`); the fastest leaving `--headroom` percent of the memory limit free; the fastest
   without pipeline parallelism. Each pick is exact: the ranked list answers when its first entry
-  (or, for a rule on the layout alone, any entry of the exact top-k) qualifies; otherwise a search
-  restricted to the rule (a narrower SearchSpace, or the memory limit less the headroom) runs.
+  (or, for a rule on the layout alone, any entry of the exact top-k) qualifies; otherwise the
+  search's own presolve answers the rule (a narrower SearchSpace, or the memory limit less the
+  headroom; SearchResult.best_within), with no second search.
 """
 
 from __future__ import annotations
@@ -252,14 +253,16 @@ MAX_POOL = 400
 def deep_ranking(run_search: Callable[[int], Any], top_k: int):
     """The SearchResult of `run_search(depth)` ranked deep enough that top_k strategies remain after
     folding near-copies: POOL_FACTOR x top_k first, four times deeper while too few remain, until
-    the space is exhausted or MAX_POOL is reached."""
+    the space is exhausted or MAX_POOL is reached. One search: the deeper rankings come from its
+    presolve (SearchResult.deepen)."""
     depth = POOL_FACTOR * top_k
+    result = run_search(depth)
     while True:
-        result = run_search(depth)
         kept, _ = fold_near_copies([e.to_dict() for e in result.top])
         if len(kept) >= top_k or len(result.top) < depth or depth >= MAX_POOL:
             return result
         depth = min(4 * depth, MAX_POOL)
+        result = result.deepen(depth)
 
 
 @dataclass(frozen=True)

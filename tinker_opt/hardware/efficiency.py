@@ -134,3 +134,17 @@ class DeviceEfficiency:
             "fuse_elementwise": self.fuse_elementwise,
             "notes": list(self.notes),
         }
+
+
+def slowed(curve: EfficiencyCurve, factor: float) -> tuple[EfficiencyCurve, bool]:
+    """The curve with every op `factor` times slower (efficiency / factor, half size kept, so
+    each op's time (x + half) / (e * peak) scales by exactly `factor`); capped at efficiency 1.
+    The flag says whether the cap was hit (the device would have to beat its peak)."""
+    if curve.points:
+        points = tuple((size, min(1.0, eff / factor)) for size, eff in curve.points)
+        capped = any(eff / factor > 1 for _, eff in curve.points)
+        return EfficiencyCurve(points=points), capped
+    efficiency = curve.max_efficiency / factor
+    return EfficiencyCurve(max_efficiency=min(1.0, efficiency), half_size=curve.half_size), (
+        efficiency > 1
+    )

@@ -189,3 +189,31 @@ def fit_link(
         num_samples=int(keep.sum()),
     )
     return float(latency_us), float(1 / inv_bw), result
+
+
+def fit_time_scale(
+    device_ms: Sequence[float], fixed_ms: Sequence[float], measured_ms: Sequence[float]
+) -> tuple[float, FitResult]:
+    """One factor `a` on the device-bound part of whole iterations: measured ~ a * device + fixed.
+
+    A training log gives one number per job (its iteration time), so it determines one
+    parameter: how much slower (a > 1) or faster the device runs than its description says.
+    `device_ms` is the modelled time that runs at the device's efficiency (compute, recompute,
+    bubble, optimizer step), `fixed_ms` the rest (exposed communication). Relative least
+    squares over the logs (each row weighted by 1/measured), a >= 0.05."""
+    device, fixed, measured = (
+        np.asarray(x, dtype=float) for x in (device_ms, fixed_ms, measured_ms)
+    )
+    keep = (measured > 0) & (device > 0)
+    if not keep.any():
+        raise ValueError("need at least one log with a measured time and modelled device time")
+    a_matrix = (device[keep] / measured[keep])[:, None]
+    target = 1 - fixed[keep] / measured[keep]
+    (scale,) = bounded_lstsq(a_matrix, target, np.array([0.05]))
+    rel = np.abs((scale * device[keep] + fixed[keep]) / measured[keep] - 1)
+    return float(scale), FitResult(
+        values=(float(scale),),
+        mean_abs_rel_error=float(rel.mean()),
+        max_abs_rel_error=float(rel.max()),
+        num_samples=int(keep.sum()),
+    )

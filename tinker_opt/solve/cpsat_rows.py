@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tinker_opt.costs.pipeline import pipeline_x_v
 from tinker_opt.solve.form_split import form_equalities
 from tinker_opt.solve.layer_bounds import bound_terms, upper_caps
 from tinker_opt.solve.layer_split import Split, memory_caps
@@ -23,7 +24,7 @@ def cpsat_uniform(
 ):
     """Layer counts n_s with scalar coefficients; returns (decoder, lower-bound term)."""
     c, k = stack.c, stack.k
-    L, p, m = c.num_layers, c.num_stages, c.num_microbatches
+    L, p = c.num_layers, c.num_stages
     caps = upper_caps(c, k)
     n = [model.new_int_var(1, int(caps[s]), f"n{i}_{s}") for s in range(p)]  # layers of stage s
     model.add(sum(n) == L).only_enforce_if(x)
@@ -63,7 +64,9 @@ def cpsat_uniform(
             k.w * n[s] + kk * k.act * (n[s] - rs[s]) + kk * k.inp * rs[s]
             <= c.memory_limit_bytes - fixed
         ).only_enforce_if(x)
-    model.add(objective >= factor * (sum(times) + (m - 1) * bottleneck + tail)).only_enforce_if(x)
+    model.add(objective >= factor * pipeline_x_v(c, sum(times), bottleneck, tail)).only_enforce_if(
+        x
+    )
 
     def decode(value) -> Split:
         layers = tuple(int(value(v)) for v in n)
@@ -84,7 +87,7 @@ def cpsat_mixed(
     variables, and every per-stage quantity is a difference of prefix sums read by element
     constraints at the boundaries and at the recompute ends b_s + min(r, n_s)."""
     c = stack.c
-    L, p, m = c.num_layers, c.num_stages, c.num_microbatches
+    L, p = c.num_layers, c.num_stages
     bd = [0] + [model.new_int_var(s, L - p + s, f"b{i}_{s}") for s in range(1, p)] + [L]
     n = [bd[s + 1] - bd[s] for s in range(p)]  # layers of stage s (>= 1: ordered boundaries)
     for s in range(p):
@@ -100,9 +103,9 @@ def cpsat_mixed(
     for s in range(p):
         model.add(bottleneck >= times[s]).only_enforce_if(x)
         model.add(tail_max >= tails[s]).only_enforce_if(x)
-    model.add(objective >= factor * (sum(times) + (m - 1) * bottleneck + tail_max)).only_enforce_if(
-        x
-    )
+    model.add(
+        objective >= factor * pipeline_x_v(c, sum(times), bottleneck, tail_max)
+    ).only_enforce_if(x)
 
     def decode(value) -> Split:
         cuts = [0] + [int(value(v)) for v in bd[1:-1]] + [L]

@@ -13,9 +13,12 @@ increasing order of its lower bound. The CP-SAT and MILP models add the same for
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.costs.pipeline import pipeline_x_v
 from tinker_opt.solve.mixed_split import range_costs
 
 
@@ -69,30 +72,53 @@ def feasible_under_caps(caps: np.ndarray, num_layers: int, form: str) -> bool:
     return bool((rows <= caps[None, :]).all(axis=1).any())
 
 
-def best_form_split(c: SplitCoefficients, r_bounds: dict[int, int]):
+FormTables = Callable[[list[int], np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+"""(recompute counts, rows of layer counts) -> (t_s, tail_s, fits) of every stage of every row
+for each count, (counts, rows, p) each."""
+BIG = np.iinfo(np.int64).max // 4
+
+
+def range_tables(c: SplitCoefficients) -> FormTables:
+    """The form tables of any stack, read from mixed_split.range_costs at the rows' boundaries
+    (one count at a time: the range tables are p (L+1)^2 large)."""
+
+    def tables(rs: list[int], rows: np.ndarray):
+        ends = np.cumsum(rows, axis=1)
+        index = (np.arange(c.num_stages)[None, :], ends - rows, ends)
+        priced = [range_costs(c, r) for r in rs]
+        return tuple(
+            np.stack([getattr(rc, name)[index] for rc in priced])
+            for name in ("time", "tail", "valid")
+        )
+
+    return tables
+
+
+def best_form_split(
+    c: SplitCoefficients, r_bounds: dict[int, int], tables: FormTables, batch: int = 1
+):
     """(v*T, layers, r) of the best split of the form, None if none fits; `r_bounds` maps each
-    candidate recompute count to a valid lower bound of v*T with it (visited in that order)."""
+    candidate recompute count to a valid lower bound of v*T with it (visited in that order, up to
+    `batch` counts priced together); `tables` prices the rows (range_tables, or a uniform stack's
+    per-count tables)."""
     rows = form_splits(c.num_layers, c.num_stages, c.layer_form)
     if len(rows) == 0:
         return None
-    ends = np.cumsum(rows, axis=1)
-    starts = ends - rows
-    stages = np.arange(c.num_stages)[None, :]
-    m = c.num_microbatches
+    order = sorted(r_bounds, key=lambda value: (r_bounds[value], value))
     best = None
-    for r in sorted(r_bounds, key=lambda value: (r_bounds[value], value)):
-        if best is not None and r_bounds[r] >= best[0]:
+    for first in range(0, len(order), batch):
+        chunk = order[first : first + batch]
+        if best is not None and r_bounds[chunk[0]] >= best[0]:
             break
-        rc = range_costs(c, r)
-        ok = rc.valid[stages, starts, ends].all(axis=1)
-        if not ok.any():
-            continue
-        times = rc.time[stages, starts, ends][ok]
-        tails = rc.tail[stages, starts, ends][ok]
-        objective = times.sum(axis=1) + (m - 1) * times.max(axis=1) + tails.max(axis=1)
-        index = int(np.argmin(objective))
-        value = int(objective[index])
-        if best is None or value < best[0]:
-            layers = tuple(int(n) for n in rows[ok][index])
-            best = (value, layers, min(r, max(layers)) if c.outer.recompute == "full" else 0)
+        times, tails, fits = tables(chunk, rows)
+        objective = pipeline_x_v(c, times.sum(axis=2), times.max(axis=2), tails.max(axis=2))
+        objective = np.where(fits.all(axis=2), objective, BIG)
+        index = objective.argmin(axis=1)
+        for j, r in enumerate(chunk):  # the visiting order, as one count at a time
+            if best is not None and r_bounds[r] >= best[0]:
+                break
+            value = int(objective[j, index[j]])
+            if value < BIG and (best is None or value < best[0]):
+                layers = tuple(int(n) for n in rows[index[j]])
+                best = (value, layers, min(r, max(layers)) if c.outer.recompute == "full" else 0)
     return best

@@ -1,6 +1,12 @@
 """Bounds, caps and the least-memory split of a uniform layer stack (every layer costs the same),
 by water-filling on the scalar coefficients of layer_split.py; bounds.py says why each bound holds.
 The mixed-stack counterparts are in mixed_split.py; stacks.py chooses between them.
+
+The per-r quantities are computed for every recompute count at once, as (r, stage) arrays: the
+memory caps of each r (`caps_by_r`), the packing of L layers into the largest caps (a cumulative
+sum over the caps sorted per row) and the least bottleneck under caps (`least_max_rows`, a
+bisection on the integer value run for every row together; the least feasible integer is a
+stage's value at some layer count, the candidate the water-filling looks for).
 """
 
 from __future__ import annotations
@@ -8,12 +14,11 @@ from __future__ import annotations
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.costs.pipeline import pipeline_bound_x_v
 from tinker_opt.costs.recompute import piecewise
 from tinker_opt.solve.layer_split import (
     Scalars,
-    inverse_caps,
     memory_caps,
-    min_feasible,
     pack,
     piecewise_cap,
     recompute_range,
@@ -21,13 +26,89 @@ from tinker_opt.solve.layer_split import (
 )
 
 
+def caps_by_r(c: SplitCoefficients, k: Scalars, rs: np.ndarray) -> np.ndarray:
+    """(len(rs), p): memory_caps of each recompute count in `rs` (one array expression)."""
+    rs = np.asarray(rs, dtype=np.int64)
+    if c.method != "uniform":
+        return (
+            np.stack([memory_caps(c, k, int(r)) for r in rs])
+            if len(rs) < 2
+            else _block_caps(c, k, rs)
+        )
+    kk = c.stage_inflight_x_v.astype(np.int64)
+    n = np.arange(c.num_layers + 1, dtype=np.int64)[None, None, :]
+    r = rs[:, None, None]
+    # uniform: ceil(n / r) checkpoints and a min(r, n)-layer working set (recompute.uniform_stage_memory)
+    memory = (
+        (c.stage_static_bytes + kk * c.stage_act_bytes)[None, :, None]
+        + k.w * n
+        + kk[None, :, None] * (-(-n // r)) * c.checkpoint_bytes
+        + np.minimum(r, n) * c.work_bytes
+    )
+    fits = memory <= c.memory_limit_bytes
+    return np.cumprod(fits, axis=2).sum(axis=2).astype(np.int64) - 1
+
+
+def _block_caps(c: SplitCoefficients, k: Scalars, rs: np.ndarray) -> np.ndarray:
+    """caps_by_r for `block` and for no full recompute (memory_caps with r as a column)."""
+    kk = c.stage_inflight_x_v.astype(np.int64)
+    work = np.where(rs > 0, c.work_bytes, 0)[:, None]
+    budget = (
+        c.memory_limit_bytes
+        - c.stage_static_bytes[None, :]
+        - work
+        - (kk * c.stage_act_bytes)[None, :]
+    )
+    return piecewise_cap(budget, k.w + kk * k.inp, k.w + kk * k.act, rs[:, None], c.num_layers)
+
+
+def count_tables(c: SplitCoefficients, k: Scalars, rs: np.ndarray):
+    """(time, tail, fits) of each recompute count in `rs`, stage s and count n = 0..L, shape
+    (len(rs), p, L+1): the integers of coefficients.stage_costs for a uniform stack (v = 1),
+    where a stage's costs depend on its layer count alone (range_costs without positions)."""
+    n = np.arange(c.num_layers + 1, dtype=np.int64)[None, None, :]
+    r = rs[:, None, None]
+    kk = c.stage_inflight_x_v.astype(np.int64)[None, :, None]
+    fixed = c.stage_static_bytes[None, :, None] + kk * c.stage_act_bytes[None, :, None]
+    recomputed = np.minimum(r, n)
+    if c.method == "uniform":  # ceil(n / r) group inputs, a min(r, n)-layer working set
+        memory = (
+            fixed
+            + k.w * n
+            + kk * (-(-n // np.maximum(r, 1))) * c.checkpoint_bytes
+            + recomputed * c.work_bytes
+        )
+        time = np.broadcast_to((k.a + k.f) * n, memory.shape)
+    else:  # block (r = 0: none): the first min(r, n) layers keep their input, one layer's working set
+        work = np.where(recomputed > 0, c.work_bytes, 0)
+        memory = fixed + k.w * n + work + kk * (k.inp * recomputed + k.act * (n - recomputed))
+        time = k.a * n + (k.f * recomputed if c.method == "block" else 0 * n)
+    time = time + c.stage_time_ns[None, :, None]
+    tail = np.broadcast_to(k.alpha * n + c.stage_tail_ns[None, :, None], memory.shape)
+    return time, tail, (n > 0) & (memory <= c.memory_limit_bytes)
+
+
 def loosest_caps(c: SplitCoefficients, k: Scalars) -> np.ndarray:
     """Per stage, the most layers it can hold under any recompute count: block's largest r (most
     recompute, least memory); uniform's memory is not monotone in r (fewer checkpoints, larger
     working set, costs/recompute.py), so the largest cap over every r."""
     if c.method == "uniform":
-        return np.max([memory_caps(c, k, r) for r in recompute_range(c)], axis=0)
+        return caps_by_r(c, k, np.array(recompute_range(c))).max(axis=0)
     return memory_caps(c, k, recompute_range(c)[-1])
+
+
+def packs(caps: np.ndarray, total: int) -> np.ndarray:
+    """Per row of caps: whether `total` layers, at least one per stage, fit (layer_split.pack)."""
+    return (caps.min(axis=-1) >= 1) & (caps.sum(axis=-1) >= total) & (total >= caps.shape[-1])
+
+
+def packed_rows(caps: np.ndarray, total: int) -> np.ndarray:
+    """Per row, layer_split.pack's counts in decreasing-cap order (one per stage, the rest into
+    the largest caps first); a row that does not pack gives meaningless counts."""
+    ordered = -np.sort(-caps, axis=-1)
+    room = np.maximum(ordered - 1, 0)
+    before = np.cumsum(room, axis=-1) - room
+    return 1 + np.clip(total - caps.shape[-1] - before, 0, room)
 
 
 def upper_caps(c: SplitCoefficients, k: Scalars) -> np.ndarray:
@@ -36,20 +117,24 @@ def upper_caps(c: SplitCoefficients, k: Scalars) -> np.ndarray:
     return np.minimum(loosest_caps(c, k), c.num_layers - c.num_stages + 1)
 
 
-def bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int | None:
-    """sum + (m - 1) max + tail lower bounds with r fixed, None when no split fits with r."""
+def bounds_by_r(c: SplitCoefficients, k: Scalars, rs) -> dict[int, int]:
+    """{r: sum + (m - 1) max + tail lower bound with r fixed} for each r in `rs` whose memory caps
+    admit a split (all r at once: module docstring)."""
+    rs = np.asarray(rs, dtype=np.int64)
     L = c.num_layers
-    caps = memory_caps(c, k, r)
-    packed = pack(caps, L)
-    if packed is None:
-        return None
-    low, high, knee = shape_of(c, k, r)
-    sum_lb = (
-        high * L + int(c.stage_time_ns.sum()) + (low - high) * int(np.minimum(knee, packed).sum())
-    )
-    max_lb = _least_max(c.stage_time_ns, low, high, knee, caps, L)
-    tail_lb = _least_max(c.stage_tail_ns, k.alpha, k.alpha, 0, caps, L)
-    return int(sum_lb + (c.num_microbatches - 1) * max_lb + tail_lb)
+    caps = caps_by_r(c, k, rs)
+    ok = packs(caps, L)
+    if not ok.any():
+        return {}
+    rs, caps = rs[ok], caps[ok]
+    shapes = np.array([shape_of(c, k, int(r)) for r in rs], dtype=np.int64)
+    low, high, knee = (shapes[:, j : j + 1] for j in range(3))
+    least = np.minimum(knee, packed_rows(caps, L)).sum(axis=1)
+    sum_lb = high[:, 0] * L + int(c.stage_time_ns.sum()) + (low - high)[:, 0] * least
+    max_lb = least_max_rows(c.stage_time_ns, low, high, knee, caps, L)
+    tail_lb = least_max_rows(c.stage_tail_ns, k.alpha, k.alpha, 0, caps, L)
+    bounds = pipeline_bound_x_v(c, sum_lb, max_lb, tail_lb)
+    return {int(r): int(b) for r, b in zip(rs, bounds, strict=True)}
 
 
 def bound_terms(c: SplitCoefficients, k: Scalars, *, tight: bool = True) -> tuple[int, int, int]:
@@ -77,17 +162,30 @@ def _least_max(
     offsets: np.ndarray, low: int, high: int, r: int, caps: np.ndarray, total: int
 ) -> int:
     """min over splits (n_s <= caps) of max_s offset_s + cost(n_s): water-filling on candidates."""
-    grid = np.arange(1, total + 1)
-    values = np.unique(
-        (np.where(grid <= r, low * grid, low * r + high * (grid - r)))[None, :] + offsets[:, None]
+    return int(least_max_rows(offsets, low, high, r, caps[None, :], total)[0])
+
+
+def least_max_rows(
+    offsets: np.ndarray, low, high, knee, caps: np.ndarray, total: int
+) -> np.ndarray:
+    """Per row of caps (rows x stages): min over splits (n_s <= caps_s) of max_s offset_s +
+    cost(n_s), cost = piecewise(n, low, high, knee) (scalars or row columns). The least integer
+    value whose caps pack: a bisection run for every row at once. A row that does not pack gives
+    the largest value, max_s offset_s + cost(total)."""
+    rows = caps.shape[0]
+    low, high, knee = (
+        np.broadcast_to(np.asarray(x, dtype=np.int64), (rows, 1)) for x in (low, high, knee)
     )
-
-    def caps_of(v):
-        under = inverse_caps(np.array([v]), offsets, low, high, r, total)[0]
-        return pack(np.minimum(caps, under), total)
-
-    index = min_feasible(values, caps_of)
-    return int(values[min(index, len(values) - 1)])
+    lo = int(offsets.min()) + piecewise(1, low[:, 0], high[:, 0], knee[:, 0])  # a layer per stage
+    hi = int(offsets.max()) + piecewise(total, low[:, 0], high[:, 0], knee[:, 0])
+    lo = np.minimum(lo, hi)
+    while (lo < hi).any():
+        mid = (lo + hi) // 2
+        under = piecewise_cap(mid[:, None] - offsets[None, :], low, high, knee, total)
+        fit = packs(np.minimum(caps, under), total)
+        hi = np.where(fit, mid, hi)
+        lo = np.where(fit, lo, mid + 1)
+    return hi
 
 
 def least_peak_split(c: SplitCoefficients, k: Scalars, r: int) -> tuple[tuple[int, ...], int]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
 from tinker_opt.costs.recompute import caps_from_memory, piecewise, time_shape, uniform_stage_memory
 
 INF = np.iinfo(np.int64).max // 4
@@ -129,7 +130,7 @@ def objective_x_v(c: SplitCoefficients, k: Scalars, n: np.ndarray, r: int) -> in
     else:
         times = stage_time_ns(c, k, n, r)
     tails = k.alpha * n + c.stage_tail_ns
-    return int(c.pipeline_x_v(int(times.sum()), int(times.max()), int(tails.max())))
+    return int(pipeline_x_v(c, times.sum(), times.max(), tails.max()))
 
 
 def pack(caps: np.ndarray, total: int) -> np.ndarray | None:
@@ -172,34 +173,43 @@ def best_free_split(c: SplitCoefficients, k: Scalars) -> Split | None:
 def lower_bound_for_r(c: SplitCoefficients, k: Scalars, r: int) -> int:
     """A lower bound on v*T for recompute count r (v = 1): the largest stage holds at least
     ceil(L/p) layers, every stage recomputes min(r, 1) or more, every tail is at least its own."""
+    return lower_bounds_for_r(c, k, [r])[r]
+
+
+def lower_bounds_for_r(c: SplitCoefficients, k: Scalars, rs) -> dict[int, int]:
+    """{r: lower_bound_for_r} for every r in `rs`, as one array expression."""
     L, p = c.num_layers, c.num_stages
     per = -(-L // p)
-    low, high, knee = shape_of(c, k, r)
-    bottleneck = int(piecewise(per, low, high, knee)) + int(c.stage_time_ns.min())
+    rs = [int(r) for r in rs]
+    low, high, knee = np.array([shape_of(c, k, r) for r in rs], dtype=np.int64).reshape(-1, 3).T
+    bottleneck = piecewise(per, low, high, knee) + int(c.stage_time_ns.min())
     total = (
         high * L
         + int(c.stage_time_ns.sum())
-        + (low - high) * (min(knee, per) + (p - 1) * min(knee, 1))
+        + (low - high) * (np.minimum(knee, per) + (p - 1) * np.minimum(knee, 1))
     )
     tail = max(k.alpha * per + int(c.stage_tail_ns.min()), int((k.alpha + c.stage_tail_ns).max()))
-    return total + (c.num_microbatches - 1) * bottleneck + tail
+    bounds = pipeline_bound_x_v(c, total, bottleneck, tail)
+    return {r: int(b) for r, b in zip(rs, bounds, strict=True)}
 
 
 def best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
     """Virtual pipeline: the even split, feasible or not, for recompute count r."""
     p, v = c.num_stages, c.vpp
     n = np.full(p, c.num_layers // p, dtype=np.int64)
-    if c.method == "uniform":  # the general per-chunk sums (recompute.py)
-        stages = c.stage_costs(tuple(int(x) for x in n), r)
-        if max(st.memory_bytes_x_v for st in stages) > v * c.memory_limit_bytes:
-            return None
-        return Split(tuple(int(x) for x in n), r, c.iteration_time_ns_x_v(stages))
     chunk = c.num_layers // (p * v)
-    rs = v * min(r, chunk)
     kk = c.stage_inflight_x_v
-    mem_x_v = v * (k.w * n + c.stage_static_bytes + (c.work_bytes if r else 0)) + kk * (
-        k.act * (n - rs) + k.inp * rs + c.stage_act_bytes
-    )
+    if c.method == "uniform":
+        # Every layer recomputed; per chunk ceil(chunk / r) group inputs in flight and one group of
+        # min(r, chunk) layers live while recomputed (recompute.chunk_plan; coefficients.stage_costs).
+        mem_x_v = v * (k.w * n + c.stage_static_bytes + min(r, chunk) * c.work_bytes) + kk * (
+            v * -(-chunk // r) * c.checkpoint_bytes + c.stage_act_bytes
+        )
+    else:
+        rs = v * min(r, chunk)
+        mem_x_v = v * (k.w * n + c.stage_static_bytes + (c.work_bytes if r else 0)) + kk * (
+            k.act * (n - rs) + k.inp * rs + c.stage_act_bytes
+        )
     if (mem_x_v > v * c.memory_limit_bytes).any():
         return None
     return Split(tuple(int(x) for x in n), r, objective_x_v(c, k, n, r))
@@ -226,7 +236,7 @@ def min_feasible(values: np.ndarray, caps_of) -> int:
 
 def _best_for_r(c: SplitCoefficients, k: Scalars, r: int, incumbent: int) -> Split | None:
     """Exact split for v = 1 and a fixed r (module docstring), or None if nothing fits."""
-    L, m = c.num_layers, c.num_microbatches
+    L = c.num_layers
     mem = memory_caps(c, k, r)
     if mem.min() < 1 or mem.sum() < L:
         return None
@@ -246,7 +256,7 @@ def _best_for_r(c: SplitCoefficients, k: Scalars, r: int, incumbent: int) -> Spl
 
     start = min_feasible(b_values, lambda b: pack(caps_b(b), L))
     for b in b_values[start:]:
-        if base + (m - 1) * int(b) + tail_lb >= best_obj:
+        if pipeline_bound_x_v(c, base, int(b), tail_lb) >= best_obj:
             break
         u_b = caps_b(b)
 
@@ -255,7 +265,7 @@ def _best_for_r(c: SplitCoefficients, k: Scalars, r: int, incumbent: int) -> Spl
 
         first = min_feasible(c_values, lambda cv, cap_c=cap_c: pack(cap_c(cv), L))
         for cv in c_values[first:]:
-            if base + (m - 1) * int(b) + int(cv) >= best_obj:
+            if pipeline_bound_x_v(c, base, int(b), int(cv)) >= best_obj:
                 break
             u = cap_c(cv)
             n = pack(u, L)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tinker_opt.costs.pipeline import pipeline_x_v
 from tinker_opt.solve.form_split import form_equalities
 from tinker_opt.solve.layer_bounds import bound_terms, upper_caps
 from tinker_opt.solve.layer_split import Split, memory_caps
@@ -23,7 +24,7 @@ MIB = float(2**20)
 def milp_uniform(stack: UniformStack, problem, pulp, x, i: int, r, r_choice: dict):
     """Layer counts n_s with scalar coefficients; returns (v * T expression, decoder)."""
     c, k = stack.c, stack.k
-    L, p, m = c.num_layers, c.num_stages, c.num_microbatches
+    L, p = c.num_layers, c.num_stages
     caps = upper_caps(c, k)
     full = c.outer.recompute == "full"
     r_hi = max(stack.recompute_bounds()) if full else 0  # the largest r (big-M of min(r, n_s))
@@ -67,7 +68,7 @@ def milp_uniform(stack: UniformStack, problem, pulp, x, i: int, r, r_choice: dic
         rr = min(round(r.varValue or 0), max(layers)) if full else 0
         return Split(layers, rr, c.time_ns_x_v(layers, rr))
 
-    return pulp.lpSum(times) + (m - 1) * bottleneck + tail, decode
+    return pipeline_x_v(c, pulp.lpSum(times), bottleneck, tail), decode
 
 
 def milp_mixed(stack: MixedStack, problem, pulp, x, i: int, r, r_choice: dict):
@@ -75,7 +76,7 @@ def milp_mixed(stack: MixedStack, problem, pulp, x, i: int, r, r_choice: dict):
     end b_s + min(r, n_s) is a one-hot over layer positions, so prefix sums at them are linear.
     Returns (v * T expression, decoder)."""
     c = stack.c
-    L, p, m = c.num_layers, c.num_stages, c.num_microbatches
+    L, p = c.num_layers, c.num_stages
     full = c.outer.recompute == "full"
     r_hi = max(stack.recompute_bounds()) if full else 0
     one_hot = _one_hot_maker(problem, pulp, x)
@@ -125,7 +126,7 @@ def milp_mixed(stack: MixedStack, problem, pulp, x, i: int, r, r_choice: dict):
         rr = min(round(r.varValue or 0), max(layers)) if full else 0
         return Split(layers, rr, c.time_ns_x_v(layers, rr))
 
-    return pulp.lpSum(times) + (m - 1) * bottleneck + tail, decode
+    return pipeline_x_v(c, pulp.lpSum(times), bottleneck, tail), decode
 
 
 def _one_hot_maker(problem, pulp, x):

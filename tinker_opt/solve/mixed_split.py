@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
 
 BIG = np.iinfo(np.int64).max // 4
 LAYER_ARRAYS = (
@@ -131,15 +132,21 @@ def _least_sum(rc: RangeCosts, masks: np.ndarray) -> tuple[int, tuple[int, ...]]
     return int(value[-1]), tuple(bounds[i + 1] - bounds[i] for i in range(p))
 
 
-def _first_feasible(values: np.ndarray, feasible) -> int:
-    lo, hi = 0, len(values)
-    while lo < hi:  # feasibility is monotone in the candidate value
-        mid = (lo + hi) // 2
-        if feasible(values[mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+def _least_max(values: np.ndarray, masks: np.ndarray) -> int:
+    """min over the boundary sequences using allowed ranges of max_s values[s, b_s, b_s+1], BIG
+    when none: a bottleneck-path DP over the boundaries (one pass; the least value whose caps
+    are reachable, which a bisection over the candidate values would find)."""
+    value = np.full(masks.shape[1], BIG, dtype=np.int64)
+    value[0] = -BIG
+    for s in range(masks.shape[0]):
+        ok = masks[s] & (value[:, None] < BIG)
+        value = np.where(ok, np.maximum(value[:, None], values[s]), BIG).min(axis=0)
+    return int(value[-1])
+
+
+def fits_for_r(c: SplitCoefficients, r: int) -> bool:
+    """Some split fits in memory with recompute count r (v = 1): one reachability pass."""
+    return _reachable(range_costs(c, r).valid)
 
 
 def bound_terms_for_r(c: SplitCoefficients, r: int) -> tuple[int, int, int] | None:
@@ -156,11 +163,7 @@ def _bound_terms_for_r(c: SplitCoefficients, r: int) -> tuple[int, int, int] | N
     least = _least_sum(rc, rc.valid)
     if least is None:
         return None
-    times = np.unique(rc.time[rc.valid])
-    tails = np.unique(rc.tail[rc.valid])
-    b_min = times[_first_feasible(times, lambda v: _reachable(rc.valid & (rc.time <= v)))]
-    c_min = tails[_first_feasible(tails, lambda v: _reachable(rc.valid & (rc.tail <= v)))]
-    return least[0], int(b_min), int(c_min)
+    return least[0], _least_max(rc.time, rc.valid), _least_max(rc.tail, rc.valid)
 
 
 def mixed_recompute_bounds(c: SplitCoefficients, r_values) -> dict[int, int]:
@@ -169,7 +172,7 @@ def mixed_recompute_bounds(c: SplitCoefficients, r_values) -> dict[int, int]:
     for r in r_values:
         terms = bound_terms_for_r(c, r)
         if terms is not None:
-            out[r] = terms[0] + (c.num_microbatches - 1) * terms[1] + terms[2]
+            out[r] = pipeline_bound_x_v(c, *terms)
     return out
 
 
@@ -178,25 +181,21 @@ def best_for_r(c: SplitCoefficients, r: int, incumbent: int):
     terms = bound_terms_for_r(c, r)
     if terms is None:
         return None
-    sum_lb, _, tail_lb = terms
-    m = c.num_microbatches
+    sum_lb, b_min, tail_lb = terms
     rc = range_costs(c, r)
     times = np.unique(rc.time[rc.valid])
     best_obj, best_n = incumbent, None
-    for b_value in times[_first_feasible(times, lambda v: _reachable(rc.valid & (rc.time <= v))) :]:
-        if sum_lb + (m - 1) * int(b_value) + tail_lb >= best_obj:
+    for b_value in times[np.searchsorted(times, b_min) :]:
+        if pipeline_bound_x_v(c, sum_lb, int(b_value), tail_lb) >= best_obj:
             break
         under_b = rc.valid & (rc.time <= b_value)
         tails = np.unique(rc.tail[under_b])
-        first = _first_feasible(
-            tails, lambda v, under_b=under_b: _reachable(under_b & (rc.tail <= v))
-        )
-        for c_value in tails[first:]:
-            if sum_lb + (m - 1) * int(b_value) + int(c_value) >= best_obj:
+        for c_value in tails[np.searchsorted(tails, _least_max(rc.tail, under_b)) :]:
+            if pipeline_bound_x_v(c, sum_lb, int(b_value), int(c_value)) >= best_obj:
                 break
             allowed = under_b & (rc.tail <= c_value)
             layers = _least_sum(rc, allowed)[1]
-            obj = _objective(rc, layers, m)
+            obj = _objective(c, rc, layers)
             if obj < best_obj:
                 best_obj, best_n = obj, layers
             if (allowed == under_b).all():  # a larger C allows nothing more
@@ -204,13 +203,13 @@ def best_for_r(c: SplitCoefficients, r: int, incumbent: int):
     return None if best_n is None else (best_obj, best_n)
 
 
-def _objective(rc: RangeCosts, layers: tuple[int, ...], m: int) -> int:
+def _objective(c: SplitCoefficients, rc: RangeCosts, layers: tuple[int, ...]) -> int:
     starts = np.concatenate([[0], np.cumsum(layers)[:-1]])
     ends = np.cumsum(layers)
     stages = np.arange(len(layers))
     times = rc.time[stages, starts, ends]
     tails = rc.tail[stages, starts, ends]
-    return int(times.sum() + (m - 1) * times.max() + tails.max())
+    return int(pipeline_x_v(c, times.sum(), times.max(), tails.max()))
 
 
 def even_for_r(c: SplitCoefficients, r: int) -> int | None:
@@ -226,9 +225,7 @@ def least_peak_split(c: SplitCoefficients, r: int) -> tuple[tuple[int, ...], int
     """(layers, peak bytes) of the v = 1 split with the smallest largest stage memory at r."""
     rc = range_costs(c, r)
     ranges = (np.arange(c.num_layers + 1)[None, :] > np.arange(c.num_layers + 1)[:, None])[None]
-    values = np.unique(rc.memory[np.broadcast_to(ranges, rc.memory.shape)])
-    index = _first_feasible(values, lambda v: _reachable(ranges & (rc.memory <= v)))
-    peak = int(values[index])
+    peak = _least_max(rc.memory, np.broadcast_to(ranges, rc.memory.shape))
     return _least_sum(rc, ranges & (rc.memory <= peak))[1], peak
 
 
@@ -268,7 +265,7 @@ def cheap_bound(c: SplitCoefficients) -> int:
     """A valid bound on v*T for a mixed stack without any split search: the stages share the
     layers' total time and tail (max >= mean), each stage holds at least its cheapest layer and,
     with full recompute, recomputes at least one layer."""
-    p, m = c.num_stages, c.num_microbatches
+    p = c.num_stages
     full = c.outer.recompute == "full"
     least_rc = int(c.layer_recompute_ns.min()) if full else 0
     sum_lb = int(c.layer_time_ns.sum() + c.stage_time_ns.sum()) + p * least_rc
@@ -277,7 +274,7 @@ def cheap_bound(c: SplitCoefficients) -> int:
     max_lb = max(-(-sum_lb // p), int((c.stage_time_ns + c.layer_time_ns.min() + least_rc).max()))
     tails = int(c.layer_tail_ns.sum() + c.stage_tail_ns.sum())
     tail_lb = max(-(-tails // p), int((c.stage_tail_ns + c.layer_tail_ns.min()).max()))
-    return sum_lb + (m - 1) * max_lb + tail_lb
+    return pipeline_bound_x_v(c, sum_lb, max_lb, tail_lb)
 
 
 def layer_prefix(c: SplitCoefficients) -> dict[str, list[int]]:

@@ -13,13 +13,16 @@ Pipeline for `cpsat` and `milp`:
   5. ranks 2..k: exact splits in increasing bound order until the next bound reaches the k-th
      best time found (so the top-k is exact too). Every split computed is kept in `pool`.
 `enum` splits every configuration exactly, with no bound, in parallel: the reference.
+The presolved space stays with the result (ranking.Ranking): `SearchResult.deepen` ranks deeper
+and `SearchResult.best_within` answers a narrowed space or a lower memory limit (the picks)
+from the same presolve and bounds, never from a second full search.
 Every strategy returned is re-evaluated with `CostModel.evaluate`, which must agree exactly with
 the integer objective the solver or split reported.
 """
 
 from __future__ import annotations
 
-import heapq
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -27,17 +30,17 @@ from dataclasses import dataclass, field
 
 from tinker_opt.costs.evaluate import CostModel, Evaluation
 from tinker_opt.errors import ConfigError, InfeasibleError
-from tinker_opt.solve.bounds import lower_bound_x_v
 from tinker_opt.solve.cpsat import solve_cpsat
 from tinker_opt.solve.enumerate import Candidate, enumerate_splits, presolve
 from tinker_opt.solve.infeasible import infeasible_message
 from tinker_opt.solve.milp import solve_milp
+from tinker_opt.solve.ranking import Ranking
 from tinker_opt.solve.space import DEFAULT_MAX_MBS, SearchSpace, outer_choices
-from tinker_opt.solve.stacks import best_split
 
 SOLVERS = ("cpsat", "milp", "enum")
 ENUM_POOL = 500
-"""How many of the enumeration's strategies (fastest first) SearchResult.pool keeps."""
+"""How many strategies (fastest first) SearchResult.pool keeps at least (the enumeration splits
+every configuration; the pool keeps this many, or the ranking's depth when deeper)."""
 
 
 @dataclass(frozen=True)
@@ -65,10 +68,31 @@ class SearchResult:
     pool: list[Evaluation] = field(default_factory=list)
     """Every strategy whose exact split the search computed, fastest first (top is its prefix);
     the alternatives and the time-memory picture of the results folder come from it."""
+    ranking: Ranking | None = field(default=None, repr=False, compare=False)
+    """The presolved space, for deeper rankings and the picks (ranking.py)."""
 
     @property
     def best(self) -> Evaluation:
         return self.top[0]
+
+    def deepen(self, depth: int) -> SearchResult:
+        """This result ranked `depth` deep, from the same presolve (exact like the first)."""
+        ranked = self.ranking.walk(depth)
+        pool = [_evaluate(self.ranking, cand) for cand in ranked[: max(depth, ENUM_POOL)]]
+        return dataclasses.replace(self, top=pool[:depth], pool=pool)
+
+    def best_within(self, space: SearchSpace, limited: CostModel | None = None) -> Evaluation:
+        """The fastest strategy of a narrower `space` (its outers a subset of the search's or
+        presolved now), under `limited` (the same cost model with a lower memory limit; None:
+        this one); raises InfeasibleError when none fits."""
+        ranking = self.ranking
+        allowed = _narrowed_outers(ranking, space)
+        ranking.include(allowed)
+        under = None if limited is None else limited.with_layer_form(ranking.cost_model.layer_form)
+        found = ranking.walk(1, allowed.__contains__, under)
+        if not found:
+            raise InfeasibleError("no strategy of the narrowed space fits")
+        return _evaluate(ranking, found[0], under)
 
 
 def search(
@@ -95,11 +119,15 @@ def search(
     outers = _outers(cost_model, space)
     note(f"{len(outers)} valid outer configurations")
     if solver == "enum":
-        return _search_enum(cost_model, outers, cpus, time_limit_s, top_k, start)
-    return _search_model(cost_model, outers, solver, cpus, time_limit_s, top_k, start, note, prune)
+        return _search_enum(cost_model, outers, space, cpus, time_limit_s, top_k, start)
+    return _search_model(
+        cost_model, outers, space, solver, cpus, time_limit_s, top_k, start, note, prune
+    )
 
 
-def _search_enum(cost_model, outers, cpus: int, time_limit_s: float, top_k: int, start: float):
+def _search_enum(
+    cost_model, outers, space, cpus: int, time_limit_s: float, top_k: int, start: float
+):
     """Exhaustive enumeration (the reference): optimal when it finishes, else feasible."""
     found, complete = enumerate_splits(cost_model, outers, cpus=cpus, time_limit_s=time_limit_s)
     if not found and complete:
@@ -109,7 +137,9 @@ def _search_enum(cost_model, outers, cpus: int, time_limit_s: float, top_k: int,
             f"enumeration stopped at the {time_limit_s:g} s time limit before "
             "finding a strategy that fits; raise --time-limit or use --solver cpsat"
         )
-    pool = [_evaluate(cost_model, cand) for cand in found[: max(top_k, ENUM_POOL)]]
+    ranking = Ranking(cost_model, {cand.outer: cand.time_ns for cand in found}, outers, space)
+    ranking.splits = {cand.outer: cand for cand in found}
+    pool = [_evaluate(ranking, cand) for cand in found[: max(top_k, ENUM_POOL)]]
     top = pool[:top_k]
     elapsed = time.perf_counter() - start
     # An interrupted enumeration proves nothing about the configurations it did not visit.
@@ -126,12 +156,14 @@ def _search_enum(cost_model, outers, cpus: int, time_limit_s: float, top_k: int,
         cost_model,
         elapsed,
         pool,
+        ranking,
     )
 
 
 def _search_model(
     cost_model,
     outers,
+    space,
     solver: str,
     cpus: int,
     time_limit_s: float,
@@ -144,30 +176,31 @@ def _search_model(
     cheap = presolve(cost_model, outers, cpus=cpus)  # feasibility and cheap bounds, in parallel
     if not cheap:
         raise InfeasibleError(infeasible_message(cost_model, outers))
-    coeffs = _LazyCoefficients(cost_model)
-    bounds = _Bounds(coeffs, cheap)
-    feasible = bounds.order
-    hints = _split_all(coeffs, bounds.order[:top_k])
+    ranking = Ranking(cost_model, cheap, outers, space)
+    feasible = ranking.order
+    hints = sorted(
+        (ranking.split(o) for o in ranking.order[:top_k]),
+        key=lambda cand: (cand.time_ns, cand.outer.label()),
+    )
     note(f"{len(feasible)} fit in memory; incumbent {hints[0].time_ns / 1e6:.3f} ms")
     in_model = [
         o
-        for o in bounds.order
+        for o in ranking.order
         if not prune
         or o == hints[0].outer
-        or (bounds.cheap[o] < hints[0].time_ns and bounds.tight(o) < hints[0].time_ns)
+        or (ranking.cheap[o] < hints[0].time_ns and ranking.tight(o) < hints[0].time_ns)
     ]
     note(f"{len(in_model)} configurations in the {solver} model")
     outcome = _solve(
-        solver, coeffs, in_model, hints[0], time_limit_s - (time.perf_counter() - start), cpus
+        solver, cost_model, in_model, hints[0], time_limit_s - (time.perf_counter() - start), cpus
     )
     best = hints[0]
     if outcome.split is not None and outcome.split.time_ns_x_v / outcome.split_vpp < best.time_ns:
-        best = Candidate(
-            in_model[outcome.index], outcome.split, coeffs[in_model[outcome.index]].vpp
-        )
-    ranked = _complete_ranking(coeffs, bounds, [best] + hints, top_k)
+        best = Candidate(in_model[outcome.index], outcome.split, outcome.split_vpp)
+        ranking.keep(best)
+    ranked = ranking.walk(top_k)
     bound_ns = min(outcome.bound_ns, best.time_ns)
-    pool = [_evaluate(cost_model, cand) for cand in ranked]
+    pool = [_evaluate(ranking, cand) for cand in ranked[: max(top_k, ENUM_POOL)]]
     return _result(
         solver,
         outcome.status,
@@ -180,33 +213,37 @@ def _search_model(
         cost_model,
         outcome.solve_time_s,
         pool,
+        ranking,
     )
 
 
-class _LazyCoefficients:
-    """coeffs[outer]: the cost model's (cached) coefficients, built when first needed."""
-
-    def __init__(self, cost_model: CostModel) -> None:
-        self.cost_model = cost_model
-
-    def __getitem__(self, outer):
-        return self.cost_model.coefficients(outer)
+LAYOUT_FILTERS = ("tp", "pp", "cp", "ep")
+"""SearchSpace tuples that restrict the Strategy field of the same name and nothing else
+(space._allowed): narrowing one keeps exactly the outers whose field it admits."""
 
 
-class _Bounds:
-    """Lower bounds on T (ns): the cheap one for every feasible configuration (and the visiting
-    order), the tight one (water-filling) computed when needed."""
-
-    def __init__(self, coeffs, cheap: dict) -> None:
-        self.coeffs = coeffs
-        self.cheap = cheap
-        self.order = sorted(cheap, key=lambda o: (cheap[o], o.label()))
-        self._tight: dict = {}
-
-    def tight(self, outer) -> float:
-        if outer not in self._tight:
-            self._tight[outer] = lower_bound_x_v(self.coeffs[outer]) / self.coeffs[outer].vpp
-        return self._tight[outer]
+def _narrowed_outers(ranking: Ranking, space: SearchSpace) -> set:
+    """The outer configurations of `space`: the search's own filtered, when `space` narrows only
+    layout tuples to subsets of the search's; else the space listed anew."""
+    searched = ranking.space
+    changed = [
+        f.name
+        for f in dataclasses.fields(SearchSpace)
+        if getattr(space, f.name) != getattr(searched, f.name)
+    ]
+    if all(
+        name in LAYOUT_FILTERS
+        and getattr(space, name) is not None
+        and (
+            getattr(searched, name) is None
+            or set(getattr(space, name)) <= set(getattr(searched, name))
+        )
+        for name in changed
+    ):
+        return {
+            o for o in ranking.outers if all(getattr(o, n) in getattr(space, n) for n in changed)
+        }
+    return set(_outers(ranking.cost_model, space))
 
 
 def _outers(cost_model: CostModel, space: SearchSpace):
@@ -222,37 +259,6 @@ def _outers(cost_model: CostModel, space: SearchSpace):
     )
 
 
-def _split_all(coeffs, outers) -> list[Candidate]:
-    """Exact splits of these configurations, fastest first (the incumbents and hints)."""
-    found = [Candidate(o, best_split(coeffs[o]), coeffs[o].vpp) for o in outers]
-    return sorted(found, key=lambda cand: (cand.time_ns, cand.outer.label()))
-
-
-def _complete_ranking(
-    coeffs, bounds: _Bounds, known: list[Candidate], top_k: int
-) -> list[Candidate]:
-    """Ranks 2..k: exact splits in increasing bound order until the next bound reaches the k-th
-    best time (a configuration not visited cannot enter the top k)."""
-    by_outer = {}
-    for cand in known:
-        if cand.outer not in by_outer or cand.time_ns < by_outer[cand.outer].time_ns:
-            by_outer[cand.outer] = cand
-    kth = sorted(-cand.time_ns for cand in by_outer.values())[-top_k:]  # max-heap of the k best
-    heapq.heapify(kth)
-    for outer in bounds.order:
-        full = len(kth) >= top_k
-        if full and bounds.cheap[outer] >= -kth[0]:
-            break
-        if outer in by_outer or (full and bounds.tight(outer) >= -kth[0]):
-            continue
-        cand = Candidate(outer, best_split(coeffs[outer]), coeffs[outer].vpp)
-        by_outer[outer] = cand
-        heapq.heappush(kth, -cand.time_ns)
-        if len(kth) > top_k:
-            heapq.heappop(kth)
-    return sorted(by_outer.values(), key=lambda cand: (cand.time_ns, cand.outer.label()))
-
-
 @dataclass(frozen=True)
 class _Outcome:
     status: str
@@ -264,9 +270,9 @@ class _Outcome:
 
 
 def _solve(
-    solver: str, coeffs, in_model, incumbent: Candidate, time_left_s: float, cpus: int
+    solver: str, cost_model, in_model, incumbent: Candidate, time_left_s: float, cpus: int
 ) -> _Outcome:
-    items = [coeffs[o] for o in in_model]
+    items = [cost_model.coefficients(o) for o in in_model]
     limit = max(time_left_s, 1.0)
     if solver == "cpsat":
         hint_index = in_model.index(incumbent.outer) if incumbent.outer in in_model else None
@@ -285,7 +291,13 @@ def _solve(
     return _Outcome(out.status, out.index, out.split, vpp, out.bound_ns, out.solve_time_s)
 
 
-def _evaluate(cost_model: CostModel, cand: Candidate) -> Evaluation:
+def _evaluate(ranking: Ranking, cand: Candidate, cost_model: CostModel | None = None) -> Evaluation:
+    """The Evaluation of an exact split under `cost_model` (None: the ranking's, whose
+    evaluations are kept, since deeper rankings and the picks ask again)."""
+    if cost_model is None:
+        if cand not in ranking.evaluations:
+            ranking.evaluations[cand] = _evaluate(ranking, cand, ranking.cost_model)
+        return ranking.evaluations[cand]
     strategy = cost_model.split_strategy(
         cand.outer, cand.split.layers, cand.split.recompute_num_layers
     )
@@ -312,6 +324,7 @@ def _result(
     cost_model,
     solver_time_s: float,
     pool: list[Evaluation],
+    ranking: Ranking,
 ):
     objective_ms = top[0].iteration_time_ms
     bound_ms = min(bound_ns / 1e6, objective_ms)
@@ -332,4 +345,5 @@ def _result(
         solver_time_s=solver_time_s,
         warnings=list(cost_model.warnings),
         pool=pool,
+        ranking=ranking,
     )

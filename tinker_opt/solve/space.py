@@ -189,18 +189,18 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
         for kind in space.recompute
         for method in (space.recompute_methods if kind == Recompute.FULL else (None,))
     ]
+    # The overlap switches depend on the layout and the ZeRO stage alone: listed once per stage.
+    overlaps = {
+        z: overlap_choices(base.replace(zero=z), model.is_moe, space.overlaps) for z in zeros
+    }
     for vpp, mbs, zero, (recompute, method) in itertools.product(vpps, mbss, zeros, kinds):
         if vpp > 1 and (gbs // (mbs * base.dp)) % base.pp:
             continue
-        candidate = base.replace(
-            vpp=vpp,
-            mbs=mbs,
-            zero=zero,
-            recompute=recompute,
-            recompute_method=method,
-        )
-        for knobs in overlap_choices(candidate, model.is_moe, space.overlaps):
-            for choice in schedule_choices(candidate.replace(**knobs), space):
+        for knobs in overlaps[zero]:
+            candidate = base.replace(
+                vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, recompute_method=method, **knobs
+            )
+            for choice in schedule_choices(candidate, space):
                 if all(rule(choice, model, num_devices, gbs) is None for rule in OUTER_RULES):
                     yield choice
 

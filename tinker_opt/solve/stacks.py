@@ -16,13 +16,22 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
 from tinker_opt.solve import cpsat_rows, milp_rows
-from tinker_opt.solve.form_split import best_form_split, feasible_under_caps, restricted
+from tinker_opt.solve.form_split import (
+    best_form_split,
+    feasible_under_caps,
+    range_tables,
+    restricted,
+)
 from tinker_opt.solve.layer_bounds import (
-    bound_for_r,
     bound_terms,
+    bounds_by_r,
+    caps_by_r,
+    count_tables,
     least_peak_split,
     loosest_caps,
+    packs,
     upper_caps,
 )
 from tinker_opt.solve.layer_split import (
@@ -31,16 +40,14 @@ from tinker_opt.solve.layer_split import (
     Split,
     best_even,
     best_free_split,
-    lower_bound_for_r,
-    memory_caps,
-    pack,
+    lower_bounds_for_r,
     recompute_range,
 )
 from tinker_opt.solve.mixed_split import (
     best_for_r,
-    bound_terms_for_r,
     cheap_bound,
     even_for_r,
+    fits_for_r,
     mixed_recompute_bounds,
     uniform_fits,
 )
@@ -62,6 +69,9 @@ def best_split(c: SplitCoefficients) -> Split | None:
 class Stack(ABC):
     """One outer configuration's layer stack: its exact split, bounds and solver rows."""
 
+    FORM_BATCH = 1
+    """Recompute counts the layer-form search prices together (form_split.best_form_split)."""
+
     def __init__(self, c: SplitCoefficients):
         self.c = c
 
@@ -69,7 +79,7 @@ class Stack(ABC):
         """The exact optimal split, None if nothing fits; when the framework can write only some
         splits the search runs over those (form_split.py), r visited by its lower bound."""
         if restricted(self.c):
-            found = best_form_split(self.c, self.form_r_bounds())
+            found = best_form_split(self.c, self.form_r_bounds(), self.form_tables, self.FORM_BATCH)
             return None if found is None else Split(found[1], found[2], found[0])
         return self.free_split()
 
@@ -91,23 +101,33 @@ class Stack(ABC):
             self.c.memo.recompute_bounds = self.compute_recompute_bounds()
         return self.c.memo.recompute_bounds
 
+    def even_split(self) -> Split | None:
+        """Virtual pipeline: the even split with the smallest recompute count that fits, or None
+        (kept in the coefficients' memo: feasibility, the bound and the solver rows ask for it)."""
+        if self.c.memo.even_split is None:
+            self.c.memo.even_split = (self.compute_even_split(),)
+        return self.c.memo.even_split[0]
+
     def horizon_x_v(self) -> int:
         """An upper bound on v*T: every stage at its largest time and tail."""
         t_max, tail_max = self.stage_maxima()
-        p, m, v = self.c.num_stages, self.c.num_microbatches, self.c.vpp
-        return p * v * t_max + (m * v - 1) * t_max + v * tail_max
+        return pipeline_x_v(self.c, self.c.num_stages * self.c.vpp * t_max, t_max, tail_max)
 
     @abstractmethod
     def free_split(self) -> Split | None:
         """best_split among every split (no layer form)."""
 
     @abstractmethod
-    def even_split(self) -> Split | None:
-        """Virtual pipeline: the even split with the smallest recompute count that fits, or None."""
+    def compute_even_split(self) -> Split | None:
+        """even_split, uncached."""
 
     @abstractmethod
     def form_r_bounds(self) -> dict[int, int]:
         """{r: lower bound on v*T with r} that orders the layer-form search (v = 1)."""
+
+    @abstractmethod
+    def form_tables(self, rs: list[int], rows: np.ndarray):
+        """form_split.FormTables of this stack: (t_s, tail_s, fits) of every row of counts."""
 
     @abstractmethod
     def fits(self) -> bool:
@@ -142,14 +162,17 @@ class Stack(ABC):
 class UniformStack(Stack):
     """Every layer costs the same: scalar coefficients (layer_split.Scalars), water-filling."""
 
+    FORM_BATCH = 64
+
     def __init__(self, c: SplitCoefficients):
         super().__init__(c)
         self.k = Scalars.of(c)
 
     def free_split(self) -> Split | None:
-        return best_free_split(self.c, self.k)
+        # a virtual pipeline's split is the even one, at the smallest r that fits (time grows with r)
+        return self.even_split() if self.c.vpp > 1 else best_free_split(self.c, self.k)
 
-    def even_split(self) -> Split | None:
+    def compute_even_split(self) -> Split | None:
         for r in recompute_range(self.c):
             found = best_even(self.c, self.k, r)
             if found is not None:
@@ -157,7 +180,14 @@ class UniformStack(Stack):
         return None
 
     def form_r_bounds(self) -> dict[int, int]:
-        return {r: lower_bound_for_r(self.c, self.k, r) for r in recompute_range(self.c)}
+        return lower_bounds_for_r(self.c, self.k, recompute_range(self.c))
+
+    def form_tables(self, rs: list[int], rows: np.ndarray):
+        """Every layer costs the same, so a stage's costs depend on its count alone: per-count
+        tables of the same integers (count_tables), read at the rows, every count at once."""
+        time, tail, fits = count_tables(self.c, self.k, np.asarray(rs, dtype=np.int64))
+        index = (slice(None), np.arange(self.c.num_stages)[None, :], rows)
+        return time[index], tail[index], fits[index]
 
     def fits(self) -> bool:
         c, k = self.c, self.k
@@ -166,22 +196,19 @@ class UniformStack(Stack):
                 return self.best_split() is not None
             return feasible_under_caps(loosest_caps(c, k), c.num_layers, c.layer_form)
         if c.method == "uniform":  # no r uses the least memory everywhere: some r must fit
-            return any(
-                pack(memory_caps(c, k, r), c.num_layers) is not None for r in recompute_range(c)
-            )
+            return bool(packs(caps_by_r(c, k, np.array(recompute_range(c))), c.num_layers).any())
         caps = loosest_caps(c, k)
         return bool(caps.min() >= 1 and caps.sum() >= c.num_layers)
 
     def v1_lower_bound(self, *, tight: bool) -> int:
         sum_lb, max_lb, tail_lb = bound_terms(self.c, self.k, tight=tight)
-        loose = int(sum_lb + (self.c.num_microbatches - 1) * max_lb + tail_lb)
+        loose = int(pipeline_bound_x_v(self.c, sum_lb, max_lb, tail_lb))
         if not tight or self.c.outer.recompute != "full":
             return loose
         return max(loose, min(self.recompute_bounds().values()))
 
     def compute_recompute_bounds(self) -> dict[int, int]:
-        found = {r: bound_for_r(self.c, self.k, r) for r in recompute_range(self.c)}
-        return {r: bound for r, bound in found.items() if bound is not None}
+        return bounds_by_r(self.c, self.k, recompute_range(self.c))
 
     def least_peak(self, r: int) -> tuple[tuple[int, ...], int]:
         return least_peak_split(self.c, self.k, r)
@@ -218,7 +245,7 @@ class MixedStack(Stack):
                 best = Split(found[1], min(r, max(found[1])), found[0])
         return best
 
-    def even_split(self) -> Split | None:
+    def compute_even_split(self) -> Split | None:
         """The smallest r that fits, since the time grows with r."""
         c = self.c
         for r in recompute_range(c):
@@ -230,6 +257,9 @@ class MixedStack(Stack):
     def form_r_bounds(self) -> dict[int, int]:
         return mixed_recompute_bounds(self.c, recompute_range(self.c))
 
+    def form_tables(self, rs: list[int], rows: np.ndarray):
+        return range_tables(self.c)(rs, rows)
+
     def fits(self) -> bool:
         c = self.c
         if restricted(c):
@@ -237,7 +267,7 @@ class MixedStack(Stack):
         if c.method == "uniform":
             return uniform_fits(c, recompute_range(c))
         # the most recompute uses the least memory
-        return bound_terms_for_r(c, recompute_range(c)[-1]) is not None
+        return fits_for_r(c, recompute_range(c)[-1])
 
     def v1_lower_bound(self, *, tight: bool) -> int:
         return min(self.recompute_bounds().values()) if tight else cheap_bound(self.c)

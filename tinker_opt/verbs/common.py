@@ -90,6 +90,41 @@ def model_of(profiled, info, how_to_pass: str):
     )
 
 
+def memory_limit_for(settings, profiled) -> tuple[float, str | None]:
+    """--memory-limit, else the device's memory less what the framework keeps
+    (costs/framework_memory.py launch_budget_mb), from --hardware or the profile's description;
+    else Tinker's 57000 MB. Returns the limit and a note saying where it came from."""
+    from tinker_opt.costs.framework_memory import (
+        TINKER_DEFAULT_LIMIT_MB,
+        accelerator_of,
+        launch_budget_mb,
+    )
+    from tinker_opt.hardware import load_hardware
+
+    if settings.memory_limit is not None:
+        return settings.memory_limit, None
+    described = profiled.meta.hardware if isinstance(profiled.meta.hardware, dict) else None
+    name, memory_gb = None, None
+    if settings.hardware:
+        spec = load_hardware(settings.hardware)
+        name, memory_gb = spec.name, spec.memory_gb
+    elif described and described.get("memory_gb"):
+        name, memory_gb = str(described.get("name")), float(described["memory_gb"])
+    if memory_gb is None:
+        return TINKER_DEFAULT_LIMIT_MB, (
+            f"memory limit {TINKER_DEFAULT_LIMIT_MB:g} MB (Tinker's default for 64 GB devices): "
+            "the profile names no device memory; pass --memory-limit or --hardware"
+        )
+    # Whole MB, rounded down: the results folder is named by it.
+    limit = float(
+        int(launch_budget_mb(memory_gb * 1024, accelerator_of(name, str(profiled.meta.device))))
+    )
+    return limit, (
+        f"memory limit {limit:.0f} MB: {memory_gb:g} GB of {name} less the framework's context, "
+        "communication buffers and allocator reserve (costs/framework_memory.py)"
+    )
+
+
 def cost_model_for(profiled, model, cluster: ClusterSpec, global_batch_size: int, settings, info):
     """The CostModel for a profile, a cluster and the communication overrides of `settings`; the
     script's job flags come from `info` when known (the swap chunk count else from meta.json)."""

@@ -15,6 +15,7 @@ from tinker_opt.verbs.common import (
     Progress,
     cost_model_for,
     labels_for,
+    memory_limit_for,
     model_of,
     read_optional_script,
 )
@@ -58,6 +59,10 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
     """Load a profile, solve, and write the results folder."""
     from tinker_opt.emit.search_folder import write_infeasible_folder, write_search_folder
 
+    if settings.log:
+        from tinker_opt.verbs.replan import calibrated_settings
+
+        settings = calibrated_settings(settings, log)
     run, profiled, cost_model, warnings = _search_run(settings, log)
     try:
         result, space = _solve(cost_model, run.settings, run.info, run.version, log)
@@ -104,6 +109,10 @@ def _search_run(settings: SearchSettings, log: RunLog):
         )
     require(settings, "global_batch_size", "num_nodes")
     check_writable(Path(settings.output_dir))
+    limit, limit_note = memory_limit_for(settings, profiled)
+    settings = replace(settings, memory_limit=limit)
+    if limit_note:
+        log(limit_note)
     cluster = ClusterSpec(
         num_nodes=settings.num_nodes,
         devices_per_node=settings.num_npus_per_node,
@@ -203,15 +212,14 @@ def _choices(
     cost_model,
     log: RunLog,
 ):
-    """Near-copies folded, the script's own strategy, the picks (restricted searches where the
-    ranking cannot answer) and the Pareto front (emit/picks.py)."""
+    """Near-copies folded, the script's own strategy, the picks (from the search's presolve where
+    the ranking cannot answer) and the Pareto front (emit/picks.py)."""
     from tinker_opt.emit.picks import choices
-    from tinker_opt.solve.search import search
 
     def restricted(narrowed, memory_fraction: float) -> dict[str, Any]:
         """The fastest strategy of a narrower space or under a lower limit, evaluated by `cost_model`."""
         limited = (
-            cost_model
+            None
             if memory_fraction == 1
             else cost_model_for(
                 profiled,
@@ -222,15 +230,8 @@ def _choices(
                 info,
             )
         )
-        found = search(
-            limited,
-            solver=settings.solver,
-            time_limit_s=settings.time_limit,
-            cpus=settings.cpus,
-            top_k=1,
-            space=narrowed,
-        )
-        return cost_model.evaluate(found.best.strategy).to_dict()
+        found = result.best_within(narrowed, limited)
+        return cost_model.evaluate(found.strategy).to_dict()
 
     chosen = choices(
         result,

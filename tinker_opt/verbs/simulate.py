@@ -13,6 +13,7 @@ from tinker_opt.specs import ClusterSpec
 from tinker_opt.strategy import Strategy
 from tinker_opt.verbs.common import (
     cost_model_for,
+    memory_limit_for,
     model_of,
     num_nodes_for,
     read_json_object,
@@ -73,6 +74,7 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
         num_nodes=settings.num_nodes or _default_nodes(strategy, info, settings.num_npus_per_node),
     )
     require(settings, "global_batch_size", "num_nodes")
+    settings = replace(settings, memory_limit=memory_limit_for(settings, profiled)[0])
     cluster = ClusterSpec(
         num_nodes=settings.num_nodes,
         devices_per_node=settings.num_npus_per_node,

@@ -1,0 +1,165 @@
+"""`check` and `calibrate --log` on the shared training logs (tests/fixtures/logs)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+MS = LOGS / "ms-ci-llama2-l8-tp8-coc-910b"
+KISTI = LOGS / "kisti-v100x4-gpt345m-tp4-main202409"
+MLM = LOGS / "mlm-ci-gpt7b-tp1pp4vpp-gb200"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tinker_opt.cli", *args], capture_output=True, text=True, check=False
+    )
+
+
+def _check_json(*args: str) -> dict:
+    run = _cli("check", *args, "--json")
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+@pytest.fixture(scope="module")
+def mindspeed() -> dict:
+    return _check_json(
+        str(MS / "log.txt"), str(MS / "script.sh"), "--device", "analytic", "--hardware", "910b"
+    )
+
+
+def test_check_measured_is_the_log(mindspeed):
+    """The measured side of the MindSpeed CI log: its own numbers, iterations 2..15 used."""
+    assert mindspeed["measured"]["iteration_time_ms"] == pytest.approx(1029.45)
+    assert mindspeed["measured"]["peak_allocated_mb"] == 4080.50390625
+    assert mindspeed["measured"]["peak_reserved_mb"] is None
+    assert mindspeed["iterations_used"] == list(range(2, 16))
+    assert mindspeed["predicted"]["iteration_time_ms"] > 0
+    assert set(mindspeed["predicted"]["time_breakdown_ms"]) >= {
+        "compute_ms",
+        "comm_ms",
+        "bubble_ms",
+        "optimizer_ms",
+    }
+
+
+def test_check_peak_allocated_within_ten_percent(mindspeed):
+    """The 8-rank memory report (after iteration 1) is predicted within 10 %."""
+    assert mindspeed["predicted"]["memory_peak_of"] == "iteration 1"
+    assert abs(mindspeed["error"]["peak_allocated_mb"]) < 0.10
+
+
+def test_check_from_the_argument_dump():
+    """Without a script the V100 log's argument dump is the job; reserved memory is read too."""
+    result = _check_json(str(KISTI / "log.txt"), "--device", "analytic", "--hardware", "v100-32gb")
+    assert result["job"]["source"].startswith("argument dump")
+    assert result["job"]["strategy"]["tp"] == 4
+    assert result["measured"]["peak_reserved_mb"] == 2608.0
+    assert result["predicted"]["peak_reserved_mb"] > result["predicted"]["peak_allocated_mb"]
+    assert result["measured"]["iteration_time_ms"] == pytest.approx(447.7)
+    assert [(r["rank"], r["stage"]) for r in result["measured"]["per_rank"]] == [
+        (2, 0),
+        (3, 0),
+        (1, 0),
+        (0, 0),
+    ]
+
+
+def test_check_megatron_ci_with_script():
+    """The GB200 CI metrics with its rebuilt script: measured time and the last rank's peak."""
+    result = _check_json(
+        str(MLM / "log.txt"),
+        str(MLM / "script.sh"),
+        "--device",
+        "analytic",
+        "--hardware",
+        "h100-80gb",
+    )
+    assert result["measured"]["iteration_time_ms"] == pytest.approx(787.13)
+    assert result["measured"]["peak_allocated_mb"] == pytest.approx(60519342080.0 / 2**20)
+    assert [s["stage"] for s in result["predicted"]["stages"]] == [0, 1, 2, 3]
+
+
+def test_check_without_device_is_one_line_error():
+    """No profile and no analytic device: exit 2 and one line naming both ways."""
+    run = _cli("check", str(MS / "log.txt"), str(MS / "script.sh"))
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1 and "--device analytic" in run.stderr
+
+
+def test_check_ci_log_without_script_is_one_line_error():
+    """A CI metrics file holds no argument dump: the error asks for the script."""
+    run = _cli("check", str(MS / "log.txt"), "--device", "analytic", "--hardware", "910b")
+    assert run.returncode == 2 and "no argument dump" in run.stderr
+
+
+def test_calibrate_log_then_check(tmp_path):
+    """calibrate --log fits the 910B description to the run; checking it again is within 1 %."""
+    out = tmp_path / "fitted.json"
+    run = _cli(
+        "calibrate",
+        str(MS / "script.sh"),
+        "--log",
+        str(MS / "log.txt"),
+        "--hardware",
+        "910b",
+        "-o",
+        str(out),
+    )
+    assert run.returncode == 0, run.stderr
+    fitted = json.loads(out.read_text(encoding="utf-8"))
+    assert fitted["calibration"]["time_scale"] != 1.0
+    result = _check_json(
+        str(MS / "log.txt"), str(MS / "script.sh"), "--device", "analytic", "--hardware", str(out)
+    )
+    assert abs(result["error"]["iteration_time_ms"]) < 0.01
+
+
+def test_search_log_calibrates_then_replans(tmp_path):
+    """search --log: the script's own strategy is then priced within 1 % of the run it came from."""
+    prof = tmp_path / "prof"
+    run = _cli(
+        "profile",
+        str(MS / "script.sh"),
+        "--device",
+        "analytic",
+        "--hardware",
+        "910b",
+        "--max-mbs",
+        "1",
+        "--prof-tp",
+        "8",
+        "--prof-path",
+        str(prof),
+        "-q",
+    )
+    assert run.returncode == 0, run.stderr
+    out = tmp_path / "results"
+    run = _cli(
+        "search",
+        str(MS / "script.sh"),
+        "--profiled-data-path",
+        str(prof),
+        "--hardware",
+        "910b",
+        "--log",
+        str(MS / "log.txt"),
+        "--output-dir",
+        str(out),
+        "--time-limit",
+        "10",
+        "--cpus",
+        "1",
+        "-q",
+    )
+    assert run.returncode == 0, run.stderr
+    (folder,) = [p for p in out.iterdir() if p.name != "calibrated"]
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    assert summary["current"]["iteration_time_ms"] == pytest.approx(1029.45, rel=0.01)
+    assert "calibrated 910b on" in (folder / "search.log").read_text(encoding="utf-8")
