@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from published_moe import moe_run
+
 from tinker_opt.hardware import HardwareSpec, load_hardware, shipped_hardware
 from tinker_opt.specs import ModelSpec
 from tinker_opt.strategy import Strategy
@@ -97,19 +99,18 @@ def load_runs(path: Path = DEFAULT_RUNS_FILE) -> list[PublishedRun]:
     runs = []
     for run in data["runs"]:
         hw = run.get("hardware", {})
-        runs.append(
-            PublishedRun(
-                run_id=run["id"],
-                model=run["model"],
-                strategy=normalised_strategy(run["strategy"]),
-                hardware_id=hw.get("id", ""),
-                hardware_name=hw.get("name", ""),
-                n_devices=int(run["n_devices"]),
-                measured=run.get("measured", {}),
-                derived=run.get("derived", {}),
-                category=run.get("category", "dense"),
-            )
+        published = PublishedRun(
+            run_id=run["id"],
+            model=run["model"],
+            strategy=normalised_strategy(run["strategy"]),
+            hardware_id=hw.get("id", ""),
+            hardware_name=hw.get("name", ""),
+            n_devices=int(run["n_devices"]),
+            measured=run.get("measured", {}),
+            derived=run.get("derived", {}),
+            category=run.get("category", "dense"),
         )
+        runs.append(moe_run(published, run.get("derived", {})))
     return runs
 
 
@@ -304,7 +305,7 @@ def parallel_flags(run: PublishedRun) -> list[str]:
         # PyTorch FSDP2 shards parameters, gradients and states (ZeRO-3): Megatron-FSDP's
         # optim_grads_params is the same sharding in Megatron-LM's flags.
         flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]
-    return flags
+    return flags + s.get("extra_flags", [])  # MoE rows: published_moe.py
 
 
 def training_flags(run: PublishedRun) -> list[str]:

@@ -51,6 +51,7 @@ from published_runs import (
     strategy_of,
 )
 
+from tinker_opt.config import setting
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.hardware import HardwareSpec
 from tinker_opt.profile.analytic import (
@@ -220,6 +221,7 @@ def evaluate_all(
     rows = []
     for run in runs:
         model, strategy, how = read_run(run, launch_script(run))
+        model = model.with_load_imbalance(setting("profile", "moe_load_imbalance").default)
         hardware = hardware_for(run, hardware_override)
         if efficiencies and hardware.name in efficiencies:
             hardware = with_efficiency(hardware, efficiencies[hardware.name])
@@ -340,8 +342,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --fit: keep each description's memory efficiency, fit the matmul one alone",
     )
+    parser.add_argument("--category", help="keep the runs of this category (moe, cp, dense_h100)")
     args = parser.parse_args(argv)
     runs = load_runs(Path(args.runs))
+    if args.category:
+        runs = [r for r in runs if r.category == args.category]
     if args.only:
         runs = [r for r in runs if args.only.lower() in hardware_for(r, args.hardware).name.lower()]
     with tempfile.TemporaryDirectory(prefix="validate-published-") as tmp:

@@ -373,3 +373,18 @@ def test_flags_added_and_removed_next_to_a_quoted_value():
     )
     out = apply_strategy(text, Strategy(tp=1, pp=1, dp=8), nnodes=1, nproc_per_node=8)
     assert "    --tensor-model-parallel-size 1\n)" in out.text
+
+
+def test_dualpipev_and_fb_overlap_round_trip():
+    """`--schedules-method dualpipev` and `--moe-fb-overlap` are read, written and removed."""
+    text = text_of("pretrain_deepseek3_671b_4k_ptd.sh")
+    info = read_script_text(text, "ds.sh")
+    assert info.train.strategy.schedule == "1f1b" and not info.train.strategy.moe_fb_overlap
+    target = info.train.strategy.replace(
+        dualpipev=True, moe_fb_overlap=True, overlap_grad_reduce=False
+    )
+    out = apply_strategy(text, target, nnodes=16, nproc_per_node=8, version="2.2.0")
+    again = read_script_text(out.text, "ds_v.sh").train.strategy
+    assert again.schedule == "dualpipev" and again.moe_fb_overlap
+    back = apply_strategy(out.text, info.train.strategy, nnodes=16, nproc_per_node=8)
+    assert "--schedules-method" not in back.text and "--moe-fb-overlap" not in back.text

@@ -78,6 +78,8 @@ class Schedule(StrEnum):
 
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved"
+    DUALPIPEV = "dualpipev"
+    """MindSpeed's `--schedules-method dualpipev` (Ascend/MindSpeed docs/features/dualpipev.md)."""
 
 
 class Dispatcher(StrEnum):

@@ -299,6 +299,34 @@ def overlap_message(s: Strategy, is_moe: bool) -> str | None:
     return knob_message(s, is_moe)
 
 
+def _rule_schedule(
+    s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
+) -> str | None:
+    """DualPipeV and MoE forward/backward overlap as MindSpeed accepts them (Ascend/MindSpeed
+    docs/features/dualpipev.md and megatron_moe/megatron-moe-fb-overlap.md, "使用约束")."""
+    num_micro = gbs // (s.mbs * s.dp)
+    if s.schedule == "dualpipev":
+        if s.pp < 2 or model.num_layers % (2 * s.pp):
+            return f"dualpipev needs pp >= 2 and num_layers ({model.num_layers}) a multiple of 2*pp ({2 * s.pp})"
+        if num_micro < 2 * s.pp:
+            return f"dualpipev needs at least 2*pp ({2 * s.pp}) micro-batches per pipeline, got {num_micro}"
+        if s.cp > 1 or s.num_layer_list is not None or s.overlap_grad_reduce:
+            return (
+                "dualpipev excludes context parallelism, a num_layer_list and overlap_grad_reduce"
+            )
+    if not s.moe_fb_overlap:
+        return None
+    if not model.is_moe or model.moe_token_dispatcher_type != "alltoall":
+        return "moe_fb_overlap needs an MoE model with the alltoall token dispatcher"
+    if s.expert_tp != 1 or not model.moe_grouped_gemm:
+        return f"moe_fb_overlap needs etp 1 (got {s.expert_tp}) and --moe-grouped-gemm"
+    if s.overlap_grad_reduce or s.overlap_moe_comm:
+        return "moe_fb_overlap excludes overlap_grad_reduce and overlap_moe_comm"
+    if s.vpp > 1 and num_micro <= s.pp:
+        return f"moe_fb_overlap with vpp needs more micro-batches ({num_micro}) than pp ({s.pp})"
+    return None
+
+
 def _rule_recompute_kind(
     s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
 ) -> str | None:
@@ -315,6 +343,7 @@ OUTER_RULES = (
     _rule_moe,
     _rule_vpp,
     _rule_overlap,
+    _rule_schedule,
     _rule_recompute_kind,
 )
 """Rules on the outer configuration (everything but the layer split and recompute count)."""

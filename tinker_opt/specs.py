@@ -69,6 +69,20 @@ class ModelSpec:
     default is allgather (megatron/training/arguments.py)."""
     moe_enable_deepep: bool = False
     """`--moe-enable-deepep`: DeepEP's fused dispatch (with the flex dispatcher)."""
+    moe_grouped_gemm: bool = False
+    """`--moe-grouped-gemm`: the local experts run as one grouped GEMM, else one GEMM per expert."""
+    moe_expert_capacity_factor: float | None = None
+    """`--moe-expert-capacity-factor` (legacy `--moe-train-capacity-factor`): tokens above
+    capacity x the mean load of an expert are dropped; None is dropless."""
+    moe_pad_expert_input_to_capacity: bool = False
+    """`--moe-pad-expert-input-to-capacity`: every expert computes exactly its capacity."""
+    moe_gshard_dispatch: bool = False
+    """The legacy GShard / DeepSpeed MoE of ModelLink (`--moe-train-capacity-factor`): one-hot
+    einsum dispatch and combine, every expert padded to its capacity, a loop over the experts."""
+    moe_load_imbalance: float | None = None
+    """Busiest expert's tokens / the mean under dropless routing (profile/shape.py expert_load);
+    None when the script does not say (the profile's `--moe-load-imbalance` then decides; 1 with
+    `--moe-router-force-load-balancing`)."""
     # Multi-head latent attention and multi-token prediction (DeepSeek style).
     multi_latent_attention: bool = False
     q_lora_rank: int | None = None
@@ -124,6 +138,8 @@ class ModelSpec:
         object.__setattr__(self, "moe_token_dispatcher_type", dispatcher)
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.moe_load_imbalance is not None and self.moe_load_imbalance < 1:
+            raise ConfigError(f"moe_load_imbalance must be >= 1, got {self.moe_load_imbalance}")
         self._check_fp8()
 
     def _check_fp8(self) -> None:
@@ -156,6 +172,12 @@ class ModelSpec:
             return self.padded_vocab_size
         multiple = self.make_vocab_size_divisible_by * tp
         return -(-self.vocab_size // multiple) * multiple
+
+    def with_load_imbalance(self, imbalance: float) -> ModelSpec:
+        """This model with `imbalance` as its expert load when the script does not fix one."""
+        if not self.is_moe or self.moe_load_imbalance is not None:
+            return self
+        return dataclasses.replace(self, moe_load_imbalance=imbalance)
 
     def layer_kinds(self) -> tuple[str, ...]:
         """'dense' or 'moe' for each computing layer, in order (Megatron's first-k-dense and layer-freq rules)."""

@@ -44,6 +44,8 @@ STRATEGY_KEYS = (
     "recompute_method",
     "recompute_num_layers",
     "num_layer_list",
+    "dualpipev",
+    "moe_fb_overlap",
     "zero",
     "overlap_grad_reduce",
     "overlap_param_gather",
@@ -102,6 +104,11 @@ class Strategy:
     (Megatron's `--decoder-first/last-pipeline-num-layers` with virtual stages), or pp * vpp
     per-virtual-stage counts in Megatron's layout order (index chunk * pp + rank, the stages of
     `--pipeline-model-parallel-layout`; a stage may hold 0 decoder layers)."""
+    dualpipev: bool = False
+    """MindSpeed's DualPipeV schedule (`--schedules-method dualpipev`; vpp 1: its two chunks per
+    rank are the schedule's own, costs/coefficients.py)."""
+    moe_fb_overlap: bool = False
+    """MindSpeed `--moe-fb-overlap`: one micro-batch's forward hides another's backward all-to-all."""
     zero: int = 0
     """ZeRO stage over the data-parallel (x context-parallel) group (ZERO_LEVELS); the one field of
     the optimizer sharding: the distributed optimizer is the read-only `dist_opt` (zero >= 1)."""
@@ -124,6 +131,10 @@ class Strategy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise StrategyError(f"strategy {name} must be a positive integer, got {value!r}")
+        if self.dualpipev and self.vpp != 1:
+            raise StrategyError(
+                f"dualpipev runs two chunks per rank of its own; vpp must be 1, got {self.vpp}"
+            )
         object.__setattr__(
             self, "recompute", choice(Recompute, self.recompute, "recompute", StrategyError)
         )
@@ -170,7 +181,10 @@ class Strategy:
 
     @property
     def schedule(self) -> Schedule:
-        """The pipeline schedule: interleaved 1F1B with virtual chunks (vpp > 1), else 1F1B."""
+        """The pipeline schedule: DualPipeV when chosen, interleaved 1F1B with virtual chunks
+        (vpp > 1), else 1F1B."""
+        if self.dualpipev:
+            return Schedule.DUALPIPEV
         return Schedule.INTERLEAVED if self.vpp > 1 else Schedule.ONE_F_ONE_B
 
     @property
@@ -232,7 +246,7 @@ class Strategy:
                 f"unknown strategy key(s) {unknown}; expected some of {list(STRATEGY_KEYS)}"
             )
         values = {key: data[key] for key in STRATEGY_KEYS if key in data and data[key] is not None}
-        for flag in ("sp", *OVERLAP_KEYS):
+        for flag in ("sp", "dualpipev", "moe_fb_overlap", *OVERLAP_KEYS):
             if flag in values:
                 values[flag] = bool(values[flag])
         if "num_layer_list" in values:
@@ -255,6 +269,10 @@ class Strategy:
             parts.append(f"etp{self.etp}")
         if self.vpp > 1:
             parts.append(f"vpp{self.vpp}")
+        if self.dualpipev:
+            parts.append("dualpipev")
+        if self.moe_fb_overlap:
+            parts.append("fbo")
         if self.sp:
             parts.append("sp")
         if self.zero >= 2:

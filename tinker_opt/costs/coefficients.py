@@ -14,6 +14,7 @@ Pipeline (Narayanan et al. 2021, Megatron-LM): with v virtual chunks per rank an
 which is 1F1B's `sum + (m - 1) * max` for v = 1 and gives the interleaved bubble (p - 1) / v * t for
 balanced stages; `tail_s` is the stage's exposed gradient synchronisation plus its optimizer step.
 The formula is written once, in costs/pipeline.py, for this module and every solver.
+DualPipeV (two chunks per rank in a V) has its own bubble there.
 """
 
 from __future__ import annotations
@@ -117,6 +118,8 @@ class SplitCoefficients:
     layer_form: str = "free"
     """Which per-stage layer counts the framework can write (rules.LAYER_FORMS): every split
     solver returns only splits of this form."""
+    schedule: str = "1f1b"
+    """Pipeline schedule (strategy.SCHEDULES); DualPipeV has vpp = 2 chunks per rank in a V."""
     recompute_all: bool = False
     """Full recompute covers every layer of a chunk or none (MindSpeed-LLM FSDP2's parallel.recompute
     wraps all decoder layers): the solvers then choose only r = the largest chunk."""
@@ -261,6 +264,9 @@ def _chunk_bounds(
         indices = [j * c.num_stages + s for j in range(c.vpp)]
         return [(ends[k] - chunks[k], ends[k]) for k in indices]
     size = c.num_layers // (c.num_stages * c.vpp)
+    if c.schedule == "dualpipev":  # the V: chunks s and 2p - 1 - s
+        back = 2 * c.num_stages - 1 - s
+        return [(s * size, (s + 1) * size), (back * size, (back + 1) * size)]
     return [
         ((j * c.num_stages + s) * size, (j * c.num_stages + s + 1) * size) for j in range(c.vpp)
     ]

@@ -320,7 +320,8 @@ def _breakdown(c: SplitCoefficients, stages: list[StageCost]) -> dict[str, float
     v, m = c.vpp, c.num_microbatches
     slow = max(stages, key=lambda st: st.time_ns)
     tail = max(stages, key=lambda st: st.tail_ns)
-    bubble_x_v = sum(st.time_ns for st in stages) - slow.time_ns  # (sum - max) / v
+    # What the schedule adds to m x the slowest stage and the tail (1F1B: sum - max).
+    bubble_x_v = c.iteration_time_ns_x_v(stages) - v * (m * slow.time_ns + tail.tail_ns)
     return {
         "compute_ms": m * (slow.time_ns - slow.comm_ns - slow.recompute_ns) / NS_PER_MS,
         "recompute_ms": m * slow.recompute_ns / NS_PER_MS,

@@ -48,6 +48,15 @@ Rules and their sources:
   layer's sync, the smallest layer's compute), so the stage never pays more than without overlap
   (every stage has at least one layer). Collective latencies and the embedding / head parameters
   stay exposed (conservative).
+* MoE forward/backward overlap (`moe_fb_overlap`: MindSpeed `--moe-fb-overlap`, Ascend/MindSpeed
+  docs/features/megatron_moe/megatron-moe-fb-overlap.md; DeepSeek-V3 technical report section
+  3.2.1 and the DualPipe README): in the steady 1F1B phase the forward of one micro-batch runs
+  with the backward of another, so the dispatch / combine all-to-all of each hides behind the
+  other's compute (attention(F) hides combine(B), MLP(B) dispatch(F), MLP(F) dispatch(B),
+  attention(B) combine(F)): exposed = max(0, all-to-all - the partner direction's compute). In
+  warmup and cooldown there is no partner and MindSpeed hides half of it ("warmup/cooldown阶段
+  A2A通信50%掩盖，1F1B阶段A2A通信100%掩盖"). Those phases are the (p - 1) first forwards and last
+  backwards of rank 0 out of its m (one each without a pipeline): a share min(1, max(p - 1, 1) / m).
 * Pipeline send/recv in the interleaved schedule (`TrainSpec.overlap_p2p_comm`, default by version:
   script/versions.py p2p_overlap_default): Megatron posts the next chunk's receive and this chunk's
   send asynchronously and runs the next chunk meanwhile (megatron/core/pipeline_parallel/schedules.py,
@@ -92,3 +101,11 @@ def matmul_share(model, tp: int, tokens: int, dense_params: int) -> float:
     attention = 2.0 * tokens * model.seq_length * model.num_attention_heads * model.kv_channels / tp
     total = linear + attention
     return linear / total if total > 0 else 0.0
+
+
+def fb_overlap_exposed(comm_us: float, partner_us: float, edge_share: float) -> float:
+    """Exposed all-to-all under the MoE forward/backward overlap: half of it in the warmup and
+    cooldown share `edge_share` of the micro-batches, the part the partner direction's compute
+    cannot cover in the steady phase (module docstring)."""
+    steady = exposed(comm_us, partner_us)
+    return min(comm_us, edge_share * 0.5 * comm_us + (1.0 - edge_share) * steady)

@@ -29,10 +29,24 @@ class PipelineShape(Protocol):
     @property
     def vpp(self) -> int: ...
 
+    @property
+    def schedule(self) -> str: ...
+
 
 def pipeline_x_v(c: PipelineShape, total: Any, bottleneck: Any, tail: Any) -> Any:
-    """v * T from sum_s t_s (`total`), max_s t_s (`bottleneck`) and max_s tail_s (`tail`)."""
-    return total + (c.num_microbatches * c.vpp - 1) * bottleneck + c.vpp * tail
+    """v * T from sum_s t_s (`total`), max_s t_s (`bottleneck`) and max_s tail_s (`tail`).
+
+    DualPipeV (`c.schedule`, v = 2 chunks per rank): bubble (p - 1)(F&B + B - W) - F per chunk
+    (Ascend/MindSpeed docs/features/dualpipev.md; deepseek-ai/DualPipe README) with a rank's
+    micro-batch t = 2 (F + B). ASSUMPTION: B = 2F and W = B / 2 (weight gradients half of the
+    backward, as in Zero Bubble, Qi et al. 2023) and F&B = F + B (the overlap it brings is priced
+    on the all-to-all: costs/overlap.py). Bubble = 2/3 (p - 1) t - t / 6, for unequal stages
+    2/3 (total - bottleneck) - bottleneck / 6, so 2 T = (4 total + (6 m - 5) bottleneck) / 3 + 2
+    tail, rounded down to integer ns. Only even splits run it, so only numbers reach this case."""
+    m, v = c.num_microbatches, c.vpp
+    if getattr(c, "schedule", "1f1b") == "dualpipev":
+        return (4 * total + (6 * m - 5) * bottleneck) // 3 + v * tail
+    return total + (m * v - 1) * bottleneck + v * tail
 
 
 def pipeline_bound_x_v(c: PipelineShape, total_lb: Any, bottleneck_lb: Any, tail_lb: Any) -> Any:

@@ -9,7 +9,7 @@ import numpy as np
 
 from tinker_opt.costs import overlap
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, sync_us, tail_slope_us
-from tinker_opt.costs.units import m_tokens, ns_array
+from tinker_opt.costs.units import chunks_per_rank, head_stage, m_tokens, ns_array
 from tinker_opt.costs.zero_terms import gathered_bytes, unit_exposed_us
 from tinker_opt.strategy import Strategy
 
@@ -32,9 +32,29 @@ def inflight_x_v(p: int, v: int, num_micro: int) -> np.ndarray:
     )
 
 
+def dualpipev_inflight_x_v(p: int, num_micro: int) -> np.ndarray:
+    """2 x the micro-batches each DualPipeV rank holds: PP + 1 chunk activations per device for
+    PP = 2p chunks (deepseek-ai/DualPipe README, "Pipeline Bubbles and Memory Usage Comparison")."""
+    return np.full(p, min(2 * p + 1, 2 * num_micro), dtype=np.int64)
+
+
+def _inflight(s: Strategy, v: int, num_micro: int) -> np.ndarray:
+    """In-flight micro-batches (x v) of the schedule. The fb-overlap pairs a forward with another
+    micro-batch's backward; with vpp, and without a pipeline, that is one more warmup (chunk)
+    micro-batch than the schedule holds alone (megatron-moe-fb-overlap.md: "warmup阶段相比于原始
+    VPP多做一个warmup microbatch"); 1F1B's steady phase already pairs them."""
+    if s.schedule == "dualpipev":
+        return dualpipev_inflight_x_v(s.pp, num_micro)
+    base = inflight_x_v(s.pp, v, num_micro)
+    if s.moe_fb_overlap and (v > 1 or s.pp == 1):
+        return np.minimum(base + 1, num_micro * v)
+    return base
+
+
 def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     """Stage arrays of SplitCoefficients (keys are its field names) plus `estimated`."""
-    p, v, m = s.pp, s.vpp, tb.model
+    p, v, m = s.pp, chunks_per_rank(s), tb.model
+    last = head_stage(s)
     emb = tb.cost("embedding", s)
     norm = tb.cost("final_norm", s)
     head = tb.cost("head", s)
@@ -53,29 +73,27 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     head_comm += unit_exposed_us(tb, s, last_params)
     time[0] += emb.fwd_us + emb.bwd_us + emb_comm
     comm[0] += emb_comm
-    time[-1] += norm.fwd_us + norm.bwd_us + head.fwd_us + head.bwd_us + head_comm
-    comm[-1] += head_comm
-    static = np.zeros(p, dtype=np.int64)
-    optimizer = np.zeros(p, dtype=np.int64)
-    grad = np.zeros(p, dtype=np.int64)
-    for index, params in ((0, first_params), (p - 1, last_params)):
-        weights, opt = param_bytes(tb, s, params, 0)  # weights include the gradients
-        static[index] += weights + opt
-        optimizer[index] += opt
-        grad[index] += grad_bytes(tb, s, params, 0)
+    mtp = _mtp_terms(tb, s, norm, head)
+    time[last] += norm.fwd_us + norm.bwd_us + head.fwd_us + head.bwd_us + head_comm + mtp["time_us"]
+    comm[last] += head_comm + mtp["comm_us"]
+    static, optimizer, grad = _edge_param_bytes(
+        tb,
+        s,
+        ((0, first_params, 0), (last, last_params, 0), (last, mtp["params"], mtp["expert_params"])),
+    )
     layer_costs = [tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)) for k in set(tb.kinds)]
     layer_transient = max(cost.transient_bytes for cost in layer_costs)
     # Tinker's attention mask: one seq^2 tensor per stage (Tinker itself adds it per layer).
     static += tb.attention_mask_bytes
     transient = np.full(p, layer_transient, dtype=np.int64)
     transient[0] = max(transient[0], emb.transient_bytes)
-    transient[-1] = max(transient[-1], norm.transient_bytes, head.transient_bytes)
+    transient[last] = max(transient[last], norm.transient_bytes, head.transient_bytes)
     unit = max([cost.param_count for cost in layer_costs] + [first_params, last_params])
     transient += gathered_bytes(s, unit, tb.bpe)  # ZeRO 2/3: gathered units and their gradients
     act_bytes = np.zeros(p, dtype=np.int64)
     act_bytes[0] += emb.activation_bytes
-    act_bytes[-1] += norm.activation_bytes + head.activation_bytes
-    tail, tail_sync = _stage_tails(tb, s, first_params, last_params)
+    act_bytes[last] += norm.activation_bytes + head.activation_bytes + mtp["act_bytes"]
+    tail, tail_sync = _stage_tails(tb, s, first_params, last_params + mtp["params"])
     return {
         "stage_time_ns": ns_array(time),
         "stage_comm_ns": ns_array(comm),
@@ -86,10 +104,50 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
         "stage_transient_bytes": transient,
         "stage_act_bytes": act_bytes,
         "stage_mask_bytes": np.full(p, tb.attention_mask_bytes, dtype=np.int64),
-        "stage_inflight_x_v": inflight_x_v(p, v, num_micro),
+        "stage_inflight_x_v": _inflight(s, v, num_micro),
         "stage_tail_ns": tail,
         "stage_tail_sync_ns": tail_sync,
         "estimated": emb.estimated or norm.estimated or head.estimated,
+    }
+
+
+def _edge_param_bytes(tb: TermBuilder, s: Strategy, parts) -> tuple[np.ndarray, ...]:
+    """(weights + gradients + states, states, gradients) per stage of the (stage, dense params,
+    expert params) parts that are not decoder layers (embedding, head, MTP modules)."""
+    static, optimizer, grad = (np.zeros(s.pp, dtype=np.int64) for _ in range(3))
+    for index, params, experts in parts:
+        weights, opt = param_bytes(tb, s, params, experts)  # weights include the gradients
+        static[index] += weights + opt
+        optimizer[index] += opt
+        grad[index] += grad_bytes(tb, s, params, experts)
+    return static, optimizer, grad
+
+
+def _mtp_terms(tb: TermBuilder, s: Strategy, norm, head) -> dict:
+    """The multi-token-prediction modules on the stage of the output layer (`--mtp-num-layers`).
+
+    Each MTP module is one more decoder layer (of the model's last layer kind), two norms, a
+    projection h x 2h of the concatenated embedding and hidden state, and the shared output head
+    run again (DeepSeek-V3 technical report, arXiv:2412.19437, section 2.2; Megatron-LM
+    megatron/core/transformer/multi_token_prediction.py places them on the last pipeline stage).
+    ASSUMPTION: the projection's compute is left out (2 h^2 per token, small beside the layer)."""
+    k = tb.model.mtp_num_layers
+    if not k:
+        return {"time_us": 0.0, "comm_us": 0.0, "params": 0, "expert_params": 0, "act_bytes": 0}
+    kind = tb.kinds[-1]
+    layer = tb.cost(tb.layer_block[kind], s, *tb.layer_shape(kind, s))
+    fwd_comm, bwd_comm, _ = tb._layer_comm_us(kind, s, layer)
+    comm = fwd_comm + bwd_comm
+    per_module = layer.fwd_us + layer.bwd_us + 2 * (norm.fwd_us + norm.bwd_us)
+    per_module += head.fwd_us + head.bwd_us + comm
+    h = tb.model.hidden_size
+    dense = layer.param_count - layer.expert_param_count + 2 * norm.param_count + 2 * h * h // s.tp
+    return {
+        "time_us": k * per_module,
+        "comm_us": k * comm,
+        "params": k * dense,
+        "expert_params": k * layer.expert_param_count,
+        "act_bytes": k * (layer.activation_bytes + head.activation_bytes),
     }
 
 
@@ -101,7 +159,7 @@ def _head_params(tb: TermBuilder, s: Strategy, head) -> int:
     """
     if tb.model.untie_embeddings_and_output_weights:
         return head.param_count
-    if s.pp == 1:
+    if s.pp == 1 or head_stage(s) == 0:
         return 0
     return tb.model.vocab_size_for(s.tp) // s.tp * tb.model.hidden_size
 
@@ -116,15 +174,19 @@ def _p2p_us(tb: TermBuilder, s: Strategy) -> tuple[float, float]:
     nbytes = m_tokens(tb.model, s) * tb.model.hidden_size * tb.bpe // (s.tp if s.sp else 1)
     scope = tb.scope(s.tp * s.cp * s.dp, s.pp)
     hop = tb.comm.time_us("send_recv", 2, scope, nbytes)
-    if s.vpp == 1 or not tb.job.overlap_p2p_comm:
-        return 2 * s.vpp * hop, 0.0
+    v = chunks_per_rank(s)
+    # DualPipeV hides its p2p behind the other micro-batch's compute with the fb-overlap only
+    # (dualpipev.md: with it "All2All通信和P2P通信都可以被没有依赖关系的计算掩盖").
+    hides = s.moe_fb_overlap if s.schedule == "dualpipev" else tb.job.overlap_p2p_comm
+    if v == 1 or not hides:
+        return 2 * v * hop, 0.0
     # ASSUMPTION: with uneven virtual stages (a layout) the hop hides behind the mean chunk.
-    chunk = max(tb.model.num_layers // (s.pp * s.vpp), 1)
+    chunk = max(tb.model.num_layers // (s.pp * v), 1)
     costs = [tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)) for k in tb.kind_names]
     fwd = overlap.exposed(hop, chunk * min(c.fwd_us for c in costs))
     bwd = overlap.exposed(hop, chunk * min(c.bwd_us for c in costs))
-    exposed = s.vpp * (fwd + bwd)
-    return exposed, 2 * s.vpp * hop - exposed
+    exposed = v * (fwd + bwd)
+    return exposed, 2 * v * hop - exposed
 
 
 def _stage_tails(tb: TermBuilder, s: Strategy, first_params: int, last_params: int):
@@ -136,11 +198,11 @@ def _stage_tails(tb: TermBuilder, s: Strategy, first_params: int, last_params: i
     )
     sync = np.full(p, latency, dtype=float)
     total = np.full(p, latency, dtype=float)
-    for index, params in ((0, first_params), (p - 1, last_params)):
+    for index, params in ((0, first_params), (head_stage(s), last_params)):
         sync_part, opt_us = tail_slope_us(tb, s, params, 0)
         sync[index] += sync_part
         total[index] += sync_part + opt_us
-    if p > 1 and not tb.model.untie_embeddings_and_output_weights:
+    if p > 1 and head_stage(s) > 0 and not tb.model.untie_embeddings_and_output_weights:
         words = tb.model.vocab_size_for(s.tp) // s.tp * tb.model.hidden_size
         scope = tb.scope(s.tp * s.cp * s.dp * (p - 1), 2)
         shared = tb.comm.time_us("all_reduce", 2, scope, tb.grad_bytes * words)

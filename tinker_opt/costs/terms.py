@@ -33,10 +33,11 @@ from tinker_opt.costs.cp_terms import (
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_us
 from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
 from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
+from tinker_opt.costs.moe_terms import moe_comm_us
 from tinker_opt.costs.profile_table import BlockCost, BlockTable
 from tinker_opt.costs.recompute import activation_function_terms
 from tinker_opt.costs.stage_terms import stage_terms
-from tinker_opt.costs.units import data_groups, m_tokens, to_ns
+from tinker_opt.costs.units import chunks_per_rank, data_groups, m_tokens, to_ns
 from tinker_opt.costs.zero_terms import layer_exposed_us
 from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS
 from tinker_opt.strategy import OVERLAP_KEYS, Strategy
@@ -136,21 +137,6 @@ class TermBuilder:
             )
         return self.comm.time_us("all_reduce", s.tp, scope, nbytes)
 
-    def _moe_us(self, s: Strategy) -> float:
-        """Expert traffic of one MoE layer, one direction: token dispatch + combine all-to-all
-        over ep (Megatron's alltoall dispatcher), and all-gather + reduce-scatter over etp."""
-        m = self.model
-        tokens = m_tokens(m, s) // (s.tp if s.sp else 1)  # SP: each TP rank routes its slice
-        routed = tokens * m.moe_router_topk * m.hidden_size * self.bpe
-        etp = s.expert_tp
-        a2a = 2 * self.comm.time_us("all_to_all", s.ep, self.scope(etp, s.ep), routed)
-        scope = self.scope(1, etp)
-        gathered = routed * etp
-        return a2a + (
-            self.comm.time_us("all_gather", etp, scope, gathered)
-            + self.comm.time_us("reduce_scatter", etp, scope, gathered)
-        )
-
     def _layer_comm_us(self, kind: str, s: Strategy, cost: BlockCost) -> tuple[float, float, float]:
         """(forward, backward) exposed collectives of one layer and the hidden rest (costs/overlap.py);
         the backward mirrors the forward."""
@@ -171,8 +157,14 @@ class TermBuilder:
             bwd_tp = (parts - fused) * pair + overlap.chunked_exposed(
                 fused * pair, cost.bwd_us * share, s.tp
             )
-        moe = self._moe_us(s) if kind == "moe" and not self.ep_comm_in_times else 0.0
+        moe = moe_comm_us(self, s) if kind == "moe" and not self.ep_comm_in_times else 0.0
+        moe_fwd = moe
         moe_bwd = overlap.exposed(moe, cost.bwd_us / 2) if moe and s.overlap_moe_comm else moe
+        if moe and s.moe_fb_overlap:
+            num_micro = max(self.gbs // (s.mbs * s.dp), 1)
+            edge = min(1.0, max(s.pp - 1, 1) / num_micro)
+            moe_fwd = overlap.fb_overlap_exposed(moe, cost.bwd_us, edge)
+            moe_bwd = overlap.fb_overlap_exposed(moe, cost.fwd_us, edge)
         cp_fwd, cp_bwd = cp_fwd_bwd_us(self, s)
         u, r = cp_groups(self, s)
         if r > 1:
@@ -182,17 +174,18 @@ class TermBuilder:
             cp_fwd = a2a + (r - 1) * overlap.exposed(hop, cost.fwd_us * (1 - share) / r)
             cp_bwd = a2a + 2 * (r - 1) * overlap.exposed(hop, cost.bwd_us * (1 - share) / r)
         full = 2 * parts * pair + 2 * moe + sum(cp_fwd_bwd_us(self, s))
-        fwd, bwd = fwd_tp + moe + cp_fwd, bwd_tp + moe_bwd + cp_bwd
+        fwd, bwd = fwd_tp + moe_fwd + cp_fwd, bwd_tp + moe_bwd + cp_bwd
         return fwd, bwd, max(full - fwd - bwd, 0.0)
 
     # -- building ------------------------------------------------------------------------------
     def build(self, s: Strategy) -> SplitCoefficients:
-        L, p, v = self.model.num_layers, s.pp, s.vpp
+        L, p, v = self.model.num_layers, s.pp, chunks_per_rank(s)
         num_micro = self.gbs // (s.mbs * s.dp)
-        knobs = tuple(bool(getattr(s, key)) for key in OVERLAP_KEYS)
-        # The per-layer terms do not depend on pp / vpp, the per-stage ones not on the recompute.
+        knobs = (*(bool(getattr(s, key)) for key in OVERLAP_KEYS), s.schedule, s.moe_fb_overlap)
+        # The per-layer terms do not depend on pp / vpp (but the fb-overlap's warmup share does),
+        # the per-stage ones not on the recompute.
         shape = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.zero, knobs)
-        layer_key = (*shape, s.recompute)
+        layer_key = (*shape, s.recompute, s.pp if s.moe_fb_overlap else 0)
         layer = self._layer_cache.get(layer_key)
         if layer is None:
             layer = self._layer_cache[layer_key] = self._layer_arrays(s)
@@ -229,6 +222,7 @@ class TermBuilder:
             estimated=bool(estimated),
             uniform=len(self.kind_names) == 1,
             layer_form=self.layer_form,
+            schedule=s.schedule,
             recompute_all=self.job.recompute_all,
             **stage,
         )

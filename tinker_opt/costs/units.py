@@ -28,3 +28,15 @@ def data_groups(s: Strategy, is_moe: bool) -> tuple[int, int]:
     """(dense data-parallel group dp*cp, expert data-parallel group tp*cp*dp/(ep*etp))."""
     edp = s.tp * s.cp * s.dp // (s.ep * s.expert_tp) if is_moe else 1
     return s.dp * s.cp, max(edp, 1)
+
+
+def chunks_per_rank(s: Strategy) -> int:
+    """Model chunks each pipeline rank holds: vpp, or DualPipeV's two (its V: rank r holds chunks
+    r and 2p - 1 - r; Ascend/MindSpeed docs/features/dualpipev.md)."""
+    return 2 if s.schedule == "dualpipev" else s.vpp
+
+
+def head_stage(s: Strategy) -> int:
+    """The pipeline rank of the final norm, output layer and loss: the last, or DualPipeV's first
+    (the V ends where it starts; dualpipev.md: "output head会被分配到PP rank0")."""
+    return 0 if s.schedule == "dualpipev" else s.pp - 1

@@ -289,6 +289,7 @@ def search_space_for(
         return _can(flag, info, vr)
 
     megatron = vr.family == versions.MEGATRON
+    mcore = info.train.framework.flavour == "mcore"
     algos = (
         (DEFAULT_CP_ALGO,)
         if megatron
@@ -313,6 +314,9 @@ def search_space_for(
         overlaps=searched_overlaps(info, vr),
         # ZeRO 2/3 only where the script already picks its stage by flag (DeepSpeed, Megatron-FSDP).
         zero_levels=(0, 1, 2, 3) if zero_backend(info.launch) else (0, 1),
+        # MindSpeed-LLM's DualPipeV and MoE fb-overlap (mcore models; rules._rule_schedule).
+        schedules=("1f1b", "dualpipev") if mcore and can("--schedules-method") else ("1f1b",),
+        fb_overlap=mcore and info.model.is_moe and can("--moe-fb-overlap"),
     )
 
 

@@ -233,6 +233,11 @@ def _pipeline_layout(plan: _Plan, s: Strategy) -> None:
             plan.value(VPP_LAYERS_FLAG, plan.info.num_layers_in_script // (s.pp * s.vpp))
     else:
         plan.remove(VPP_LAYERS_FLAG, *VPP_SIZE_FLAGS)
+    if s.schedule == "dualpipev":
+        plan.value("--schedules-method", "dualpipev")
+    else:
+        plan.remove("--schedules-method", "--dualpipev-dw-detach")
+    plan.switch("--moe-fb-overlap", s.moe_fb_overlap)
     layers = s.num_layer_list
     if plan.vr.family == versions.MEGATRON:
         if layers is None:

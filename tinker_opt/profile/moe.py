@@ -1,12 +1,19 @@
 """Mixture-of-experts MLP of one rank: router, top-k dispatch, num_experts/ep local experts, shared experts.
 
-Mirrors Megatron-core's MoELayer with the all-to-all token dispatcher and grouped experts
-(MindSpeed-LLM / Megatron `--moe-grouped-gemm`): the local experts' weights are stacked as
-[E_local, h, f] tensors and run as batched matmuls, so a shard with many local experts costs a
-handful of ops, not a Python loop of them. The all-to-all and the expert-tensor-parallel
-all-gather / reduce-scatter are collectives the cost model adds; here the rank receives, with
-balanced routing, its etp group's tokens x topk assignments, split evenly over its local experts
-(a fixed permutation, so timings do not depend on random routing).
+Mirrors Megatron-core's MoELayer. With `--moe-grouped-gemm` the local experts' weights are
+stacked as [E_local, h, f] tensors and run as one batched matmul (GroupedMLP / TEGroupedMLP: one
+grouped kernel whose tiles come from every expert, so it runs at the efficiency of the experts'
+total size); without it every expert is its own GEMM (SequentialMLP: a loop of small GEMMs, each
+at the efficiency of its own size; NVIDIA/Megatron-LM megatron/core/transformer/moe/experts.py).
+The all-to-all and the expert-tensor-parallel all-gather / reduce-scatter are collectives the
+cost model adds (costs/moe_terms.py); here the rank receives its etp group's tokens x topk
+assignments times the busiest expert's load (shape.expert_load), split evenly over its local
+experts (a fixed permutation, so timings do not depend on random routing).
+
+ModelLink's legacy GShard MoE (`moe_gshard_dispatch`, DeepSpeed sharded_moe.py MOELayer) builds
+the expert input with one-hot einsums, "sec,sm->ecm" to dispatch and "sec,ecm->sm" to combine
+(S tokens, E experts, C capacity, M hidden): two dense matmuls of 2 S E C M FLOPs each, and the
+[S, E C] masks they keep for the backward; every expert computes its whole capacity.
 """
 
 from __future__ import annotations
@@ -100,6 +107,36 @@ class GroupedExperts(nn.Module):
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
+MAX_TRACED_GEMMS = 8
+"""Most separate expert GEMMs a SequentialExperts traces: more local experts run in this many
+batched groups (tracing 128 separate experts costs half a minute per profiled shape).
+ASSUMPTION: above 8 local experts the small-GEMM penalty of the loop is understated (each group
+is timed at the size of its experts together)."""
+
+
+class SequentialExperts(nn.Module):
+    """The rank's routed experts as separate GEMMs, one expert after another (no grouped GEMM);
+    more than MAX_TRACED_GEMMS local experts in that many equal groups."""
+
+    def __init__(self, num_experts: int, hidden: int, ffn_local: int, **kwargs) -> None:
+        super().__init__()
+        groups = min(num_experts, MAX_TRACED_GEMMS)
+        sizes = [num_experts // groups + (i < num_experts % groups) for i in range(groups)]
+        self.local = nn.ModuleList(GroupedExperts(n, hidden, ffn_local, **kwargs) for n in sizes)
+
+    @property
+    def num_experts(self) -> int:
+        return sum(group.num_experts for group in self.local)
+
+    def forward(self, dispatched: torch.Tensor) -> torch.Tensor:
+        """dispatched [T, h] grouped by expert, the first T % E experts one token more (balanced)."""
+        per, extra = divmod(dispatched.shape[0], self.num_experts)
+        sizes = [group.num_experts * per for group in self.local]
+        sizes[0] += extra  # the first group's first `extra` experts get one token more
+        chunks = torch.split(dispatched, sizes)
+        return torch.cat([e(c) for e, c in zip(self.local, chunks, strict=True) if c.shape[0]])
+
+
 class MoE(nn.Module):
     """Router + dispatch + local experts + combine (+ shared experts), input / output [s_sp, b, h]."""
 
@@ -107,7 +144,9 @@ class MoE(nn.Module):
         super().__init__()
         self.topk, self.etp = dims.topk, etp
         self.router = new_weight(dims.num_experts, dims.hidden, device=device, dtype=dtype)
-        self.experts = GroupedExperts(
+        self.gshard = model.moe_gshard_dispatch
+        grouped = model.moe_grouped_gemm and not self.gshard
+        self.experts = (GroupedExperts if grouped else SequentialExperts)(
             dims.num_local_experts,
             dims.hidden,
             dims.expert_ffn,
@@ -130,13 +169,14 @@ class MoE(nn.Module):
             else None
         )
         tokens = dims.seq_sp * dims.mbs * etp
-        # Balanced dispatch: every gathered token goes to topk experts; the rank's share is one
-        # token-expert assignment per (token, k), grouped by local expert.
-        self.register_buffer(
-            "order",
-            torch.arange(tokens, device=device).repeat_interleave(self.topk),
-            persistent=False,
-        )
+        # The rank's token-expert assignments (shape.expert_tokens per sequence), grouped by local
+        # expert: slot i is assignment i mod (tokens x topk) of the balanced order.
+        assignments = dims.expert_tokens * dims.mbs
+        if self.gshard:  # every expert's capacity C, padded: E x C slots
+            assignments = -(-assignments // dims.num_experts) * dims.num_experts
+        slot = torch.arange(assignments, device=device) % (tokens * self.topk)
+        self.register_buffer("slot", slot, persistent=False)
+        self.register_buffer("order", slot // self.topk, persistent=False)
 
     def expert_param_count(self) -> int:
         return sum(p.numel() for p in self.experts.parameters())
@@ -146,15 +186,26 @@ class MoE(nn.Module):
         scores = torch.softmax(F.linear(tokens, self.router).float(), dim=-1)
         return scores.topk(self.topk, dim=-1).values.to(tokens.dtype)
 
+    def _gshard(self, gathered: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """GShard's one-hot dispatch and weighted combine as the two dense matmuls DeepSpeed runs."""
+        mask = gathered.new_zeros(gathered.shape[0], self.slot.shape[0])  # [S, E*C]
+        expert_out = self.experts(mask.t() @ gathered)  # "sec,sm->ecm"
+        combine = mask + weights.reshape(-1)[:1]  # combine weights: the mask scaled by the gates
+        return combine @ expert_out  # "sec,ecm->sm"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s, b, h = x.shape
         tokens = x.reshape(s * b, h)
         weights = self.route(tokens)
         gathered = _repeat_dim0(tokens, self.etp)  # expert-tensor-parallel all-gather of the tokens
-        dispatched = gathered.index_select(0, self.order)  # permutation + all-to-all
-        expert_out = self.experts(dispatched)
-        weighted = expert_out * _repeat_dim0(weights, self.etp).reshape(-1, 1)
-        combined = torch.zeros_like(gathered).index_add(0, self.order, weighted)  # unpermute
+        if self.gshard:
+            combined = self._gshard(gathered, weights)
+        else:
+            dispatched = gathered.index_select(0, self.order)  # permutation + all-to-all
+            expert_out = self.experts(dispatched)
+            gates = _repeat_dim0(weights, self.etp).reshape(-1)[self.slot]
+            weighted = expert_out * gates.reshape(-1, 1)
+            combined = torch.zeros_like(gathered).index_add(0, self.order, weighted)  # unpermute
         if self.etp > 1:
             combined = ScatterToSequence.apply(combined, self.etp)
         out = combined.view(s, b, h)

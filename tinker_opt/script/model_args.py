@@ -149,7 +149,26 @@ def _moe_fields(launch: Launch, noop: tuple[int, ...]) -> dict:
         "moe_shared_expert_intermediate_size": shared,
         "first_k_dense_replace": max(int_value(launch, "--first-k-dense-replace", 0), 0),
         **_layer_freq(launch, noop),
-        **_dispatcher(launch),
+        **_routing_fields(launch),
+        "moe_enable_deepep": launch.has(DEEPEP_FLAG),
+    }
+
+
+def _routing_fields(launch: Launch) -> dict:
+    """How tokens reach the experts (Megatron's MoE flags; ModelLink's legacy GShard MoE is
+    recognised by its `--moe-train-capacity-factor`, versions.py)."""
+    gshard = launch.has("--moe-train-capacity-factor")
+    flag = "--moe-train-capacity-factor" if gshard else "--moe-expert-capacity-factor"
+    capacity = float_value(launch, flag, 0.0)
+    dispatcher = launch.value("--moe-token-dispatcher-type") or "allgather"
+    return {
+        "moe_token_dispatcher_type": "alltoall" if gshard else dispatcher,
+        "moe_grouped_gemm": launch.has("--moe-grouped-gemm"),
+        "moe_expert_capacity_factor": capacity if capacity > 0 else None,
+        "moe_pad_expert_input_to_capacity": gshard
+        or launch.has("--moe-pad-expert-input-to-capacity"),
+        "moe_gshard_dispatch": gshard,
+        **({"moe_load_imbalance": 1.0} if launch.has("--moe-router-force-load-balancing") else {}),
     }
 
 

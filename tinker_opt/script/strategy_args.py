@@ -259,7 +259,18 @@ def read_strategy(
             mbs=int_value(launch, "--micro-batch-size", 1),
             num_layer_list=_layer_list(launch, pp, vpp, total_layers, mtp_layers, warn),
             **_recompute(launch, warn),
+            **_schedule(launch, is_moe),
         )
         return layout.replace(**read_switches(launch.has, KnobContext.of(layout, is_moe)))
     except StrategyError as exc:
         raise ScriptError(f"the script's parallel flags are inconsistent: {exc}") from None
+
+
+def _schedule(launch: Launch, is_moe: bool) -> dict:
+    """MindSpeed's pipeline schedule (`--schedules-method dualpipev`) and MoE forward/backward
+    overlap (`--moe-fb-overlap`, MoE models only)."""
+    method = launch.value("--schedules-method")
+    return {
+        "dualpipev": method == "dualpipev",
+        "moe_fb_overlap": is_moe and launch.has("--moe-fb-overlap"),
+    }

@@ -50,6 +50,9 @@ FLAG_SINCE: dict[str, dict[str, tuple[int, ...] | None]] = {
     "--account-for-loss-in-pipeline-split": {MINDSPEED: None, MEGATRON: (0, 13)},
     # The strategy knobs' flags (communication overlap): declared with each knob (knobs.py).
     **_KNOB_SINCE,
+    # MindSpeed-LLM 2.0.0: first release whose examples use them (reference/script-conventions.md).
+    "--schedules-method": {MINDSPEED: (2, 0, 0), MEGATRON: None},
+    "--moe-fb-overlap": {MINDSPEED: (2, 0, 0), MEGATRON: None},
     "--overlap-p2p-communication": {MINDSPEED: (0, 9, 1), MEGATRON: (0, 0)},
     "--no-overlap-p2p-communication": {MINDSPEED: (2, 0, 0), MEGATRON: (0, 8)},
     "--recompute-activation-function": {MINDSPEED: (1, 0, 0), MEGATRON: None},

@@ -63,6 +63,11 @@ class SearchSpace:
     recompute_methods: tuple[str, ...] = RECOMPUTE_METHODS
     """Megatron's `--recompute-method` values searched with full recompute (model/recompute.py)."""
     cp_algos: tuple[str, ...] = SEARCHED_CP_ALGOS
+    schedules: tuple[str, ...] = ("1f1b",)
+    """Pipeline schedules searched (strategy.SCHEDULES); `dualpipev` only where the framework
+    version has it (emit/expressible.py search_space_for)."""
+    fb_overlap: bool = False
+    """Search MindSpeed's `--moe-fb-overlap` (on and off) where its rule allows it."""
     overlaps: tuple[str, ...] | None = OVERLAP_KEYS
     """Communication-overlap knobs switched on wherever they apply (`overlap_choices`); the others
     stay off. Not a search dimension: the cost model prices an overlap as the part of the
@@ -196,11 +201,31 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
         if vpp > 1 and (gbs // (mbs * base.dp)) % base.pp:
             continue
         for knobs in overlaps[zero, vpp]:
-            choice = base.replace(
+            candidate = base.replace(
                 vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, recompute_method=method, **knobs
             )
-            if all(rule(choice, model, num_devices, gbs) is None for rule in OUTER_RULES):
-                yield choice
+            for choice in schedule_choices(candidate, space):
+                if all(rule(choice, model, num_devices, gbs) is None for rule in OUTER_RULES):
+                    yield choice
+
+
+def schedule_choices(s: Strategy, space: SearchSpace) -> Iterator[Strategy]:
+    """The strategy under each searched schedule and fb-overlap setting. DualPipeV and the
+    fb-overlap exclude the asynchronous gradient reduce (rules._rule_schedule), so those variants
+    turn it (and the parameter gather that needs it) off; fb-overlap also replaces the MoE
+    all-to-all overlap."""
+    for schedule in space.schedules:
+        if schedule != "1f1b" and s.vpp > 1:
+            continue
+        for fb in (False, True) if space.fb_overlap else (False,):
+            if schedule == "1f1b" and not fb:
+                yield s
+                continue
+            off = {"overlap_grad_reduce": False if s.overlap_grad_reduce is not None else None}
+            off["overlap_param_gather"] = False if s.overlap_param_gather is not None else None
+            if fb and s.overlap_moe_comm is not None:
+                off["overlap_moe_comm"] = False
+            yield s.replace(dualpipev=schedule == "dualpipev", moe_fb_overlap=fb, **off)
 
 
 def overlap_choices(

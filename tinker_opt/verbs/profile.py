@@ -45,6 +45,7 @@ def run_profile(
 
     require(settings, "pretrain_script_path")
     info = read_script(settings.pretrain_script_path, model_config=settings.model_config)
+    info = replace(info, model=info.model.with_load_imbalance(settings.moe_load_imbalance))
     labels = labels_for(settings.pretrain_script_path, settings.model_name, settings.model_size)
     out_dir = profile_folder(settings, labels)
     analytic = settings.device == "analytic"

@@ -1,0 +1,57 @@
+"""MoE token dispatch priced by dispatcher type, with the part that leaves the node (costs/moe_terms.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from model_support import cluster, moe_model, synthetic_profile
+
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.costs.moe_terms import moe_comm_us
+from tinker_opt.strategy import Strategy
+
+MODEL = moe_model(num_layers=4, hidden=1024, heads=16, experts=16, seq=2048, topk=8)
+PROFILE = synthetic_profile(MODEL, tps=(1,), cps=(1,), eps=(1, 2, 4, 8, 16), mbss=(1,))
+
+
+def _comm_us(model, ep: int, devices_per_node: int, nodes: int = 4) -> float:
+    cost = CostModel.from_profile(PROFILE, model, cluster(nodes, devices_per_node, 60000), 64)
+    strategy = Strategy(tp=1, pp=1, dp=nodes * devices_per_node, ep=ep, etp=1)
+    return moe_comm_us(cost._terms, strategy)
+
+
+def _with(**fields):
+    return dataclasses.replace(MODEL, **fields)
+
+
+def test_all_to_all_leaving_the_node_is_slower():
+    """The same EP group of 8: inside one node vs spread over two nodes of 4."""
+    a2a = _with(moe_token_dispatcher_type="alltoall")
+    assert _comm_us(a2a, 8, devices_per_node=4) > _comm_us(a2a, 8, devices_per_node=8)
+
+
+def test_imbalance_and_capacity_scale_the_exchange():
+    """The busiest rank receives imbalance x its share; a capacity factor caps it."""
+    base = _with(moe_token_dispatcher_type="alltoall")
+    busy = _with(moe_token_dispatcher_type="alltoall", moe_load_imbalance=1.5)
+    capped = dataclasses.replace(busy, moe_expert_capacity_factor=1.1)
+    balanced, heavy, limited = (_comm_us(m, 16, 8) for m in (base, busy, capped))
+    assert balanced < limited < heavy
+
+
+def test_allgather_moves_tokens_not_topk_copies():
+    """The allgather dispatcher gathers every token of the EP group once (no topk factor)."""
+    gather, a2a = (
+        _with(moe_token_dispatcher_type="allgather"),
+        _with(moe_token_dispatcher_type="alltoall"),
+    )
+    assert _comm_us(gather, 1, 8) == _comm_us(a2a, 1, 8) == 0.0
+    assert _comm_us(gather, 8, 8) > 0
+
+
+def test_deepep_sends_a_token_once_per_remote_node():
+    """flex (DeepEP), topk 8 over 4 nodes: fewer inter-node bytes than the all-to-all."""
+    flex, a2a = _with(moe_token_dispatcher_type="flex"), _with(moe_token_dispatcher_type="alltoall")
+    assert _comm_us(flex, 16, 4) < _comm_us(a2a, 16, 4)
+    assert _comm_us(flex, 4, 4) == pytest.approx(_comm_us(a2a, 4, 4))  # one node: the same

@@ -1,0 +1,26 @@
+"""Multi-token prediction: its modules priced on the stage of the output layer."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from model_support import cluster, moe_model, synthetic_profile
+
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.strategy import Strategy
+
+
+def test_mtp_modules_cost_the_last_stage_only():
+    """--mtp-num-layers 1: one more layer, norms, projection and head on the last stage."""
+    base = moe_model(num_layers=4, hidden=512, heads=4, seq=256, experts=4)
+    profile = synthetic_profile(base, tps=(1,), cps=(1,), eps=(1, 2), mbss=(1,))
+    s = Strategy(tp=1, pp=2, dp=2, ep=2, etp=1)
+    stages = {}
+    for k in (0, 1):
+        model = dataclasses.replace(base, mtp_num_layers=k)
+        cost = CostModel.from_profile(profile, model, cluster(1, 4, 60000), 8)
+        stages[k] = cost.evaluate(s).stages
+    assert stages[1][0] == stages[0][0]
+    assert stages[1][1]["time_ms"] > stages[0][1]["time_ms"]
+    assert stages[1][1]["weights_mb"] > stages[0][1]["weights_mb"]
+    assert stages[1][1]["activations_mb"] > stages[0][1]["activations_mb"]

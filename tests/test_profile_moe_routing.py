@@ -1,0 +1,77 @@
+"""How tokens reach the experts in the profiled MoE block: load, capacity, grouped GEMM, GShard."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.profile_support import moe_model
+from tinker_opt.errors import ConfigError
+from tinker_opt.hardware import load_hardware
+from tinker_opt.profile.analytic import block_row, trace_block
+from tinker_opt.profile.shape import Shape, expert_load, shard_dims
+
+H100 = load_hardware("h100-80gb")
+
+
+def _model(**fields):
+    base = dataclasses.replace(moe_model(seq=1024, hidden=1024), moe_ffn_hidden_size=2048)
+    return dataclasses.replace(base, **fields)
+
+
+EP2 = Shape(ep=2)
+
+
+def _row(model, shape=EP2):
+    return block_row(trace_block(model, "layer.moe", shape), H100)
+
+
+def test_dropless_busiest_expert_sets_the_pace():
+    """Dropless: the rank computes imbalance x its share (excess averaged over its experts)."""
+    model = _model(moe_load_imbalance=1.5)
+    assert expert_load(model, 1) == pytest.approx(1.5)
+    assert expert_load(model, 4) == pytest.approx(1.25)
+    assert expert_load(_model(), 1) == 1.0  # no imbalance given: balanced
+
+
+def test_capacity_factor_caps_and_padding_fixes_the_load():
+    """A capacity factor caps the load; padding to capacity makes every expert compute it."""
+    capped = _model(moe_load_imbalance=1.5, moe_expert_capacity_factor=1.2)
+    assert expert_load(capped, 1) == pytest.approx(1.2)
+    padded = dataclasses.replace(
+        capped, moe_load_imbalance=1.0, moe_pad_expert_input_to_capacity=True
+    )
+    assert expert_load(padded, 4) == pytest.approx(1.2)
+
+
+def test_imbalance_costs_time_and_activations():
+    """More tokens on the busiest rank: a slower, larger MoE block."""
+    balanced, busy = _row(_model()), _row(_model(moe_load_imbalance=1.5))
+    assert busy["fwd_us"] > balanced["fwd_us"] and busy["bwd_us"] > balanced["bwd_us"]
+    assert busy["activation_bytes"] > balanced["activation_bytes"]
+    dims = shard_dims(_model(moe_load_imbalance=1.5), Shape(ep=8))
+    assert dims.expert_tokens == 1024 * 2 * 1.5
+
+
+def test_grouped_gemm_is_not_slower_than_a_loop_of_small_gemms():
+    """Several small experts per rank: one grouped GEMM beats a loop of per-expert GEMMs."""
+    loop, grouped = _row(_model()), _row(_model(moe_grouped_gemm=True))
+    assert grouped["fwd_us"] < loop["fwd_us"]
+    assert grouped["param_count"] == loop["param_count"]
+    assert grouped["expert_param_count"] == loop["expert_param_count"]
+
+
+def test_gshard_dispatch_adds_the_einsum_matmuls_and_masks():
+    """ModelLink's legacy GShard MoE: dense one-hot dispatch / combine cost time and memory."""
+    drop = dict(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)
+    plain, gshard = _row(_model(**drop)), _row(_model(**drop, moe_gshard_dispatch=True))
+    assert gshard["fwd_us"] > plain["fwd_us"]
+    assert gshard["activation_bytes"] > plain["activation_bytes"]
+
+
+def test_unknown_dispatcher_and_low_imbalance_are_config_errors():
+    with pytest.raises(ConfigError, match="moe_token_dispatcher_type"):
+        _model(moe_token_dispatcher_type="broadcast")
+    with pytest.raises(ConfigError, match="moe_load_imbalance"):
+        _model(moe_load_imbalance=0.5)
