@@ -51,9 +51,9 @@ def test_cpsat_expression_reaches_the_integer_value():
 def test_pulp_expression_reaches_the_integer_value():
     """A PuLP model minimising the expression lands on the integers' value."""
     problem = pulp.LpProblem("pipeline", pulp.LpMinimize)
-    total = pulp.LpVariable("total", 100, 200)
-    bottleneck = pulp.LpVariable("max", 30, 60)
-    tail = pulp.LpVariable("tail", 5, 9)
+    total = problem.add_variable("total", 100, 200)
+    bottleneck = problem.add_variable("max", 30, 60)
+    tail = problem.add_variable("tail", 5, 9)
     problem.setObjective(pipeline_x_v(Shape(8, 1), pulp.lpSum([total]), bottleneck, tail))
     problem.solve(pulp.HiGHS(msg=False))
     assert pulp.value(problem.objective) == pipeline_x_v(Shape(8, 1), 100, 30, 5)

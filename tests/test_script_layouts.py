@@ -71,8 +71,8 @@ def test_layer_freq_list_must_cover_every_layer():
 
 @pytest.mark.parametrize("dispatcher", ["allgather", "alltoall", "alltoall_seq", "flex"])
 def test_dispatcher_read_reported_and_kept(dispatcher):
-    """Each dispatcher is read, reported by inspect and survives apply; those the model does not
-    price as they run are named in a warning."""
+    """Each dispatcher is read, reported by inspect and survives apply; each is priced (no
+    warning)."""
     deepep = " --moe-enable-deepep" if dispatcher == "flex" else ""
     info = read_script_text(
         megatron_moe_script(f"--moe-token-dispatcher-type {dispatcher}{deepep}", pp=1)
@@ -81,17 +81,17 @@ def test_dispatcher_read_reported_and_kept(dispatcher):
     assert model["moe_token_dispatcher_type"] == dispatcher
     assert model["moe_enable_deepep"] == (dispatcher == "flex")
     warned = any("--moe-token-dispatcher-type" in w for w in info.warnings)
-    assert warned == (dispatcher in ("allgather", "flex"))
+    assert not warned
     tuned = apply_strategy(info.text, info.train.strategy.replace(ep=2), nnodes=1, nproc_per_node=8)
     back = read_script_text(tuned.text)
     assert back.model.moe_token_dispatcher_type == dispatcher
     assert back.model.moe_enable_deepep == (dispatcher == "flex")
 
 
-def test_mtp_layers_read_warned_and_kept():
+def test_mtp_layers_read_priced_and_kept():
     info = read_script_text(megatron_moe_script("--mtp-num-layers 1"))
     assert inspect_dict(info)["model"]["mtp_num_layers"] == 1
-    assert any("--mtp-num-layers 1" in w for w in info.warnings)
+    assert not any("--mtp-num-layers" in w for w in info.warnings)
     tuned = apply_strategy(
         info.text, info.train.strategy.replace(tp=2, dp=4, sp=True), nnodes=1, nproc_per_node=8
     )
@@ -129,28 +129,32 @@ def test_unknown_flags_listed_once_apart_from_unpriced():
     """A flag the reader does not know is named once in its own warning, apart from the flags it
     knows but does not price; inspect lists both."""
     info = read_script_text(
-        megatron_moe_script("--made-up-knob 3 --moe-grouped-gemm --made-up-knob 4 --lr 1e-4")
+        megatron_moe_script("--made-up-knob 3 --moe-permute-fusion --made-up-knob 4 --lr 1e-4")
     )
     unknown = [w for w in info.warnings if "does not know" in w]
     assert len(unknown) == 1 and unknown[0].count("--made-up-knob") == 1
-    assert "--moe-grouped-gemm" not in unknown[0] and "--lr" not in unknown[0]
+    assert "--moe-permute-fusion" not in unknown[0] and "--lr" not in unknown[0]
     unpriced = [w for w in info.warnings if "does not include" in w]
-    assert len(unpriced) == 1 and "--moe-grouped-gemm" in unpriced[0]
+    assert len(unpriced) == 1 and "--moe-permute-fusion" in unpriced[0]
     assert "--made-up-knob" not in unpriced[0]
     framework = inspect_dict(info)["framework"]
     assert framework["unknown_flags"] == ["--made-up-knob"]
-    assert framework["not_priced_flags"] == ["--moe-grouped-gemm"]
+    assert framework["not_priced_flags"] == ["--moe-permute-fusion"]
 
 
 def test_search_warnings_name_unknown_and_model_settings():
     """search.log, summary.json and simulate take the same list (verbs/common.py script_warnings)."""
     from tinker_opt.verbs.common import script_warnings
 
-    info = read_script_text(megatron_moe_script("--made-up-knob --mtp-num-layers 1"))
+    info = read_script_text(
+        megatron_moe_script("--made-up-knob --moe-permute-fusion --moe-enable-deepep")
+    )
     warnings = script_warnings(info)
     assert any("--made-up-knob" in w for w in warnings)
-    assert any("--mtp-num-layers 1" in w for w in warnings)
-    assert any("--moe-token-dispatcher-type allgather" in w for w in warnings)
+    assert any("--moe-permute-fusion" in w for w in warnings)
+    assert any(
+        "--moe-enable-deepep with --moe-token-dispatcher-type allgather" in w for w in warnings
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -290,4 +294,4 @@ def test_glm45_air_simulates_as_written_from_the_command_line(tmp_path):
     assert proc.returncode == 0, proc.stderr
     evaluation = json.loads(proc.stdout)
     assert [stage["layers"] for stage in evaluation["stages"]] == [11, 12, 12, 11]
-    assert "--mtp-num-layers 1" in proc.stderr
+    assert "--mtp-num-layers" not in proc.stderr  # priced on the output stage

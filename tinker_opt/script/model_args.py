@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import overload
 
-from tinker_opt.choices import Dispatcher, choice
 from tinker_opt.errors import ConfigError, ScriptError
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.layer_pattern import parse_layer_freq, pattern_for_layers
@@ -121,14 +120,6 @@ def _layer_freq(launch: Launch, noop: tuple[int, ...]) -> dict:
 
 DISPATCHER_FLAG = "--moe-token-dispatcher-type"
 DEEPEP_FLAG = "--moe-enable-deepep"
-
-
-def _dispatcher(launch: Launch) -> dict:
-    """The token dispatcher: the flag's value, else Megatron-LM's default `allgather`."""
-    value = choice(
-        Dispatcher, launch.value(DISPATCHER_FLAG) or "allgather", DISPATCHER_FLAG, ScriptError
-    )
-    return {"moe_token_dispatcher_type": value, "moe_enable_deepep": launch.has(DEEPEP_FLAG)}
 
 
 def _moe_fields(launch: Launch, noop: tuple[int, ...]) -> dict:
@@ -254,24 +245,13 @@ def read_model(launch: Launch, warn: Callable[[str], None]) -> ModelSpec:
         raise ScriptError(f"the script's model arguments are inconsistent: {exc}") from None
 
 
-PRICED_DISPATCHERS = (Dispatcher.ALLTOALL, Dispatcher.ALLTOALL_SEQ)
-"""Dispatchers the cost model prices as they run (the expert all-to-all, costs/terms.py)."""
-
-
 def unpriced_model_warnings(model: ModelSpec) -> list[str]:
-    """Model settings that are read (inspect reports them, apply keeps them) but not priced yet."""
-    out = []
-    if model.is_moe and (
-        model.moe_token_dispatcher_type not in PRICED_DISPATCHERS or model.moe_enable_deepep
-    ):
-        deepep = " with DeepEP" if model.moe_enable_deepep else ""
-        out.append(
-            f"{DISPATCHER_FLAG} {model.moe_token_dispatcher_type}{deepep} is priced as the "
-            "all-to-all dispatcher (its own traffic is not modelled)"
-        )
-    if model.mtp_num_layers:
-        out.append(
-            f"--mtp-num-layers {model.mtp_num_layers}: the multi-token-prediction layers on the last "
-            "stage are not in the prediction (time or memory)"
-        )
-    return out
+    """Model settings that are read (inspect reports them, apply keeps them) but not priced as
+    written. Every dispatcher is priced by its own traffic (costs/moe_terms.py) and the MTP modules
+    on the output stage (costs/stage_terms.py); DeepEP is priced as the flex dispatcher it needs."""
+    if model.is_moe and model.moe_enable_deepep and model.moe_token_dispatcher_type != "flex":
+        return [
+            f"{DEEPEP_FLAG} with {DISPATCHER_FLAG} {model.moe_token_dispatcher_type}: DeepEP "
+            "runs under the flex dispatcher only; priced as the dispatcher named"
+        ]
+    return []
