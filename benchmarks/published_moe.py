@@ -71,6 +71,7 @@ def moe_run(run, derived: dict[str, Any]):
     legacy = _is_legacy(s)
     recompute = "full" if str(s.get("recompute", "")).startswith("full") else "none"
     strategy = dict(
+        s,  # the normalised knobs (published_runs.normalised_strategy), then the MoE rows' own
         tp=s["tp"],
         pp=s["pp"],
         ep=s.get("ep") or 1,
