@@ -58,20 +58,12 @@ def invoke_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(list(args), code, result.stdout, stderr)
 
 
-def run_all_analytic(script: Path, tmp_path: Path, *options: str) -> tuple[dict, Path]:
-    """`tinker-opt all SCRIPT` on the analytic 910B (16 NPUs per node, 57,000 MB, one CPU, quiet)
-    plus `options`; asserts it succeeds and returns (summary.json, the rank-1 tuned script)."""
+def run_all(script: Path, tmp_path: Path, *options: str) -> tuple[dict, Path]:
+    """`tinker-opt all SCRIPT` (profile under tmp_path/prof, results under tmp_path/results, one
+    CPU, quiet) plus `options`; asserts it succeeds and returns (summary.json, the results folder)."""
     proc = run_cli(
         "all",
         str(script),
-        "--device",
-        "analytic",
-        "--hardware",
-        "910b",
-        "--num-npus-per-node",
-        "16",
-        "--memory-limit",
-        "57000",
         "--save-path",
         str(tmp_path / "prof"),
         "--output-dir",
@@ -83,7 +75,16 @@ def run_all_analytic(script: Path, tmp_path: Path, *options: str) -> tuple[dict,
     )
     assert proc.returncode == 0, proc.stderr
     folder = next((tmp_path / "results").iterdir())
-    summary = json.loads((folder / "summary.json").read_text())
+    return json.loads((folder / "summary.json").read_text()), folder
+
+
+def run_all_analytic(script: Path, tmp_path: Path, *options: str) -> tuple[dict, Path]:
+    """`run_all` on the analytic 910B (16 NPUs per node, 57,000 MB) plus `options`; returns
+    (summary.json, the rank-1 tuned script)."""
+    summary, folder = run_all(
+        script, tmp_path, "--device", "analytic", "--hardware", "910b",
+        "--num-npus-per-node", "16", "--memory-limit", "57000", *options,
+    )  # fmt: skip
     return summary, next((folder / "configs").glob("*rank1*.sh"))
 
 

@@ -3,11 +3,10 @@ from a hardware description; the A3 scripts planned for their own clusters (issu
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from cli_support import run_cli
+from cli_support import run_all
 
 from tinker_opt.errors import ConfigError
 from tinker_opt.hardware import load_hardware
@@ -48,27 +47,12 @@ def test_domain_of_partial_nodes_is_refused_with_both_numbers() -> None:
 
 
 def _all_a3(script: Path, tmp_path: Path, *options: str) -> dict:
-    proc = run_cli(
-        "all",
-        str(script),
-        "--device",
-        "analytic",
-        "--hardware",
-        "atlas-a3",
-        "--save-path",
-        str(tmp_path / "prof"),
-        "--output-dir",
-        str(tmp_path / "results"),
-        "--cpus",
-        "1",
-        "--time-limit",
-        "20",
-        "--quiet",
+    """`tinker-opt all` on the analytic atlas-a3, the script's own cluster (no device count given)."""
+    summary, _ = run_all(
+        script, tmp_path, "--device", "analytic", "--hardware", "atlas-a3", "--time-limit", "20",
         *options,
-    )
-    assert proc.returncode == 0, proc.stderr
-    folder = next((tmp_path / "results").iterdir())
-    return json.loads((folder / "summary.json").read_text())
+    )  # fmt: skip
+    return summary
 
 
 def test_deepseek_v3_a3_plans_for_its_512_npus(tmp_path) -> None:
