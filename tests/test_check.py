@@ -188,3 +188,20 @@ def test_script_that_is_not_the_logged_run_is_warned(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "mbs 2 vs 4" in run.stderr
     assert json.loads(run.stdout)["job"]["strategy"]["mbs"] == 2
+
+
+def test_calibrated_description_slows_the_fp8_curve_too():
+    """`calibrate --log` divides every efficiency curve by the fitted factor, FP8 included."""
+    from types import SimpleNamespace
+
+    from tinker_opt.hardware import load_hardware
+    from tinker_opt.verbs.calibrate_log import _fitted_description
+
+    h100 = load_hardware("h100-80gb")
+    fit = SimpleNamespace(num_samples=1, mean_abs_rel_error=0.0, max_abs_rel_error=0.0)
+    data, capped = _fitted_description(h100, 2.0, fit, ["log.txt"])
+    fitted = data["efficiency"]
+    assert not capped
+    for curve in ("matmul", "matmul_fp8"):
+        before = getattr(h100.efficiency, curve).max_efficiency
+        assert fitted[curve]["max_efficiency"] == pytest.approx(before / 2)

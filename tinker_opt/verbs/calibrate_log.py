@@ -32,12 +32,15 @@ def _split(result: dict[str, Any]) -> tuple[float, float, float]:
 
 
 def _fitted_description(hardware, scale: float, fit, sources: list[str]) -> tuple[dict, bool]:
-    """The description's JSON with both curves `scale` times slower, and whether a cap was hit."""
+    """The description's JSON with every curve (matmul, memory, FP8 matmul where the description
+    has one) `scale` times slower, and whether a cap was hit."""
     from tinker_opt.hardware.efficiency import slowed
 
     matmul, capped_matmul = slowed(hardware.efficiency.matmul, scale)
     memory, capped_memory = slowed(hardware.efficiency.memory, scale)
-    efficiency = replace(hardware.efficiency, matmul=matmul, memory=memory)
+    fp8 = hardware.efficiency.matmul_fp8
+    matmul_fp8, capped_fp8 = slowed(fp8, scale) if fp8 is not None else (None, False)
+    efficiency = replace(hardware.efficiency, matmul=matmul, memory=memory, matmul_fp8=matmul_fp8)
     note = (
         f"efficiencies of {hardware.name} divided by {scale:.4f}, fitted by least squares to the "
         f"steady-state iteration times of {fit.num_samples} log(s) ({', '.join(sources)}): "
@@ -47,7 +50,7 @@ def _fitted_description(hardware, scale: float, fit, sources: list[str]) -> tupl
     data["name"] = f"{hardware.name} (calibrated on logs)"
     data["efficiency"] = {**efficiency.to_dict(), "notes": [*hardware.efficiency.notes, note]}
     data["calibration"] = {"logs": sources, "time_scale": scale, "num_samples": fit.num_samples}
-    return data, capped_matmul or capped_memory
+    return data, capped_matmul or capped_memory or capped_fp8
 
 
 def run_calibrate_log(
