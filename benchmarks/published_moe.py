@@ -72,13 +72,7 @@ def moe_run(run, derived: dict[str, Any]):
     recompute = "full" if str(s.get("recompute", "")).startswith("full") else "none"
     strategy = dict(
         s,  # the normalised knobs (published_runs.normalised_strategy), then the MoE rows' own
-        tp=s["tp"],
-        pp=s["pp"],
-        ep=s.get("ep") or 1,
         dp=s.get("dp", 1),
-        vpp=s.get("vpp") or 1,
-        mbs=s["mbs"],
-        gbs=s["gbs"],
         sp=s["tp"] > 1,
         recompute=recompute,
         precision=s.get("precision", "bf16"),

@@ -151,7 +151,7 @@ def _routing_fields(launch: Launch) -> dict:
     gshard = launch.has("--moe-train-capacity-factor")
     flag = "--moe-train-capacity-factor" if gshard else "--moe-expert-capacity-factor"
     capacity = float_value(launch, flag, 0.0)
-    dispatcher = launch.value("--moe-token-dispatcher-type") or "allgather"
+    dispatcher = launch.value(DISPATCHER_FLAG) or "allgather"
     return {
         "moe_token_dispatcher_type": "alltoall" if gshard else dispatcher,
         "moe_grouped_gemm": launch.has("--moe-grouped-gemm"),
