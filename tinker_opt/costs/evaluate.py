@@ -228,7 +228,7 @@ class CostModel:
             self.model.seq_length,
             self.cluster.num_devices,
         )
-        framework = framework_memory(self.model, strategy, self.accelerator)
+        framework = framework_memory(strategy, self.accelerator)
         stages = framework_stages(evaluation.stages, framework)
         return dataclasses.replace(
             evaluation,
