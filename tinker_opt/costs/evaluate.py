@@ -8,7 +8,6 @@ exact split, the enumeration and the CP-SAT / MILP models use too. The terms are
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,16 +15,17 @@ from typing import Any
 from tinker_opt.costs.coefficients import SplitCoefficients, StageCost
 from tinker_opt.costs.comm_model import CommModel
 from tinker_opt.costs.framework_memory import (
-    accelerator_of,
     framework_memory,
     framework_stages,
     framework_summary,
 )
+from tinker_opt.costs.inputs import HardwareRates, ProfileConventions, Workload
 from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
 from tinker_opt.costs.profile_table import BlockTable
+from tinker_opt.costs.term_context import TermContext
 from tinker_opt.costs.terms import TermBuilder
 from tinker_opt.errors import StrategyError
-from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS, HardwareSpec
+from tinker_opt.hardware import HardwareSpec
 from tinker_opt.profile.store import ProfiledData
 from tinker_opt.rules import check_outer, check_strategy
 from tinker_opt.specs import ClusterSpec, ModelSpec
@@ -74,46 +74,12 @@ class Evaluation:
 class CostModel:
     """Cost coefficients of every strategy of one model on one cluster, from one profile."""
 
-    def __init__(
-        self,
-        model: ModelSpec,
-        cluster: ClusterSpec,
-        global_batch_size: int,
-        blocks: BlockTable,
-        comm: CommModel,
-        *,
-        job: JobOptions = JOB_DEFAULTS,
-        memory_bandwidth_gbs: float | None = None,
-        host_link_gbs: float | None = None,
-        times_include_tp_comm: bool = False,
-        times_include_ep_comm: bool = False,
-        attention_mask_bytes: int = 0,
-        layer_form: str = "free",
-        accelerator: str = "cuda",
-    ) -> None:
-        self.model = model
-        self.cluster = cluster
-        self.global_batch_size = global_batch_size
-        self.blocks = blocks
-        self.comm = comm
-        self.warnings: list[str] = list(comm.warnings)
-        self._terms = TermBuilder(
-            model,
-            cluster,
-            global_batch_size,
-            blocks,
-            comm,
-            job=job,
-            memory_bandwidth_gbs=memory_bandwidth_gbs,
-            host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS,
-            times_include_tp_comm=times_include_tp_comm,
-            times_include_ep_comm=times_include_ep_comm,
-            attention_mask_bytes=attention_mask_bytes,
-            layer_form=layer_form,
-        )
+    def __init__(self, context: TermContext, layer_form: str = "free") -> None:
+        self.context = context
+        """The frozen inputs of the terms (costs/term_context.py, costs/inputs.py)."""
+        self.warnings: list[str] = list(context.comm.warnings)
+        self._terms = TermBuilder(context, layer_form)
         self._cache: dict[Strategy, SplitCoefficients] = {}
-        self.accelerator = accelerator
-        """cuda | npu: the framework's context and communication buffers (framework_memory.py)."""
 
     @classmethod
     def from_profile(
@@ -136,29 +102,44 @@ class CostModel:
             multi_node=cluster.num_nodes > 1,
             multi_device=cluster.devices_per_node > 1,
         )
-        bandwidth = hardware.memory_bandwidth_gbs if hardware is not None else None
-        meta = profiled.meta
-        return cls(
-            model,
-            cluster,
-            global_batch_size,
+        context = TermContext(
+            Workload(model, cluster, global_batch_size, job),
             BlockTable(profiled.blocks),
             comm,
-            job=job,
-            memory_bandwidth_gbs=bandwidth,
-            host_link_gbs=hardware.host_link_gbs if hardware is not None else None,
-            times_include_tp_comm=bool(meta.times_include_tp_comm),
-            times_include_ep_comm=bool(meta.times_include_ep_comm),
-            attention_mask_bytes=meta.attention_mask_bytes or 0,
-            accelerator=accelerator_of(
-                hardware.name if hardware is not None else None, str(meta.device)
-            ),
+            ProfileConventions.of(profiled.meta),
+            HardwareRates.of(hardware, str(profiled.meta.device)),
         )
+        return cls(context)
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.context.model
+
+    @property
+    def cluster(self) -> ClusterSpec:
+        return self.context.cluster
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.context.gbs
+
+    @property
+    def blocks(self) -> BlockTable:
+        return self.context.blocks
+
+    @property
+    def comm(self) -> CommModel:
+        return self.context.comm
+
+    @property
+    def accelerator(self) -> str:
+        """cuda | npu: the framework's context and communication buffers (framework_memory.py)."""
+        return self.context.rates.accelerator
 
     @property
     def job(self) -> JobOptions:
         """The script's job flags this model prices (costs/job.py)."""
-        return self._terms.job
+        return self.context.job
 
     @property
     def layer_form(self) -> str:
@@ -169,15 +150,11 @@ class CostModel:
         """This cost model restricted to splits of `form` (its own coefficient cache)."""
         if form == self.layer_form:
             return self
-        other = copy.copy(self)
-        other._terms = copy.copy(self._terms)
-        other._terms.layer_form = form
-        other._cache = {}
-        return other
+        return CostModel(self.context, form)
 
     def available(self, tp: int, sp: bool, cp: int, ep: int, etp: int) -> bool:
         """Whether every block was profiled at this shard shape (any micro-batch size)."""
-        return self._terms.available(tp, sp, cp, ep, etp)
+        return self.context.available(tp, sp, cp, ep, etp)
 
     def coefficients(self, outer: Strategy) -> SplitCoefficients:
         """Integer coefficients of an outer configuration (layer split and r are ignored)."""
@@ -228,7 +205,7 @@ class CostModel:
         return dataclasses.replace(
             evaluation,
             stages=stages,
-            in_block_times=self._terms.left_out(),
+            in_block_times=self.context.left_out(),
             framework_memory=framework_summary(stages, framework),
         )
 
