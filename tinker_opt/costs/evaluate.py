@@ -22,6 +22,7 @@ from tinker_opt.costs.framework_memory import (
 from tinker_opt.costs.inputs import HardwareRates, ProfileConventions, Workload
 from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
 from tinker_opt.costs.profile_table import BlockTable
+from tinker_opt.costs.split_rules import SplitRules
 from tinker_opt.costs.term_context import TermContext
 from tinker_opt.costs.terms import TermBuilder
 from tinker_opt.errors import StrategyError
@@ -74,11 +75,18 @@ class Evaluation:
 class CostModel:
     """Cost coefficients of every strategy of one model on one cluster, from one profile."""
 
-    def __init__(self, context: TermContext, layer_form: str = "free") -> None:
+    def __init__(
+        self,
+        context: TermContext,
+        rules: SplitRules | None = None,
+        terms: TermBuilder | None = None,
+    ) -> None:
         self.context = context
         """The frozen inputs of the terms (costs/term_context.py, costs/inputs.py)."""
+        self.rules = rules or SplitRules.of(context.cluster)
+        """The search's rules every split of this model keeps (costs/split_rules.py)."""
         self.warnings: list[str] = list(context.comm.warnings)
-        self._terms = TermBuilder(context, layer_form)
+        self._terms = terms or TermBuilder(context)
         self._cache: dict[Strategy, SplitCoefficients] = {}
 
     @classmethod
@@ -144,13 +152,14 @@ class CostModel:
     @property
     def layer_form(self) -> str:
         """The per-stage layer-count form every split of this model takes (rules.LAYER_FORMS)."""
-        return self._terms.layer_form
+        return self.rules.layer_form
 
-    def with_layer_form(self, form: str) -> CostModel:
-        """This cost model restricted to splits of `form` (its own coefficient cache)."""
-        if form == self.layer_form:
+    def under(self, rules: SplitRules) -> CostModel:
+        """This cost model under other search rules (a layer form, a lower memory limit): the same
+        inputs and priced terms, its own coefficient cache."""
+        if rules == self.rules:
             return self
-        return CostModel(self.context, form)
+        return CostModel(self.context, rules, self._terms)
 
     def available(self, tp: int, sp: bool, cp: int, ep: int, etp: int) -> bool:
         """Whether every block was profiled at this shard shape (any micro-batch size)."""
@@ -180,7 +189,7 @@ class CostModel:
         if cached is None:
             # The outer itself: a virtual pipeline with a layer list needs no even chunks.
             check_outer(outer, self.model, self.cluster.num_devices, self.global_batch_size)
-            cached = self._terms.build(key)
+            cached = self._terms.build(key, self.rules)
             self._cache[key] = cached
         self._cache[outer] = cached
         return cached

@@ -27,6 +27,7 @@ from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_u
 from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
 from tinker_opt.costs.layer_comm import layer_comm_us
 from tinker_opt.costs.recompute import activation_function_terms
+from tinker_opt.costs.split_rules import SplitRules
 from tinker_opt.costs.stage_terms import stage_terms
 from tinker_opt.costs.term_context import TermContext
 from tinker_opt.costs.units import chunks_per_rank, data_groups, m_tokens, to_ns
@@ -38,15 +39,15 @@ class TermBuilder:
     """Builds the integer coefficients of outer configurations from one TermContext, caching the
     per-layer and per-stage terms that several outers share."""
 
-    def __init__(self, ctx: TermContext, layer_form: str = "free") -> None:
+    def __init__(self, ctx: TermContext) -> None:
         self.ctx = ctx
         """The inputs of the terms (costs/term_context.py)."""
-        self.layer_form = layer_form
         self._layer_cache: dict[tuple, dict[str, np.ndarray]] = {}
         self._stage_cache: dict[tuple, dict] = {}
 
     # -- building ------------------------------------------------------------------------------
-    def build(self, s: Strategy) -> SplitCoefficients:
+    def build(self, s: Strategy, rules: SplitRules) -> SplitCoefficients:
+        """The coefficients of outer `s`, split under the search's `rules`."""
         L, p, v = self.ctx.model.num_layers, s.pp, chunks_per_rank(s)
         num_micro = self.ctx.gbs // (s.mbs * s.dp)
         knobs = (*(bool(getattr(s, key)) for key in OVERLAP_KEYS), s.schedule, s.moe_fb_overlap)
@@ -86,10 +87,9 @@ class TermBuilder:
             layer_hidden_ns=layer["hidden"],
             layer_tail_hidden_ns=layer["tail_hidden"],
             work_bytes=int(layer["act_full"].max()),
-            memory_limit_bytes=int(self.ctx.cluster.memory_limit_mb * 2**20),
+            rules=rules,
             estimated=bool(estimated),
             uniform=len(self.ctx.kind_names) == 1,
-            layer_form=self.layer_form,
             schedule=s.schedule,
             recompute_all=self.ctx.job.recompute_all,
             **stage,

@@ -66,7 +66,7 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
         from tinker_opt.verbs.replan import calibrated_settings
 
         settings = calibrated_settings(settings, log)
-    run, profiled, cost_model, warnings = _search_run(settings, log)
+    run, cost_model, warnings = _search_run(settings, log)
     try:
         result, space = _solve(cost_model, run.settings, run.info, run.version, log)
     except InfeasibleError as exc:
@@ -74,7 +74,7 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
         log(f"{settings.solver}: infeasible: {exc}")
         folder = write_infeasible_folder(run, str(exc), warnings, log.lines)
         raise InfeasibleError(f"{exc} (summary in {folder})") from None
-    chosen = _choices(result, space, run.settings, profiled, run.info, run.cluster, cost_model, log)
+    chosen = _choices(result, space, run.settings, run.info, cost_model, log)
     folder, warnings = write_search_folder(run, result, chosen, warnings, log, log.lines)
     return SearchOutcome(
         folder=folder,
@@ -92,7 +92,7 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
 
 
 def _search_run(settings: SearchSettings, log: RunLog):
-    """(SearchRun, profile, CostModel, warnings): the profile and the script read, the batch and
+    """(SearchRun, CostModel, warnings): the profile and the script read, the batch and
     nodes taken from the script where not given, the cost model built, the warnings logged."""
     from tinker_opt.emit.results import check_writable
     from tinker_opt.emit.search_folder import SearchRun
@@ -148,7 +148,7 @@ def _search_run(settings: SearchSettings, log: RunLog):
         model=cost_model.model,
         version=settings.version or profiled.meta.framework_version,
     )
-    return run, profiled, cost_model, warnings
+    return run, cost_model, warnings
 
 
 def _run_labels(
@@ -201,35 +201,14 @@ def _solve(cost_model, settings: SearchSettings, info, version: str | None, log:
     return result, space
 
 
-def _choices(
-    result,
-    space,
-    settings: SearchSettings,
-    profiled,
-    info,
-    cluster: ClusterSpec,
-    cost_model,
-    log: RunLog,
-):
+def _choices(result, space, settings: SearchSettings, info, cost_model, log: RunLog):
     """Near-copies folded, the script's own strategy, the picks (from the search's presolve where
     the ranking cannot answer) and the Pareto front (emit/picks.py)."""
     from tinker_opt.emit.picks import choices
 
     def restricted(narrowed, memory_fraction: float) -> dict[str, Any]:
         """The fastest strategy of a narrower space or under a lower limit, evaluated by `cost_model`."""
-        limited = (
-            None
-            if memory_fraction == 1
-            else cost_model_for(
-                profiled,
-                cost_model.model,
-                replace(cluster, memory_limit_mb=memory_fraction * cluster.memory_limit_mb),
-                settings.global_batch_size,
-                settings,
-                info,
-            )
-        )
-        found = result.best_within(narrowed, limited)
+        found = result.best_within(narrowed, memory_fraction)
         return cost_model.evaluate(found.strategy).to_dict()
 
     chosen = choices(
