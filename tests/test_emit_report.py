@@ -22,11 +22,10 @@ from tinker_opt.emit.results import (
     REPORT_HTML,
     SCHEDULE_PNG,
     STAGES_PNG,
-    RunLabels,
-    SearchReport,
     write_results_folder,
 )
 from tinker_opt.emit.schedule import pipeline_ops
+from tinker_opt.emit.search_report import RunLabels, SearchReport
 from tinker_opt.emit.tables import picks_table, strategies_table
 from tinker_opt.script.reader import read_script
 from tinker_opt.strategy import Strategy

@@ -15,7 +15,8 @@ from typing import Any
 
 from tinker_opt.config import SearchSettings
 from tinker_opt.emit.noop_layers import strategy_to_write
-from tinker_opt.emit.results import RunLabels, SearchReport, write_results_folder
+from tinker_opt.emit.results import write_results_folder
+from tinker_opt.emit.search_report import RunLabels, SearchReport
 from tinker_opt.errors import TinkerError
 from tinker_opt.specs import ClusterSpec, ModelSpec
 from tinker_opt.strategy import Strategy

@@ -154,7 +154,7 @@ def _search_run(settings: SearchSettings, log: RunLog):
 def _run_labels(
     settings: SearchSettings, profiled, script_path: str | None, cluster: ClusterSpec, cost_model
 ):
-    from tinker_opt.emit.results import RunLabels
+    from tinker_opt.emit.search_report import RunLabels
 
     meta = profiled.meta
     labels = labels_for(meta.script_path or script_path, meta.model_name, meta.model_size)
