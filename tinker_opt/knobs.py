@@ -2,7 +2,7 @@
 
 A `Knob` says, once, what the script reader (script/strategy_args.py), the validity rules
 (rules.py), the search space (solve/space.py), the writers (emit/strategy_plan.py,
-emit/expressible.py) and the version table (script/versions.py FLAG_SINCE) each need to know
+expressible.py) and the version table (script/versions.py FLAG_SINCE) each need to know
 about a strategy knob: its Strategy key, the flags that spell it and the framework versions that
 have each, where it exists (else its schema value is None), what turning it on requires and
 excludes, where the search turns it on, and the companion flags written back with it. Adding

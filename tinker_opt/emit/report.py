@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from tinker_opt.emit.picks import FOLD_MEMORY_SHARE, comparison_sentence
 from tinker_opt.emit.search_report import SearchReport
+from tinker_opt.solve.picks import FOLD_MEMORY_SHARE, comparison_sentence
 from tinker_opt.strategy import Strategy
 
 STYLE = """

@@ -19,9 +19,9 @@ from typing import Any
 
 import pandas as pd
 
-from tinker_opt.emit.picks import speedup
 from tinker_opt.emit.search_report import RunLabels, SearchReport
 from tinker_opt.errors import ConfigError
+from tinker_opt.solve.picks import speedup
 from tinker_opt.strategy import STRATEGY_KEYS, Strategy
 
 RESULTS_CSV = "results.csv"

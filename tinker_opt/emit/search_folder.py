@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from tinker_opt.config import SearchSettings
-from tinker_opt.emit.noop_layers import strategy_to_write
 from tinker_opt.emit.results import write_results_folder
 from tinker_opt.emit.search_report import RunLabels, SearchReport
 from tinker_opt.errors import TinkerError
+from tinker_opt.script.noop_layers import strategy_to_write
 from tinker_opt.specs import ClusterSpec, ModelSpec
 from tinker_opt.strategy import Strategy
 
@@ -86,7 +86,7 @@ def write_search_folder(
     run: SearchRun, result, chosen, warnings: list[str], log: Log, log_lines: list[str]
 ) -> tuple[Path, list[str]]:
     """The results folder of a finished search (`result` of solve.search, `chosen` of
-    emit.picks.choices); returns it and the warnings, the rows the writer refused added."""
+    solve.picks.choices); returns it and the warnings, the rows the writer refused added."""
     warnings = list(warnings)
     report = SearchReport(
         labels=run.labels,

@@ -12,9 +12,9 @@ import re
 
 from tinker_opt.choices import CpAlgo, Recompute, assert_never
 from tinker_opt.emit import script_edit
-from tinker_opt.emit.expressible import overlap_flag, uses_layout_string
 from tinker_opt.emit.script_edit import Edit
 from tinker_opt.errors import StrategyError
+from tinker_opt.expressible import overlap_flag, uses_layout_string
 from tinker_opt.knobs import KNOBS
 from tinker_opt.rules import hybrid_ulysses_degree
 from tinker_opt.script import versions

@@ -170,7 +170,7 @@ def _run_labels(
 
 
 def _solve(cost_model, settings: SearchSettings, info, version: str | None, log: RunLog):
-    from tinker_opt.emit.expressible import search_space_for
+    from tinker_opt.expressible import search_space_for
     from tinker_opt.script import versions
     from tinker_opt.solve.search import search
     from tinker_opt.solve.space import SearchSpace
@@ -180,7 +180,7 @@ def _solve(cost_model, settings: SearchSettings, info, version: str | None, log:
         space = search_space_for(
             info, versions.resolve(version, info.text, info.train.framework.flavour), space
         )
-    from tinker_opt.emit.picks import deep_ranking
+    from tinker_opt.solve.picks import deep_ranking
 
     result = deep_ranking(
         lambda depth: search(
@@ -203,8 +203,8 @@ def _solve(cost_model, settings: SearchSettings, info, version: str | None, log:
 
 def _choices(result, space, settings: SearchSettings, info, cost_model, log: RunLog):
     """Near-copies folded, the script's own strategy, the picks (from the search's presolve where
-    the ranking cannot answer) and the Pareto front (emit/picks.py)."""
-    from tinker_opt.emit.picks import choices
+    the ranking cannot answer) and the Pareto front (solve/picks.py)."""
+    from tinker_opt.solve.picks import choices
 
     def restricted(narrowed, memory_fraction: float) -> dict[str, Any]:
         """The fastest strategy of a narrower space or under a lower limit, evaluated by `cost_model`."""
