@@ -51,7 +51,7 @@ def param_bytes(ctx: TermContext, s: Strategy, dense: int, expert: int) -> tuple
     """(weights + gradients, optimizer states) bytes of these parameters on one rank; with
     the swap optimizer only one of its swap_times chunks of the states is on the device."""
     weights, grads, optimizer = sharded_param_bytes(ctx, s, dense, expert)  # ZeRO stage s.zero
-    chunks = ctx.job.swap_optimizer_times if swaps(ctx, s) else 1
+    chunks = (ctx.job.swap_optimizer_times or 1) if swaps(ctx, s) else 1  # swaps: a count is set
     return int(np.ceil(weights) + np.ceil(grads)), int(np.ceil(optimizer / chunks))
 
 
@@ -116,7 +116,9 @@ def tail_parts_us(
     return grad, gather, step_us
 
 
-def gather_us(ctx: TermContext, s: Strategy, size: int, scope: str, params: float) -> float:
+def gather_us(
+    ctx: TermContext, s: Strategy, size: int, scope: GroupPlacement, params: float
+) -> float:
     """The bf16 parameter all-gather of the distributed optimizer, without its latency."""
     return ctx.comm.time_us("all_gather", size, scope, ctx.bpe * params) - ctx.comm.time_us(
         "all_gather", size, scope, 0.0

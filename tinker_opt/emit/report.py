@@ -138,7 +138,7 @@ def _current_vs_best(report: SearchReport, speedup: float | None) -> str:
             )
     else:
         rows.append(_row(["current"] + _figures(current), "current"))
-    if speedup is not None:
+    if speedup is not None and current is not None:  # a speedup needs the script's evaluation
         sentence = comparison_sentence(report.top[0], current)
         note += f'<p class="big">{escape(sentence[0].upper() + sentence[1:])}.</p>'
     return note + f"<table>{head}{''.join(rows)}</table>"

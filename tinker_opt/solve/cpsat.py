@@ -98,6 +98,7 @@ def _cpsat_configuration(
     stack = stack_of(c)
     if c.vpp > 1:
         split = stack.even_split()
+        assert split is not None  # the presolve keeps only configurations that fit
         return (lambda value: split), factor * split.time_ns_x_v * x
     return cpsat_rows.stack_rows(stack, model, cp_model, x, objective, factor, i, upper)
 

@@ -46,6 +46,7 @@ def infeasible_message(cost_model, outers) -> str:
         layers, r, peak_x_v = least_memory_split(c)
         if best is None or peak_x_v / c.vpp < best[0]:
             best = (peak_x_v / c.vpp, outer, layers, r)
+    assert best is not None  # outers is not empty
     peak, outer, layers, r = best
     evaluation = cost_model.evaluate(cost_model.split_strategy(outer, layers, r))
     stage = max(evaluation.stages, key=lambda st: st["memory_mb"])

@@ -128,6 +128,7 @@ def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
     stack = stack_of(c)
     if c.vpp > 1:
         split = stack.even_split()
+        assert split is not None  # the presolve keeps only configurations that fit
         return split.time_ns_x_v * x, lambda: split, 0
     r, bound, r_choice = _milp_recompute(problem, pulp, stack, x, i)
     return (*milp_rows.stack_rows(stack, problem, pulp, x, i, r, r_choice), bound)
