@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 from script_support import FIXTURES
 
 from tinker_opt.emit.script_writer import apply_strategy
-from tinker_opt.knobs import KNOBS, KnobContext, excluded_pairs, knob_message, read_switches
+from tinker_opt.knobs import (
+    KNOBS,
+    LAYOUT_KNOBS,
+    KnobContext,
+    excluded_pairs,
+    knob_message,
+    read_switches,
+)
 from tinker_opt.rules import overlap_message
 from tinker_opt.script import flags, versions
 from tinker_opt.script.reader import read_script_text
@@ -29,6 +36,29 @@ def test_registry_covers_the_overlap_keys_and_their_flags():
             assert flags.BY_NAME[spelling.flag].treatment == treatment
             assert versions.FLAG_SINCE[spelling.flag] == spelling.since
     assert versions.FLAG_UNTIL["--use-mc2"] == {versions.MINDSPEED: (2, 2, 0)}
+
+
+def test_layout_knobs_are_strategy_flags_with_their_versions_from_the_registry():
+    """tp, pp, cp, ep, etp, sp and mbs: each flag is a `strategy` flag of the flag table and the
+    version table holds the declaration's versions (no row where every version has the flag)."""
+    assert [knob.key for knob in LAYOUT_KNOBS] == ["pp", "tp", "cp", "ep", "etp", "sp", "mbs"]
+    for knob in LAYOUT_KNOBS:
+        assert flags.BY_NAME[knob.flag].treatment == "strategy"
+        assert versions.FLAG_SINCE.get(knob.flag, {}) == knob.spelling.since
+    assert versions.FLAG_SINCE["--context-parallel-size"] == {
+        "mindspeed": (0, 9, 3),
+        "megatron": (0, 5),
+    }
+
+
+def test_layout_sizes_are_read_and_written_through_their_flags():
+    """The reader takes each size from its registry flag and the writer writes it back there."""
+    text = (FIXTURES / "pretrain_llama2_7b_ptd.sh").read_text()
+    assert read_script_text(text).train.strategy.mbs != 2
+    target = Strategy(tp=4, pp=2, dp=1, mbs=2, sp=True)
+    written = apply_strategy(text, target, nnodes=1, nproc_per_node=8).text
+    got = read_script_text(written).train.strategy
+    assert (got.tp, got.pp, got.dp, got.mbs, got.sp) == (4, 2, 1, 2, True)
 
 
 def test_moe_overlap_and_mc2_exclude_each_other_in_the_rules_too():
