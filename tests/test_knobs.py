@@ -138,3 +138,27 @@ def test_param_gather_with_optimizer_step_is_read_checked_and_kept():
     assert "--overlap-param-gather-with-optimizer-step" in kept
     plain = s.replace(zero=0, overlap_param_gather=None, **{key: None})
     assert "with-optimizer-step" not in apply_strategy(text, plain, nnodes=2, nproc_per_node=8).text
+
+
+def test_delay_wgrad_compute_is_read_checked_and_kept():
+    """The knob added through the registry alone (knobs.py entry, Strategy field, flag row):
+    `--delay-wgrad-compute` is read on a MoE model, needs the MoE all-to-all overlap (Megatron's
+    transformer_config check), is left to the script by the search and kept by the writer."""
+    key = "delay_wgrad_compute"
+    text = (FIXTURES / "train_mixtral_8x7b_distributed.sh").read_text()
+    text = text.replace(
+        "--expert-model-parallel-size 8",
+        "--expert-model-parallel-size 8 \\\n    --overlap-moe-expert-parallel-comm \\\n"
+        "    --delay-wgrad-compute",
+    )
+    s = read_script_text(text).train.strategy
+    assert getattr(s, key) is True and s.overlap_moe_comm is True
+    assert overlap_message(s, is_moe=True) is None
+    assert "needs overlap_moe_comm on" in overlap_message(
+        s.replace(overlap_moe_comm=False), is_moe=True
+    )
+    assert "a MoE model" in overlap_message(s, is_moe=False)
+    assert all(choice[key] is None for choice in overlap_choices(s, True, OVERLAP_KEYS))
+    assert versions.FLAG_SINCE["--delay-wgrad-compute"] == {"mindspeed": None, "megatron": (0, 14)}
+    kept = apply_strategy(text, s.replace(**{key: None}), nnodes=4, nproc_per_node=8).text
+    assert "--delay-wgrad-compute" in kept

@@ -139,6 +139,14 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          requires=("overlap_param_gather",), priced=False,
          source="Megatron-LM arguments.py: 'Must use --overlap-param-gather-with-optimizer-step with "
                 "--overlap-param-gather', '... only supported with interleaved pipeline parallelism'"),
+    # ASSUMPTION: Megatron-LM core 0.14, the release of --overlap-moe-expert-parallel-comm it needs;
+    # no MindSpeed-LLM example found.
+    Knob(key="delay_wgrad_compute", spellings=(_spell("--delay-wgrad-compute", None, (0, 14)),),
+         exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe,
+         needs="a MoE model; it delays the expert weight gradients", requires=("overlap_moe_comm",),
+         priced=False,
+         source="Megatron-LM megatron/core/transformer/transformer_config.py: "
+                "'overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute'"),
 )
 # fmt: on
 """The communication-overlap switches, in Strategy schema order (strategy.OVERLAP_KEYS)."""
