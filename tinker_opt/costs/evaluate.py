@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from tinker_opt.costs.breakdown import StageBreakdown
 from tinker_opt.costs.coefficients import SplitCoefficients, StageCost
 from tinker_opt.costs.comm_model import CommModel
 from tinker_opt.costs.framework_memory import (
@@ -44,7 +45,7 @@ class Evaluation:
     iteration_time_ms: float
     peak_memory_mb: float
     tokens_per_s_per_device: float
-    stages: tuple[dict[str, Any], ...]
+    stages: tuple[StageBreakdown, ...]
     time_breakdown_ms: dict[str, float]
     fits: bool
     estimated: bool
@@ -63,7 +64,7 @@ class Evaluation:
             "iteration_time_ms": self.iteration_time_ms,
             "peak_memory_mb": self.peak_memory_mb,
             "tokens_per_s_per_device": self.tokens_per_s_per_device,
-            "stages": [dict(stage) for stage in self.stages],
+            "stages": [stage.to_dict() for stage in self.stages],
             "time_breakdown_ms": dict(self.time_breakdown_ms),
             "fits": self.fits,
             "estimated": self.estimated,
@@ -259,7 +260,7 @@ def evaluation_of(
         iteration_time_ms=iteration_ms,
         peak_memory_mb=peak_bytes / BYTES_PER_MB,
         tokens_per_s_per_device=tokens,
-        stages=tuple(_stage_dict(s, st, v) for s, st in enumerate(stages)),
+        stages=tuple(_stage_breakdown(s, st, v) for s, st in enumerate(stages)),
         time_breakdown_ms=_breakdown(c, stages),
         fits=bool(fits),
         estimated=c.estimated,
@@ -267,19 +268,19 @@ def evaluation_of(
     )
 
 
-def _stage_dict(s: int, st: StageCost, v: int) -> dict[str, Any]:
+def _stage_breakdown(s: int, st: StageCost, v: int) -> StageBreakdown:
     mb = BYTES_PER_MB * v
-    return {
-        "stage": s,
-        "layers": st.layers,
-        "recompute_layers": st.recompute_layers,
-        "time_ms": st.time_ns / NS_PER_MS,
-        "memory_mb": st.memory_bytes_x_v / mb,
-        "compute_ms": (st.time_ns - st.comm_ns) / NS_PER_MS,
-        "comm_ms": st.comm_ns / NS_PER_MS,
-        "recompute_ms": st.recompute_ns / NS_PER_MS,
+    return StageBreakdown(
+        stage=s,
+        layers=st.layers,
+        recompute_layers=st.recompute_layers,
+        time_ms=st.time_ns / NS_PER_MS,
+        memory_mb=st.memory_bytes_x_v / mb,
+        compute_ms=(st.time_ns - st.comm_ns) / NS_PER_MS,
+        comm_ms=st.comm_ns / NS_PER_MS,
+        recompute_ms=st.recompute_ns / NS_PER_MS,
         # The memory parts add up to memory_mb: static = weights + gradients + optimizer + transient + mask.
-        "weights_mb": (
+        weights_mb=(
             st.static_bytes_x_v
             - st.grad_bytes_x_v
             - st.optimizer_bytes_x_v
@@ -287,18 +288,17 @@ def _stage_dict(s: int, st: StageCost, v: int) -> dict[str, Any]:
             - st.mask_bytes_x_v
         )
         / mb,
-        "attention_mask_mb": st.mask_bytes_x_v / mb,
-        "gradients_mb": st.grad_bytes_x_v / mb,
-        "optimizer_mb": st.optimizer_bytes_x_v / mb,
-        "activations_mb": st.act_bytes_x_v / mb,
-        "transient_mb": st.transient_bytes_x_v / mb,
-        "recompute_work_mb": st.other_bytes_x_v / mb,
-        "tail_ms": st.tail_ns / NS_PER_MS,
-        # Communication hidden behind compute (not in time_ms / tail_ms; costs/overlap.py).
-        "comm_hidden_ms": st.hidden_comm_ns / NS_PER_MS,
-        "sync_ms": st.tail_sync_ns / NS_PER_MS,
-        "sync_hidden_ms": st.hidden_sync_ns / NS_PER_MS,
-    }
+        attention_mask_mb=st.mask_bytes_x_v / mb,
+        gradients_mb=st.grad_bytes_x_v / mb,
+        optimizer_mb=st.optimizer_bytes_x_v / mb,
+        activations_mb=st.act_bytes_x_v / mb,
+        transient_mb=st.transient_bytes_x_v / mb,
+        recompute_work_mb=st.other_bytes_x_v / mb,
+        tail_ms=st.tail_ns / NS_PER_MS,
+        comm_hidden_ms=st.hidden_comm_ns / NS_PER_MS,
+        sync_ms=st.tail_sync_ns / NS_PER_MS,
+        sync_hidden_ms=st.hidden_sync_ns / NS_PER_MS,
+    )
 
 
 def _breakdown(c: SplitCoefficients, stages: list[StageCost]) -> dict[str, float]:
