@@ -38,6 +38,7 @@ from torch._subclasses import FakeTensorMode
 import tinker_opt
 from tinker_opt.hardware import HardwareSpec, comm_table
 from tinker_opt.io_utils import write_text_atomic
+from tinker_opt.profile.cpu_on_meta import CpuOnMeta
 from tinker_opt.profile.device import Device, detect_device
 from tinker_opt.profile.fp8 import FP8_BLOCKS, fp8_ops, linear_module_names
 from tinker_opt.profile.measure import Measurement, memory_pass
@@ -124,10 +125,19 @@ def _bytes_measurement(block: Block) -> Measurement:
     )
 
 
-def trace_block(model: ModelSpec, block: str, shape: Shape) -> BlockTrace:
-    """Run the block's reference sub-graph at `shape` on fake tensors: ops, and bytes as measured."""
-    with FakeTensorMode():
-        sub_graph = build_block(model, block, shape, device="cpu")
+def trace_block(model: ModelSpec, block: str, shape: Shape, *, device: str = "meta") -> BlockTrace:
+    """Run the block's reference sub-graph at `shape` without data: ops, and bytes as measured.
+
+    On the meta device (shapes, strides and dtypes only, run by torch's meta kernels) by default;
+    `device="fake-cpu"` runs it under FakeTensorMode as fake CPU tensors instead, the way this
+    device traced first (about four times slower: FakeTensorMode dispatches every op in Python).
+    Both give the same ops and bytes (tests/test_analytic_meta.py): where the meta kernels differ
+    from the CPU's (the attention backend, the layer-norm statistics), cpu_on_meta.py follows
+    the CPU."""
+    with FakeTensorMode() if device == "fake-cpu" else CpuOnMeta():
+        sub_graph = build_block(
+            model, block, shape, device="cpu" if device == "fake-cpu" else device
+        )
         # Gradients are dropped after accumulation, as measure.py does (Megatron's own fp32 buffer).
         hooks = [
             p.register_post_accumulate_grad_hook(_drop_grad) for p in sub_graph.module.parameters()

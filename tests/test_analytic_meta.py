@@ -1,0 +1,44 @@
+"""The analytic device traces on the meta device: the same ops and bytes as fake CPU tensors."""
+
+from __future__ import annotations
+
+import pytest
+
+from tinker_opt.profile.analytic import trace_block
+from tinker_opt.profile.shape import Shape
+from tinker_opt.script.reader import read_script
+
+SCRIPTS = "tests/fixtures/scripts"
+CASES = [
+    # script, block, shape: GQA flash attention, the materialised (non-flash) path with learned
+    # positions, MLA with grouped experts, sequential experts, the context-parallel ring
+    ("pretrain_llama2_70b_4k_ptd.sh", "layer", Shape(tp=8, sp=True, mbs=1)),
+    ("pretrain_llama2_70b_4k_ptd.sh", "head", Shape(tp=8, sp=True, mbs=2)),
+    ("train_gpt3_175b_distributed.sh", "layer", Shape(tp=8, mbs=1)),
+    ("train_gpt3_175b_distributed.sh", "embedding", Shape(tp=8, sp=True, mbs=1)),
+    ("pretrain_deepseek3_671b_4k_ptd.sh", "layer.moe", Shape(tp=8, sp=True, ep=32, etp=1)),
+    ("pretrain_deepseek3_671b_4k_ptd.sh", "layer.dense", Shape(tp=8, sp=True, mbs=1)),
+    ("pretrain_mixtral_8x7b_ptd.sh", "layer", Shape(tp=8, sp=True, ep=2, etp=8, mbs=1)),
+    ("pretrain_chatglm3_6b_64k_ptd.sh", "layer", Shape(tp=2, sp=True, cp=8, mbs=1)),
+]
+
+
+@pytest.mark.parametrize(("script", "block", "shape"), CASES)
+def test_meta_trace_equals_the_fake_cpu_trace(script, block, shape):
+    """Every traced op (name, FLOPs, bytes, storages, modules) and every byte count are equal."""
+    model = read_script(f"{SCRIPTS}/{script}").model
+    meta = trace_block(model, block, shape)
+    fake = trace_block(model, block, shape, device="fake-cpu")
+    assert meta.memory == fake.memory
+    assert meta.fwd_ops == fake.fwd_ops
+    assert meta.bwd_ops == fake.bwd_ops
+    assert meta.core_ops == fake.core_ops
+    assert any(op.flops for op in meta.core_ops) == block.startswith("layer")  # core attention
+
+
+def test_meta_attention_takes_the_cpu_flash_kernel():
+    """On meta tensors the attention runs the CPU's flash kernel, not the meta device's math path."""
+    model = read_script(f"{SCRIPTS}/pretrain_llama2_70b_4k_ptd.sh").model
+    names = {op.name for op in trace_block(model, "layer", Shape(tp=8, sp=True)).fwd_ops}
+    assert "_scaled_dot_product_flash_attention_for_cpu" in names
+    assert "_safe_softmax" not in names
