@@ -39,7 +39,7 @@ def sdpa(q, k, v, *, is_causal: bool, dropout_p: float, scale: float, enable_gqa
         scale=scale,
         enable_gqa=enable_gqa,
     )
-    if choice == int(SDPBackend.FLASH_ATTENTION):
+    if choice == SDPBackend.FLASH_ATTENTION.value:
         flash = aten._scaled_dot_product_flash_attention_for_cpu
         return flash(q, k, v, dropout_p, is_causal, scale=scale)[0]
     return F.scaled_dot_product_attention(
