@@ -80,31 +80,25 @@ def _host() -> Device:
     return detect_device("cpu")
 
 
-def _traced_passes(block: Block) -> tuple[OpTrace, OpTrace, frozenset[int]]:
-    """Ops of one forward + backward (as measure.time_block runs it), of the core attention, and
-    the storage ids of the block's parameters in the first."""
-    passes, core = OpTrace(), OpTrace()
-    param_ids = passes.reserve(block.module.parameters())
-    inputs = block.make_inputs()
-    with trace_ops(passes) as tracer:
-        output = block.module(*inputs)
-        with tracer.phase("bwd"):
-            output.backward(None if output.dim() == 0 else torch.ones_like(output))
+def _core_ops(block: Block) -> OpTrace:
+    """Ops of the core attention's forward alone (what selective recompute reruns)."""
+    core = OpTrace()
     if block.attention is not None:
         layer = block.module
         with torch.no_grad():
             q, k, v = layer.attention.split_qkv(layer.norm1(block.make_inputs()[0]))
             with trace_ops(core):
                 layer.attention.core_forward(q, k, v)
-    return passes, core, param_ids
+    return core
 
 
-def _bytes_measurement(block: Block) -> Measurement:
-    """The measured profile's memory pass (measure.memory_pass) on fake tensors: exact bytes.
+def _measured_pass(block: Block, passes: OpTrace) -> Measurement:
+    """The measured profile's memory pass (measure.memory_pass) without data: exact bytes, and
+    the ops of that forward + backward (as measure.time_block runs them) recorded into `passes`.
 
-    The timed passes of measure_block are skipped (fake ops have no meaningful time; the op
-    trace gives the times), so the Measurement's times are zero."""
-    activation, transient, input_bytes, output_bytes = memory_pass(block, _host())
+    The timed passes of measure_block are skipped (ops without data have no meaningful time; the
+    op trace gives the times), so the Measurement's times are zero."""
+    activation, transient, input_bytes, output_bytes = memory_pass(block, _host(), trace=passes)
     selective = (
         saved_activation_bytes(block, selective=True) if block.attention is not None else activation
     )
@@ -142,9 +136,11 @@ def trace_block(model: ModelSpec, block: str, shape: Shape, *, device: str = "me
         hooks = [
             p.register_post_accumulate_grad_hook(_drop_grad) for p in sub_graph.module.parameters()
         ]
+        passes = OpTrace()
+        param_ids = passes.reserve(sub_graph.module.parameters())
         try:
-            memory = _bytes_measurement(sub_graph)
-            passes, core, param_ids = _traced_passes(sub_graph)
+            memory = _measured_pass(sub_graph, passes)
+            core = _core_ops(sub_graph)
         finally:
             for hook in hooks:
                 hook.remove()

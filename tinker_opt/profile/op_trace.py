@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
@@ -132,17 +133,21 @@ class OpTrace:
 
     records: list[OpRecord] = field(default_factory=list)
     counter_total_flops: int = 0
-    _storage_ids: dict[int, int] = field(default_factory=dict, repr=False)
-    _alive: list[Any] = field(default_factory=list, repr=False)
-    """Storages seen, kept alive while tracing so that no id is reused by a new allocation."""
+    _storage_ids: dict[int, tuple[StorageWeakRef, int]] = field(default_factory=dict, repr=False)
+    """Storage address -> (a weak reference to the storage, its id). The storages are not kept
+    alive (a memory pass may run in the same trace, measure.memory_pass): a new storage at a
+    freed one's address is told apart by the expired reference and gets a new id."""
+    _num_ids: int = 0
 
     def storage_id(self, tensor: torch.Tensor) -> int:
         storage = tensor.untyped_storage()
         key = storage._cdata
-        if key not in self._storage_ids:
-            self._storage_ids[key] = len(self._storage_ids)
-            self._alive.append(storage)
-        return self._storage_ids[key]
+        known = self._storage_ids.get(key)
+        if known is None or known[0].expired():
+            known = (StorageWeakRef(storage), self._num_ids)
+            self._storage_ids[key] = known
+            self._num_ids += 1
+        return known[1]
 
     def reserve(self, tensors: Any) -> frozenset[int]:
         """Ids for these tensors' storages before tracing (a block's parameters: the FP8 rewrite,
@@ -150,9 +155,9 @@ class OpTrace:
         return frozenset(self.storage_id(t) for t in tensors)
 
     def release(self) -> None:
-        """Drop the references that kept the traced storages alive."""
-        self._alive.clear()
+        """Forget the storages seen (a later trace numbers from 0 again)."""
         self._storage_ids.clear()
+        self._num_ids = 0
 
     def of_phase(self, phase: str) -> list[OpRecord]:
         return [r for r in self.records if r.phase == phase]
