@@ -12,7 +12,7 @@ Per op:
 * Bytes moved: the sizes of the tensor inputs and outputs, counting an expanded (stride-0)
   tensor by its storage, and nothing for views and allocations (they move no data). This is the
   unfused traffic; fused device kernels move less, which the memory-efficiency curve absorbs.
-* The modules it ran in (FlopCounterMode's ModuleTracker), so a region such as the core
+* The modules it ran in (torch.utils.module_tracker.ModuleTracker), so a region such as the core
   attention can be timed on its own (selective recompute).
 """
 
@@ -27,7 +27,8 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils.module_tracker import ModuleTracker
 
 aten = torch.ops.aten
 PHASES = ("fwd", "bwd")
@@ -106,6 +107,9 @@ EXTRA_FLOP_FORMULAS = {
     ),
 }
 """Formulas FlopCounterMode lacks, keyed like its registry (by op overload packet)."""
+FLOP_FORMULAS = {**flop_registry, **EXTRA_FLOP_FORMULAS}
+"""FlopCounterMode's formulas (torch.utils.flop_counter.flop_registry) and ours, looked up
+directly: the recorder counts each op itself, without a FlopCounterMode in the dispatch stack."""
 
 
 @dataclass(frozen=True)
@@ -129,10 +133,9 @@ class OpRecord:
 
 @dataclass
 class OpTrace:
-    """The ops of one traced run, in order, and FlopCounterMode's own total to check against."""
+    """The ops of one traced run, in order."""
 
     records: list[OpRecord] = field(default_factory=list)
-    counter_total_flops: int = 0
     _storage_ids: dict[int, tuple[StorageWeakRef, int]] = field(default_factory=dict, repr=False)
     """Storage address -> (a weak reference to the storage, its id). The storages are not kept
     alive (a memory pass may run in the same trace, measure.memory_pass): a new storage at a
@@ -197,9 +200,9 @@ def _op_precision(args: Any) -> str:
 class _OpRecorder(TorchDispatchMode):
     """Records every aten op that reaches it, then passes it on unchanged."""
 
-    def __init__(self, counter: FlopCounterMode, trace: OpTrace) -> None:
+    def __init__(self, modules: ModuleTracker, trace: OpTrace) -> None:
         super().__init__()
-        self.counter = counter
+        self.modules = modules
         self.trace = trace
         self.phase = "fwd"
 
@@ -208,7 +211,7 @@ class _OpRecorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         if func.namespace != "aten":  # prim.device and other metadata queries run no kernel
             return out
-        formula = self.counter.flop_registry.get(func.overloadpacket)
+        formula = FLOP_FORMULAS.get(func.overloadpacket)
         flops = int(formula(*args, **kwargs, out_val=out)) if formula else 0
         moves = _moves_data(func)
         reads = _touched(self.trace, (args, kwargs)) if moves else ()
@@ -220,7 +223,7 @@ class _OpRecorder(TorchDispatchMode):
                 flops=flops,
                 bytes_moved=sum(b for _, b in reads + writes),
                 precision=_op_precision(args),
-                modules=frozenset(self.counter.mod_tracker.parents),
+                modules=frozenset(self.modules.parents),
                 reads=reads,
                 writes=writes,
             )
@@ -247,13 +250,9 @@ class OpTracer:
 
 @contextlib.contextmanager
 def trace_ops(trace: OpTrace) -> Iterator[OpTracer]:
-    """Record the ops run inside the block into `trace` (enter inside FakeTensorMode for speed)."""
-    counter = FlopCounterMode(display=False, custom_mapping=EXTRA_FLOP_FORMULAS)
+    """Record the ops run inside the block into `trace` (on meta tensors, or inside FakeTensorMode)."""
     try:
-        with counter:
-            recorder = _OpRecorder(counter, trace)
-            with recorder:
-                yield OpTracer(recorder)
+        with ModuleTracker() as modules, _OpRecorder(modules, trace) as recorder:
+            yield OpTracer(recorder)
     finally:
         trace.release()
-    trace.counter_total_flops = int(counter.get_total_flops())
