@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.profile_support import mla_model
+from tinker_opt.profile import analytic
 from tinker_opt.profile.analytic import trace_block
 from tinker_opt.profile.shape import Shape
+from tinker_opt.profile.space import SpaceLimits, profile_space
 from tinker_opt.script.reader import read_script
 
 SCRIPTS = "tests/fixtures/scripts"
@@ -42,3 +45,12 @@ def test_meta_attention_takes_the_cpu_flash_kernel():
     names = {op.name for op in trace_block(model, "layer", Shape(tp=8, sp=True)).fwd_ops}
     assert "_scaled_dot_product_flash_attention_for_cpu" in names
     assert "_safe_softmax" not in names
+
+
+def test_worker_processes_trace_the_same_rows(monkeypatch):
+    """Tracing in forked worker processes gives the serial trace of every point, in order."""
+    monkeypatch.setattr(analytic, "MIN_POINTS_PER_WORKER", 2)
+    model = mla_model(moe=True)
+    points = profile_space(model, SpaceLimits(max_npu=2, max_mbs=1, prof_ep=(8,)))
+    assert len(points) >= 4  # two workers
+    assert analytic.trace_space(model, points, workers=2) == analytic.trace_space(model, points)

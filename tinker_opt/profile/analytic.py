@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import multiprocessing
+import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -205,19 +207,52 @@ def trace_space(
     model: ModelSpec,
     points: list[ProfilePoint],
     *,
+    workers: int = 1,
     progress: Progress | None = None,
     log: Log | None = None,
 ) -> list[BlockTrace]:
-    """Trace every point of the profile space (the hardware-independent part, about 0.1 s a row)."""
+    """Trace every point of the profile space (the hardware-independent part, about 0.1 s a row),
+    in `workers` processes when there are enough points (`MIN_POINTS_PER_WORKER` each)."""
     traces = []
-    for index, point in enumerate(points, start=1):
-        started = time.perf_counter()
-        traces.append(trace_block(model, point.block, point.shape))
+    for index, (point, (trace, seconds)) in enumerate(
+        zip(points, _traces(model, points, workers), strict=True), start=1
+    ):
+        traces.append(trace)
         if log:
-            log(f"traced {point.label} in {time.perf_counter() - started:.3f} s")
+            log(f"traced {point.label} in {seconds:.3f} s")
         if progress:
             progress(index, len(points), point.label)
     return traces
+
+
+MIN_POINTS_PER_WORKER = 16
+"""A worker process pays for its fork and fills its own memo of meta kernels (cpu_on_meta.py):
+fewer workers below this many points each."""
+
+
+def _timed_trace(model: ModelSpec, point: ProfilePoint) -> tuple[BlockTrace, float]:
+    started = time.perf_counter()
+    return trace_block(model, point.block, point.shape), time.perf_counter() - started
+
+
+def _traces(
+    model: ModelSpec, points: list[ProfilePoint], workers: int
+) -> Iterator[tuple[BlockTrace, float]]:
+    """(trace, seconds) of each point in order: here, or in forked worker processes (torch is
+    imported already; a worker takes neighbouring points, which share most ops' shapes)."""
+    workers = min(workers, len(points) // MIN_POINTS_PER_WORKER)
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield from (_timed_trace(model, point) for point in points)
+        return
+    chunk = max(1, len(points) // (4 * workers))
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        yield from pool.imap(functools.partial(_timed_trace, model), points, chunksize=chunk)
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity where the OS tells it)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def analytic_meta(
@@ -272,12 +307,14 @@ def analytic_profile(
     out_dir: Path,
     *,
     limits: SpaceLimits,
+    workers: int = 1,
     progress: Progress | None = None,
     log: Log | None = None,
 ) -> Path:
     """Write a profiled-data folder for `model` on `hardware` without the hardware (seconds, any size).
 
-    The profile space is the measured profile's (space.profile_space over `limits`)."""
+    The profile space is the measured profile's (space.profile_space over `limits`), traced in
+    up to `workers` processes."""
     started, clock = datetime.now().isoformat(timespec="seconds"), time.perf_counter()
     lines: list[str] = []
 
@@ -290,7 +327,7 @@ def analytic_profile(
         f"analytic profile of {model.num_layers} layers on {DEVICE_PREFIX}{hardware.name} into {out_dir}"
     )
     points = profile_space(model, limits)
-    traces = trace_space(model, points, progress=progress, log=record)
+    traces = trace_space(model, points, workers=workers, progress=progress, log=record)
     blocks = blocks_frame(traces, hardware)
     seconds = time.perf_counter() - clock
     record(f"done in {seconds:.1f} s: {len(blocks)} rows")

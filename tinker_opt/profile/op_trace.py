@@ -26,9 +26,10 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 from torch.utils.module_tracker import ModuleTracker
+
+from tinker_opt.profile.accounting import tensor_leaves
 
 aten = torch.ops.aten
 PHASES = ("fwd", "bwd")
@@ -183,16 +184,12 @@ def _moves_data(func: Any) -> bool:
 
 
 def _touched(trace: OpTrace, values: Any) -> tuple[tuple[int, int], ...]:
-    leaves, _ = tree_flatten(values)
-    return tuple(
-        (trace.storage_id(x), _tensor_bytes(x)) for x in leaves if isinstance(x, torch.Tensor)
-    )
+    return tuple((trace.storage_id(x), _tensor_bytes(x)) for x in tensor_leaves(values))
 
 
 def _op_precision(args: Any) -> str:
-    leaves, _ = tree_flatten(args)
-    for x in leaves:
-        if isinstance(x, torch.Tensor) and x.is_floating_point():
+    for x in tensor_leaves(args):
+        if x.is_floating_point():
             return PRECISION_OF_DTYPE.get(x.dtype, "fp32")
     return "fp32"
 

@@ -56,7 +56,7 @@ def run_profile(
     )
     if analytic:
         from tinker_opt.hardware import load_hardware
-        from tinker_opt.profile.analytic import analytic_profile
+        from tinker_opt.profile.analytic import analytic_profile, available_cpus
 
         require(settings, "hardware")
         analytic_profile(
@@ -64,6 +64,7 @@ def run_profile(
             load_hardware(settings.hardware),
             out_dir,
             limits=measure_settings.limits(info.train),
+            workers=settings.devices or available_cpus(),
             progress=progress,
             log=log,
         )
