@@ -5,7 +5,8 @@
 such as q, k and v split from one QKV projection, count once), parameters and buffers excluded
 (they are weights, counted apart). 1-byte dropout masks count as 1 byte because the sub-graphs
 use `torch.native_dropout`, which keeps a bool mask as the fused device kernels do. It touches only
-tensor metadata, so it works under `FakeTensorMode` as well (the analytic device relies on that).
+tensor metadata, so it works on the meta device and under `FakeTensorMode` as well (the analytic
+device relies on that).
 
 `LiveBytesTracker` follows every storage that the ops create while it is active and records the
 peak of the bytes still alive: the CPU's stand-in for the allocator statistics of npu / cuda.

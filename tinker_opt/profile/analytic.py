@@ -4,11 +4,12 @@
 (blocks.csv, comm.csv, meta.json, profile.log; README, "Output folders") in seconds for any model size:
 
 * Memory is not modelled but counted: each block's reference sub-graph (subgraphs.build_block,
-  the very code the measured profile runs) runs forward and backward under
-  `torch._subclasses.FakeTensorMode`, which tracks shapes and dtypes but allocates nothing, with
-  the measured profile's own accounting (accounting.SavedTensorCounter / LiveBytesTracker). So
-  activation, input, output and weight bytes equal those of a CPU profile of the same shapes.
-* Time is modelled per aten op (op_trace.py): FLOPs from FlopCounterMode's formulas, bytes moved
+  the very code the measured profile runs) runs forward and backward on the meta device, which
+  tracks shapes and dtypes but allocates nothing (as the CPU would run it: cpu_on_meta.py), with
+  the measured profile's own accounting (measure.memory_pass: accounting.SavedTensorCounter /
+  LiveBytesTracker). So activation, input, output and weight bytes equal those of a CPU profile
+  of the same shapes. One forward + backward gives both the bytes and the op trace.
+* Time is modelled per aten op (op_trace.py): FLOPs from torch's FLOP-counter formulas, bytes moved
   from the op's tensor sizes, each op timed as max(compute time, memory time) under the size-
   dependent efficiency curves of the hardware description (op_timing.py, roofline), forward and
   backward separately. Selective recompute costs the extra backward time of the block with its
@@ -17,7 +18,8 @@
   (hardware.comm_table, comm_cost.collective_time_us).
 
 meta.json names the device `analytic:<hardware name>` and embeds the hardware description, so a
-profile always says which figures produced it.
+profile always says which figures produced it. The points of the profile space are traced in
+forked worker processes (`workers`, the profile's `--devices`; default every CPU).
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ class BlockTrace:
     core_ops: tuple[OpRecord, ...]
     """The core attention's forward, which selective recompute reruns in backward (layers only)."""
     memory: Measurement
-    """The measured profile's own measurement of the block on fake tensors: its byte counts are
+    """The measured profile's own measurement of the block without data: its byte counts are
     exact; its times are zero (the op trace gives them)."""
 
 

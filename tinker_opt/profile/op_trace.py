@@ -2,7 +2,7 @@
 
 The analytic device (analytic.py) and calibration (calibrate.py) time a block from this trace.
 Run the block's forward and backward inside `trace_ops()`, with its tensors created under
-`torch._subclasses.FakeTensorMode` (shapes and dtypes only, no memory, no arithmetic), so a
+the meta device or `torch._subclasses.FakeTensorMode` (shapes and dtypes only, no memory, no arithmetic), so a
 175B-parameter layer traces in milliseconds.
 
 Per op:
