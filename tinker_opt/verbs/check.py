@@ -95,6 +95,7 @@ def _analytic_folder(info, hardware: str, out_dir: Path) -> Path:
     from tinker_opt.profile.analytic import analytic_profile
     from tinker_opt.profile.kernels import script_flags
     from tinker_opt.profile.settings import MeasureSettings
+    from tinker_opt.verbs.common import model_on_device
 
     strategy = info.train.strategy
     settings = config.resolve(
@@ -109,9 +110,9 @@ def _analytic_folder(info, hardware: str, out_dir: Path) -> Path:
         {},
     )
     measure = MeasureSettings.from_settings(settings, kernel_flags=script_flags(info.launch))
-    return analytic_profile(
-        info.model, load_hardware(hardware), out_dir, limits=measure.limits(info.train)
-    )
+    spec = load_hardware(hardware)
+    model = model_on_device(info.model, spec)
+    return analytic_profile(model, spec, out_dir, limits=measure.limits(info.train))
 
 
 def _profiled(info, device: DeviceChoice, scratch: Path):
@@ -240,7 +241,7 @@ def predicted_side(evaluation, info, memory_after: int | None) -> dict[str, Any]
     allocated = framework["peak_allocated_mb"]
     if memory_after == 1:
         allocated = max(
-            first_iteration_peak_mb(stage, stage["allocated_mb"], _state_bytes(info))
+            first_iteration_peak_mb(stage, stage.allocated_mb or 0.0, _state_bytes(info))
             for stage in evaluation.stages
         )
     return {
@@ -251,7 +252,12 @@ def predicted_side(evaluation, info, memory_after: int | None) -> dict[str, Any]
         "peak_device_mb": framework["peak_device_mb"],
         "memory_peak_of": "iteration 1" if memory_after == 1 else "steady state",
         "stages": [
-            {k: stage[k] for k in ("stage", "allocated_mb", "reserved_mb", "device_mb")}
+            {
+                "stage": stage.stage,
+                "allocated_mb": stage.allocated_mb,
+                "reserved_mb": stage.reserved_mb,
+                "device_mb": stage.device_mb,
+            }
             for stage in evaluation.stages
         ],
         "time_breakdown_ms": dict(evaluation.time_breakdown_ms),
