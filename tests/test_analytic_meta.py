@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.profile_support import mla_model
 from tinker_opt.profile import analytic
 from tinker_opt.profile.analytic import trace_block
+from tinker_opt.profile.cpu_on_meta import CpuOnMeta
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.space import SpaceLimits, profile_space
 from tinker_opt.script.reader import read_script
@@ -54,3 +56,15 @@ def test_worker_processes_trace_the_same_rows(monkeypatch):
     points = profile_space(model, SpaceLimits(max_npu=2, max_mbs=1, prof_ep=(8,)))
     assert len(points) >= 4  # two workers
     assert analytic.trace_space(model, points, workers=2) == analytic.trace_space(model, points)
+
+
+def test_meta_memo_remakes_new_tensors_and_runs_views():
+    """A memoised op gives a new tensor like the kernel's; a view still shares its input's storage."""
+    with CpuOnMeta():
+        x = torch.empty(4, 6, device="meta", dtype=torch.bfloat16)
+        first, again = x * 2, x * 2  # the second comes from the memo
+        views = [x.t(), x.t()]
+    assert (again.shape, again.stride(), again.dtype) == (first.shape, first.stride(), first.dtype)
+    assert again.untyped_storage().nbytes() == first.untyped_storage().nbytes() == 48
+    assert again.untyped_storage()._cdata != first.untyped_storage()._cdata
+    assert all(v.untyped_storage()._cdata == x.untyped_storage()._cdata for v in views)
