@@ -51,6 +51,46 @@ def _prefix(a: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(a.astype(np.int64))])
 
 
+def memory_parts(c: SplitCoefficients, r, b: np.ndarray, e: np.ndarray):
+    """(static, working set, per micro-batch in flight) bytes of the layer ranges [b, e) with
+    recompute count r (v = 1; `b`, `e`, `r` broadcast): stage s's memory of a range is
+    static + working set + stage_static_bytes[s] + k_s (in flight + stage_act_bytes[s]), with k_s
+    its in-flight micro-batches (the integers of coefficients.stage_costs). In flight: kept layers
+    hold their activations, recomputed ones only their checkpoints (uniform: ceil(n / r) group
+    inputs, with a min(r, n)-layer working set; recompute.py)."""
+    L = c.num_layers
+    n = np.maximum(e - b, 0)
+    static = span(c, "layer_static_bytes", b, e)
+    if c.method == "uniform":
+        return (
+            static,
+            np.minimum(r, n) * c.work_bytes,
+            -(-n // np.maximum(r, 1)) * c.checkpoint_bytes,
+        )
+    # End of the recomputed layers of [b, e): the first min(r, n) with block.
+    cut = np.minimum(b + np.minimum(r, n), L)
+    per_micro = (
+        span(c, "layer_act_bytes", b, e)
+        - span(c, "layer_act_bytes", b, cut)
+        + span(c, "layer_input_bytes", b, cut)
+    )
+    return static, np.where(cut > b, c.work_bytes, 0), per_micro
+
+
+def span(c: SplitCoefficients, name: str, b, e):
+    """Sum of a layer array over [b, e) (prefix sums, int64)."""
+    pre = _prefix(getattr(c, name))
+    return pre[e] - pre[b]
+
+
+def stage_limits(c: SplitCoefficients) -> tuple[np.ndarray, np.ndarray]:
+    """(k_s, the bytes left to a stage's layers): a range fits in stage s iff static + working
+    set + k_s * in flight <= the limit minus the stage's own static bytes and k_s times its own
+    activations (memory_parts)."""
+    kk = c.stage_inflight_x_v.astype(np.int64)
+    return kk, c.memory_limit_bytes - c.stage_static_bytes - kk * c.stage_act_bytes
+
+
 def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
     """Tabulate t_s, tail_s and memory_s of every range (the integers of coefficients.stage_costs,
     v = 1). The last r is kept in the coefficients' memo (the tables are p (L+1)^2 large, so one r at
@@ -62,29 +102,11 @@ def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
     b = np.arange(L + 1)[:, None]
     e = np.arange(L + 1)[None, :]
     n = np.maximum(e - b, 0)
-    uniform = c.method == "uniform"
     # End of the recomputed layers of [b, e): all of them with uniform, the first r with block.
-    cut = np.maximum(e, b) if uniform else np.minimum(b + np.minimum(r, n), L)
-    pre = {name: _prefix(getattr(c, name)) for name in LAYER_ARRAYS}
-
-    def span(name, hi):  # sum of the layer array over [b, hi)
-        return pre[name][hi] - pre[name][b]
-
-    base_time = span("layer_time_ns", e) + span("layer_recompute_ns", cut)
-    base_tail = span("layer_tail_ns", e)
-    static = span("layer_static_bytes", e)
-    # In flight: kept layers hold their activations, recomputed ones only their checkpoints
-    # (uniform: ceil(n / r) group inputs, with a min(r, n)-layer working set; recompute.py).
-    if uniform:
-        per_micro = -(-n // max(r, 1)) * c.checkpoint_bytes
-        work = np.minimum(r, n) * c.work_bytes
-    else:
-        per_micro = (
-            span("layer_act_bytes", e)
-            - span("layer_act_bytes", cut)
-            + span("layer_input_bytes", cut)
-        )
-        work = np.where(cut > b, c.work_bytes, 0)
+    cut = np.maximum(e, b) if c.method == "uniform" else np.minimum(b + np.minimum(r, n), L)
+    base_time = span(c, "layer_time_ns", b, e) + span(c, "layer_recompute_ns", b, cut)
+    base_tail = span(c, "layer_tail_ns", b, e)
+    static, work, per_micro = memory_parts(c, r, b, e)
     kk = c.stage_inflight_x_v.astype(np.int64)[:, None, None]
     memory = (
         static[None]
@@ -101,15 +123,6 @@ def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
     )
     c.memo.range_costs = (r, out)
     return out
-
-
-def _reachable(masks: np.ndarray) -> bool:
-    """Some boundary sequence 0 = b_0 < ... < b_p = L uses an allowed range in every stage."""
-    reach = np.zeros(masks.shape[1], dtype=bool)
-    reach[0] = True
-    for mask in masks:
-        reach = (reach[:, None] & mask).any(axis=0)
-    return bool(reach[-1])
 
 
 def _least_sum(rc: RangeCosts, masks: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
@@ -142,11 +155,6 @@ def _least_max(values: np.ndarray, masks: np.ndarray) -> int:
         ok = masks[s] & (value[:, None] < BIG)
         value = np.where(ok, np.maximum(value[:, None], values[s]), BIG).min(axis=0)
     return int(value[-1])
-
-
-def fits_for_r(c: SplitCoefficients, r: int) -> bool:
-    """Some split fits in memory with recompute count r (v = 1): one reachability pass."""
-    return _reachable(range_costs(c, r).valid)
 
 
 def bound_terms_for_r(c: SplitCoefficients, r: int) -> tuple[int, int, int] | None:
@@ -227,38 +235,6 @@ def least_peak_split(c: SplitCoefficients, r: int) -> tuple[tuple[int, ...], int
     ranges = (np.arange(c.num_layers + 1)[None, :] > np.arange(c.num_layers + 1)[:, None])[None]
     peak = _least_max(rc.memory, np.broadcast_to(ranges, rc.memory.shape))
     return _least_sum(rc, ranges & (rc.memory <= peak))[1], peak
-
-
-def uniform_fits(c: SplitCoefficients, r_values) -> bool:
-    """Whether some split fits with the `uniform` method and some r in r_values (v = 1), exactly:
-    the memory tables of range_costs without the time tables, a necessary check first (every
-    range holds at least one checkpoint and one layer's working set), then r by r, stopping at
-    the first that fits."""
-    L = c.num_layers
-    b = np.arange(L + 1)[:, None]
-    e = np.arange(L + 1)[None, :]
-    n = np.maximum(e - b, 0)
-    static = _prefix(c.layer_static_bytes)
-    kk = c.stage_inflight_x_v.astype(np.int64)[:, None, None]
-    base = (
-        (static[e] - static[b])[None]
-        + c.stage_static_bytes[:, None, None]
-        + kk * c.stage_act_bytes[:, None, None]
-    )
-    ranges = (n > 0)[None]
-    if not _reachable(
-        ranges & (base + kk * c.checkpoint_bytes + c.work_bytes <= c.memory_limit_bytes)
-    ):
-        return False
-    for r in r_values:
-        memory = (
-            base
-            + kk * (-(-n // r) * c.checkpoint_bytes)[None]
-            + (np.minimum(r, n) * c.work_bytes)[None]
-        )
-        if _reachable(ranges & (memory <= c.memory_limit_bytes)):
-            return True
-    return False
 
 
 def cheap_bound(c: SplitCoefficients) -> int:

@@ -43,13 +43,12 @@ from tinker_opt.solve.layer_split import (
     lower_bounds_for_r,
     recompute_range,
 )
+from tinker_opt.solve.mixed_fits import fits_for_r, uniform_fits
 from tinker_opt.solve.mixed_split import (
     best_for_r,
     cheap_bound,
     even_for_r,
-    fits_for_r,
     mixed_recompute_bounds,
-    uniform_fits,
 )
 from tinker_opt.solve.mixed_split import (
     least_peak_split as mixed_least_peak_split,
