@@ -48,8 +48,9 @@ def _relaxations(c: SplitCoefficients, rs: np.ndarray) -> tuple[np.ndarray, np.n
     low, high = _length_extremes(c, rs)
     kk, room = stage_limits(c)
 
-    def caps(static, work, per_micro, prefix: bool) -> np.ndarray:
+    def caps(parts, prefix: bool) -> np.ndarray:
         """(r, stage): the largest length that fits, or the lengths 1, 2, .. that all fit."""
+        static, work, per_micro = parts
         memory = (static + work)[:, None, :] + kk[None, :, None] * per_micro[:, None, :]
         ok = memory <= room[None, :, None]
         if prefix:
@@ -59,7 +60,7 @@ def _relaxations(c: SplitCoefficients, rs: np.ndarray) -> tuple[np.ndarray, np.n
     def enough(cap: np.ndarray) -> np.ndarray:
         return (cap.min(axis=1) >= 1) & (cap.sum(axis=1) >= L)
 
-    return enough(caps(*low, prefix=False)), enough(caps(*high, prefix=True))
+    return enough(caps(low, prefix=False)), enough(caps(high, prefix=True))
 
 
 def _length_extremes(c: SplitCoefficients, rs: np.ndarray):
