@@ -18,6 +18,7 @@ C, so the first feasible candidate is found by bisection. Virtual pipelines keep
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -48,12 +49,15 @@ class RangeCosts:
 
 
 def _prefix(a: np.ndarray) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(a.astype(np.int64))])
+    """Prefix sums along the last axis with a leading 0 (int64)."""
+    zero = np.zeros(a.shape[:-1] + (1,), dtype=np.int64)
+    return np.concatenate([zero, np.cumsum(a, axis=-1, dtype=np.int64)], axis=-1)
 
 
-def memory_parts(c: SplitCoefficients, r, b: np.ndarray, e: np.ndarray):
+def memory_parts(c: Any, r, b: np.ndarray, e: np.ndarray):
     """(static, working set, per micro-batch in flight) bytes of the layer ranges [b, e) with
-    recompute count r (v = 1; `b`, `e`, `r` broadcast): stage s's memory of a range is
+    recompute count r (v = 1; `b`, `e`, `r` broadcast; `c` a SplitCoefficients, or configurations
+    stacked on a leading axis: mixed_fits.Batch): stage s's memory of a range is
     static + working set + stage_static_bytes[s] + k_s (in flight + stage_act_bytes[s]), with k_s
     its in-flight micro-batches (the integers of coefficients.stage_costs). In flight: kept layers
     hold their activations, recomputed ones only their checkpoints (uniform: ceil(n / r) group
@@ -77,10 +81,10 @@ def memory_parts(c: SplitCoefficients, r, b: np.ndarray, e: np.ndarray):
     return static, np.where(cut > b, c.work_bytes, 0), per_micro
 
 
-def span(c: SplitCoefficients, name: str, b, e):
-    """Sum of a layer array over [b, e) (prefix sums, int64)."""
+def span(c: Any, name: str, b, e):
+    """Sum of a layer array over [b, e) (prefix sums, int64; leading axes of the array kept)."""
     pre = _prefix(getattr(c, name))
-    return pre[e] - pre[b]
+    return pre[..., e] - pre[..., b]
 
 
 def stage_limits(c: SplitCoefficients) -> tuple[np.ndarray, np.ndarray]:
@@ -98,6 +102,14 @@ def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
     cached = c.memo.range_costs
     if cached is not None and cached[0] == r:
         return cached[1]
+    out = RangeCosts(*_tables(c, r))
+    c.memo.range_costs = (r, out)
+    return out
+
+
+def _tables(c: SplitCoefficients, r):
+    """(time, tail, memory, valid) of every (stage, start, end); r an int, or an (R, 1, 1) array
+    of counts: then time, memory and valid lead with R (the tail does not depend on r)."""
     L = c.num_layers
     b = np.arange(L + 1)[:, None]
     e = np.arange(L + 1)[None, :]
@@ -106,82 +118,96 @@ def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
     cut = np.maximum(e, b) if c.method == "uniform" else np.minimum(b + np.minimum(r, n), L)
     base_time = span(c, "layer_time_ns", b, e) + span(c, "layer_recompute_ns", b, cut)
     base_tail = span(c, "layer_tail_ns", b, e)
-    static, work, per_micro = memory_parts(c, r, b, e)
+    static, work, per_micro = (x[..., None, :, :] for x in memory_parts(c, r, b, e))
     kk = c.stage_inflight_x_v.astype(np.int64)[:, None, None]
     memory = (
-        static[None]
+        static
         + c.stage_static_bytes[:, None, None]
-        + work[None]
-        + kk * (per_micro[None] + c.stage_act_bytes[:, None, None])
+        + work
+        + kk * (per_micro + c.stage_act_bytes[:, None, None])
     )
-    valid = (n > 0)[None] & (memory <= c.memory_limit_bytes)
-    out = RangeCosts(
-        base_time[None] + c.stage_time_ns[:, None, None],
+    return (
+        base_time[..., None, :, :] + c.stage_time_ns[:, None, None],
         base_tail[None] + c.stage_tail_ns[:, None, None],
         memory,
-        valid,
+        (n > 0) & (memory <= c.memory_limit_bytes),
     )
-    c.memo.range_costs = (r, out)
-    return out
+
+
+def _sum_dp(time: np.ndarray, masks: np.ndarray, parents: list | None = None) -> np.ndarray:
+    """min sum_s t_s over the boundary sequences using allowed ranges (BIG when none), for each
+    leading index of (..., p, L+1, L+1) tables; each stage's best start is appended to `parents`."""
+    p, size = masks.shape[-3], masks.shape[-1]
+    value = np.full(masks.shape[:-3] + (size,), BIG, dtype=np.int64)
+    value[..., 0] = 0
+    for s in range(p):
+        allowed = masks[..., s, :, :] & (value[..., :, None] < BIG)
+        cand = np.where(allowed, value[..., :, None] + time[..., s, :, :], BIG)
+        if parents is not None:
+            parents.append(cand.argmin(axis=-2))
+        value = cand.min(axis=-2)
+    return value[..., -1]
 
 
 def _least_sum(rc: RangeCosts, masks: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
     """min sum_s t_s over the splits using allowed ranges, and its layer counts (DP)."""
-    p, size = masks.shape[0], masks.shape[1]
-    value = np.full(size, BIG, dtype=np.int64)
-    value[0] = 0
-    parents = []
-    for s in range(p):
-        cand = np.where(masks[s] & (value[:, None] < BIG), value[:, None] + rc.time[s], BIG)
-        parents.append(cand.argmin(axis=0))
-        value = cand.min(axis=0)
-    if value[-1] >= BIG:
+    parents: list[np.ndarray] = []
+    total = int(_sum_dp(rc.time, masks, parents))
+    if total >= BIG:
         return None
-    ends, e = [], size - 1
+    p, ends, e = masks.shape[0], [], masks.shape[-1] - 1
     for s in reversed(range(p)):
         ends.append(e)
         e = int(parents[s][e])
     bounds = [0] + ends[::-1]
-    return int(value[-1]), tuple(bounds[i + 1] - bounds[i] for i in range(p))
+    return total, tuple(bounds[i + 1] - bounds[i] for i in range(p))
 
 
-def _least_max(values: np.ndarray, masks: np.ndarray) -> int:
+def _least_max(values: np.ndarray, masks: np.ndarray):
     """min over the boundary sequences using allowed ranges of max_s values[s, b_s, b_s+1], BIG
     when none: a bottleneck-path DP over the boundaries (one pass; the least value whose caps
-    are reachable, which a bisection over the candidate values would find)."""
-    value = np.full(masks.shape[1], BIG, dtype=np.int64)
-    value[0] = -BIG
-    for s in range(masks.shape[0]):
-        ok = masks[s] & (value[:, None] < BIG)
-        value = np.where(ok, np.maximum(value[:, None], values[s]), BIG).min(axis=0)
-    return int(value[-1])
+    are reachable, which a bisection over the candidate values would find). Leading axes of the
+    (..., p, L+1, L+1) masks give one value each."""
+    value = np.full(masks.shape[:-3] + masks.shape[-1:], BIG, dtype=np.int64)
+    value[..., 0] = -BIG
+    for s in range(masks.shape[-3]):
+        ok = masks[..., s, :, :] & (value[..., :, None] < BIG)
+        value = np.where(ok, np.maximum(value[..., :, None], values[..., s, :, :]), BIG)
+        value = value.min(axis=-2)
+    return value[..., -1]
+
+
+TABLE_ELEMENTS = 1 << 21
+"""How many (r, stage, start, end) entries the bound tables of one batch of counts hold at most."""
 
 
 def bound_terms_for_r(c: SplitCoefficients, r: int) -> tuple[int, int, int] | None:
     """Lower bounds on (sum_s t_s, max_s t_s, max_s tail_s) over the splits with recompute count r
     (each term minimised alone), None when no split fits with r. Cached per r."""
+    return _bound_terms(c, [r])[r]
+
+
+def _bound_terms(c: SplitCoefficients, r_values) -> dict[int, tuple[int, int, int] | None]:
+    """bound_terms_for_r of every r in r_values: the counts not cached yet tabulated together,
+    in batches of at most TABLE_ELEMENTS entries."""
     cache = c.memo.mixed_terms
-    if r not in cache:
-        cache[r] = _bound_terms_for_r(c, r)
-    return cache[r]
-
-
-def _bound_terms_for_r(c: SplitCoefficients, r: int) -> tuple[int, int, int] | None:
-    rc = range_costs(c, r)
-    least = _least_sum(rc, rc.valid)
-    if least is None:
-        return None
-    return least[0], _least_max(rc.time, rc.valid), _least_max(rc.tail, rc.valid)
+    fresh = np.array([r for r in r_values if r not in cache], dtype=np.int64)
+    size = max(1, TABLE_ELEMENTS // (c.num_stages * (c.num_layers + 1) ** 2))
+    for start in range(0, len(fresh), size):
+        rs = fresh[start : start + size]
+        time, tail, _, valid = _tables(c, rs[:, None, None])
+        total = _sum_dp(time, valid)
+        bottleneck, tails = _least_max(time, valid), _least_max(tail, valid)
+        for j, r in enumerate(rs.tolist()):
+            fits = total[j] < BIG
+            cache[r] = (int(total[j]), int(bottleneck[j]), int(tails[j])) if fits else None
+    return {r: cache[r] for r in r_values}
 
 
 def mixed_recompute_bounds(c: SplitCoefficients, r_values) -> dict[int, int]:
     """{r: lower bound on v*T with recompute count r} for each r in r_values with a fitting split."""
-    out = {}
-    for r in r_values:
-        terms = bound_terms_for_r(c, r)
-        if terms is not None:
-            out[r] = pipeline_bound_x_v(c, *terms)
-    return out
+    terms = _bound_terms(c, list(r_values))
+    return {r: pipeline_bound_x_v(c, *t) for r, t in terms.items() if t is not None}
 
 
 def best_for_r(c: SplitCoefficients, r: int, incumbent: int):
@@ -198,7 +224,7 @@ def best_for_r(c: SplitCoefficients, r: int, incumbent: int):
             break
         under_b = rc.valid & (rc.time <= b_value)
         tails = np.unique(rc.tail[under_b])
-        for c_value in tails[np.searchsorted(tails, _least_max(rc.tail, under_b)) :]:
+        for c_value in tails[np.searchsorted(tails, int(_least_max(rc.tail, under_b))) :]:
             if pipeline_bound_x_v(c, sum_lb, int(b_value), int(c_value)) >= best_obj:
                 break
             allowed = under_b & (rc.tail <= c_value)
@@ -233,7 +259,7 @@ def least_peak_split(c: SplitCoefficients, r: int) -> tuple[tuple[int, ...], int
     """(layers, peak bytes) of the v = 1 split with the smallest largest stage memory at r."""
     rc = range_costs(c, r)
     ranges = (np.arange(c.num_layers + 1)[None, :] > np.arange(c.num_layers + 1)[:, None])[None]
-    peak = _least_max(rc.memory, np.broadcast_to(ranges, rc.memory.shape))
+    peak = int(_least_max(rc.memory, np.broadcast_to(ranges, rc.memory.shape)))
     return _least_sum(rc, ranges & (rc.memory <= peak))[1], peak
 
 
