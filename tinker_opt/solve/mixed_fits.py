@@ -28,7 +28,7 @@ import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.layer_split import recompute_range
-from tinker_opt.solve.mixed_split import memory_parts, span, stage_limits
+from tinker_opt.solve.mixed_split import fits_each, memory_parts, span, stage_limits
 
 BATCH_ELEMENTS = 1 << 20
 """How many (configuration, start, length) entries one batch of relaxations holds at most."""
@@ -143,35 +143,10 @@ def _length_extremes(batch: Batch, rs: np.ndarray):
 
 
 def _exact_fits(c: SplitCoefficients, rs: np.ndarray) -> bool:
-    """Some boundary sequence 0 = b_0 < ... < b_p = L fits every stage with one r of `rs`.
-
-    Every byte count is >= 0, so a range's memory does not decrease as its end moves right
-    (memory_parts): stage s fits [b, e) exactly for e up to some E_s(b), found by bisection for
-    every (r, stage, start) at once; a boundary e is reachable after stage s iff some reachable
-    b < e has E_s(b) >= e (a running maximum over b). With a negative byte count (none is
-    expected) the full tables decide instead."""
-    arrays = (c.layer_static_bytes, c.layer_act_bytes, c.layer_input_bytes)
-    if c.work_bytes < 0 or any(bool((a < 0).any()) for a in arrays):
-        return _tabulated_fits(c, rs)
-    L, p = c.num_layers, c.num_stages
-    kk, room = stage_limits(c)
-    r = rs[:, None, None]
-    b = np.arange(L + 1)[None, None, :]
-    lo = np.broadcast_to(b, (len(rs), p, L + 1)).copy()  # the end fits, or b: nothing fits
-    hi = np.full_like(lo, L + 1)  # the end does not fit, or L + 1
-    while (open_ := hi - lo > 1).any():
-        mid = (lo + hi) // 2
-        static, work, per_micro = memory_parts(c, r, b, mid)
-        ok = static + work + kk[None, :, None] * per_micro <= room[None, :, None]
-        lo = np.where(open_ & ok, mid, lo)
-        hi = np.where(open_ & ~ok, mid, hi)
-    reach = np.zeros((len(rs), L + 1), dtype=bool)
-    reach[:, 0] = True
-    for s in range(p):
-        farthest = np.maximum.accumulate(np.where(reach, lo[:, s, :], -1), axis=1)
-        reach = np.zeros_like(reach)
-        reach[:, 1:] = farthest[:, :-1] >= np.arange(1, L + 1)
-    return bool(reach[:, L].any())
+    """Some boundary sequence 0 = b_0 < ... < b_p = L fits every stage with one r of `rs`
+    (mixed_split.fits_each; the full tables where it cannot decide)."""
+    each = fits_each(c, rs)
+    return bool(each.any()) if each is not None else _tabulated_fits(c, rs)
 
 
 def _tabulated_fits(c: SplitCoefficients, rs: np.ndarray) -> bool:

@@ -95,6 +95,38 @@ def stage_limits(c: SplitCoefficients) -> tuple[np.ndarray, np.ndarray]:
     return kk, c.memory_limit_bytes - c.stage_static_bytes - kk * c.stage_act_bytes
 
 
+def fits_each(c: SplitCoefficients, rs: np.ndarray) -> np.ndarray | None:
+    """For each r of `rs`: some boundary sequence 0 = b_0 < ... < b_p = L fits every stage (v = 1).
+
+    Every byte count is >= 0, so a range's memory does not decrease as its end moves right
+    (memory_parts): stage s fits [b, e) exactly for e up to some E_s(b), found by bisection for
+    every (r, stage, start) at once; a boundary e is reachable after stage s iff some reachable
+    b < e has E_s(b) >= e (a running maximum over b). None when a byte count is negative (none is
+    expected): then only the full tables decide."""
+    arrays = (c.layer_static_bytes, c.layer_act_bytes, c.layer_input_bytes)
+    if c.work_bytes < 0 or any(bool((a < 0).any()) for a in arrays):
+        return None
+    L, p = c.num_layers, c.num_stages
+    kk, room = stage_limits(c)
+    r = rs[:, None, None]
+    b = np.arange(L + 1)[None, None, :]
+    lo = np.broadcast_to(b, (len(rs), p, L + 1)).copy()  # the end fits, or b: nothing fits
+    hi = np.full_like(lo, L + 1)  # the end does not fit, or L + 1
+    while (open_ := hi - lo > 1).any():
+        mid = (lo + hi) // 2
+        static, work, per_micro = memory_parts(c, r, b, mid)
+        ok = static + work + kk[None, :, None] * per_micro <= room[None, :, None]
+        lo = np.where(open_ & ok, mid, lo)
+        hi = np.where(open_ & ~ok, mid, hi)
+    reach = np.zeros((len(rs), L + 1), dtype=bool)
+    reach[:, 0] = True
+    for s in range(p):
+        farthest = np.maximum.accumulate(np.where(reach, lo[:, s, :], -1), axis=1)
+        reach = np.zeros_like(reach)
+        reach[:, 1:] = farthest[:, :-1] >= np.arange(1, L + 1)
+    return reach[:, L]
+
+
 def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
     """Tabulate t_s, tail_s and memory_s of every range (the integers of coefficients.stage_costs,
     v = 1). The last r is kept in the coefficients' memo (the tables are p (L+1)^2 large, so one r at
@@ -189,9 +221,13 @@ def bound_terms_for_r(c: SplitCoefficients, r: int) -> tuple[int, int, int] | No
 
 def _bound_terms(c: SplitCoefficients, r_values) -> dict[int, tuple[int, int, int] | None]:
     """bound_terms_for_r of every r in r_values: the counts not cached yet tabulated together,
-    in batches of at most TABLE_ELEMENTS entries."""
+    in batches of at most TABLE_ELEMENTS entries (those with no fitting split left out first)."""
     cache = c.memo.mixed_terms
     fresh = np.array([r for r in r_values if r not in cache], dtype=np.int64)
+    fits = fits_each(c, fresh) if len(fresh) else None
+    if fits is not None:  # no split fits with these r: no bound to tabulate
+        cache.update(dict.fromkeys(fresh[~fits].tolist()))
+        fresh = fresh[fits]
     size = max(1, TABLE_ELEMENTS // (c.num_stages * (c.num_layers + 1) ** 2))
     for start in range(0, len(fresh), size):
         rs = fresh[start : start + size]
