@@ -46,6 +46,8 @@ class Memo:
     """Per-r bound terms of a mixed stack (mixed_split.bound_terms_for_r)."""
     even_split: tuple[Any] | None = None
     """(the even split of a virtual pipeline, or None when it does not fit,) (stacks.Stack)."""
+    prefix_arrays: dict[str, Any] | None = None
+    """Prefix sums of the layer arrays as numpy arrays (solve/virtual_split.py)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,6 +120,9 @@ class SplitCoefficients:
     layer_form: str = "free"
     """Which per-stage layer counts the framework can write (rules.LAYER_FORMS): every split
     solver returns only splits of this form."""
+    uneven_vpp: bool = False
+    """With vpp > 1 the split is chosen among uneven per-virtual-stage lists too (first and last
+    virtual stage free, the rest equal: solve/virtual_split.py), where the framework writes them."""
     schedule: str = "1f1b"
     """Pipeline schedule (strategy.SCHEDULES); DualPipeV has vpp = 2 chunks per rank in a V."""
     recompute_all: bool = False

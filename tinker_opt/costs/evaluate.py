@@ -165,13 +165,20 @@ class CostModel:
         """The per-stage layer-count form every split of this model takes (rules.LAYER_FORMS)."""
         return self._terms.layer_form
 
-    def with_layer_form(self, form: str) -> CostModel:
-        """This cost model restricted to splits of `form` (its own coefficient cache)."""
-        if form == self.layer_form:
+    @property
+    def uneven_vpp(self) -> bool:
+        """Splits with virtual stages may be uneven (solve/virtual_split.py)."""
+        return self._terms.uneven_vpp
+
+    def with_layer_form(self, form: str, uneven_vpp: bool = False) -> CostModel:
+        """This cost model restricted to splits of `form`, with uneven virtual-stage splits or
+        not (its own coefficient cache)."""
+        if (form, uneven_vpp) == (self.layer_form, self.uneven_vpp):
             return self
         other = copy.copy(self)
         other._terms = copy.copy(self._terms)
         other._terms.layer_form = form
+        other._terms.uneven_vpp = uneven_vpp
         other._cache = {}
         return other
 
@@ -232,11 +239,19 @@ class CostModel:
             framework_memory=framework_summary(stages, framework),
         )
 
-    def split_strategy(self, outer: Strategy, layers: tuple[int, ...], r: int) -> Strategy:
-        """The full Strategy of an outer configuration with a split and recompute count."""
+    def split_strategy(
+        self,
+        outer: Strategy,
+        layers: tuple[int, ...],
+        r: int,
+        chunks: tuple[int, ...] | None = None,
+    ) -> Strategy:
+        """The full Strategy of an outer configuration with a split (per-stage `layers`, or the
+        virtual stages' `chunks`) and recompute count."""
         even = len(set(layers)) == 1
+        listed = chunks if chunks is not None else None if even else layers
         return outer.replace(
-            num_layer_list=None if even else tuple(int(n) for n in layers),
+            num_layer_list=None if listed is None else tuple(int(n) for n in listed),
             recompute_num_layers=int(r) if outer.recompute == "full" else None,
             recompute_method=(outer.recompute_method or "block")
             if outer.recompute == "full"

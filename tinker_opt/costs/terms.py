@@ -75,6 +75,8 @@ class TermBuilder:
         self.attention_mask_bytes = int(attention_mask_bytes or 0)
         """A mask every stage holds once (Tinker's seq^2 bytes), 0 for our own profiles."""
         self.layer_form = layer_form
+        self.uneven_vpp = False
+        """Splits with virtual stages may be uneven (SplitCoefficients.uneven_vpp)."""
         self.cluster = cluster
         self.gbs = global_batch_size
         self.blocks = blocks
@@ -222,6 +224,7 @@ class TermBuilder:
             estimated=bool(estimated),
             uniform=len(self.kind_names) == 1,
             layer_form=self.layer_form,
+            uneven_vpp=self.uneven_vpp,
             schedule=s.schedule,
             recompute_all=self.job.recompute_all,
             **stage,

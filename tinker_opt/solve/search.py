@@ -88,7 +88,10 @@ class SearchResult:
         ranking = self.ranking
         allowed = _narrowed_outers(ranking, space)
         ranking.include(allowed)
-        under = None if limited is None else limited.with_layer_form(ranking.cost_model.layer_form)
+        model = ranking.cost_model
+        under = (
+            None if limited is None else limited.with_layer_form(model.layer_form, model.uneven_vpp)
+        )
         found = ranking.walk(1, allowed.__contains__, under)
         if not found:
             raise InfeasibleError("no strategy of the narrowed space fits")
@@ -115,7 +118,8 @@ def search(
     start = time.perf_counter()
     note = progress or (lambda message: None)
     space = space or SearchSpace()
-    cost_model = cost_model.with_layer_form(space.layer_form)  # splits the framework can write
+    # splits the framework can write
+    cost_model = cost_model.with_layer_form(space.layer_form, space.uneven_vpp)
     outers = _outers(cost_model, space)
     note(f"{len(outers)} valid outer configurations")
     if solver == "enum":
@@ -299,7 +303,7 @@ def _evaluate(ranking: Ranking, cand: Candidate, cost_model: CostModel | None = 
             ranking.evaluations[cand] = _evaluate(ranking, cand, ranking.cost_model)
         return ranking.evaluations[cand]
     strategy = cost_model.split_strategy(
-        cand.outer, cand.split.layers, cand.split.recompute_num_layers
+        cand.outer, cand.split.layers, cand.split.recompute_num_layers, cand.split.chunks
     )
     evaluation = cost_model.evaluate(strategy)
     # One truth: the solver's integer objective and evaluate() agree exactly.

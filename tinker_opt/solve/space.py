@@ -52,6 +52,10 @@ class SearchSpace:
     """The per-stage layer counts the target framework can write (rules.LAYER_FORMS): a
     constraint of every split solver, so the search returns only writable splits (`even`: no
     `--num-layer-list` at all)."""
+    uneven_vpp: bool = False
+    """With a virtual pipeline also uneven per-virtual-stage splits (the first and last virtual
+    stage free, the rest equal; solve/virtual_split.py), and so every vpp with pp * vpp at most
+    the layers: where the framework writes them (Megatron-LM's --pipeline-model-parallel-layout)."""
     require_dist_opt: bool = False
     """Only strategies with the distributed optimizer (MindSpeed's --swap-optimizer needs it)."""
     zero_levels: tuple[int, ...] = (0, 1)
@@ -165,7 +169,9 @@ def _iter_parallel(model, tp, cp, pp, dp, space, available) -> Iterator[Strategy
 def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> Iterator[Strategy]:
     """vpp, micro-batch, ZeRO stage (distributed optimizer) and recompute kind for one parallel layout."""
     vpps = [1]
-    if space.allow_vpp and base.pp > 2:
+    if space.allow_vpp and base.pp > 2 and space.uneven_vpp:
+        vpps += list(range(2, model.num_layers // base.pp + 1))
+    elif space.allow_vpp and base.pp > 2:
         vpps += [
             v
             for v in divisors(model.num_layers // base.pp)

@@ -54,6 +54,7 @@ from tinker_opt.solve.mixed_split import (
 from tinker_opt.solve.mixed_split import (
     least_peak_split as mixed_least_peak_split,
 )
+from tinker_opt.solve.virtual_split import best_virtual_split
 
 
 def stack_of(c: SplitCoefficients) -> Stack:
@@ -102,10 +103,17 @@ class Stack(ABC):
         return self.c.memo.recompute_bounds
 
     def even_split(self) -> Split | None:
-        """Virtual pipeline: the even split with the smallest recompute count that fits, or None
-        (kept in the coefficients' memo: feasibility, the bound and the solver rows ask for it)."""
+        """Virtual pipeline: the even split with the smallest recompute count that fits, or with
+        uneven virtual stages allowed the best of virtual_split.py's lists; None when nothing
+        fits (kept in the coefficients' memo: feasibility, the bound and the solver rows ask
+        for it)."""
         if self.c.memo.even_split is None:
-            self.c.memo.even_split = (self.compute_even_split(),)
+            c = self.c
+            if c.uneven_vpp and c.schedule != "dualpipev":
+                found = best_virtual_split(c)
+            else:
+                found = None if c.num_layers % (c.num_stages * c.vpp) else self.compute_even_split()
+            self.c.memo.even_split = (found,)
         return self.c.memo.even_split[0]
 
     def horizon_x_v(self) -> int:
