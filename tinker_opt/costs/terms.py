@@ -37,6 +37,7 @@ from tinker_opt.costs.moe_terms import moe_comm_us
 from tinker_opt.costs.profile_table import BlockCost, BlockTable
 from tinker_opt.costs.recompute import activation_function_terms
 from tinker_opt.costs.stage_terms import stage_terms
+from tinker_opt.costs.swap_terms import swap_attention_bytes, swap_exposed_us
 from tinker_opt.costs.units import chunks_per_rank, data_groups, m_tokens, to_ns
 from tinker_opt.costs.zero_terms import layer_exposed_us
 from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS
@@ -284,6 +285,9 @@ class TermBuilder:
             )
             act, compute = act - saved, compute + extra_us
             recompute_us = recompute_us - extra_us if s.recompute == "full" else 0.0
+        if self.job.swap_attention:
+            saved, extra_us = self._swap_attention(s, act, cost)
+            act, compute = act - saved, compute + extra_us
         return {
             "time": to_ns(compute + fwd_comm + bwd_comm),
             "comm": to_ns(fwd_comm + bwd_comm),
@@ -300,6 +304,14 @@ class TermBuilder:
             "tail_sync": to_ns(sync_us),
             "estimated": cost.estimated,
         }
+
+    def _swap_attention(self, s: Strategy, act: int, cost: BlockCost) -> tuple[int, float]:
+        """(bytes moved to the host, exposed copy microseconds) of one layer under MindSpeed's
+        --swap-attention (costs/swap_terms.py); never more than the layer keeps."""
+        moved = min(
+            act, swap_attention_bytes(self.model, m_tokens(self.model, s), s.tp, s.sp, self.bpe)
+        )
+        return moved, swap_exposed_us(moved, self.host_link_gbs, cost.fwd_us, cost.bwd_us)
 
     def sync_groups(self, s: Strategy) -> list[tuple[int, GroupPlacement]]:
         """(size, scope) of the dense and expert gradient groups."""
