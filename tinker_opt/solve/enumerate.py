@@ -141,8 +141,8 @@ def compositions(total: int, parts: int):
 
 def _brute_splits(coeffs):
     """(layers, chunks) of every split brute force tries: every composition of the layer form;
-    with vpp the even split, or every per-virtual-stage list of virtual_split's family (each
-    virtual stage 0 or more layers, filtered by its rule)."""
+    with vpp the even split, or where pp x vpp does not divide the layers every per-virtual-stage
+    list of virtual_split's family (each virtual stage 0 or more layers, filtered by its rule)."""
     L, p, v = coeffs.num_layers, coeffs.num_stages, coeffs.vpp
     if v == 1:
         return [
@@ -150,7 +150,7 @@ def _brute_splits(coeffs):
             for layers in compositions(L, p)
             if form_allows(layers, coeffs.layer_form)
         ]
-    if not coeffs.uneven_vpp:
+    if L % (p * v) == 0 or not coeffs.uneven_vpp:
         return [((L // p,) * p, None)] if L % (p * v) == 0 else []
     found = []
     for padded in compositions(L + p * v, p * v):

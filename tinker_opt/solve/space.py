@@ -53,9 +53,11 @@ class SearchSpace:
     constraint of every split solver, so the search returns only writable splits (`even`: no
     `--num-layer-list` at all)."""
     uneven_vpp: bool = False
-    """With a virtual pipeline also uneven per-virtual-stage splits (the first and last virtual
-    stage free, the rest equal; solve/virtual_split.py), and so every vpp with pp * vpp at most
-    the layers: where the framework writes them (Megatron-LM's --pipeline-model-parallel-layout)."""
+    """Uneven per-virtual-stage splits (the first and last virtual stage free, the rest equal;
+    solve/virtual_split.py) for a pp whose layers no even interleaved split divides, with every
+    vpp up to layers / pp: the case Megatron-LM's --pipeline-model-parallel-layout was made for
+    (MR 2795, DeepSeek-V3's 61 layers), where the framework writes it. Where some pp x vpp
+    divides the layers the search keeps the even interleaved splits."""
     require_dist_opt: bool = False
     """Only strategies with the distributed optimizer (MindSpeed's --swap-optimizer needs it)."""
     zero_levels: tuple[int, ...] = (0, 1)
@@ -169,14 +171,14 @@ def _iter_parallel(model, tp, cp, pp, dp, space, available) -> Iterator[Strategy
 def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> Iterator[Strategy]:
     """vpp, micro-batch, ZeRO stage (distributed optimizer) and recompute kind for one parallel layout."""
     vpps = [1]
-    if space.allow_vpp and base.pp > 2 and space.uneven_vpp:
-        vpps += list(range(2, model.num_layers // base.pp + 1))
-    elif space.allow_vpp and base.pp > 2:
+    if space.allow_vpp and base.pp > 2:
         vpps += [
             v
             for v in divisors(model.num_layers // base.pp)
             if v > 1 and model.num_layers % (base.pp * v) == 0
         ]
+        if space.uneven_vpp and vpps == [1]:  # no even interleaved split: uneven ones
+            vpps += list(range(2, model.num_layers // base.pp + 1))
     vpps = _allowed(vpps, space.vpp) or []
     data_groups = base.dp * base.cp > 1 or (
         model.is_moe and base.tp * base.dp * base.cp > base.ep * base.expert_tp

@@ -54,7 +54,11 @@ from tinker_opt.solve.mixed_split import (
 from tinker_opt.solve.mixed_split import (
     least_peak_split as mixed_least_peak_split,
 )
-from tinker_opt.solve.virtual_split import best_virtual_split
+from tinker_opt.solve.virtual_split import (
+    best_virtual_split,
+    virtual_feasible,
+    virtual_lower_bound,
+)
 
 
 def stack_of(c: SplitCoefficients) -> Stack:
@@ -86,10 +90,26 @@ class Stack(ABC):
 
     def is_feasible(self) -> bool:
         """Some split and recompute count fits in memory (exact)."""
+        if self.uneven_virtual():
+            return virtual_feasible(self.c)
         return self.even_split() is not None if self.c.vpp > 1 else self.fits()
 
+    def uneven_virtual(self) -> bool:
+        """The split is chosen among virtual_split.py's uneven per-virtual-stage lists: where
+        they are allowed and pp x vpp does not divide the layers (otherwise the even split)."""
+        c = self.c
+        return (
+            c.vpp > 1
+            and c.uneven_vpp
+            and c.schedule != "dualpipev"
+            and c.num_layers % (c.num_stages * c.vpp) != 0
+        )
+
     def lower_bound_x_v(self, *, tight: bool = True) -> int:
-        """A lower bound on v*T over all splits of a feasible configuration (exact, vpp > 1)."""
+        """A lower bound on v*T over all splits of a feasible configuration (exact with vpp > 1,
+        except `tight=False` with uneven virtual stages: virtual_split's cheap bound)."""
+        if self.uneven_virtual() and not tight:
+            return virtual_lower_bound(self.c)
         if self.c.vpp > 1:
             found = self.even_split()
             return found.time_ns_x_v if found is not None else np.iinfo(np.int64).max
@@ -109,7 +129,7 @@ class Stack(ABC):
         for it)."""
         if self.c.memo.even_split is None:
             c = self.c
-            if c.uneven_vpp and c.schedule != "dualpipev":
+            if self.uneven_virtual():
                 found = best_virtual_split(c)
             else:
                 found = None if c.num_layers % (c.num_stages * c.vpp) else self.compute_even_split()

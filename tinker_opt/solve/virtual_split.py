@@ -54,16 +54,17 @@ def in_family(chunks: tuple[int, ...]) -> bool:
 def _plan(c: SplitCoefficients, n: np.ndarray, r: int):
     """(recomputed, checkpoints, working-set layers) of every chunk (recompute.chunk_plan)."""
     zero = np.zeros_like(n)
-    if c.method is None or r <= 0:
+    if c.method is None or not np.any(np.asarray(r) > 0):
         return zero, zero, zero
     if c.method == "uniform":
         return n, np.where(n > 0, -(-n // r), 0), np.minimum(r, n)
     return np.minimum(r, n), zero, (n > 0).astype(np.int64)
 
 
-def virtual_tables(c: SplitCoefficients, rows: np.ndarray, r: int):
-    """(t_s, tail_s, memory_s x v) of every rank of every row at recompute count r: the integers
-    of stage_costs(layers, r, chunks) (module docstring)."""
+def virtual_tables(c: SplitCoefficients, rows: np.ndarray, r):
+    """(t_s, tail_s, memory_s x v) of every rank of every row at recompute count r (an int, or
+    a column of one count per row): the integers of stage_costs(layers, r, chunks) (module
+    docstring)."""
     p, v = c.num_stages, c.vpp
     ends = np.cumsum(rows, axis=1)
     starts = ends - rows
@@ -107,30 +108,79 @@ def virtual_tables(c: SplitCoefficients, rows: np.ndarray, r: int):
     return time + c.stage_time_ns, tail, memory
 
 
-def best_virtual_split(c: SplitCoefficients) -> Split | None:
-    """The best list of the family with its smallest fitting recompute count, None if none fits."""
+BIG = np.iinfo(np.int64).max
+
+
+def _objective(c: SplitCoefficients, rows: np.ndarray, r) -> tuple[np.ndarray, np.ndarray]:
+    """(v*T, fits in memory) of every row at recompute count r (an int or one per row)."""
+    time, tail, memory = virtual_tables(c, rows, r)
+    value = pipeline_x_v(c, time.sum(axis=1), time.max(axis=1), tail.max(axis=1))
+    return value, (memory <= c.vpp * c.memory_limit_bytes).all(axis=1)
+
+
+def _lowest_r(c: SplitCoefficients) -> int:
+    return 1 if c.outer.recompute == "full" else 0
+
+
+def virtual_lower_bound(c: SplitCoefficients) -> int:
+    """A lower bound on v*T over the family: every row at the smallest recompute count, memory
+    ignored (the time grows with r: block recomputes min(r, n) layers, uniform all of them)."""
+    rows = virtual_rows(c.num_layers, c.num_stages, c.vpp)
+    return int(_objective(c, rows, _lowest_r(c))[0].min()) if len(rows) else BIG
+
+
+def virtual_feasible(c: SplitCoefficients) -> bool:
+    """Some row fits with some recompute count (exact): with block (or none) at each row's most
+    recompute, where memory is smallest (as bounds.py's feasibility); uniform by the search."""
     rows = virtual_rows(c.num_layers, c.num_stages, c.vpp)
     if len(rows) == 0:
-        return None
+        return False
+    if c.method == "uniform":
+        return best_virtual_split(c) is not None
+    most = rows.max(axis=1)[:, None] if c.outer.recompute == "full" else 0
+    return bool(_objective(c, rows, most)[1].any())
+
+
+def _first_fits(c: SplitCoefficients, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(v*T, r) of each row at its smallest fitting recompute count (BIG where none fits): the
+    best of the row, since the time grows with r. A count above a row's largest chunk repeats
+    its largest (and `uniform` refuses it), so the scan stops there."""
     largest = rows.max(axis=1)
-    counts = range(1, int(largest.max()) + 1) if c.outer.recompute == "full" else range(0, 1)
-    best = np.full(len(rows), np.iinfo(np.int64).max, dtype=np.int64)
+    best = np.full(len(rows), BIG, dtype=np.int64)
     best_r = np.zeros(len(rows), dtype=np.int64)
     open_rows = np.ones(len(rows), dtype=bool)
+    counts = range(1, int(largest.max()) + 1) if c.outer.recompute == "full" else range(0, 1)
     for r in counts:
-        time, tail, memory = virtual_tables(c, rows, r)
-        # A count above a row's largest chunk repeats its largest count (and `uniform` refuses it).
-        fits = open_rows & (memory <= c.vpp * c.memory_limit_bytes).all(axis=1) & (r <= largest)
-        value = pipeline_x_v(c, time.sum(axis=1), time.max(axis=1), tail.max(axis=1))
-        best = np.where(fits, value, best)
-        best_r = np.where(fits, r, best_r)
+        value, fits = _objective(c, rows, r)
+        fits &= open_rows & (r <= largest)
+        best, best_r = np.where(fits, value, best), np.where(fits, r, best_r)
         open_rows &= ~fits
         if not open_rows.any():
             break
-    index = int(best.argmin())
-    if best[index] == np.iinfo(np.int64).max:
+    return best, best_r
+
+
+def best_virtual_split(c: SplitCoefficients, batch: int = 16) -> Split | None:
+    """The best row with its smallest fitting recompute count, None if none fits. Rows are
+    visited in the order of their lower bound (virtual_lower_bound's, per row), `batch` at a
+    time, and the visit stops at the first batch whose least bound is no better than the best."""
+    rows = virtual_rows(c.num_layers, c.num_stages, c.vpp)
+    if len(rows) == 0:
         return None
-    chunks = tuple(int(n) for n in rows[index])
+    bounds = _objective(c, rows, _lowest_r(c))[0]
+    order = np.argsort(bounds, kind="stable")
+    found = (BIG, 0, 0)  # (v*T, r, row)
+    for first in range(0, len(order), batch):
+        chosen = order[first : first + batch]
+        if bounds[chosen[0]] >= found[0]:
+            break
+        values, counts = _first_fits(c, rows[chosen])
+        j = int(values.argmin())
+        if values[j] < found[0]:
+            found = (int(values[j]), int(counts[j]), int(chosen[j]))
+    if found[0] == BIG:
+        return None
+    chunks = tuple(int(n) for n in rows[found[2]])
     layers = tuple(sum(chunks[s :: c.num_stages]) for s in range(c.num_stages))
     even = len(set(chunks)) == 1
-    return Split(layers, int(best_r[index]), int(best[index]), None if even else chunks)
+    return Split(layers, found[1], found[0], None if even else chunks)
