@@ -4,17 +4,26 @@ with the uneven lists in the space."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from model_support import cluster, dense_model, moe_model, solvers_agree, synthetic_profile
 
 from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.emit.expressible import expressible_strategy, search_space_for
+from tinker_opt.emit.script_writer import apply_strategy
+from tinker_opt.script import versions
+from tinker_opt.script.reader import read_script, read_script_text
 from tinker_opt.solve.enumerate import brute_force
-from tinker_opt.solve.search import _outers
+from tinker_opt.solve.search import _outers, search
 from tinker_opt.solve.space import SearchSpace
 from tinker_opt.solve.stacks import best_split
 from tinker_opt.solve.virtual_split import in_family, virtual_rows, virtual_tables
+from tinker_opt.strategy import Strategy
+
+GPT3 = Path(__file__).parent / "fixtures" / "scripts" / "train_gpt3_175b_distributed.sh"
 
 UNEVEN = SearchSpace(max_mbs=2, tp=(1,), cp=(1,), ep=(1, 2), pp=(3,), uneven_vpp=True)
 """pp 3 (the interleaved schedule needs pp > 2) with every vpp up to layers / 3."""
@@ -114,3 +123,58 @@ def test_uneven_list_wins_where_no_even_one_exists():
     strategy = uneven.split_strategy(outer, split.layers, split.recompute_num_layers, split.chunks)
     assert strategy.per_virtual_stage
     assert uneven.evaluate(strategy).time_ns_x_vpp == split.time_ns_x_v
+
+
+def _deepseek_like():
+    """61 layers, the first 3 dense (DeepSeek-V3's layer count, which no pp x vpp divides),
+    pp 8 over 64 devices with 8 micro-batches: the 1F1B bubble is (p - 1) / m = 7/8."""
+    model = moe_model(
+        num_layers=61, hidden=2048, heads=16, seq=4096, experts=16, first_dense=3, vocab=129280
+    )
+    profile = synthetic_profile(model, tps=(1,), cps=(1,), eps=(8,), mbss=(1,))
+    return CostModel.from_profile(profile, model, cluster(8, 8, 60000), 64)
+
+
+def test_deepseek_like_model_picks_uneven_virtual_stages():
+    """With uneven virtual stages in the space every solver picks an interleaved schedule with a
+    per-virtual-stage list (lighter first and last virtual stages, as Megatron's DeepSeek-V3
+    layout does), faster than the best first/last split without virtual stages; all agree."""
+    cost_model = _deepseek_like()
+    objectives = {}
+    for uneven in (False, True):
+        space = SearchSpace(
+            max_mbs=1, tp=(1,), cp=(1,), ep=(8,), pp=(8,), recompute=("none",),
+            layer_form="first_last", uneven_vpp=uneven,
+        )  # fmt: skip
+        for solver in ("cpsat", "milp", "enum"):
+            result = search(cost_model, solver=solver, cpus=1, space=space, time_limit_s=60)
+            best = result.top[0].strategy
+            objectives.setdefault(uneven, set()).add(result.top[0].time_ns_x_vpp // best.vpp)
+            assert result.status == "optimal"
+            assert (best.vpp > 1 and best.per_virtual_stage) == uneven, best.label()
+    assert len(objectives[False]) == len(objectives[True]) == 1
+    assert max(objectives[True]) < 0.8 * max(objectives[False])
+
+
+def test_uneven_virtual_list_is_written_as_a_megatron_layout(tmp_path):
+    """The DeepSeek-like split on a 61-layer Megatron-LM script: written as
+    --pipeline-model-parallel-layout and read back as the same list and vpp."""
+    path = tmp_path / "train.sh"
+    path.write_text(GPT3.read_text().replace("--num-layers 96", "--num-layers 61"))
+    info = read_script(path)
+    vr = versions.resolve(None, info.text, info.train.framework.flavour)
+    assert search_space_for(info, vr).uneven_vpp
+    chunks = (1,) + (2,) * 30 + (0,)
+    strategy = Strategy(tp=8, pp=8, dp=8, vpp=4, mbs=1, sp=True, num_layer_list=chunks)
+    written = expressible_strategy(strategy, info, vr, world=512)
+    text = apply_strategy(info.text, written, nnodes=64, nproc_per_node=8).text
+    assert "--pipeline-model-parallel-layout" in text
+    again = read_script_text(text).train.strategy
+    assert (again.vpp, again.num_layer_list) == (4, chunks)
+
+
+def test_mindspeed_never_searches_uneven_virtual_stages():
+    """MindSpeed-LLM refuses --num-layer-list with a virtual pipeline: no uneven vpp there."""
+    info = read_script(GPT3.parent / "pretrain_deepseek3_671b_4k_ptd.sh")
+    vr = versions.resolve(None, info.text, info.train.framework.flavour)
+    assert not search_space_for(info, vr).uneven_vpp
