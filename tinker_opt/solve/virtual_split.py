@@ -51,7 +51,7 @@ def in_family(chunks: tuple[int, ...]) -> bool:
     return len(middle) == 1 and min(middle) >= 1
 
 
-def _plan(c: SplitCoefficients, n: np.ndarray, r: int):
+def _plan(c: SplitCoefficients, n: np.ndarray, r: int | np.ndarray):
     """(recomputed, checkpoints, working-set layers) of every chunk (recompute.chunk_plan)."""
     zero = np.zeros_like(n)
     if c.method is None or not np.any(np.asarray(r) > 0):
@@ -61,7 +61,7 @@ def _plan(c: SplitCoefficients, n: np.ndarray, r: int):
     return np.minimum(r, n), zero, (n > 0).astype(np.int64)
 
 
-def virtual_tables(c: SplitCoefficients, rows: np.ndarray, r):
+def virtual_tables(c: SplitCoefficients, rows: np.ndarray, r: int | np.ndarray):
     """(t_s, tail_s, memory_s x v) of every rank of every row at recompute count r (an int, or
     a column of one count per row): the integers of stage_costs(layers, r, chunks) (module
     docstring)."""
@@ -111,7 +111,9 @@ def virtual_tables(c: SplitCoefficients, rows: np.ndarray, r):
 BIG = np.iinfo(np.int64).max
 
 
-def _objective(c: SplitCoefficients, rows: np.ndarray, r) -> tuple[np.ndarray, np.ndarray]:
+def _objective(
+    c: SplitCoefficients, rows: np.ndarray, r: int | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(v*T, fits in memory) of every row at recompute count r (an int or one per row)."""
     time, tail, memory = virtual_tables(c, rows, r)
     value = pipeline_x_v(c, time.sum(axis=1), time.max(axis=1), tail.max(axis=1))
