@@ -81,6 +81,8 @@ class SearchReport:
     """Near-copies folded out of the ranking."""
     message: str | None = None
     """Why nothing was found (status `infeasible`): the search's one-line error."""
+    precisions: list[dict[str, Any]] = field(default_factory=list)
+    """`search --allow-fp8`: each precision searched, its best time and whether it was chosen."""
 
 
 def results_folder_name(labels: RunLabels, when: datetime) -> str:
@@ -169,6 +171,7 @@ def summary_dict(report: SearchReport) -> dict[str, Any]:
         "picks": report.picks,
         "picks_missing": report.picks_missing,
         "pareto": report.pareto,
+        "precisions": report.precisions,
     }
 
 
