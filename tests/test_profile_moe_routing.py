@@ -75,3 +75,17 @@ def test_unknown_dispatcher_and_low_imbalance_are_config_errors():
         _model(moe_token_dispatcher_type="broadcast")
     with pytest.raises(ConfigError, match="moe_load_imbalance"):
         _model(moe_load_imbalance=0.5)
+
+
+def test_gshard_builds_deepspeeds_fp32_combine_tensor():
+    """DeepSpeed's top2gating builds the combine weights [S, E, C] in fp32 before the dispatch
+    and combine matmuls: the GShard block's transient memory exceeds the plain block's by at
+    least 2 B per capacity slot of every token (the tensor and its casts, not all alive at once;
+    before the tensor was traced the two were equal)."""
+    drop = dict(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)
+    model = _model(**drop, moe_gshard_dispatch=True)
+    dims = shard_dims(model, EP2)
+    tokens = model.seq_length  # mbs 1, no sp
+    slots = -(-dims.expert_tokens // dims.num_experts) * dims.num_experts
+    plain, gshard = _row(_model(**drop)), _row(model)
+    assert gshard["transient_bytes"] - plain["transient_bytes"] >= 2 * tokens * slots

@@ -306,6 +306,9 @@ def search_space_for(
         cp_algos=algos or SEARCHED_CP_ALGOS,
         # The split solvers return only layer lists of this form (the writer's own rule).
         layer_form=layer_form(info, vr),
+        # Uneven virtual stages only as Megatron-LM's layout string (MindSpeed-LLM's
+        # --num-layer-list refuses a virtual pipeline: _layer_list).
+        uneven_vpp=megatron and can(LAYOUT_FLAG),
         etp_follows_tp=not (can(LAYOUT["etp"].flag) or info.launch.has("--moe-tp-extend-ep")),
         # MindSpeed raises on --swap-optimizer without the distributed optimizer.
         require_dist_opt=info.train.swap_optimizer_times is not None,

@@ -240,11 +240,6 @@ def _rule_vpp(
         message = _virtual_list_message(s)
         if message:
             return message
-    elif model.num_layers % (s.pp * s.vpp):
-        return (
-            f"num_layers ({model.num_layers}) must be a multiple of pp*vpp "
-            f"({s.pp}*{s.vpp} = {s.pp * s.vpp}) with a virtual pipeline"
-        )
     num_micro = gbs // (s.mbs * s.dp)
     if num_micro % s.pp:
         return (
@@ -364,11 +359,18 @@ def check_outer(
 
 
 def _layer_split_message(s: Strategy, num_layers: int, form: str = "free") -> str | None:
+    """The split's rules (the outer rules leave it open: the search chooses an uneven split with
+    virtual stages, solve/virtual_split.py, for a vpp that does not divide the layers)."""
     if s.num_layer_list is None:
         if num_layers % s.pp:
             return (
                 f"num_layers ({num_layers}) is not divisible by pp ({s.pp}); "
                 "give a num_layer_list or choose a pp that divides it"
+            )
+        if num_layers % (s.pp * s.vpp):
+            return (
+                f"num_layers ({num_layers}) must be a multiple of pp*vpp "
+                f"({s.pp}*{s.vpp} = {s.pp * s.vpp}) with a virtual pipeline"
             )
         return None
     if sum(s.num_layer_list) != num_layers:

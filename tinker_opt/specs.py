@@ -292,6 +292,8 @@ class TrainSpec:
     reuse_fp32_param: bool = False
     """MindSpeed `--reuse-fp32-param`: the fp32 master weights share memory with the bf16 weights
     (priced in memory: costs/data_parallel.py param_bytes)."""
+    swap_attention: bool = False
+    """MindSpeed `--swap-attention`: each layer's attention activations swapped to the host."""
     recompute_activation_function: bool = False
     """MindSpeed `--recompute-activation-function`: the MLP activation is recomputed in the backward."""
     recompute_activation_function_num_layers: int | None = None

@@ -47,6 +47,8 @@ class Memo:
     """Per-r bound terms of a mixed stack (mixed_split.bound_terms_for_r)."""
     even_split: tuple[Any] | None = None
     """(the even split of a virtual pipeline, or None when it does not fit,) (stacks.Stack)."""
+    prefix_arrays: dict[str, Any] | None = None
+    """Prefix sums of the layer arrays as numpy arrays (solve/virtual_split.py)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,6 +137,12 @@ class SplitCoefficients:
     def layer_form(self) -> str:
         """The per-stage layer-count form every split solver keeps (rules.LAYER_FORMS)."""
         return self.rules.layer_form
+
+    @property
+    def uneven_vpp(self) -> bool:
+        """With vpp > 1 the split is chosen among uneven per-virtual-stage lists too
+        (SplitRules.uneven_vpp)."""
+        return self.rules.uneven_vpp
 
     @property
     def homogeneous(self) -> bool:

@@ -160,6 +160,11 @@ class CostModel:
         """The per-stage layer-count form every split of this model takes (rules.LAYER_FORMS)."""
         return self.rules.layer_form
 
+    @property
+    def uneven_vpp(self) -> bool:
+        """Splits with virtual stages may be uneven (solve/virtual_split.py)."""
+        return self.rules.uneven_vpp
+
     def under(self, rules: SplitRules) -> CostModel:
         """This cost model under other search rules (a layer form, a lower memory limit): the same
         inputs and priced terms, its own coefficient cache."""
@@ -231,11 +236,19 @@ class CostModel:
             precision=precision_of(self.model),
         )
 
-    def split_strategy(self, outer: Strategy, layers: tuple[int, ...], r: int) -> Strategy:
-        """The full Strategy of an outer configuration with a split and recompute count."""
+    def split_strategy(
+        self,
+        outer: Strategy,
+        layers: tuple[int, ...],
+        r: int,
+        chunks: tuple[int, ...] | None = None,
+    ) -> Strategy:
+        """The full Strategy of an outer configuration with a split (per-stage `layers`, or the
+        virtual stages' `chunks`) and recompute count."""
         even = len(set(layers)) == 1
+        listed = chunks if chunks is not None else None if even else layers
         return outer.replace(
-            num_layer_list=None if even else tuple(int(n) for n in layers),
+            num_layer_list=None if listed is None else tuple(int(n) for n in listed),
             recompute_num_layers=int(r) if outer.recompute == "full" else None,
             recompute_method=(outer.recompute_method or "block")
             if outer.recompute == "full"

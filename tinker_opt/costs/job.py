@@ -21,6 +21,8 @@ class JobOptions:
     """MindSpeed's `--recompute-activation-function` (costs/recompute.py)."""
     overlap_p2p_comm: bool = True
     """The interleaved schedule overlaps p2p send/recv (TrainSpec.overlap_p2p_comm, by version)."""
+    swap_attention: bool = False
+    """MindSpeed's `--swap-attention`: attention activations kept on the host (costs/swap_terms.py)."""
     reuse_fp32_param: bool = False
     """MindSpeed's `--reuse-fp32-param`: 2 B fewer optimizer-state bytes per parameter."""
     recompute_all: bool = False

@@ -10,6 +10,7 @@ model (ARCHITECTURE.md, "One cost model, one truth").
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tinker_opt.specs import ClusterSpec
@@ -26,6 +27,9 @@ class SplitRules:
     layer_form: str = "free"
     """Which per-stage layer counts the framework can write (rules.LAYER_FORMS): every split
     solver returns only splits of this form."""
+    uneven_vpp: bool = False
+    """With vpp > 1 the split is chosen among uneven per-virtual-stage lists too (first and last
+    virtual stage free, the rest equal: solve/virtual_split.py), where the framework writes them."""
 
     @classmethod
     def of(cls, cluster: ClusterSpec, layer_form: str = "free") -> SplitRules:
@@ -34,4 +38,4 @@ class SplitRules:
 
     def lowered(self, fraction: float) -> SplitRules:
         """These rules with `fraction` of the memory limit (the headroom pick)."""
-        return SplitRules(int(fraction * self.memory_limit_bytes), self.layer_form)
+        return dataclasses.replace(self, memory_limit_bytes=int(fraction * self.memory_limit_bytes))

@@ -30,6 +30,7 @@ from tinker_opt.costs.profile_table import BlockCost
 from tinker_opt.costs.recompute import activation_function_terms
 from tinker_opt.costs.split_rules import SplitRules
 from tinker_opt.costs.stage_terms import stage_terms
+from tinker_opt.costs.swap_terms import swap_attention_bytes, swap_exposed_us
 from tinker_opt.costs.term_context import TermContext
 from tinker_opt.costs.units import chunks_per_rank, data_groups, m_tokens, to_ns
 from tinker_opt.costs.zero_terms import layer_exposed_us
@@ -148,6 +149,9 @@ class TermBuilder:
             )
             act, compute = act - saved, compute + extra_us
             recompute_us = recompute_us - extra_us if s.recompute == "full" else 0.0
+        if ctx.job.swap_attention:
+            saved, extra_us = self._swap_attention(s, act, cost)
+            act, compute = act - saved, compute + extra_us
         return {
             "time": to_ns(compute + fwd_comm + bwd_comm),
             "comm": to_ns(fwd_comm + bwd_comm),
@@ -171,6 +175,15 @@ class TermBuilder:
         dense = cost.param_count - cost.expert_param_count
         weights, optimizer = param_bytes(self.ctx, s, dense, cost.expert_param_count)
         return weights + fp8_weight_extra_bytes(self.ctx.model, cost.param_count), optimizer
+
+    def _swap_attention(self, s: Strategy, act: int, cost: BlockCost) -> tuple[int, float]:
+        """(bytes moved to the host, exposed copy microseconds) of one layer under MindSpeed's
+        --swap-attention (costs/swap_terms.py); never more than the layer keeps."""
+        ctx = self.ctx
+        moved = min(
+            act, swap_attention_bytes(ctx.model, m_tokens(ctx.model, s), s.tp, s.sp, ctx.bpe)
+        )
+        return moved, swap_exposed_us(moved, ctx.host_link_gbs, cost.fwd_us, cost.bwd_us)
 
     def layers_static_bytes(self, s: Strategy) -> int:
         """The sum over every layer of build's layer_static_bytes, without building the rest."""

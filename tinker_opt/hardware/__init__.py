@@ -74,12 +74,27 @@ class LinkSpec:
 
     bandwidth_gbs: float
     latency_us: float
+    mesh_links: int | None = None
+    """Direct links per device when a node's devices form a full mesh (HCCS on the Atlas 800T
+    A2): `bandwidth_gbs` is over all of them, and a group of g devices of the node reaches its
+    peers over the g - 1 links between them only; None: a switch (NVSwitch), every group gets
+    the whole bandwidth."""
 
     def __post_init__(self) -> None:
         if self.bandwidth_gbs <= 0 or self.latency_us < 0:
             raise ConfigError(
                 f"link bandwidth must be > 0 and latency >= 0, got {self.bandwidth_gbs}, {self.latency_us}"
             )
+        if self.mesh_links is not None and self.mesh_links < 1:
+            raise ConfigError(f"mesh_links must be a positive link count, got {self.mesh_links}")
+
+    def group_bandwidth_gbs(self, group_size: int) -> float:
+        """Bandwidth per device and direction inside a group of `group_size` devices of one node:
+        the whole link behind a switch, (g - 1) / mesh_links of it in a full mesh (a
+        point-to-point transfer is a group of 2: one link)."""
+        if self.mesh_links is None:
+            return self.bandwidth_gbs
+        return self.bandwidth_gbs * min(1.0, (max(group_size, 2) - 1) / self.mesh_links)
 
 
 @dataclass(frozen=True)
@@ -240,8 +255,8 @@ class HardwareSpec:
             "peak_tflops": dict(self.peak_tflops),
             "memory_bandwidth_gbs": self.memory_bandwidth_gbs,
             "host_link_gbs": self.host_link_gbs,
-            "intra_node": dataclasses.asdict(self.intra_node),
-            "inter_node": dataclasses.asdict(self.inter_node),
+            "intra_node": _link_dict(self.intra_node),
+            "inter_node": _link_dict(self.inter_node),
             "efficiency": self.efficiency.to_dict(),
             **self._network_dict(),
             **({} if self.fused_attention else {"fused_attention": False}),
@@ -257,6 +272,11 @@ class HardwareSpec:
         if self.domain_size is not None:
             out["domain"] = {"size": self.domain_size, **dataclasses.asdict(self.domain_link)}
         return out
+
+
+def _link_dict(link: LinkSpec) -> dict[str, Any]:
+    """A link as the hardware file writes it (`mesh_links` only where it is set)."""
+    return {k: v for k, v in dataclasses.asdict(link).items() if k != "mesh_links" or v is not None}
 
 
 def _network_fields(data: dict[str, Any]) -> dict[str, Any]:
@@ -316,8 +336,7 @@ def comm_table(
             )
             for group in groups:
                 for nbytes in sizes:
-                    time_us = collective_time_us(
-                        op, group, nbytes, link.bandwidth_gbs, link.latency_us
-                    )
+                    bandwidth = link.group_bandwidth_gbs(group)  # a mesh: g - 1 links
+                    time_us = collective_time_us(op, group, nbytes, bandwidth, link.latency_us)
                     rows.append((op, group, scope, nbytes, round(time_us, 3)))
     return pd.DataFrame(rows, columns=["op", "group_size", "scope", "bytes", "time_us"])

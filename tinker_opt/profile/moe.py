@@ -145,6 +145,7 @@ class MoE(nn.Module):
         self.topk, self.etp = dims.topk, etp
         self.router = new_weight(dims.num_experts, dims.hidden, device=device, dtype=dtype)
         self.gshard = model.moe_gshard_dispatch
+        self.num_experts = dims.num_experts
         grouped = model.moe_grouped_gemm and not self.gshard
         self.experts = (GroupedExperts if grouped else SequentialExperts)(
             dims.num_local_experts,
@@ -187,11 +188,23 @@ class MoE(nn.Module):
         return scores.topk(self.topk, dim=-1).values.to(tokens.dtype)
 
     def _gshard(self, gathered: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """GShard's one-hot dispatch and weighted combine as the two dense matmuls DeepSpeed runs."""
-        mask = gathered.new_zeros(gathered.shape[0], self.slot.shape[0])  # [S, E*C]
-        expert_out = self.experts(mask.t() @ gathered)  # "sec,sm->ecm"
-        combine = mask + weights.reshape(-1)[:1]  # combine weights: the mask scaled by the gates
-        return combine @ expert_out  # "sec,ecm->sm"
+        """GShard's one-hot dispatch and weighted combine as DeepSpeed runs them (sharded_moe.py
+        top2gating and MOELayer): per choice k the fp32 combine tensor "se,sc->sec" of the gates
+        [S, E] and the one-hot capacity slots [S, C], their sum, its bool dispatch mask, both cast
+        to the input dtype, then the two dense matmuls "sec,sm->ecm" and "sec,ecm->sm"."""
+        tokens, slots = gathered.shape[0], self.slot.shape[0]  # S and E*C
+        experts = self.num_experts
+        capacity = slots // experts
+        one_hot = gathered.new_zeros(tokens, capacity, dtype=torch.float32)  # locations_sc
+        weights = _repeat_dim0(weights, self.etp)  # the etp group's tokens, as `gathered`
+        combine = None
+        for k in range(self.topk):  # combine1_sec + combine2_sec (a top-2 router: two choices)
+            gates = weights[:, k : k + 1].float().expand(tokens, experts)  # gates_k [S, E]
+            part = (gates[:, :, None] * one_hot[:, None, :]).reshape(tokens, slots)
+            combine = part if combine is None else combine + part
+        dispatch = combine.bool().to(gathered.dtype)  # dispatch_mask.type_as(input)
+        expert_out = self.experts(dispatch.t() @ gathered)  # "sec,sm->ecm"
+        return combine.to(gathered.dtype) @ expert_out  # "sec,ecm->sm"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s, b, h = x.shape

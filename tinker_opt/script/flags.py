@@ -116,6 +116,8 @@ FLAGS: tuple[Flag, ...] = (
            "Megatron-LM arguments.py)", "--accumulate-allreduce-grads-in-fp32"),
     *_rows("job", "MLP activation output dropped and recomputed in the backward (MindSpeed; costs/recompute.py)",
            "--recompute-activation-function"),
+    *_rows("job", "attention activations kept on the host, copied out and back behind compute (MindSpeed; "
+           "costs/swap_terms.py)", "--swap-attention"),
     *_rows("job", "Ulysses group of hybrid_cp_algo: all-to-all over it, ring over cp / it (MindSpeed; "
            "rules.hybrid_ulysses_degree)", "--ulysses-degree-in-cp"),
     *_rows("job, not priced", "activation recompute in the first N layers of each chunk only; with it the "
@@ -149,7 +151,8 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("cluster", "nodes and devices per node", "--nnodes", "--nproc_per_node", "--nproc-per-node",
            "--num_nodes", "--num_gpus", "--worker_num", "--local_worker_num"),
     # Known to change time or memory, not modelled.
-    *_rows("not modelled", "attention activations swapped to the host (MindSpeed swap-attention)", "--swap-attention"),
+    *_rows("not modelled", "swapped modules other than mcore's default self_attention (MindSpeed swap-attention)",
+           "--swap-modules"),
     *_rows("not modelled", "further recompute / memory features (MindSpeed)", "--recompute-norm",
            "--recompute-mtp-norm", "--recompute-mtp-layer", "--enable-recompute-layers-per-pp-rank",
            "--recompute-in-advance", "--moe-zero-memory", "--release-fp32-grad", "--recompute-modules",

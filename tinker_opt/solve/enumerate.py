@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from tinker_opt.rules import form_allows
 from tinker_opt.solve.layer_split import Split, recompute_range
 from tinker_opt.solve.stacks import best_split
+from tinker_opt.solve.virtual_split import in_family
 from tinker_opt.strategy import Strategy
 
 _WORKER_MODEL = None
@@ -139,28 +140,44 @@ def compositions(total: int, parts: int):
         yield tuple(bounds[i + 1] - bounds[i] for i in range(parts))
 
 
+def _brute_splits(coeffs):
+    """(layers, chunks) of every split brute force tries: every composition of the layer form;
+    with vpp the even split, or where pp x vpp does not divide the layers every per-virtual-stage
+    list of virtual_split's family (each virtual stage 0 or more layers, filtered by its rule)."""
+    L, p, v = coeffs.num_layers, coeffs.num_stages, coeffs.vpp
+    if v == 1:
+        return [
+            (layers, None)
+            for layers in compositions(L, p)
+            if form_allows(layers, coeffs.layer_form)
+        ]
+    if L % (p * v) == 0 or not coeffs.uneven_vpp:
+        return [((L // p,) * p, None)] if L % (p * v) == 0 else []
+    found = []
+    for padded in compositions(L + p * v, p * v):
+        chunks = tuple(n - 1 for n in padded)
+        if in_family(chunks):
+            found.append((tuple(sum(chunks[s::p]) for s in range(p)), chunks))
+    return found
+
+
 def brute_force(cost_model, outers: Sequence[Strategy]) -> list[Candidate]:
     """Best split of each outer configuration by trying every composition and recompute count."""
     found = []
     for outer in outers:
         coeffs = cost_model.coefficients(outer)
-        L, p = coeffs.num_layers, coeffs.num_stages
-        splits = (
-            [(L // p,) * p]
-            if coeffs.vpp > 1
-            else (layers for layers in compositions(L, p) if form_allows(layers, coeffs.layer_form))
-        )
         best = None
-        for layers in splits:
+        for layers, chunks in _brute_splits(coeffs):
+            largest = max(chunks) if chunks is not None else max(layers) // coeffs.vpp
             counts = recompute_range(coeffs)
+            if coeffs.outer.recompute == "full":
+                counts = range(1, largest + 1)
             if coeffs.recompute_all and coeffs.outer.recompute == "full":
-                counts = [
-                    max(layers) // coeffs.vpp
-                ]  # every layer of each chunk, whatever the split
+                counts = [largest]  # every layer of each chunk, whatever the split
             for r in counts:
-                if r > max(layers) // coeffs.vpp:
+                if r > largest:
                     break
-                stages = coeffs.stage_costs(layers, r)
+                stages = coeffs.stage_costs(layers, r, chunks)
                 if (
                     max(st.memory_bytes_x_v for st in stages)
                     > coeffs.vpp * coeffs.memory_limit_bytes
@@ -168,7 +185,7 @@ def brute_force(cost_model, outers: Sequence[Strategy]) -> list[Candidate]:
                     continue
                 value = coeffs.iteration_time_ns_x_v(stages)
                 if best is None or value < best.time_ns_x_v:
-                    best = Split(layers, r, value)
+                    best = Split(layers, r, value, chunks)
         if best is not None:
             found.append(Candidate(outer, best, coeffs.vpp))
     return sorted(found, key=lambda cand: (cand.time_ns, cand.outer.label()))

@@ -36,6 +36,8 @@ class Split:
     layers: tuple[int, ...]
     recompute_num_layers: int
     time_ns_x_v: int
+    chunks: tuple[int, ...] | None = None
+    """Layers of each virtual stage (Megatron's order) when they are not the even split."""
 
 
 @dataclass(frozen=True)

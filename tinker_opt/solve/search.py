@@ -122,7 +122,9 @@ def search(
     space = space or SearchSpace()
     # The splits the framework can write: the search's rule, handed to the cost model's splits.
     cost_model = cost_model.under(
-        dataclasses.replace(cost_model.rules, layer_form=space.layer_form)
+        dataclasses.replace(
+            cost_model.rules, layer_form=space.layer_form, uneven_vpp=space.uneven_vpp
+        )
     )
     outers = _outers(cost_model, space)
     note(f"{len(outers)} valid outer configurations")
@@ -307,7 +309,7 @@ def _evaluate(ranking: Ranking, cand: Candidate, cost_model: CostModel | None = 
             ranking.evaluations[cand] = _evaluate(ranking, cand, ranking.cost_model)
         return ranking.evaluations[cand]
     strategy = cost_model.split_strategy(
-        cand.outer, cand.split.layers, cand.split.recompute_num_layers
+        cand.outer, cand.split.layers, cand.split.recompute_num_layers, cand.split.chunks
     )
     evaluation = cost_model.evaluate(strategy)
     # One truth: the solver's integer objective and evaluate() agree exactly.

@@ -29,6 +29,11 @@ from tinker_opt.strategy import (
 SEARCHED_CP_ALGOS = (CpAlgo.MEGATRON.value, CpAlgo.ULYSSES.value)
 """Context-parallel algorithms searched by default (kvallgather can be simulated and allowed)."""
 DEFAULT_MAX_MBS = 8
+UNEVEN_MAX_VPP = 4
+"""Largest vpp tried with uneven virtual stages. ASSUMPTION: the published uneven layouts use 2 to
+4 chunks per rank (Megatron-MoE-ModelZoo best-practice/DeepSeekV3/run.sh: pp 8 x vpp 4 on H100),
+and each further vpp multiplies the outer configurations the presolve visits (DeepSeek-V3 on
+1,024 H100s: 100,512 without uneven virtual stages, 469,152 with every vpp up to layers / pp)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +57,13 @@ class SearchSpace:
     """The per-stage layer counts the target framework can write (rules.LAYER_FORMS): a
     constraint of every split solver, so the search returns only writable splits (`even`: no
     `--num-layer-list` at all)."""
+    uneven_vpp: bool = False
+    """Uneven per-virtual-stage splits (the first and last virtual stage free, the rest equal;
+    solve/virtual_split.py) for a pp whose layers no even interleaved split divides, with every
+    vpp up to min(layers / pp, UNEVEN_MAX_VPP): the case Megatron-LM's
+    --pipeline-model-parallel-layout was made for
+    (MR 2795, DeepSeek-V3's 61 layers), where the framework writes it. Where some pp x vpp
+    divides the layers the search keeps the even interleaved splits."""
     require_dist_opt: bool = False
     """Only strategies with the distributed optimizer (MindSpeed's --swap-optimizer needs it)."""
     zero_levels: tuple[int, ...] = (0, 1)
@@ -171,6 +183,8 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
             for v in divisors(model.num_layers // base.pp)
             if v > 1 and model.num_layers % (base.pp * v) == 0
         ]
+        if space.uneven_vpp and vpps == [1]:  # no even interleaved split: uneven ones
+            vpps += list(range(2, min(model.num_layers // base.pp, UNEVEN_MAX_VPP) + 1))
     vpps = _allowed(vpps, space.vpp) or []
     data_groups = base.dp * base.cp > 1 or (
         model.is_moe and base.tp * base.dp * base.cp > base.ep * base.expert_tp

@@ -53,6 +53,11 @@ from tinker_opt.solve.mixed_split import (
 from tinker_opt.solve.mixed_split import (
     least_peak_split as mixed_least_peak_split,
 )
+from tinker_opt.solve.virtual_split import (
+    best_virtual_split,
+    virtual_feasible,
+    virtual_lower_bound,
+)
 
 
 def stack_of(c: SplitCoefficients) -> Stack:
@@ -97,10 +102,26 @@ class Stack(ABC):
 
     def is_feasible(self) -> bool:
         """Some split and recompute count fits in memory (exact)."""
+        if self.uneven_virtual():
+            return virtual_feasible(self.c)
         return self.even_split() is not None if self.c.vpp > 1 else self.fits()
 
+    def uneven_virtual(self) -> bool:
+        """The split is chosen among virtual_split.py's uneven per-virtual-stage lists: where
+        they are allowed and pp x vpp does not divide the layers (otherwise the even split)."""
+        c = self.c
+        return (
+            c.vpp > 1
+            and c.uneven_vpp
+            and c.schedule != "dualpipev"
+            and c.num_layers % (c.num_stages * c.vpp) != 0
+        )
+
     def lower_bound_x_v(self, *, tight: bool = True) -> int:
-        """A lower bound on v*T over all splits of a feasible configuration (exact, vpp > 1)."""
+        """A lower bound on v*T over all splits of a feasible configuration (exact with vpp > 1,
+        except `tight=False` with uneven virtual stages: virtual_split's cheap bound)."""
+        if self.uneven_virtual() and not tight:
+            return virtual_lower_bound(self.c)
         if self.c.vpp > 1:
             found = self.even_split()
             return found.time_ns_x_v if found is not None else np.iinfo(np.int64).max
@@ -114,10 +135,17 @@ class Stack(ABC):
         return self.c.memo.recompute_bounds
 
     def even_split(self) -> Split | None:
-        """Virtual pipeline: the even split with the smallest recompute count that fits, or None
-        (kept in the coefficients' memo: feasibility, the bound and the solver rows ask for it)."""
+        """Virtual pipeline: the even split with the smallest recompute count that fits, or with
+        uneven virtual stages allowed the best of virtual_split.py's lists; None when nothing
+        fits (kept in the coefficients' memo: feasibility, the bound and the solver rows ask
+        for it)."""
         if self.c.memo.even_split is None:
-            self.c.memo.even_split = (self.compute_even_split(),)
+            c = self.c
+            if self.uneven_virtual():
+                found = best_virtual_split(c)
+            else:
+                found = None if c.num_layers % (c.num_stages * c.vpp) else self.compute_even_split()
+            self.c.memo.even_split = (found,)
         return self.c.memo.even_split[0]
 
     def horizon_x_v(self) -> int:

@@ -207,7 +207,8 @@ def cost_model_for(profiled, model, cluster: ClusterSpec, global_batch_size: int
 
 def job_options(info: ScriptInfo):
     """The script's job flags as the cost model takes them (costs/job.py JobOptions): swap
-    optimizer, activation-function recompute, interleaved p2p overlap, reuse-fp32-param, the
+    optimizer, activation-function recompute, interleaved p2p overlap, reuse-fp32-param,
+    swap-attention, the
     precision-aware optimizer's dtypes, the
     Ulysses degree of hybrid context parallelism; an FSDP2 launch recomputes all layers or none."""
     from tinker_opt.costs.job import JobOptions
@@ -224,6 +225,7 @@ def job_options(info: ScriptInfo):
         recompute_activation=bool(act),
         overlap_p2p_comm=train.overlap_p2p_comm,
         reuse_fp32_param=train.reuse_fp32_param,
+        swap_attention=train.swap_attention,
         recompute_all=info.fsdp2 is not None,
         ulysses_degree=train.ulysses_degree_in_cp,
         optimizer_precision=train.optimizer_precision,
