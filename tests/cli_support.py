@@ -74,8 +74,13 @@ def run_all(script: Path, tmp_path: Path, *options: str) -> tuple[dict, Path]:
         *options,
     )
     assert proc.returncode == 0, proc.stderr
-    folder = next((tmp_path / "results").iterdir())
+    folder = results_folder(tmp_path / "results")
     return json.loads((folder / "summary.json").read_text()), folder
+
+
+def results_folder(output_dir: Path) -> Path:
+    """The results folder under --output-dir (beside it: calibrated/ of --log, fp8/ of --allow-fp8)."""
+    return next(p for p in output_dir.iterdir() if (p / "summary.json").exists())
 
 
 def run_all_analytic(script: Path, tmp_path: Path, *options: str) -> tuple[dict, Path]:

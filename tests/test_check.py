@@ -63,6 +63,13 @@ def test_check_from_the_argument_dump():
     assert result["measured"]["peak_reserved_mb"] == 2608.0
     assert result["predicted"]["peak_reserved_mb"] > result["predicted"]["peak_allocated_mb"]
     assert result["measured"]["iteration_time_ms"] == pytest.approx(447.7)
+    # By hand, GPT-345M on tp 4: 24 x (3h^2 + 7.75h) + 50688/4 x h + 1024 x h + 2h = 89,714,688
+    # parameters per rank; fp16 weights and (no --accumulate-allreduce-grads-in-fp32) fp16 grads.
+    stage = result["evaluation"]["stages"][0]
+    assert stage["weights_mb"] == stage["gradients_mb"] == 89_714_688 * 2 / 2**20
+    # + 12 B of fp32 master weights and Adam moments: 16 B per parameter held all along.
+    states = stage["weights_mb"] + stage["gradients_mb"] + stage["optimizer_mb"]
+    assert states == pytest.approx(89_714_688 * 16 / 2**20)
     assert [(r["rank"], r["stage"]) for r in result["measured"]["per_rank"]] == [
         (2, 0),
         (3, 0),
@@ -72,15 +79,18 @@ def test_check_from_the_argument_dump():
 
 
 def test_check_megatron_ci_with_script():
-    """The GB200 CI metrics with its rebuilt script: measured time and the last rank's peak."""
+    """The GB200 CI metrics with its rebuilt script on gb200-nvl72: measured time and the last
+    rank's peak within 10 %: TE's fused attention keeps no 8192 x 8192 scores (+591 % when it
+    did), the head's activations are held for one micro-batch (not 29/8), the fp32 logits once."""
     result = _check_json(
         str(MLM / "log.txt"),
         str(MLM / "script.sh"),
         "--device",
         "analytic",
         "--hardware",
-        "h100-80gb",
+        "gb200-nvl72",
     )
+    assert abs(result["error"]["peak_allocated_mb"]) < 0.10
     assert result["measured"]["iteration_time_ms"] == pytest.approx(787.13)
     assert result["measured"]["peak_allocated_mb"] == pytest.approx(60519342080.0 / 2**20)
     assert [s["stage"] for s in result["predicted"]["stages"]] == [0, 1, 2, 3]

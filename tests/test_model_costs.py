@@ -48,7 +48,9 @@ def test_to_dict_has_the_interface_keys():
         "estimated",
         "in_block_times",
         "framework_memory",
+        "precision",
     }
+    assert out["precision"] == {"dtype": MODEL.precision, "fp8_format": None, "fp8_recipe": None}
     assert len(out["stages"]) == 2 and all(set(stage) >= STAGE_KEYS for stage in out["stages"])
 
 

@@ -204,6 +204,7 @@ TABLE = (
     _s("top_k", "int", 10, "Number of ranked strategies (and tuned scripts) to write.", S, positive=True),
     _s("headroom", "float", 10, "Memory the 'headroom' pick leaves free, in percent of --memory-limit.", S, unit="%"),
     _s("max_mbs", "int", None, "Largest micro-batch size the search may choose.", S, positive=True),
+    _s("allow_fp8", "bool", False, "Let the search choose FP8 (Transformer Engine --fp8-format hybrid, delayed scaling) besides the script's precision; needs an analytic profile and a device with FP8.", S, switch=True),
     _s("log", "str", None, "Training log of a run of this machine: calibrate --hardware on it, then search an analytic profile re-timed on the fit.", S),
     # simulate: the strategy (none given, with a launch script: the script's own strategy; else 1, off, none)
     _s("simu_tp", "int", None, "Tensor-parallel size (default 1).", M, positive=True, aliases=("--tp",)),

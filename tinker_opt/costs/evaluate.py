@@ -15,6 +15,7 @@ from typing import Any
 from tinker_opt.costs.breakdown import StageBreakdown
 from tinker_opt.costs.coefficients import SplitCoefficients, StageCost
 from tinker_opt.costs.comm_model import CommModel
+from tinker_opt.costs.fp8_terms import precision_of
 from tinker_opt.costs.framework_memory import (
     framework_memory,
     framework_stages,
@@ -57,6 +58,9 @@ class Evaluation:
     framework_memory: dict[str, Any] = field(default_factory=dict, compare=False)
     """What the framework allocates and keeps beyond the modelled memory, and the predicted
     allocated / reserved / device peaks (costs/framework_memory.py)."""
+    precision: dict[str, Any] = field(default_factory=dict, compare=False)
+    """The training precision the times hold (costs/fp8_terms.py precision_of): the tuned
+    script is written in it (an FP8 row chosen by `search --allow-fp8` carries its FP8 flags)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +74,7 @@ class Evaluation:
             "estimated": self.estimated,
             "in_block_times": list(self.in_block_times),
             "framework_memory": dict(self.framework_memory),
+            "precision": dict(self.precision),
         }
 
 
@@ -210,13 +215,14 @@ class CostModel:
             self.model.seq_length,
             self.cluster.num_devices,
         )
-        framework = framework_memory(self.model, strategy, self.accelerator)
+        framework = framework_memory(strategy, self.accelerator)
         stages = framework_stages(evaluation.stages, framework)
         return dataclasses.replace(
             evaluation,
             stages=stages,
             in_block_times=self.context.left_out(),
             framework_memory=framework_summary(stages, framework),
+            precision=precision_of(self.model),
         )
 
     def split_strategy(self, outer: Strategy, layers: tuple[int, ...], r: int) -> Strategy:

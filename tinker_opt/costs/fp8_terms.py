@@ -20,6 +20,8 @@ KB per layer at history 1024: 4 B x length x a few tensors per GEMM) are left ou
 
 from __future__ import annotations
 
+from typing import Any
+
 from tinker_opt.specs import ModelSpec
 
 FP8_WEIGHT_COPY_BYTES = 2
@@ -39,3 +41,13 @@ def fp8_gather_factor(model: ModelSpec) -> float:
     if model.is_fp8 and model.fp8_param_gather:
         return FP8_PARAM_BYTES / model.bytes_per_element
     return 1.0
+
+
+def precision_of(model: ModelSpec) -> dict[str, Any]:
+    """The job's precision as an Evaluation records it: the training dtype, and the FP8 format
+    and recipe when the linear layers run in FP8 (None otherwise)."""
+    return {
+        "dtype": model.precision,
+        "fp8_format": model.fp8_format,
+        "fp8_recipe": model.fp8_recipe if model.is_fp8 else None,
+    }

@@ -3,12 +3,14 @@
 The modelled stage memory (weights, gradients, optimizer states, activations, transients;
 terms.py / stage_terms.py) is what the blocks hold. A run also has, per rank:
 
-* inside the caching allocator (in `max allocated`, Megatron's memory report):
-  - the fp32 logits of the loss: Megatron computes `vocab_parallel_cross_entropy(logits.float(),
-    labels)` (megatron/core/models/common/language_module/language_module.py,
-    compute_language_model_loss; unless --fp16-lm-cross-entropy), so on the last stage the 16-bit
-    logits (s x b x V/tp) and their fp32 copy coexist at the loss: 4 B per logit more than the
-    reference head (which keeps only the 16-bit logits);
+* inside the caching allocator (in `max allocated`, Megatron's memory report): nothing beyond
+  the modelled terms.
+  - The fp32 logits of the loss are modelled already: Megatron computes
+    `vocab_parallel_cross_entropy(logits.float(), labels)` (megatron/core/models/common/
+    language_module/language_module.py, compute_language_model_loss), and the profiled head
+    does the same (profile/tp_emulation.py VocabParallelCrossEntropy casts to fp32 and keeps the
+    fp32 softmax for its backward), so the head's activation and transient bytes hold them;
+    adding them here counted them twice (the GB200 CI log: 4100 MB too many on its last rank);
   - optimizer temporaries: none; Megatron's Adam is the fused multi-tensor kernel of TE / apex
     (megatron/core/optimizer/__init__.py), MindSpeed's torch_npu npu_apply_adam_w, both in place;
 * the allocator's reserve above the allocated peak (`max reserved`): PyTorch's caching
@@ -45,8 +47,6 @@ ALLOCATOR_SEGMENT_MB = 20.0
 ALLOCATOR_FRAGMENTATION = 0.01
 CONTEXT_MB = {"cuda": 500.0, "npu": 1024.0}
 COMM_BUFFER_MB = {"cuda": 16 * 2 * 4.0, "npu": 2 * 200 * 1e6 / MIB}
-FP32_LOGIT_EXTRA_BYTES = 4
-"""Per logit on the last stage: the fp32 copy (4 B) beside the 16-bit logits the head holds."""
 ADAM_MOMENT_BYTES = 8
 """Two fp32 moments per parameter (of the optimizer's state bytes per parameter)."""
 
@@ -57,15 +57,9 @@ class FrameworkMemory:
 
     accelerator: str
     """cuda | npu: which context and communication library."""
-    logits_mb: float
-    """fp32 logits of the loss, on the last pipeline stage only."""
     context_mb: float
     comm_buffers_mb: float
     num_communicators: int
-
-    def allocated_mb(self, modelled_mb: float, last_stage: bool) -> float:
-        """The stage's `max allocated`: the modelled peak plus the loss's fp32 logits."""
-        return modelled_mb + (self.logits_mb if last_stage else 0.0)
 
     @staticmethod
     def reserved_mb(allocated_mb: float) -> float:
@@ -93,14 +87,11 @@ def communicators(strategy) -> int:
     return 1 + sum(1 for size in sizes if size > 1)
 
 
-def framework_memory(model, strategy, accelerator: str) -> FrameworkMemory:
+def framework_memory(strategy, accelerator: str) -> FrameworkMemory:
     """The framework's terms for `strategy` (see the module docstring for each source)."""
-    logits = model.seq_length * strategy.mbs * model.vocab_size_for(strategy.tp) / strategy.tp
-    extra = FP32_LOGIT_EXTRA_BYTES if model.bytes_per_element == 2 else 0
     count = communicators(strategy)
     return FrameworkMemory(
         accelerator=accelerator,
-        logits_mb=logits * extra / strategy.cp / MIB,
         context_mb=CONTEXT_MB[accelerator],
         comm_buffers_mb=count * COMM_BUFFER_MB[accelerator],
         num_communicators=count,
@@ -120,10 +111,11 @@ def first_iteration_peak_mb(
 def framework_stages(
     stages: tuple[StageBreakdown, ...], fm: FrameworkMemory
 ) -> tuple[StageBreakdown, ...]:
-    """The stages with `allocated_mb`, `reserved_mb` and `device_mb` filled in."""
+    """The stages with `allocated_mb` (the modelled peak: everything the allocator hands out is
+    modelled), `reserved_mb` and `device_mb` filled in."""
     out = []
-    for index, stage in enumerate(stages):
-        allocated = fm.allocated_mb(stage.memory_mb, last_stage=index == len(stages) - 1)
+    for stage in stages:
+        allocated = stage.memory_mb
         reserved = fm.reserved_mb(allocated)
         device = fm.device_mb(reserved)
         out.append(
@@ -141,7 +133,6 @@ def framework_summary(stages: tuple[StageBreakdown, ...], fm: FrameworkMemory) -
         "peak_allocated_mb": max(s.allocated_mb or 0.0 for s in stages),
         "peak_reserved_mb": max(s.reserved_mb or 0.0 for s in stages),
         "peak_device_mb": max(s.device_mb or 0.0 for s in stages),
-        "fp32_logits_mb": fm.logits_mb,
         "context_mb": fm.context_mb,
         "comm_buffers_mb": fm.comm_buffers_mb,
         "num_communicators": fm.num_communicators,
@@ -158,6 +149,7 @@ def launch_budget_mb(device_memory_mb: float, accelerator: str) -> float:
     """The modelled memory a rank may use so that its device peak fits `device_memory_mb`:
     the device less the context, the communication buffers of every group a rank can have and
     the allocator's reserve (reserved = allocated x (1 + fragmentation) + one segment). The
-    fp32 logits of the loss come on top on the last stage (summary.json device_mb says it)."""
+    allocated peak is the modelled memory (fp32 logits included), so a strategy that `fits`
+    this budget has a device peak (`device_mb`) within the device: one definition of what fits."""
     outside = CONTEXT_MB[accelerator] + MAX_COMMUNICATORS * COMM_BUFFER_MB[accelerator]
     return (device_memory_mb - outside - ALLOCATOR_SEGMENT_MB) / (1 + ALLOCATOR_FRAGMENTATION)

@@ -87,9 +87,15 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
     transient[last] = max(transient[last], norm.transient_bytes, head.transient_bytes)
     unit = max([cost.param_count for cost in layer_costs] + [first_params, last_params])
     transient += gathered_bytes(s, unit, ctx.bpe)  # ZeRO 2/3: gathered units and their gradients
+    # The final norm, head (the loss's fp32 softmax) and MTP modules run in the rank's last chunk,
+    # whose backward follows its forward at once: their activations are held for one micro-batch
+    # at a time, however many chunk micro-batches the rank holds (Megatron's interleaved schedule,
+    # megatron/core/pipeline_parallel/schedules.py: the last virtual stage's forward is
+    # followed by its backward in the steady state). With 1F1B that one is the stage's in-flight
+    # micro-batch, so only the interleaved and DualPipeV counts change.
+    transient[last] += norm.activation_bytes + head.activation_bytes + mtp["act_bytes"]
     act_bytes = np.zeros(p, dtype=np.int64)
     act_bytes[0] += emb.activation_bytes
-    act_bytes[last] += norm.activation_bytes + head.activation_bytes + mtp["act_bytes"]
     tail, tail_sync = _stage_tails(ctx, s, first_params, last_params + mtp["params"])
     return {
         "stage_time_ns": ns_array(time),

@@ -125,6 +125,7 @@ def summary_dict(report: SearchReport) -> dict[str, Any]:
         "picks": report.picks,
         "picks_missing": report.picks_missing,
         "pareto": report.pareto,
+        "precisions": report.precisions,
     }
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tinker_opt.emit import script_edit
+from tinker_opt.emit.precision_edit import apply_precision
 from tinker_opt.emit.strategy_plan import plan_strategy_edits
 from tinker_opt.errors import ConfigError, ScriptError
 from tinker_opt.expressible import expressible_strategy
@@ -165,8 +167,10 @@ def apply_strategy(
     nproc_per_node: int,
     version: str | None = None,
     header: Sequence[str] = (),
+    precision: Mapping[str, Any] | None = None,
 ) -> AppliedScript:
-    """The script text with `strategy` on `nnodes` x `nproc_per_node` devices.
+    """The script text with `strategy` on `nnodes` x `nproc_per_node` devices, in `precision`
+    (an Evaluation's: FP8 flags added for a row ranked in FP8, emit/precision_edit.py).
 
     `version` is the framework version (Tinker's 1.0, 1.1, 1.2, 1.0.0, 2.0.0, 2.3.0, ... or a
     Megatron core version); without it the script's own flags bound it and the writer is
@@ -178,7 +182,7 @@ def apply_strategy(
     tuned, warnings = apply_cluster(text, nnodes, nproc_per_node)
     tuned_info = read_script_text(tuned)
     tuned = script_edit.apply_edits(tuned, plan_strategy_edits(tuned, tuned_info, target, vr))
-    tuned = with_header(tuned, header)
+    tuned = with_header(apply_precision(tuned, precision), header)
     check = read_script_text(tuned)
     got = (check.train.strategy, check.train.nnodes, check.train.nproc_per_node)
     if got != (target, nnodes, nproc_per_node):

@@ -57,6 +57,7 @@ class SearchRun:
             "top_k": s.top_k,
             "headroom_pct": s.headroom,
             "hardware": s.hardware,
+            "allow_fp8": s.allow_fp8,
             "inter_node_bandwidth_gbs": s.inter_node_bandwidth,
         }
 
@@ -83,10 +84,17 @@ def write_infeasible_folder(
 
 
 def write_search_folder(
-    run: SearchRun, result, chosen, warnings: list[str], log: Log, log_lines: list[str]
+    run: SearchRun,
+    result,
+    chosen,
+    warnings: list[str],
+    log: Log,
+    log_lines: list[str],
+    precisions: list[dict[str, Any]] | None = None,
 ) -> tuple[Path, list[str]]:
     """The results folder of a finished search (`result` of solve.search, `chosen` of
-    solve.picks.choices); returns it and the warnings, the rows the writer refused added."""
+    solve.picks.choices, `precisions` each precision's best under --allow-fp8); returns it and the
+    warnings, the rows the writer refused added."""
     warnings = list(warnings)
     report = SearchReport(
         labels=run.labels,
@@ -107,6 +115,7 @@ def write_search_folder(
         pareto=chosen.pareto,
         evaluated=chosen.evaluated,
         folded=chosen.folded,
+        precisions=list(precisions or []),
     )
     writer = (
         script_writer(
@@ -151,6 +160,7 @@ def script_writer(
                 nproc_per_node=cluster.devices_per_node,
                 version=version,
                 header=header,
+                precision=evaluation.get("precision"),
             )
         except TinkerError as exc:
             message = f"{row}: no tuned script written: {exc}"

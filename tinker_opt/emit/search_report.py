@@ -52,3 +52,5 @@ class SearchReport:
     """Near-copies folded out of the ranking."""
     message: str | None = None
     """Why nothing was found (status `infeasible`): the search's one-line error."""
+    precisions: list[dict[str, Any]] = field(default_factory=list)
+    """`search --allow-fp8`: each precision searched, its best time and whether it was chosen."""

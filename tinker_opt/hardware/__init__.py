@@ -15,6 +15,7 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
      "nics_per_node": int,                                          # optional, network tiers below
      "domain": {"size": int, "bandwidth_gbs": float, "latency_us": float},   # optional
      "collectives": "nccl" | "hccl",                                # optional, default nccl
+     "fused_attention": bool,                       # optional, default true: TE's fused attention
      "sources": [...], "assumptions": [...]}
 
     CURVE = {"max_efficiency": float, "half_size": float}      # eff(x) = max * x / (x + half)
@@ -103,6 +104,9 @@ class HardwareSpec:
     """Link per device between nodes of one domain; None: the intra-node link."""
     collectives: str = "nccl"
     """The collective library (COLLECTIVE_LIBRARIES) whose algorithms price groups across nodes."""
+    fused_attention: bool = True
+    """Transformer Engine's FlashAttention / cuDNN fused attention run here (sm80+); False: TE
+    falls back to unfused attention, which keeps the s x s scores (V100)."""
     sources: list[Any] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
 
@@ -185,6 +189,7 @@ class HardwareSpec:
                 efficiency=DeviceEfficiency.from_dict(data.get("efficiency", {}), origin),
                 host_link_gbs=float(data.get("host_link_gbs", DEFAULT_HOST_LINK_GBS)),
                 **_network_fields(data),
+                fused_attention=bool(data.get("fused_attention", True)),
                 sources=list(data.get("sources", [])),
                 assumptions=list(data.get("assumptions", [])),
             )
@@ -239,6 +244,7 @@ class HardwareSpec:
             "inter_node": dataclasses.asdict(self.inter_node),
             "efficiency": self.efficiency.to_dict(),
             **self._network_dict(),
+            **({} if self.fused_attention else {"fused_attention": False}),
             "sources": list(self.sources),
             "assumptions": list(self.assumptions),
         }

@@ -112,6 +112,8 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("job", "precision-aware optimizer: gradient buffer, master weights and Adam moments in the given "
            "dtypes (Megatron-LM; specs.OptimizerPrecision)", "--use-precision-aware-optimizer", "--main-grads-dtype",
            "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--grad-reduce-in-bf16"),
+    *_rows("job", "fp16 training: gradient buffer in fp32 instead of fp16 (bf16 training always does; "
+           "Megatron-LM arguments.py)", "--accumulate-allreduce-grads-in-fp32"),
     *_rows("job", "MLP activation output dropped and recomputed in the backward (MindSpeed; costs/recompute.py)",
            "--recompute-activation-function"),
     *_rows("job", "Ulysses group of hybrid_cp_algo: all-to-all over it, ring over cp / it (MindSpeed; "
@@ -126,6 +128,8 @@ FLAGS: tuple[Flag, ...] = (
            "--use-rotary-position-embeddings", "--disable-bias-linear", "--attention-dropout", "--hidden-dropout",
            "--bf16", "--fp16", "--noop-layers", "--use-mcore-models"),
     *_rows("model", "fused attention kernel (no seq x seq scores)", "--use-flash-attn", "--attention-backend"),
+    *_rows("model", "Transformer Engine: its own fused attention unless --attention-backend unfused / local, on "
+           "sm80+ devices (script/reader.py)", "--transformer-impl", "--use-legacy-models"),
     *_rows("model", "mixture of experts", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
            "--moe-intermediate-size", "--moe-shared-expert-intermediate-size", "--n-shared-experts",
            "--first-k-dense-replace", "--moe-layer-freq"),
@@ -166,7 +170,7 @@ FLAGS: tuple[Flag, ...] = (
            "--moe-router-group-topk", "--moe-router-score-function", "--moe-router-enable-expert-bias",
            "--moe-router-topk-scaling-factor", "--moe-router-dtype", "--moe-router-pre-softmax"),
     *_rows("not modelled", "small per-layer extras not in the profiled layer", "--qk-layernorm", "--add-qkv-bias",
-           "--transformer-impl", "--spec", "--no-masked-softmax-fusion", "--no-rope-fusion",
+           "--spec", "--no-masked-softmax-fusion", "--no-rope-fusion",
            "--attention-softmax-in-fp32", "--use-glm-rope", "--variable-seq-lengths"),
     # Known, and without effect on the time or memory of a training step.
     *_rows("no effect", "data, tokenizer and prompts", "--data-path", "--split", "--data-impl", "--tokenizer-type",

@@ -97,6 +97,27 @@ def _flavour(text: str, launch: Launch) -> str:
     return "megatron"
 
 
+TE_UNFUSED_BACKENDS = ("unfused", "local")
+"""`--attention-backend` values that keep the s x s attention scores (megatron/core/transformer/
+enums.py AttnBackend; the default is auto)."""
+
+
+def _te_attention(model: ModelSpec, launch: Launch, flavour: str) -> ModelSpec:
+    """Megatron-LM scripts that name Transformer Engine (`--transformer-impl transformer_engine`
+    or `--use-mcore-models`, whose default impl it is): TE's DotProductAttention picks
+    FlashAttention or cuDNN's fused attention itself under `--attention-backend auto`
+    (transformer_engine/pytorch/attention/dot_product_attention/utils.py get_attention_backend),
+    neither keeping the s x s scores: priced as flash attention. Devices below sm80, where TE
+    falls back to unfused attention, undo it (verbs/common.model_on_device)."""
+    if flavour != "megatron" or model.use_flash_attn or launch.has("--use-legacy-models"):
+        return model
+    impl = launch.value("--transformer-impl")
+    names_te = impl == "transformer_engine" or (impl is None and launch.has("--use-mcore-models"))
+    if not names_te or launch.value("--attention-backend") in TE_UNFUSED_BACKENDS:
+        return model
+    return dataclasses.replace(model, use_flash_attn=True)
+
+
 def _variable_int(expansion: Expansion, *names: str) -> int | None:
     for name in names:
         value = expansion.variables.get(name)
@@ -281,10 +302,16 @@ def _train_spec(
 
 def _optimizer_precision(launch) -> OptimizerPrecision:
     """The precision-aware optimizer's dtypes (they apply only with its switch, Megatron-LM);
-    `--grad-reduce-in-bf16` keeps the gradient buffer in bf16 with or without it."""
+    `--grad-reduce-in-bf16` keeps the gradient buffer in bf16 with or without it. fp16 training
+    keeps it in fp16 unless `--accumulate-allreduce-grads-in-fp32`: Megatron's gradient buffer
+    has the parameters' dtype without grad_reduce_in_fp32 (megatron/core/distributed/
+    param_and_grad_buffer.py), which arguments.py forces on only for bf16."""
     bf16_grads = launch.has("--grad-reduce-in-bf16")
+    fp16_grads = launch.has("--fp16") and not launch.has("--accumulate-allreduce-grads-in-fp32")
     if not launch.has("--use-precision-aware-optimizer"):
-        return OptimizerPrecision(main_grads="bf16") if bf16_grads else OptimizerPrecision()
+        if bf16_grads or fp16_grads:
+            return OptimizerPrecision(main_grads="bf16" if bf16_grads else "fp16")
+        return OptimizerPrecision()
     try:
         return OptimizerPrecision(
             main_grads="bf16" if bf16_grads else launch.value("--main-grads-dtype") or "fp32",
@@ -326,6 +353,7 @@ def read_script_text(
     model = read_model(launch, warn)
     nodes, local = _cluster(launch, expansion, warn)
     flavour = _flavour(text, launch)
+    model = _te_attention(model, launch, flavour)
     total = script_num_layers(launch)
     version_range = versions.resolve(None, text, flavour)
     warnings.extend(prediction_warnings(launch, model))

@@ -275,9 +275,12 @@ def choices(
     top_k: int,
     headroom_pct: float,
     restricted_search: RestrictedSearch,
+    current_cost_model=None,
 ) -> Choices:
     """Fold, pick and compare, from a SearchResult ranked POOL_FACTOR x top_k deep; `info` is the
-    launch script's ScriptInfo (None when no script is known)."""
+    launch script's ScriptInfo (None when no script is known). `current_cost_model` prices the
+    script's own strategy when it differs from the search's (`search --allow-fp8` ranking FP8
+    for a BF16 script: the script's strategy keeps the script's precision)."""
     ranked = [e.to_dict() for e in result.top]
     evaluated = [e.to_dict() for e in result.pool] or ranked
     top, _ = fold_near_copies(ranked)
@@ -285,7 +288,9 @@ def choices(
     folded = sum(1 for e in ranked if e["iteration_time_ms"] <= top[-1]["iteration_time_ms"]) - len(
         top
     )
-    current = current_evaluation(cost_model, info) if info is not None else None
+    current = (
+        current_evaluation(current_cost_model or cost_model, info) if info is not None else None
+    )
     checkpoint = info.train.strategy if info is not None and info.train.loads_checkpoint else None
     rules = pick_rules(
         cost_model.cluster.memory_limit_mb, headroom_pct=headroom_pct, checkpoint=checkpoint

@@ -95,6 +95,7 @@ def _analytic_folder(info, hardware: str, out_dir: Path) -> Path:
     from tinker_opt.profile.analytic import analytic_profile
     from tinker_opt.profile.kernels import script_flags
     from tinker_opt.profile.settings import MeasureSettings
+    from tinker_opt.verbs.common import model_on_device
 
     strategy = info.train.strategy
     settings = config.resolve(
@@ -109,9 +110,9 @@ def _analytic_folder(info, hardware: str, out_dir: Path) -> Path:
         {},
     )
     measure = MeasureSettings.from_settings(settings, kernel_flags=script_flags(info.launch))
-    return analytic_profile(
-        info.model, load_hardware(hardware), out_dir, limits=measure.limits(info.train)
-    )
+    spec = load_hardware(hardware)
+    model = model_on_device(info.model, spec)
+    return analytic_profile(model, spec, out_dir, limits=measure.limits(info.train))
 
 
 def _profiled(info, device: DeviceChoice, scratch: Path):

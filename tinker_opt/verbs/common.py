@@ -239,3 +239,16 @@ def script_warnings(info) -> list[str]:
     if info is None:
         return []
     return prediction_warnings(info.launch, info.model, fsdp2=info.fsdp2 is not None)
+
+
+def model_on_device(model, hardware, log: Log | None = None):
+    """The job's model as it runs on `hardware`: on a device without Transformer Engine's fused
+    attention (`fused_attention: false`, below sm80: TE dot_product_attention/utils.py
+    get_attention_backend) the attention keeps its s x s scores, whatever the script asks."""
+    from dataclasses import replace
+
+    if hardware.fused_attention or not model.use_flash_attn:
+        return model
+    if log is not None:
+        log(f"hardware '{hardware.name}' has no fused attention (sm80+): priced as unfused")
+    return replace(model, use_flash_attn=False)

@@ -57,11 +57,13 @@ def run_profile(
     if analytic:
         from tinker_opt.hardware import load_hardware
         from tinker_opt.profile.analytic import analytic_profile
+        from tinker_opt.verbs.common import model_on_device
 
         require(settings, "hardware")
+        spec = load_hardware(settings.hardware)
         analytic_profile(
-            info.model,
-            load_hardware(settings.hardware),
+            model_on_device(info.model, spec, log),
+            spec,
             out_dir,
             limits=measure_settings.limits(info.train),
             progress=progress,

@@ -22,9 +22,6 @@ REPLAN_DIR = "calibrated"
 def calibrated_settings(settings, log) -> object:
     """The search settings on the description fitted to `settings.log` (see the module doc)."""
     from tinker_opt.hardware import load_hardware
-    from tinker_opt.profile.analytic import analytic_profile
-    from tinker_opt.profile.meta import read_meta, write_meta
-    from tinker_opt.profile.space import SpaceLimits
     from tinker_opt.profile.store import load_profiled_data
     from tinker_opt.verbs.calibrate_log import run_calibrate_log
     from tinker_opt.verbs.check import DeviceChoice
@@ -32,12 +29,7 @@ def calibrated_settings(settings, log) -> object:
     if not settings.hardware:
         raise ConfigError("search --log needs --hardware NAME (the description to calibrate)")
     profiled = load_profiled_data(settings.profiled_data_path)
-    device = profiled.meta.device if isinstance(profiled.meta.device, dict) else {}
-    if device.get("kind") != "analytic":
-        raise ConfigError(
-            f"search --log re-times an analytic profile; {profiled.path} was measured on "
-            f"{device.get('kind', 'a device')} (its times are the device's own): drop --log"
-        )
+    require_analytic(profiled, "search --log", "--log")
     stamp = datetime.now().strftime("%y%m%d-%H%M%S")
     out = Path(settings.output_dir) / REPLAN_DIR
     out.mkdir(parents=True, exist_ok=True)
@@ -52,11 +44,41 @@ def calibrated_settings(settings, log) -> object:
         f"iteration {row['measured_ms']:.1f} ms measured, {row['predicted_before_ms']:.1f} -> "
         f"{row['predicted_after_ms']:.1f} ms predicted; description {fitted}"
     )
-    limits = SpaceLimits(
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in profiled.meta.settings.items()}
-    )
     folder = out / f"{Path(profiled.path).name}-calibrated-{stamp}"
-    analytic_profile(profiled.model, load_hardware(fitted), folder, limits=limits)
-    write_meta(folder, read_meta(folder).with_origin(script_path=profiled.meta.script_path))
+    retimed_profile(profiled, load_hardware(fitted), folder, profiled.model)
     log(f"re-timed the profile on the fitted description: {folder}")
     return replace(settings, profiled_data_path=str(folder), hardware=str(fitted))
+
+
+def require_analytic(profiled, verb: str, option: str) -> None:
+    """Only an analytic profile can be re-timed: a one-line ConfigError for a measured one."""
+    device = profiled.meta.device if isinstance(profiled.meta.device, dict) else {}
+    if device.get("kind") != "analytic":
+        raise ConfigError(
+            f"{verb} re-times an analytic profile; {profiled.path} was measured on "
+            f"{device.get('kind', 'a device')} (its times are the device's own): drop {option}"
+        )
+
+
+def retimed_profile(profiled, hardware, folder: Path, model) -> Path:
+    """The analytic profile `profiled` timed again for `model` on `hardware` (a HardwareSpec),
+    with the same profile space (its meta.json settings) and labels, written to `folder`."""
+    from tinker_opt.profile.analytic import analytic_profile
+    from tinker_opt.profile.meta import read_meta, write_meta
+    from tinker_opt.profile.space import SpaceLimits
+
+    meta = profiled.meta
+    limits = SpaceLimits(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in meta.settings.items()}
+    )
+    analytic_profile(model, hardware, folder, limits=limits)
+    origin = read_meta(folder).with_origin(
+        script_path=meta.script_path,
+        model_name=meta.model_name,
+        model_size=meta.model_size,
+        framework_version=meta.framework_version,
+        is_full_tune=meta.is_full_tune,
+        swap_optimizer_times=meta.swap_optimizer_times,
+    )
+    write_meta(folder, origin)
+    return folder

@@ -34,6 +34,7 @@ def run_apply(
 ) -> tuple[list[str], list[Path]]:
     """Write `script` with the strategy of `strategy_file` to `output` (an FSDP2 launch: and its tuned
     YAML copy `output` with suffix .yaml); returns the writer's warnings and the files written."""
+    from tinker_opt.emit.precision_edit import precision_to_write
     from tinker_opt.emit.script_writer import apply_strategy, write_script
     from tinker_opt.script.noop_layers import strategy_to_write
     from tinker_opt.script.reader import read_script
@@ -41,14 +42,21 @@ def run_apply(
     info = read_script(script, model_config=model_config)
     if output.exists() and not force and output.resolve() != script.resolve():
         raise ConfigError(f"output '{output}' exists; choose another -o path or pass --force")
-    strategy = strategy_to_write(read_json_object(strategy_file), info)
+    data = read_json_object(strategy_file)
+    strategy = strategy_to_write(data, info)
     per_node = num_npus_per_node or info.train.nproc_per_node
     nodes = num_nodes or num_nodes_for(strategy, per_node)
     header = [f"tinker-opt apply: strategy {json.dumps(strategy.to_dict())}"]
     if info.fsdp2 is not None:
         return _apply_fsdp2(info, strategy, output, nodes, per_node, header)
     applied = apply_strategy(
-        info.text, strategy, nnodes=nodes, nproc_per_node=per_node, version=version, header=header
+        info.text,
+        strategy,
+        nnodes=nodes,
+        nproc_per_node=per_node,
+        version=version,
+        header=header,
+        precision=precision_to_write(data),
     )
     write_script(output, applied.text, source=script)
     return list(applied.warnings), [output]

@@ -66,16 +66,20 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
         from tinker_opt.verbs.replan import calibrated_settings
 
         settings = calibrated_settings(settings, log)
-    run, cost_model, warnings = _search_run(settings, log)
+    run, profiled, cost_model, warnings = _search_run(settings, log)
+    searched = _precisions(run, profiled, cost_model, log)
     try:
-        result, space = _solve(cost_model, run.settings, run.info, run.version, log)
+        best = _solve_precisions(searched, run, log)
     except InfeasibleError as exc:
         # Nothing fits: the results folder still records the inputs, the status and the message.
         log(f"{settings.solver}: infeasible: {exc}")
         folder = write_infeasible_folder(run, str(exc), warnings, log.lines)
         raise InfeasibleError(f"{exc} (summary in {folder})") from None
-    chosen = _choices(result, space, run.settings, run.info, cost_model, log)
-    folder, warnings = write_search_folder(run, result, chosen, warnings, log, log.lines)
+    result = best.result
+    chosen = _choices(best, run, cost_model, log)
+    folder, warnings = write_search_folder(
+        run, result, chosen, warnings, log, log.lines, precisions=best.ranked
+    )
     return SearchOutcome(
         folder=folder,
         top=chosen.top,
@@ -92,7 +96,7 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
 
 
 def _search_run(settings: SearchSettings, log: RunLog):
-    """(SearchRun, CostModel, warnings): the profile and the script read, the batch and
+    """(SearchRun, profile, CostModel, warnings): the profile and the script read, the batch and
     nodes taken from the script where not given, the cost model built, the warnings logged."""
     from tinker_opt.emit.results import check_writable
     from tinker_opt.emit.search_folder import SearchRun
@@ -148,7 +152,69 @@ def _search_run(settings: SearchSettings, log: RunLog):
         model=cost_model.model,
         version=settings.version or profiled.meta.framework_version,
     )
-    return run, cost_model, warnings
+    return run, profiled, cost_model, warnings
+
+
+@dataclass(frozen=True)
+class Searched:
+    """One precision the search ranks: its profile and cost model, once solved its result and
+    space, and (on the chosen one) every precision's best as summary.json `precisions` lists it."""
+
+    profiled: Any
+    cost_model: Any
+    result: Any = None
+    space: Any = None
+    ranked: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _precisions(run, profiled, cost_model, log: RunLog) -> list[Searched]:
+    """The script's own precision, and with --allow-fp8 FP8 beside it (verbs/precision.py)."""
+    from tinker_opt.profile.store import load_profiled_data
+    from tinker_opt.verbs.precision import fp8_model, fp8_profile
+
+    searched = [Searched(profiled, cost_model)]
+    if not run.settings.allow_fp8:
+        return searched
+    hardware = hardware_for(run.settings, profiled)
+    model = fp8_model(cost_model.model, hardware, run.info)
+    if model is None:
+        log("--allow-fp8: the script trains in FP8 already; its precision is searched alone")
+        return searched
+    fp8 = load_profiled_data(fp8_profile(profiled, hardware, model, run.settings.output_dir, log))
+    s = run.settings
+    fp8_cost = cost_model_for(fp8, model, run.cluster, s.global_batch_size, s, run.info)
+    return [*searched, Searched(fp8, fp8_cost)]
+
+
+def _solve_precisions(searched: list[Searched], run, log: RunLog) -> Searched:
+    """Each precision searched; the one whose best is fastest, with every precision's best (or
+    why none fits). InfeasibleError (the first one's) when nothing fits in any precision."""
+    from tinker_opt.verbs.precision import precision_label
+
+    solved: list[Searched] = []
+    ranked: list[dict[str, Any]] = []
+    errors: list[InfeasibleError] = []
+    for one in searched:
+        label = precision_label(one.cost_model.model)
+        try:
+            result, space = _solve(one.cost_model, run.settings, run.info, run.version, log)
+        except InfeasibleError as exc:
+            errors.append(exc)
+            ranked.append({"precision": label, "best_ms": None, "message": str(exc)})
+            continue
+        solved.append(replace(one, result=result, space=space))
+        ranked.append({"precision": label, "best_ms": result.objective_ms, "status": result.status})
+    if not solved:
+        raise errors[0]
+    best = min(solved, key=lambda one: one.result.objective_ms)
+    if len(searched) > 1:
+        chosen = precision_label(best.cost_model.model)
+        for row in ranked:
+            row["chosen"] = row["precision"] == chosen
+            found = "none fits" if row["best_ms"] is None else f"{row['best_ms']:.3f} ms"
+            log(f"precision {row['precision']}: best {found}")
+        log(f"--allow-fp8: {chosen} is the faster precision; the ranking is in it")
+    return replace(best, ranked=ranked if len(searched) > 1 else [])
 
 
 def _run_labels(
@@ -201,10 +267,14 @@ def _solve(cost_model, settings: SearchSettings, info, version: str | None, log:
     return result, space
 
 
-def _choices(result, space, settings: SearchSettings, info, cost_model, log: RunLog):
-    """Near-copies folded, the script's own strategy, the picks (from the search's presolve where
-    the ranking cannot answer) and the Pareto front (solve/picks.py)."""
+def _choices(best: Searched, run, script_cost_model, log: RunLog):
+    """Near-copies folded, the script's own strategy (priced in the script's precision by
+    `script_cost_model`), the picks (from the search's presolve where the ranking cannot answer)
+    and the Pareto front (solve/picks.py), of the chosen precision's search `best`."""
     from tinker_opt.solve.picks import choices
+
+    result, space, cost_model = best.result, best.space, best.cost_model
+    settings, info = run.settings, run.info
 
     def restricted(narrowed, memory_fraction: float) -> dict[str, Any]:
         """The fastest strategy of a narrower space or under a lower limit, evaluated by `cost_model`."""
@@ -219,6 +289,7 @@ def _choices(result, space, settings: SearchSettings, info, cost_model, log: Run
         top_k=settings.top_k,
         headroom_pct=settings.headroom,
         restricted_search=restricted,
+        current_cost_model=script_cost_model,
     )
     log(
         f"{chosen.folded} near-copies folded; picks: {', '.join(chosen.picks) or 'none'}; script's own strategy: "
