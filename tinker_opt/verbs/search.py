@@ -96,7 +96,7 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
 
 
 def _search_run(settings: SearchSettings, log: RunLog):
-    """(SearchRun, CostModel, warnings): the profile and the script read, the batch and
+    """(SearchRun, profile, CostModel, warnings): the profile and the script read, the batch and
     nodes taken from the script where not given, the cost model built, the warnings logged."""
     from tinker_opt.emit.results import check_writable
     from tinker_opt.emit.search_folder import SearchRun
