@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -136,7 +138,7 @@ def test_solvers_agree_within_a_layer_form(instance):
     the form's own splits find the same optimum, and every split they return has that form."""
     cost_model, form = instance
     space = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1,), ep=(1, 2), allow_vpp=False, layer_form=form)
-    restricted = cost_model.with_layer_form(form)
+    restricted = cost_model.under(replace(cost_model.rules, layer_form=form))
     for solver, result in solvers_agree(cost_model, space, reference=restricted).items():
         for evaluation in result.top:
             layers = evaluation.strategy.stage_layers(cost_model.model.num_layers)

@@ -3,8 +3,9 @@
 A uniform stack (one layer kind: every layer costs the same) is solved with scalar coefficients
 (layer_split.py's water-filling, layer_bounds.py); a mixed stack (dense and MoE layers at fixed
 positions) with range tables over the layer positions (mixed_split.py). The split search, the
-bounds, feasibility, the least-memory split and the solver rows (cpsat_rows.py, milp_rows.py) are
-methods of `Stack`, so the callers never ask which kind of stack they hold. What does not depend
+bounds, feasibility and the least-memory split are methods of `Stack`, so the callers never ask
+which kind of stack they hold; the solver rows (cpsat_rows.py, milp_rows.py) choose by the kind in
+one function each (`stack_rows`), so those modules import this one and not the other way round. What does not depend
 on the kind (the framework's layer form, the virtual pipeline's constant, the memo of the
 recompute bounds) is written once in the base class.
 """
@@ -17,7 +18,6 @@ import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
-from tinker_opt.solve import cpsat_rows, milp_rows
 from tinker_opt.solve.form_split import (
     best_form_split,
     feasible_under_caps,
@@ -162,14 +162,6 @@ class Stack(ABC):
     def stage_maxima(self) -> tuple[int, int]:
         """(largest t_s, largest tail_s) any stage can have."""
 
-    @abstractmethod
-    def cpsat_rows(self, model, cp_model, x, objective, factor: int, i: int, upper: int | None):
-        """Configuration i's CP-SAT rows (v = 1): (decoder, lower-bound term)."""
-
-    @abstractmethod
-    def milp_rows(self, problem, pulp, x, i: int, r, r_choice: dict):
-        """Configuration i's MILP rows (v = 1): (v * T expression, decoder)."""
-
 
 class UniformStack(Stack):
     """Every layer costs the same: scalar coefficients (layer_split.Scalars), water-filling."""
@@ -235,12 +227,6 @@ class UniformStack(Stack):
         t_max = int((k.a + k.f) * caps.max() + c.stage_time_ns.max())
         return t_max, int(k.alpha * caps.max() + c.stage_tail_ns.max())
 
-    def cpsat_rows(self, model, cp_model, x, objective, factor: int, i: int, upper: int | None):
-        return cpsat_rows.cpsat_uniform(self, model, cp_model, x, objective, factor, i, upper)
-
-    def milp_rows(self, problem, pulp, x, i: int, r, r_choice: dict):
-        return milp_rows.milp_uniform(self, problem, pulp, x, i, r, r_choice)
-
 
 class MixedStack(Stack):
     """Layers of different kinds at fixed positions: range tables over positions (mixed_split)."""
@@ -296,9 +282,3 @@ class MixedStack(Stack):
         c = self.c  # a stage holds at most every layer
         t_max = int(c.layer_time_ns.sum() + c.layer_recompute_ns.sum() + c.stage_time_ns.max())
         return t_max, int(c.layer_tail_ns.sum() + c.stage_tail_ns.max())
-
-    def cpsat_rows(self, model, cp_model, x, objective, factor: int, i: int, upper: int | None):
-        return cpsat_rows.cpsat_mixed(self, model, cp_model, x, objective, factor, i, upper)
-
-    def milp_rows(self, problem, pulp, x, i: int, r, r_choice: dict):
-        return milp_rows.milp_mixed(self, problem, pulp, x, i, r, r_choice)
