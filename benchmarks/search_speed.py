@@ -1,6 +1,6 @@
 """Search speed before and after, side by side in one run: the cases of issue 20 on two trees.
 
-Usage: python benchmarks/search_speed.py --base /work/wt/base [--after .] [--repeats 1] [--only NAME]
+Usage: python benchmarks/search_speed.py --base /work/wt/base [--after .] [--only NAME] [--profile-only]
 
 Each case runs in a fresh subprocess per tree (PYTHONPATH set to that tree, so the same code path
 the CLI takes: `verbs.run_search` with `--solver cpsat --cpus 1`). A row gives the status, the
@@ -8,7 +8,8 @@ objective, the search's own time (`solve_time_s`, the space through the ranking)
 whole search verb without writing the results folder (`search_wall_s`: ranking, deeper rankings
 and the picks' restricted searches; the results folder's plots and scripts are timed apart as
 `folder_s`) and the CPU seconds of that part (`search_cpu_s`, which a loaded machine inflates
-less than the wall). The analytic profile of DeepSeek-V3 is timed the same way (`profile`). Both
+less than the wall). The analytic profile of DeepSeek-V3 is timed the same way (`profile`; its CPU
+seconds include its worker processes'). Both
 trees read the same inputs: a Tinker 1.3 folder of LLaMA-2-70B (tests/tinker_folder.py) and
 analytic profiles of fixture scripts written once by each tree (the profile's format is shared).
 
@@ -92,15 +93,17 @@ print(json.dumps({
 """
 
 PROFILER = r"""
-import json, sys, time
+import json, os, sys, time
 args = json.loads(sys.argv[1])
 from tinker_opt import config
 from tinker_opt.verbs.profile import run_profile
 settings = config.resolve("profile", args["settings"], {})
-wall, cpu = time.perf_counter(), time.process_time()
+def cpu_s():  # this process and its finished children (the analytic profile's tracing workers)
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+wall, cpu = time.perf_counter(), cpu_s()
 folder = run_profile(settings)
-print(json.dumps({"folder": str(folder), "wall": time.perf_counter() - wall,
-                  "cpu": time.process_time() - cpu}))
+print(json.dumps({"folder": str(folder), "wall": time.perf_counter() - wall, "cpu": cpu_s() - cpu}))
 """
 
 
@@ -168,10 +171,16 @@ def _row(case: str, tree: str, found: dict) -> dict:
 
 
 def run(
-    trees: dict[str, Path], only: set[str], timeout_s: float, work: Path, reuse: dict[str, str]
+    trees: dict[str, Path],
+    only: set[str],
+    timeout_s: float,
+    work: Path,
+    reuse: dict[str, str],
+    profile_only: bool = False,
 ) -> list[dict]:
     """Every case on every tree, the profiles first (each tree profiles with its own code, unless
-    `reuse` names a profiled-data folder for the script's stem: then both trees read it)."""
+    `reuse` names a profiled-data folder for the script's stem: then both trees read it); with
+    `profile_only`, only the analytic profiles' rows."""
     rows, profiles = [], {}
     tinker = _tinker_folder(work)
     for case in CASES:
@@ -190,8 +199,9 @@ def run(
                     rows.append(_profile_row(f"{Path(script).stem} profile", label, prof))
                     print(rows[-1], flush=True)
                 folder = profiles[key].get("folder", "")
-            rows.append(_row(name, label, _search(tree, case, folder, work, timeout_s)))
-            print(rows[-1], flush=True)
+            if not profile_only:
+                rows.append(_row(name, label, _search(tree, case, folder, work, timeout_s)))
+                print(rows[-1], flush=True)
     return rows
 
 
@@ -242,12 +252,15 @@ def main() -> None:
         help="SCRIPT_STEM=FOLDER: both trees search this analytic profile (no profile rows)",
     )
     parser.add_argument("--out", default="search_speed", help="file stem under benchmarks/results/")
+    parser.add_argument(
+        "--profile-only", action="store_true", help="time the analytic profiles, not the searches"
+    )
     args = parser.parse_args()
     trees = {"before": Path(args.base).resolve(), "after": Path(args.after).resolve()}
     only = {name for name in args.only.split(",") if name}
     with tempfile.TemporaryDirectory(prefix="tinker-speed-") as tmp:
         reuse = dict(item.split("=", 1) for item in args.reuse_profile)
-        rows = run(trees, only, args.timeout, Path(tmp), reuse)
+        rows = run(trees, only, args.timeout, Path(tmp), reuse, args.profile_only)
     load = os.getloadavg()
     commits = ", ".join(f"{label} = {_commit(tree)}" for label, tree in trees.items())
     note = (

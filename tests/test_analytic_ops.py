@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch._subclasses import FakeTensorMode
+from torch.utils.flop_counter import FlopCounterMode
 
 from tinker_opt.hardware import load_hardware
 from tinker_opt.profile.op_timing import OpArrays, fused_kernels, op_times_us, total_time_us
-from tinker_opt.profile.op_trace import OpRecord, OpTrace, trace_ops
+from tinker_opt.profile.op_trace import EXTRA_FLOP_FORMULAS, OpRecord, OpTrace, trace_ops
 
 
-def _trace(fn, *shapes, dtype=torch.bfloat16, backward=False) -> OpTrace:
+def _trace(fn, *shapes, dtype=torch.bfloat16, backward=False, counter=None) -> OpTrace:
     trace = OpTrace()
-    with FakeTensorMode():
+    with FakeTensorMode(), counter or contextlib.nullcontext():
         inputs = [torch.randn(*s, dtype=dtype, requires_grad=backward) for s in shapes]
         with trace_ops(trace) as tracer:
             out = fn(*inputs)
@@ -39,8 +42,9 @@ def test_matmul_flops_are_two_per_multiply_add(m: int, k: int, n: int) -> None:
 def test_per_op_flops_add_up_to_flop_counter_total() -> None:
     """The recorded per-op FLOPs sum to FlopCounterMode's own total, forward and backward."""
     layer = lambda x, w: F.gelu(x @ w).sum()
-    trace = _trace(layer, (64, 32), (32, 48), backward=True)
-    assert trace.total_flops() == trace.counter_total_flops > 0
+    counter = FlopCounterMode(display=False, custom_mapping=EXTRA_FLOP_FORMULAS)
+    trace = _trace(layer, (64, 32), (32, 48), backward=True, counter=counter)
+    assert trace.total_flops() == counter.get_total_flops() > 0
     assert trace.total_flops("bwd") == 2 * trace.total_flops("fwd")
 
 

@@ -16,19 +16,18 @@ from model_support import cluster, synthetic_profile
 from rich.console import Console
 
 from tinker_opt.costs.evaluate import CostModel
-from tinker_opt.emit.picks import pareto_front
 from tinker_opt.emit.results import (
     CANDIDATES_PNG,
     REPORT_HTML,
     SCHEDULE_PNG,
     STAGES_PNG,
-    RunLabels,
-    SearchReport,
     write_results_folder,
 )
 from tinker_opt.emit.schedule import pipeline_ops
+from tinker_opt.emit.search_report import RunLabels, SearchReport
 from tinker_opt.emit.tables import picks_table, strategies_table
 from tinker_opt.script.reader import read_script
+from tinker_opt.solve.picks import pareto_front
 from tinker_opt.strategy import Strategy
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from tinker_opt.costs.evaluate import CostModel
-from tinker_opt.emit.noop_layers import computing_layer_strategy
 from tinker_opt.errors import InfeasibleError
 from tinker_opt.hardware import load_hardware
+from tinker_opt.script.noop_layers import computing_layer_strategy
 from tinker_opt.solve.search import search
 from tinker_opt.solve.space import SearchSpace
 from tinker_opt.specs import ClusterSpec

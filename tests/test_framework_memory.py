@@ -25,23 +25,21 @@ PROFILE = synthetic_profile(MODEL)
 
 
 def _evaluate(strategy: Strategy, accelerator: str = "cuda"):
-    cost_model = CostModel.from_profile(PROFILE, MODEL, cluster(1, 8, 60000), 64)
-    cost_model.accelerator = accelerator
-    return cost_model.evaluate(strategy)
+    context = CostModel.from_profile(PROFILE, MODEL, cluster(1, 8, 60000), 64).context
+    rates = dataclasses.replace(context.rates, accelerator=accelerator)
+    return CostModel(dataclasses.replace(context, rates=rates)).evaluate(strategy)
 
 
 def test_stages_carry_allocated_reserved_and_device_peaks():
     """Each stage: allocated = modelled (the head's fp32 logits are in it), reserved > allocated,
     device > reserved."""
     evaluation = _evaluate(Strategy(tp=2, pp=2, dp=2, sp=True))
-    assert all(stage["allocated_mb"] == stage["memory_mb"] for stage in evaluation.stages)
+    assert all(stage.allocated_mb == stage.memory_mb for stage in evaluation.stages)
     assert "fp32_logits_mb" not in evaluation.framework_memory
     for stage in evaluation.stages:
-        assert (
-            stage["memory_mb"] <= stage["allocated_mb"] < stage["reserved_mb"] < stage["device_mb"]
-        )
+        assert stage.memory_mb <= stage.allocated_mb < stage.reserved_mb < stage.device_mb
     summary = evaluation.framework_memory
-    assert summary["peak_allocated_mb"] == max(s["allocated_mb"] for s in evaluation.stages)
+    assert summary["peak_allocated_mb"] == max(s.allocated_mb for s in evaluation.stages)
     assert summary["num_communicators"] == 4  # world, tp, dp, pp
 
 
@@ -56,7 +54,8 @@ def test_comm_buffers_follow_the_groups_and_the_library():
 
 def test_first_iteration_peak_leaves_out_the_adam_moments():
     """After iteration 1 the peak is the larger of forward/backward without the moments and the step."""
-    stage = {"weights_mb": 100.0, "gradients_mb": 200.0, "optimizer_mb": 600.0}
+    stage = _evaluate(Strategy(dp=8)).stages[0]
+    stage = dataclasses.replace(stage, weights_mb=100.0, gradients_mb=200.0, optimizer_mb=600.0)
     # 12 B of state per parameter, 8 B of them the moments: 400 MB not there before the step.
     assert first_iteration_peak_mb(stage, 1500.0, 12.0) == 1100.0
     assert first_iteration_peak_mb(stage, 1000.0, 12.0) == 900.0  # the step is the peak

@@ -3,9 +3,11 @@
 The graph is built with `ast` from the source files, without importing anything. Every import
 counts, including those inside functions: a function-level import that closes a circle is the
 usual way a circle is hidden (it "works" only because of the order modules happen to load in),
-so it is a design circle all the same. Imports under `if TYPE_CHECKING:` are left out: they never
-run. `from tinker_opt.pkg import name` counts as an import of `tinker_opt.pkg.name` when that is
-a module, else of the package `tinker_opt.pkg` (its `__init__`, a node like any module). The
+so it is a design circle all the same. Imports under `if TYPE_CHECKING:` count too: they never
+run, but a module that names another's types for its annotations depends on it as much as one that
+calls it, and a circle of such names is a design circle that a shared type module removes.
+`from tinker_opt.pkg import name` counts as an import of `tinker_opt.pkg.name` when that is a
+module, else of the package `tinker_opt.pkg` (its `__init__`, a node like any module). The
 parent packages an import runs on the way are not edges: a package that imports its own
 submodules in `__init__` is the ordinary layout, not a circle.
 """
@@ -23,16 +25,6 @@ def module_name(path: Path, root: Path = ROOT) -> str:
     """`root/profile/store.py` -> `tinker_opt.profile.store` (a package is its `__init__`)."""
     parts = path.relative_to(root.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _type_checking_lines(tree: ast.AST) -> set[int]:
-    """Line numbers of statements under `if TYPE_CHECKING:` (never executed)."""
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for stmt in node.body:
-                lines.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
-    return lines
 
 
 def _targets(node: ast.AST, current: str, is_package: bool, modules: set[str]) -> list[str]:
@@ -60,16 +52,16 @@ def _targets(node: ast.AST, current: str, is_package: bool, modules: set[str]) -
 
 
 def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
-    """module -> the tinker_opt modules it imports (module level and inside functions)."""
+    """module -> the tinker_opt modules it imports (module level, inside functions and under
+    `if TYPE_CHECKING:`)."""
     files = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
     modules = set(files)
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        skip = _type_checking_lines(tree)
         edges: set[str] = set()
         for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno not in skip:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
                 edges.update(_targets(node, name, path.name == "__init__.py", modules))
         graph[name] = edges
     return graph
@@ -147,7 +139,7 @@ def test_finder_reports_a_cycle_with_its_path():
 
 
 def test_graph_counts_function_level_and_relative_imports(tmp_path):
-    """Imports inside functions and relative imports are edges; TYPE_CHECKING ones are not."""
+    """Imports inside functions, relative imports and TYPE_CHECKING imports are all edges."""
     pkg = tmp_path / "tinker_opt"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -160,7 +152,7 @@ def test_graph_counts_function_level_and_relative_imports(tmp_path):
     (pkg / "z.py").write_text("import tinker_opt.sub.x\n")
     graph = import_graph(pkg)
     assert graph["tinker_opt.sub.x"] == {"tinker_opt.sub.y"}
-    assert graph["tinker_opt.sub.y"] == {"tinker_opt.sub.x"}
+    assert graph["tinker_opt.sub.y"] == {"tinker_opt.sub.x", "tinker_opt.z"}
     assert graph["tinker_opt.z"] == {"tinker_opt.sub.x"}
     assert find_cycles(graph) == [["tinker_opt.sub.x", "tinker_opt.sub.y", "tinker_opt.sub.x"]]
 

@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 from script_support import FIXTURES
 
 from tinker_opt.emit.script_writer import apply_strategy
-from tinker_opt.knobs import KNOBS, KnobContext, excluded_pairs, knob_message, read_switches
+from tinker_opt.knobs import (
+    KNOBS,
+    LAYOUT_KNOBS,
+    KnobContext,
+    excluded_pairs,
+    knob_message,
+    read_switches,
+)
 from tinker_opt.rules import overlap_message
 from tinker_opt.script import flags, versions
 from tinker_opt.script.reader import read_script_text
@@ -29,6 +36,29 @@ def test_registry_covers_the_overlap_keys_and_their_flags():
             assert flags.BY_NAME[spelling.flag].treatment == treatment
             assert versions.FLAG_SINCE[spelling.flag] == spelling.since
     assert versions.FLAG_UNTIL["--use-mc2"] == {versions.MINDSPEED: (2, 2, 0)}
+
+
+def test_layout_knobs_are_strategy_flags_with_their_versions_from_the_registry():
+    """tp, pp, cp, ep, etp, sp and mbs: each flag is a `strategy` flag of the flag table and the
+    version table holds the declaration's versions (no row where every version has the flag)."""
+    assert [knob.key for knob in LAYOUT_KNOBS] == ["pp", "tp", "cp", "ep", "etp", "sp", "mbs"]
+    for knob in LAYOUT_KNOBS:
+        assert flags.BY_NAME[knob.flag].treatment == "strategy"
+        assert versions.FLAG_SINCE.get(knob.flag, {}) == knob.spelling.since
+    assert versions.FLAG_SINCE["--context-parallel-size"] == {
+        "mindspeed": (0, 9, 3),
+        "megatron": (0, 5),
+    }
+
+
+def test_layout_sizes_are_read_and_written_through_their_flags():
+    """The reader takes each size from its registry flag and the writer writes it back there."""
+    text = (FIXTURES / "pretrain_llama2_7b_ptd.sh").read_text()
+    assert read_script_text(text).train.strategy.mbs != 2
+    target = Strategy(tp=4, pp=2, dp=1, mbs=2, sp=True)
+    written = apply_strategy(text, target, nnodes=1, nproc_per_node=8).text
+    got = read_script_text(written).train.strategy
+    assert (got.tp, got.pp, got.dp, got.mbs, got.sp) == (4, 2, 1, 2, True)
 
 
 def test_moe_overlap_and_mc2_exclude_each_other_in_the_rules_too():
@@ -108,3 +138,27 @@ def test_param_gather_with_optimizer_step_is_read_checked_and_kept():
     assert "--overlap-param-gather-with-optimizer-step" in kept
     plain = s.replace(zero=0, overlap_param_gather=None, **{key: None})
     assert "with-optimizer-step" not in apply_strategy(text, plain, nnodes=2, nproc_per_node=8).text
+
+
+def test_delay_wgrad_compute_is_read_checked_and_kept():
+    """The knob added through the registry alone (knobs.py entry, Strategy field, flag row):
+    `--delay-wgrad-compute` is read on a MoE model, needs the MoE all-to-all overlap (Megatron's
+    transformer_config check), is left to the script by the search and kept by the writer."""
+    key = "delay_wgrad_compute"
+    text = (FIXTURES / "train_mixtral_8x7b_distributed.sh").read_text()
+    text = text.replace(
+        "--expert-model-parallel-size 8",
+        "--expert-model-parallel-size 8 \\\n    --overlap-moe-expert-parallel-comm \\\n"
+        "    --delay-wgrad-compute",
+    )
+    s = read_script_text(text).train.strategy
+    assert getattr(s, key) is True and s.overlap_moe_comm is True
+    assert overlap_message(s, is_moe=True) is None
+    assert "needs overlap_moe_comm on" in overlap_message(
+        s.replace(overlap_moe_comm=False), is_moe=True
+    )
+    assert "a MoE model" in overlap_message(s, is_moe=False)
+    assert all(choice[key] is None for choice in overlap_choices(s, True, OVERLAP_KEYS))
+    assert versions.FLAG_SINCE["--delay-wgrad-compute"] == {"mindspeed": None, "megatron": (0, 14)}
+    kept = apply_strategy(text, s.replace(**{key: None}), nnodes=4, nproc_per_node=8).text
+    assert "--delay-wgrad-compute" in kept

@@ -11,6 +11,7 @@ from tinker_opt.costs import overlap
 from tinker_opt.costs.cp_terms import cp_fwd_bwd_us, cp_groups, unaligned_extra
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.costs.job import JobOptions
+from tinker_opt.costs.layer_comm import layer_comm_us
 from tinker_opt.errors import StrategyError
 from tinker_opt.rules import (
     LATEST_RULES,
@@ -37,7 +38,7 @@ def _cost_model(model, *, nodes: int, per_node: int, ulysses_degree=None) -> Cos
 
 
 def _layer_cost(cm: CostModel, s: Strategy):
-    return cm._terms.cost("layer", s)
+    return cm.context.cost("layer", s)
 
 
 def test_hybrid_degree_follows_mindspeed_rule():
@@ -54,16 +55,16 @@ def test_hybrid_comm_by_hand():
     (262,144 B) inside a node, one K/V hop (524,288 B) forward and two backward across nodes."""
     cm = _cost_model(HYBRID_MODEL, nodes=2, per_node=4, ulysses_degree=4)
     s = Strategy(tp=1, pp=1, dp=1, cp=8, cp_algo="hybrid_cp_algo", mbs=1)
-    assert cp_groups(cm._terms, s) == (4, 2)
+    assert cp_groups(cm.context, s) == (4, 2)
     t = cm.comm.time_us
     a2a = t("all_to_all", 4, "intra_node", 3 * 262_144) + t("all_to_all", 4, "intra_node", 262_144)
     hop = t("send_recv", 2, "inter_node", 524_288)
-    fwd, bwd = cp_fwd_bwd_us(cm._terms, s)
+    fwd, bwd = cp_fwd_bwd_us(cm.context, s)
     assert fwd == pytest.approx(a2a + hop) and bwd == pytest.approx(a2a + 2 * hop)
     # Exposed: the all-to-all in full, each hop less one block's attention (1/2 of the core).
     cost = _layer_cost(cm, s)
     share = overlap.matmul_share(HYBRID_MODEL, 1, 256, cost.param_count)
-    exp_fwd, exp_bwd, hidden = cm._terms._layer_comm_us("dense", s, cost)
+    exp_fwd, exp_bwd, hidden = layer_comm_us(cm.context, "dense", s, cost)
     assert exp_fwd == pytest.approx(a2a + max(0.0, hop - cost.fwd_us * (1 - share) / 2))
     assert exp_bwd == pytest.approx(a2a + 2 * max(0.0, hop - cost.bwd_us * (1 - share) / 2))
     assert hidden == pytest.approx(fwd + bwd - exp_fwd - exp_bwd)
@@ -74,8 +75,8 @@ def test_hybrid_degree_reaches_the_cost_model():
     s = Strategy(tp=1, pp=1, dp=1, cp=8, cp_algo="hybrid_cp_algo", mbs=1)
     four = _cost_model(HYBRID_MODEL, nodes=1, per_node=8, ulysses_degree=4)
     default = _cost_model(HYBRID_MODEL, nodes=1, per_node=8)
-    assert cp_groups(default._terms, s) == (2, 4)
-    assert cp_fwd_bwd_us(four._terms, s) != cp_fwd_bwd_us(default._terms, s)
+    assert cp_groups(default.context, s) == (2, 4)
+    assert cp_fwd_bwd_us(four.context, s) != cp_fwd_bwd_us(default.context, s)
     assert four.evaluate(s).iteration_time_ms != default.evaluate(s).iteration_time_ms
 
 
@@ -84,8 +85,8 @@ def test_megatron_ring_is_hybrid_with_one_ulysses_rank():
     cm = _cost_model(HYBRID_MODEL, nodes=1, per_node=8, ulysses_degree=1)
     ring = Strategy(tp=1, pp=1, dp=2, cp=4, cp_algo="megatron_cp_algo", mbs=1, zero=1)
     hybrid = ring.replace(cp_algo="hybrid_cp_algo")
-    assert cp_groups(cm._terms, hybrid) == (1, 4)
-    assert cp_fwd_bwd_us(cm._terms, ring) == cp_fwd_bwd_us(cm._terms, hybrid)
+    assert cp_groups(cm.context, hybrid) == (1, 4)
+    assert cp_fwd_bwd_us(cm.context, ring) == cp_fwd_bwd_us(cm.context, hybrid)
     assert cm.evaluate(ring).time_ns_x_vpp == cm.evaluate(hybrid).time_ns_x_vpp
 
 
@@ -97,10 +98,10 @@ def test_unaligned_ulysses_by_hand():
     s = Strategy(tp=1, pp=1, dp=2, cp=4, cp_algo="ulysses_cp_algo", mbs=1, zero=1)
     t = cm.comm.time_us
     a2a = t("all_to_all", 4, "intra_node", 3 * 524_288) + t("all_to_all", 4, "intra_node", 524_288)
-    assert cp_fwd_bwd_us(cm._terms, s) == pytest.approx((a2a, a2a))
+    assert cp_fwd_bwd_us(cm.context, s) == pytest.approx((a2a, a2a))
     cost = _layer_cost(cm, s)
     share = overlap.matmul_share(UNALIGNED_MODEL, 1, 512, cost.param_count)
-    extra_fwd, extra_bwd, extra_bytes = unaligned_extra(cm._terms, s, cost, share)
+    extra_fwd, extra_bwd, extra_bytes = unaligned_extra(cm.context, s, cost, share)
     assert extra_fwd == pytest.approx(cost.fwd_us * (1 - share) / 3)
     assert extra_bwd == pytest.approx(cost.bwd_us * (1 - share) / 3)
     # q, k, v and the output after the all-to-all: 4 x 524,288 held vs 4 x 393,216 aligned.
@@ -112,7 +113,7 @@ def test_aligned_ulysses_has_no_pace_term():
     cm = _cost_model(HYBRID_MODEL, nodes=1, per_node=8)
     s = Strategy(tp=1, pp=1, dp=2, cp=4, cp_algo="ulysses_cp_algo", mbs=1, zero=1)
     cost = _layer_cost(cm, s)
-    assert unaligned_extra(cm._terms, s, cost, 0.5) == (0.0, 0.0, 0)
+    assert unaligned_extra(cm.context, s, cost, 0.5) == (0.0, 0.0, 0)
 
 
 def test_unaligned_ulysses_rule_follows_the_version():

@@ -85,17 +85,17 @@ def test_memory_parts_add_up_to_the_stage_memory(strategy):
     """Weights, gradients, optimizer, activations, transient and recompute working set are separate
     non-negative terms whose sum is each stage's memory."""
     for stage in _model().evaluate(strategy).stages:
-        assert all(stage[part] >= 0 for part in MEMORY_PARTS)
-        assert sum(stage[part] for part in MEMORY_PARTS) == pytest.approx(
-            stage["memory_mb"], rel=1e-12
+        assert all(getattr(stage, part) >= 0 for part in MEMORY_PARTS)
+        assert sum(getattr(stage, part) for part in MEMORY_PARTS) == pytest.approx(
+            stage.memory_mb, rel=1e-12
         )
-        assert stage["gradients_mb"] > 0 and stage["weights_mb"] > 0 and stage["transient_mb"] > 0
+        assert stage.gradients_mb > 0 and stage.weights_mb > 0 and stage.transient_mb > 0
 
 
 def test_gradients_are_fp32_per_weight():
     """fp32 main gradients: 4 bytes per parameter, twice the bf16 weights' 2 bytes."""
     stage = _model().evaluate(Strategy(tp=1, pp=2, dp=4)).stages[0]
-    assert stage["gradients_mb"] == pytest.approx(2 * stage["weights_mb"], rel=1e-9)
+    assert stage.gradients_mb == pytest.approx(2 * stage.weights_mb, rel=1e-9)
 
 
 def test_breakdown_adds_up_to_the_iteration_time():
@@ -116,7 +116,7 @@ def test_breakdown_adds_up_to_the_iteration_time():
 def test_single_device_has_no_communication():
     """tp = pp = dp = cp = 1: no collective at all."""
     evaluation = _model(per_node=1).evaluate(Strategy())
-    assert evaluation.stages[0]["comm_ms"] == 0
+    assert evaluation.stages[0].comm_ms == 0
     assert evaluation.time_breakdown_ms["dp_sync_ms"] == 0
 
 
@@ -124,8 +124,8 @@ def test_distributed_optimizer_shards_states_and_is_not_slower():
     """dist_opt divides optimizer states by dp*cp and its reduce-scatter + all-gather is no slower."""
     plain = _model().evaluate(Strategy(dp=8))
     sharded = _model().evaluate(Strategy(dp=8, zero=1))
-    assert sharded.stages[0]["optimizer_mb"] == pytest.approx(
-        plain.stages[0]["optimizer_mb"] / 8, rel=1e-6
+    assert sharded.stages[0].optimizer_mb == pytest.approx(
+        plain.stages[0].optimizer_mb / 8, rel=1e-6
     )
     assert sharded.iteration_time_ms <= plain.iteration_time_ms
 
@@ -135,7 +135,7 @@ def test_full_recompute_trades_time_for_memory():
     base = Strategy(tp=1, pp=2, dp=4, num_layer_list=(5, 3))
     plain = _model().evaluate(base)
     full = _model().evaluate(base.replace(recompute="full", recompute_num_layers=4))
-    assert [s["recompute_layers"] for s in full.stages] == [4, 3]
+    assert [s.recompute_layers for s in full.stages] == [4, 3]
     assert full.peak_memory_mb < plain.peak_memory_mb
     assert full.iteration_time_ms > plain.iteration_time_ms
 
@@ -143,7 +143,7 @@ def test_full_recompute_trades_time_for_memory():
 def test_first_stage_holds_the_most_micro_batches():
     """1F1B: stage s holds min(pp - s, m) micro-batches, so equal stages shrink along the pipe."""
     evaluation = _model().evaluate(Strategy(pp=4, dp=2))
-    activations = [stage["activations_mb"] for stage in evaluation.stages]
+    activations = [stage.activations_mb for stage in evaluation.stages]
     assert activations[0] > activations[1] > activations[2]
 
 
@@ -159,8 +159,8 @@ def test_tied_embeddings_put_a_copy_on_the_last_stage():
     evaluation = _model().evaluate(Strategy(pp=2, dp=4))
     first, last = evaluation.stages
     words_mb = MODEL.vocab_size_for(1) * MODEL.hidden_size * 6 / 2**20  # bf16 weight + fp32 grad
-    assert last["weights_mb"] > first["weights_mb"] - words_mb * 0.01
-    assert last["weights_mb"] == pytest.approx(first["weights_mb"], rel=0.05)
+    assert last.weights_mb > first.weights_mb - words_mb * 0.01
+    assert last.weights_mb == pytest.approx(first.weights_mb, rel=0.05)
 
 
 def test_missing_inter_node_figures_warn_and_can_be_overridden():
@@ -221,6 +221,6 @@ def test_mixed_stack_costs_follow_layer_positions():
     base = Strategy(tp=2, pp=3, dp=1, ep=2, etp=1, sp=True)
     moe_middle = cost_model.evaluate(base.replace(num_layer_list=(2, 2, 2))).stages[1]
     mixed_middle = cost_model.evaluate(base.replace(num_layer_list=(1, 2, 3))).stages[1]
-    assert moe_middle["layers"] == mixed_middle["layers"] == 2
-    assert mixed_middle["memory_mb"] < moe_middle["memory_mb"]  # a dense layer holds no experts
-    assert mixed_middle["time_ms"] != moe_middle["time_ms"]
+    assert moe_middle.layers == mixed_middle.layers == 2
+    assert mixed_middle.memory_mb < moe_middle.memory_mb  # a dense layer holds no experts
+    assert mixed_middle.time_ms != moe_middle.time_ms

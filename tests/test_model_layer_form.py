@@ -9,8 +9,8 @@ import pytest
 from model_support import cluster, synthetic_profile
 
 from tinker_opt.costs.evaluate import CostModel
-from tinker_opt.emit.expressible import expressible_strategy, search_space_for
 from tinker_opt.emit.script_writer import apply_strategy
+from tinker_opt.expressible import expressible_strategy, search_space_for
 from tinker_opt.rules import layer_form_message
 from tinker_opt.script import versions
 from tinker_opt.script.reader import read_script

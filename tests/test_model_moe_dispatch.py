@@ -18,7 +18,7 @@ PROFILE = synthetic_profile(MODEL, tps=(1,), cps=(1,), eps=(1, 2, 4, 8, 16), mbs
 def _comm_us(model, ep: int, devices_per_node: int, nodes: int = 4) -> float:
     cost = CostModel.from_profile(PROFILE, model, cluster(nodes, devices_per_node, 60000), 64)
     strategy = Strategy(tp=1, pp=1, dp=nodes * devices_per_node, ep=ep, etp=1)
-    return moe_comm_us(cost._terms, strategy)
+    return moe_comm_us(cost.context, strategy)
 
 
 def _with(**fields):

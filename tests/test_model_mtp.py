@@ -21,8 +21,8 @@ def test_mtp_modules_cost_the_last_stage_only():
         cost = CostModel.from_profile(profile, model, cluster(1, 4, 60000), 8)
         stages[k] = cost.evaluate(s).stages
     assert stages[1][0] == stages[0][0]
-    assert stages[1][1]["time_ms"] > stages[0][1]["time_ms"]
-    assert stages[1][1]["weights_mb"] > stages[0][1]["weights_mb"]
+    assert stages[1][1].time_ms > stages[0][1].time_ms
+    assert stages[1][1].weights_mb > stages[0][1].weights_mb
     # The MTP modules' activations, like the head's, are held for one micro-batch (transient).
-    assert stages[1][1]["transient_mb"] > stages[0][1]["transient_mb"]
-    assert stages[1][1]["activations_mb"] == stages[0][1]["activations_mb"]
+    assert stages[1][1].transient_mb > stages[0][1].transient_mb
+    assert stages[1][1].activations_mb == stages[0][1].activations_mb

@@ -123,9 +123,9 @@ def test_tp_overlap_hides_all_but_one_chunk_when_the_matmul_covers_it():
         cost.evaluate(base.replace(tp_comm_overlap=False)),
         cost.evaluate(base.replace(tp_comm_overlap=True)),
     )
-    layer_comm_off = off.stages[0]["comm_ms"]
-    assert on.stages[0]["comm_hidden_ms"] > 0
-    assert on.stages[0]["comm_ms"] + on.stages[0]["comm_hidden_ms"] == pytest.approx(
+    layer_comm_off = off.stages[0].comm_ms
+    assert on.stages[0].comm_hidden_ms > 0
+    assert on.stages[0].comm_ms + on.stages[0].comm_hidden_ms == pytest.approx(
         layer_comm_off, abs=1e-5
     )
     assert on.iteration_time_ms < off.iteration_time_ms
@@ -137,8 +137,8 @@ def test_grad_reduce_overlap_keeps_the_last_bucket_exposed():
     base = Strategy(tp=1, dp=4, mbs=1)
     off = cost.evaluate(base.replace(overlap_grad_reduce=False))
     on = cost.evaluate(base.replace(overlap_grad_reduce=True))
-    assert 0 < on.stages[0]["sync_ms"] < off.stages[0]["sync_ms"]
-    assert on.stages[0]["sync_hidden_ms"] > 0
+    assert 0 < on.stages[0].sync_ms < off.stages[0].sync_ms
+    assert on.stages[0].sync_hidden_ms > 0
 
 
 def test_reuse_fp32_param_saves_two_bytes_per_parameter_of_states():
@@ -152,4 +152,4 @@ def test_reuse_fp32_param_saves_two_bytes_per_parameter_of_states():
     for zero in (0, 1):
         s = Strategy(dp=2, zero=zero)
         a, b = plain.evaluate(s).stages[0], reuse.evaluate(s).stages[0]
-        assert b["optimizer_mb"] == pytest.approx(a["optimizer_mb"] * 10 / 12, rel=1e-6)
+        assert b.optimizer_mb == pytest.approx(a.optimizer_mb * 10 / 12, rel=1e-6)

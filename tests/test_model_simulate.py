@@ -49,7 +49,7 @@ def test_uniform_flag_defaults_to_one_layer_per_group():
         num_devices=8, num_layers=8, pp=2, recompute="full", recompute_method="uniform"
     )
     assert (strategy.recompute_method, strategy.recompute_num_layers) == ("uniform", 1)
-    assert COST_MODEL.evaluate(strategy).stages[0]["recompute_layers"] == 4
+    assert COST_MODEL.evaluate(strategy).stages[0].recompute_layers == 4
     with pytest.raises(StrategyError, match="block or uniform"):
         strategy_from_flags(num_devices=8, num_layers=8, recompute="full", recompute_method="chunk")
 

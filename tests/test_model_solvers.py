@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -61,6 +63,19 @@ def test_all_solvers_find_the_same_optimum(cost_model, space):
     """cpsat, milp, enum and brute force agree on the optimum (or all find nothing fits), on
     uniform and mixed dense / MoE stacks, with both recompute methods and with uniform alone."""
     solvers_agree(cost_model, space)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(), st.sampled_from([SPACE, UNIFORM_SPACE]))
+def test_feasibility_is_exact(cost_model, space):
+    """is_feasible (for a mixed stack the range-length relaxations first, the exact check only
+    where they disagree: solve/mixed_fits.py) holds exactly for the configurations in which brute
+    force finds a split that fits, and CostModel.static_overflows for none of them."""
+    outers = _outers(cost_model, space)
+    feasible = {o for o in outers if is_feasible(cost_model.coefficients(o))}
+    assert feasible == {cand.outer for cand in brute_force(cost_model, outers)}
+    # the presolve's static-bytes test drops only configurations in which nothing fits
+    assert not any(cost_model.static_overflows(o) for o in feasible)
 
 
 UNPRUNED_SPACE = SearchSpace(max_mbs=1, tp=(1, 2), cp=(1,), ep=(1, 2))
@@ -123,7 +138,7 @@ def test_solvers_agree_within_a_layer_form(instance):
     the form's own splits find the same optimum, and every split they return has that form."""
     cost_model, form = instance
     space = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1,), ep=(1, 2), allow_vpp=False, layer_form=form)
-    restricted = cost_model.with_layer_form(form)
+    restricted = cost_model.under(replace(cost_model.rules, layer_form=form))
     for solver, result in solvers_agree(cost_model, space, reference=restricted).items():
         for evaluation in result.top:
             layers = evaluation.strategy.stage_layers(cost_model.model.num_layers)

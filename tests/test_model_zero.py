@@ -82,14 +82,14 @@ def test_zero_memory_per_stage_matches_hand_computed(dense_costs):
         3: total * (2 + 4 + 12) / n,
     }
     expected_gathered = {0: 0, 1: 0, 2: 4 * unit, 3: 4 * unit + (1 + PREFETCH_UNITS) * 2 * unit}
-    base_transient = _stage(dense_costs, 0)["transient_mb"] * 2**20
+    base_transient = _stage(dense_costs, 0).transient_mb * 2**20
     for zero in (0, 1, 2, 3):
         stage = _stage(dense_costs, zero)
-        static = (stage["weights_mb"] + stage["gradients_mb"] + stage["optimizer_mb"]) * 2**20
+        static = (stage.weights_mb + stage.gradients_mb + stage.optimizer_mb) * 2**20
         assert static == pytest.approx(expected_static[zero], abs=8 * (LAYERS + 3)), (
             zero
         )  # per-unit rounding
-        gathered = stage["transient_mb"] * 2**20 - base_transient
+        gathered = stage.transient_mb * 2**20 - base_transient
         assert gathered == pytest.approx(expected_gathered[zero], abs=1), zero
 
 

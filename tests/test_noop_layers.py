@@ -1,9 +1,9 @@
-"""Mapping computing-layer splits to script layer lists with noop layers (emit/noop_layers.py)."""
+"""Mapping computing-layer splits to script layer lists with noop layers (script/noop_layers.py)."""
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinker_opt.emit.noop_layers import script_stage_layers, strategy_for_script
+from tinker_opt.script.noop_layers import script_stage_layers, strategy_for_script
 from tinker_opt.strategy import Strategy
 
 

@@ -93,7 +93,7 @@ def test_uniform_one_equals_block_over_the_whole_chunk(two_stages):
     uniform = two_stages.evaluate(_full(2, "uniform", 1))
     block = two_stages.evaluate(_full(2, "block", 4))
     assert uniform.time_ns_x_vpp == block.time_ns_x_vpp
-    assert [s["memory_mb"] for s in uniform.stages] == [s["memory_mb"] for s in block.stages]
+    assert [s.memory_mb for s in uniform.stages] == [s.memory_mb for s in block.stages]
 
 
 def test_uniform_trades_checkpoints_for_working_set(two_stages):

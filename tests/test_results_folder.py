@@ -8,12 +8,11 @@ import pandas as pd
 import pytest
 
 from tinker_opt.emit.results import (
-    RunLabels,
-    SearchReport,
     config_script_name,
     results_folder_name,
     write_results_folder,
 )
+from tinker_opt.emit.search_report import RunLabels, SearchReport
 from tinker_opt.errors import ConfigError
 from tinker_opt.strategy import Strategy
 

@@ -14,9 +14,9 @@ import yaml
 from cli_support import run_all_analytic, run_cli
 from script_support import bash_syntax_ok
 
-from tinker_opt.emit.expressible import search_space_for
 from tinker_opt.emit.fsdp2_writer import apply_fsdp2
 from tinker_opt.emit.yaml_edit import set_yaml_values
+from tinker_opt.expressible import search_space_for
 from tinker_opt.script.hf_config import model_from_hf_config
 from tinker_opt.script.reader import read_script, read_script_text
 from tinker_opt.strategy import Strategy

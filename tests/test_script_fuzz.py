@@ -23,9 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from script_support import bash_syntax_ok
 
-from tinker_opt.emit.expressible import expressible_strategy
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.errors import TinkerError
+from tinker_opt.expressible import expressible_strategy
 from tinker_opt.script import versions
 from tinker_opt.script.reader import inspect_dict, read_script_text
 from tinker_opt.strategy import OVERLAP_KEYS

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from script_support import FIXTURES
 
-from tinker_opt.emit.noop_layers import computing_layer_strategy
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.errors import ScriptError, StrategyError
 from tinker_opt.rules import check_strategy
 from tinker_opt.script.layer_pattern import parse_layer_freq
+from tinker_opt.script.noop_layers import computing_layer_strategy
 from tinker_opt.script.reader import inspect_dict, read_script, read_script_text
 from tinker_opt.specs import ClusterSpec
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from script_support import FIXTURES
 
-from tinker_opt.emit.expressible import expressible_strategy
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.errors import StrategyError
+from tinker_opt.expressible import expressible_strategy
 from tinker_opt.rules import FrameworkRules, check_strategy
 from tinker_opt.script import versions
 from tinker_opt.script.reader import inspect_dict, read_script, read_script_text

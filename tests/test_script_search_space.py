@@ -1,10 +1,10 @@
-"""The search space follows what the script's framework version can express (emit/expressible.py)."""
+"""The search space follows what the script's framework version can express (expressible.py)."""
 
 from pathlib import Path
 
 import pytest
 
-from tinker_opt.emit.expressible import search_space_for
+from tinker_opt.expressible import search_space_for
 from tinker_opt.script import versions
 from tinker_opt.script.reader import read_script
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tinker_opt.emit.expressible import search_space_for
 from tinker_opt.emit.script_writer import apply_strategy
 from tinker_opt.errors import StrategyError
+from tinker_opt.expressible import search_space_for
 from tinker_opt.script import versions
 from tinker_opt.script.reader import read_script, read_script_text
 

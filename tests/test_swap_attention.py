@@ -53,7 +53,7 @@ def test_memory_falls_and_time_pays_the_exposed_copy(link_gbs):
     per_stage_mb = 4 * swap_attention_bytes(model, 2048, 1, False, 2) / 2**20  # 4 layers a stage
     in_flight = []
     for before, after in zip(off.stages, on.stages, strict=True):
-        count = (before["activations_mb"] - after["activations_mb"]) / per_stage_mb
+        count = (before.activations_mb - after.activations_mb) / per_stage_mb
         assert count == pytest.approx(round(count)) and count >= 1
         in_flight.append(round(count))
     assert in_flight[0] > in_flight[1]  # 1F1B: the first stage holds more micro-batches

@@ -75,7 +75,7 @@ def test_compute_reproduces_the_folder_block_times_with_no_tp_term(tinker, tp, s
         m * per_micro_us / 1e3, rel=1e-12
     )
     assert evaluation.time_breakdown_ms["comm_ms"] == 0.0
-    assert all(stage["comm_ms"] == 0.0 for stage in evaluation.stages)
+    assert all(stage.comm_ms == 0.0 for stage in evaluation.stages)
     assert evaluation.in_block_times == ("tp_comm", "ep_comm")
 
 
@@ -125,7 +125,7 @@ def test_attention_mask_is_charged_once_per_stage(tinker):
     shape, folder, model = tinker
     strategy = strategy_from_flags(num_devices=8, num_layers=model.num_layers, tp=8, pp=1, mbs=1)
     stage = _cost_model(folder, model).evaluate(strategy).stages[0]
-    assert stage["attention_mask_mb"] == pytest.approx(shape.seq_length**2 / 2**20)
+    assert stage.attention_mask_mb == pytest.approx(shape.seq_length**2 / 2**20)
 
 
 def test_with_pipeline_stages_the_difference_is_the_send_receive_and_the_tail(tinker):
@@ -147,8 +147,8 @@ def test_with_pipeline_stages_the_difference_is_the_send_receive_and_the_tail(ti
         layers[1] * block["transformer_block"] + block["final_norm"] + block["post_process"],
     ]
     tinker_blocks_ms = (sum(stages_us) + (m - 1) * max(stages_us)) / 1e3
-    p2p_ms = evaluation.stages[0]["comm_ms"]
-    assert p2p_ms > 0 and evaluation.stages[1]["comm_ms"] == p2p_ms
+    p2p_ms = evaluation.stages[0].comm_ms
+    assert p2p_ms > 0 and evaluation.stages[1].comm_ms == p2p_ms
     parts = evaluation.time_breakdown_ms
     expected = (2 + m - 1) * p2p_ms + parts["dp_sync_ms"] + parts["optimizer_ms"]
     assert evaluation.iteration_time_ms - tinker_blocks_ms == pytest.approx(expected, rel=1e-9)

@@ -2,14 +2,18 @@
 
 A `Knob` says, once, what the script reader (script/strategy_args.py), the validity rules
 (rules.py), the search space (solve/space.py), the writers (emit/strategy_plan.py,
-emit/expressible.py) and the version table (script/versions.py FLAG_SINCE) each need to know
+expressible.py) and the version table (script/versions.py FLAG_SINCE) each need to know
 about a strategy knob: its Strategy key, the flags that spell it and the framework versions that
 have each, where it exists (else its schema value is None), what turning it on requires and
 excludes, where the search turns it on, and the companion flags written back with it. Adding
 a knob is one entry here plus its Strategy field (ARCHITECTURE.md, "Adding a knob").
 
-The registry holds the communication-overlap switches today; the other knobs (parallel sizes,
-recompute, ZeRO) still have their rules in the modules above.
+The registry holds the communication-overlap switches (`Knob`, `OVERLAP_KNOBS`) and the knobs of
+the parallel layout that one flag spells (`LayoutKnob`, `LAYOUT_KNOBS`: tp, pp, cp, ep, etp, mbs
+and sp), whose flags, versions, defaults and writer groups the reader, the writer, what the
+framework can express and the version table read from here. Their validity rules (divisibility,
+rules.py) and the knobs with more than one flag (vpp, the layer split, recompute, ZeRO, the
+schedule) are still written in the modules above (ARCHITECTURE.md, "The knob registry").
 """
 
 from __future__ import annotations
@@ -41,6 +45,11 @@ def _spell(
     """A Spelling from its first MindSpeed-LLM and Megatron-LM versions (and a rename)."""
     until = {MINDSPEED: until_mindspeed} if until_mindspeed else {}
     return Spelling(flag, {MINDSPEED: mindspeed, MEGATRON: megatron}, until)
+
+
+def _spell_always(flag: str) -> Spelling:
+    """A flag every version of both families has (no row in the version table)."""
+    return Spelling(flag, {})
 
 
 @dataclass(frozen=True)
@@ -130,18 +139,67 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          requires=("overlap_param_gather",), priced=False,
          source="Megatron-LM arguments.py: 'Must use --overlap-param-gather-with-optimizer-step with "
                 "--overlap-param-gather', '... only supported with interleaved pipeline parallelism'"),
+    # ASSUMPTION: Megatron-LM core 0.14, the release of --overlap-moe-expert-parallel-comm it needs;
+    # no MindSpeed-LLM example found.
+    Knob(key="delay_wgrad_compute", spellings=(_spell("--delay-wgrad-compute", None, (0, 14)),),
+         exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe,
+         needs="a MoE model; it delays the expert weight gradients", requires=("overlap_moe_comm",),
+         priced=False,
+         source="Megatron-LM megatron/core/transformer/transformer_config.py: "
+                "'overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute'"),
 )
 # fmt: on
 """The communication-overlap switches, in Strategy schema order (strategy.OVERLAP_KEYS)."""
 
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutKnob:
+    """A knob of the parallel layout that one flag spells: a size with its value, or a switch."""
+
+    key: str
+    """The Strategy field."""
+    spelling: Spelling
+    """The flag and the framework versions that have it."""
+    default: int | bool = 1
+    """What the framework runs without the flag (the writer then leaves the flag out)."""
+    group: str = "parallel"
+    """The flags the writer adds it next to (emit/strategy_plan.py anchors)."""
+    source: str = "NVIDIA/Megatron-LM megatron/training/arguments.py"
+
+    @property
+    def flag(self) -> str:
+        return self.spelling.flag
+
+
+# Versions: Megatron-LM core releases and MindSpeed-LLM's first examples with the flag
+# (reference/script-conventions.md); tp, pp, mbs and sp: every version. In the order the writer
+# looks for the flag to add new ones after (emit/strategy_plan.py anchors).
+# fmt: off
+LAYOUT_KNOBS: tuple[LayoutKnob, ...] = (
+    LayoutKnob(key="pp", spelling=_spell_always("--pipeline-model-parallel-size")),
+    LayoutKnob(key="tp", spelling=_spell_always("--tensor-model-parallel-size")),
+    LayoutKnob(key="cp", spelling=_spell("--context-parallel-size", (0, 9, 3), (0, 5))),
+    LayoutKnob(key="ep", spelling=_spell("--expert-model-parallel-size", (0, 9, 1), (0, 4)), group="moe"),
+    LayoutKnob(key="etp", spelling=_spell("--expert-tensor-parallel-size", (2, 2, 0), (0, 10)), group="moe"),
+    LayoutKnob(key="sp", spelling=_spell_always("--sequence-parallel"), default=False),
+    LayoutKnob(key="mbs", spelling=_spell_always("--micro-batch-size")),
+)
+# fmt: on
+"""The layout knobs one flag spells (their rules: rules.check_outer; the writer: strategy_plan)."""
+
+LAYOUT: dict[str, LayoutKnob] = {knob.key: knob for knob in LAYOUT_KNOBS}
+
 KNOBS: dict[str, Knob] = {knob.key: knob for knob in OVERLAP_KNOBS}
 assert len(KNOBS) == len(OVERLAP_KNOBS), "a knob is declared twice"
+assert not set(KNOBS) & set(LAYOUT), "a knob is declared twice"
 
 
 def flag_versions() -> tuple[dict[str, dict[str, Version | None]], dict[str, dict[str, Version]]]:
-    """The knobs' rows of script/versions.py FLAG_SINCE and FLAG_UNTIL."""
+    """The knobs' rows of script/versions.py FLAG_SINCE and FLAG_UNTIL (a flag every version has
+    has none)."""
     spellings = [spelling for knob in KNOBS.values() for spelling in knob.spellings]
-    since = {spelling.flag: dict(spelling.since) for spelling in spellings}
+    spellings += [knob.spelling for knob in LAYOUT_KNOBS]
+    since = {spelling.flag: dict(spelling.since) for spelling in spellings if spelling.since}
     until = {spelling.flag: dict(spelling.until) for spelling in spellings if spelling.until}
     return since, until
 

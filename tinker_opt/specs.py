@@ -291,7 +291,7 @@ class TrainSpec:
     default by framework version: script/versions.py p2p_overlap_default)."""
     reuse_fp32_param: bool = False
     """MindSpeed `--reuse-fp32-param`: the fp32 master weights share memory with the bf16 weights
-    (priced in memory: costs/terms.py TermBuilder.param_bytes)."""
+    (priced in memory: costs/data_parallel.py param_bytes)."""
     swap_attention: bool = False
     """MindSpeed `--swap-attention`: each layer's attention activations swapped to the host."""
     recompute_activation_function: bool = False

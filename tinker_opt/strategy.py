@@ -52,6 +52,7 @@ STRATEGY_KEYS = (
     "overlap_moe_comm",
     "tp_comm_overlap",
     "overlap_param_gather_with_optimizer_step",
+    "delay_wgrad_compute",
 )
 OVERLAP_KEYS = STRATEGY_KEYS[STRATEGY_KEYS.index("overlap_grad_reduce") :]
 """Communication-overlap switches, the last keys (declared in the knob registry, knobs.py)."""
@@ -123,6 +124,9 @@ class Strategy:
     overlap_param_gather_with_optimizer_step: bool | None = None
     """`--overlap-param-gather-with-optimizer-step`: the first parameter all-gather under the
     optimizer step; dist_opt only (read and written back, not priced)."""
+    delay_wgrad_compute: bool | None = None
+    """`--delay-wgrad-compute`: expert weight gradients delayed behind the all-to-all; MoE only,
+    with the MoE all-to-all overlap (read and written back, not priced)."""
 
     def __post_init__(self) -> None:
         if self.zero not in ZERO_LEVELS or isinstance(self.zero, bool):

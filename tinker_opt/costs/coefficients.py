@@ -26,6 +26,7 @@ import numpy as np
 
 from tinker_opt.costs.pipeline import pipeline_x_v
 from tinker_opt.costs.recompute import chunk_plan
+from tinker_opt.costs.split_rules import SplitRules
 from tinker_opt.strategy import Strategy
 
 
@@ -110,19 +111,15 @@ class SplitCoefficients:
     work_bytes: int
     """Full activations of the largest layer: the working set of re-running one layer's forward
     when the stage recomputes (a `uniform` group of g layers holds g times this)."""
-    memory_limit_bytes: int
+    rules: SplitRules
+    """The search's rules these coefficients are split under (memory limit, layer form): handed
+    in by `CostModel.under`, never part of the cost model's inputs (costs/split_rules.py)."""
     estimated: bool
     """Some block cost was interpolated in the micro-batch size."""
     uniform: bool = False
     """The model has one layer kind (then every layer costs the same by construction)."""
     stage_mask_bytes: np.ndarray | None = None
     """The attention-mask part of stage_static_bytes (Tinker folders; None: no mask)."""
-    layer_form: str = "free"
-    """Which per-stage layer counts the framework can write (rules.LAYER_FORMS): every split
-    solver returns only splits of this form."""
-    uneven_vpp: bool = False
-    """With vpp > 1 the split is chosen among uneven per-virtual-stage lists too (first and last
-    virtual stage free, the rest equal: solve/virtual_split.py), where the framework writes them."""
     schedule: str = "1f1b"
     """Pipeline schedule (strategy.SCHEDULES); DualPipeV has vpp = 2 chunks per rank in a V."""
     recompute_all: bool = False
@@ -130,6 +127,23 @@ class SplitCoefficients:
     wraps all decoder layers): the solvers then choose only r = the largest chunk."""
     memo: Memo = field(default_factory=Memo, repr=False, compare=False)
     """Derived values computed on first use (Memo)."""
+
+    @property
+    def memory_limit_bytes(self) -> int:
+        """The memory a stage may hold under the search's rules."""
+        return self.rules.memory_limit_bytes
+
+    @property
+    def layer_form(self) -> str:
+        """The per-stage layer-count form every split solver keeps (rules.LAYER_FORMS)."""
+        return self.rules.layer_form
+
+    @property
+    def uneven_vpp(self) -> bool:
+        """With vpp > 1 the split is chosen among uneven per-virtual-stage lists too (first and
+        last virtual stage free, the rest equal: solve/virtual_split.py), where the framework
+        writes them."""
+        return self.rules.uneven_vpp
 
     @property
     def homogeneous(self) -> bool:

@@ -1,6 +1,6 @@
 """What a rank keeps of its parameters and what the data-parallel group moves after the backward:
 weight, gradient and optimizer-state bytes, the gradient synchronisation and the optimizer step.
-Free functions of a TermBuilder (costs/terms.py), like stage_terms.py and zero_terms.py.
+Free functions of a TermContext (costs/term_context.py), like stage_terms.py and zero_terms.py.
 
 Memory per parameter (Megatron mixed precision with Adam, cost-facts.md): bpe weight + 4 B fp32
 gradient (Megatron accumulates and all-reduces bf16 gradients in fp32) + 12 B fp32 master weight
@@ -30,10 +30,10 @@ the same document) is left out.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from tinker_opt.costs.comm_model import GroupPlacement
+from tinker_opt.costs.term_context import TermContext
 from tinker_opt.costs.units import data_groups
 from tinker_opt.costs.zero_terms import (
     sharded_param_bytes,
@@ -42,35 +42,31 @@ from tinker_opt.costs.zero_terms import (
 )
 from tinker_opt.strategy import Strategy
 
-if TYPE_CHECKING:  # terms.py calls these; only the annotations name its TermBuilder
-    from tinker_opt.costs.comm_model import GroupPlacement
-    from tinker_opt.costs.terms import TermBuilder
-
 ADAM_TOUCH_BYTES = 30
 """Bytes one Adam step moves per parameter: reads fp32 grad, master, m, v (16), writes master,
 m, v (12) and the bf16 weight (2); the step is memory-bound."""
 
 
-def param_bytes(tb: TermBuilder, s: Strategy, dense: int, expert: int) -> tuple[int, int]:
+def param_bytes(ctx: TermContext, s: Strategy, dense: int, expert: int) -> tuple[int, int]:
     """(weights + gradients, optimizer states) bytes of these parameters on one rank; with
     the swap optimizer only one of its swap_times chunks of the states is on the device."""
-    weights, grads, optimizer = sharded_param_bytes(tb, s, dense, expert)  # ZeRO stage s.zero
-    chunks = tb.job.swap_optimizer_times if swaps(tb, s) else 1
+    weights, grads, optimizer = sharded_param_bytes(ctx, s, dense, expert)  # ZeRO stage s.zero
+    chunks = (ctx.job.swap_optimizer_times or 1) if swaps(ctx, s) else 1  # swaps: a count is set
     return int(np.ceil(weights) + np.ceil(grads)), int(np.ceil(optimizer / chunks))
 
 
-def grad_bytes(tb: TermBuilder, s: Strategy, dense: int, expert: int) -> int:
+def grad_bytes(ctx: TermContext, s: Strategy, dense: int, expert: int) -> int:
     """The gradient part of `param_bytes` (sharded from ZeRO stage 2 on)."""
-    return int(np.ceil(sharded_param_bytes(tb, s, dense, expert)[1]))
+    return int(np.ceil(sharded_param_bytes(ctx, s, dense, expert)[1]))
 
 
-def swaps(tb: TermBuilder, s: Strategy) -> bool:
+def swaps(ctx: TermContext, s: Strategy) -> bool:
     """Whether the states are swapped to the host: MindSpeed's swap optimizer needs dist_opt."""
-    return bool(tb.job.swap_optimizer_times) and s.dist_opt
+    return bool(ctx.job.swap_optimizer_times) and s.dist_opt
 
 
 def sync_us(
-    tb: TermBuilder,
+    ctx: TermContext,
     s: Strategy,
     size: int,
     scope: str | GroupPlacement,
@@ -81,47 +77,49 @@ def sync_us(
     all-reduce, or reduce-scatter of gradients + all-gather of bf16 weights (dist. optimizer)."""
 
     def t(op: str, nbytes: float) -> float:
-        full = tb.comm.time_us(op, size, scope, nbytes)
-        return full - tb.comm.time_us(op, size, scope, 0.0) if slope_only else full
+        full = ctx.comm.time_us(op, size, scope, nbytes)
+        return full - ctx.comm.time_us(op, size, scope, 0.0) if slope_only else full
 
     if not tail_reduces_gradients(s):  # ZeRO 2/3 reduce-scatter in backward (zero_terms.py)
-        return t("all_gather", tb.bpe * params) if tail_gathers_weights(s) else 0.0
+        return t("all_gather", ctx.bpe * params) if tail_gathers_weights(s) else 0.0
     if s.dist_opt:
-        return t("reduce_scatter", tb.grad_bytes * params) + t("all_gather", tb.bpe * params)
-    return t("all_reduce", tb.grad_bytes * params)
+        return t("reduce_scatter", ctx.grad_bytes * params) + t("all_gather", ctx.bpe * params)
+    return t("all_reduce", ctx.grad_bytes * params)
 
 
-def tail_slope_us(tb: TermBuilder, s: Strategy, dense: int, expert: int) -> tuple[float, float]:
+def tail_slope_us(ctx: TermContext, s: Strategy, dense: int, expert: int) -> tuple[float, float]:
     """Per-parameter-set (sync, optimizer step) times without the collective latencies."""
-    grad, gather, step = tail_parts_us(tb, s, dense, expert)
+    grad, gather, step = tail_parts_us(ctx, s, dense, expert)
     return grad + gather, step
 
 
 def tail_parts_us(
-    tb: TermBuilder, s: Strategy, dense: int, expert: int
+    ctx: TermContext, s: Strategy, dense: int, expert: int
 ) -> tuple[float, float, float]:
     """(gradient reduce, parameter all-gather, optimizer step) of a parameter set without the
     collective latencies; the all-gather is 0 without the distributed optimizer and with ZeRO-3,
     the reduce 0 from ZeRO-2 on (zero_terms.py)."""
-    (dense_size, dense_scope), *expert_group = tb.sync_groups(s)
+    (dense_size, dense_scope), *expert_group = ctx.sync_groups(s)
     groups = [(dense_size, dense_scope, dense)]
     if expert_group:
         groups.append((*expert_group[0], expert))
     grad = gather = 0.0
     for size, scope, params in groups:
-        both = sync_us(tb, s, size, scope, params, True)
-        part = gather_us(tb, s, size, scope, params) if tail_gathers_weights(s) else 0.0
+        both = sync_us(ctx, s, size, scope, params, True)
+        part = gather_us(ctx, s, size, scope, params) if tail_gathers_weights(s) else 0.0
         grad, gather = grad + both - part, gather + part
-    dp_cp, edp = data_groups(s, tb.model.is_moe)
+    dp_cp, edp = data_groups(s, ctx.model.is_moe)
     local = dense / (dp_cp if s.dist_opt else 1) + expert / (edp if s.dist_opt else 1)
-    step_us = local * ADAM_TOUCH_BYTES / (tb.mem_bw_gbs * 1e3)
-    if swaps(tb, s):  # host->device and device->host copy of the rank's states (1 GB/s = 1e3 B/us)
-        step_us += 2 * local * tb.opt_state_bytes / (tb.host_link_gbs * 1e3)
+    step_us = local * ADAM_TOUCH_BYTES / (ctx.mem_bw_gbs * 1e3)
+    if swaps(ctx, s):  # host->device and device->host copy of the rank's states (1 GB/s = 1e3 B/us)
+        step_us += 2 * local * ctx.opt_state_bytes / (ctx.host_link_gbs * 1e3)
     return grad, gather, step_us
 
 
-def gather_us(tb: TermBuilder, s: Strategy, size: int, scope: str, params: float) -> float:
+def gather_us(
+    ctx: TermContext, s: Strategy, size: int, scope: GroupPlacement, params: float
+) -> float:
     """The bf16 parameter all-gather of the distributed optimizer, without its latency."""
-    return tb.comm.time_us("all_gather", size, scope, tb.bpe * params) - tb.comm.time_us(
+    return ctx.comm.time_us("all_gather", size, scope, ctx.bpe * params) - ctx.comm.time_us(
         "all_gather", size, scope, 0.0
     )

@@ -8,25 +8,27 @@ exact split, the enumeration and the CP-SAT / MILP models use too. The terms are
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from tinker_opt.costs.breakdown import StageBreakdown
 from tinker_opt.costs.coefficients import SplitCoefficients, StageCost
 from tinker_opt.costs.comm_model import CommModel
 from tinker_opt.costs.fp8_terms import precision_of
 from tinker_opt.costs.framework_memory import (
-    accelerator_of,
     framework_memory,
     framework_stages,
     framework_summary,
 )
+from tinker_opt.costs.inputs import HardwareRates, ProfileConventions, Workload
 from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
 from tinker_opt.costs.profile_table import BlockTable
+from tinker_opt.costs.split_rules import SplitRules
+from tinker_opt.costs.term_context import TermContext
 from tinker_opt.costs.terms import TermBuilder
 from tinker_opt.errors import StrategyError
-from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS, HardwareSpec
+from tinker_opt.hardware import HardwareSpec
 from tinker_opt.profile.store import ProfiledData
 from tinker_opt.rules import check_outer, check_strategy
 from tinker_opt.specs import ClusterSpec, ModelSpec
@@ -44,7 +46,7 @@ class Evaluation:
     iteration_time_ms: float
     peak_memory_mb: float
     tokens_per_s_per_device: float
-    stages: tuple[dict[str, Any], ...]
+    stages: tuple[StageBreakdown, ...]
     time_breakdown_ms: dict[str, float]
     fits: bool
     estimated: bool
@@ -66,7 +68,7 @@ class Evaluation:
             "iteration_time_ms": self.iteration_time_ms,
             "peak_memory_mb": self.peak_memory_mb,
             "tokens_per_s_per_device": self.tokens_per_s_per_device,
-            "stages": [dict(stage) for stage in self.stages],
+            "stages": [stage.to_dict() for stage in self.stages],
             "time_breakdown_ms": dict(self.time_breakdown_ms),
             "fits": self.fits,
             "estimated": self.estimated,
@@ -81,44 +83,17 @@ class CostModel:
 
     def __init__(
         self,
-        model: ModelSpec,
-        cluster: ClusterSpec,
-        global_batch_size: int,
-        blocks: BlockTable,
-        comm: CommModel,
-        *,
-        job: JobOptions = JOB_DEFAULTS,
-        memory_bandwidth_gbs: float | None = None,
-        host_link_gbs: float | None = None,
-        times_include_tp_comm: bool = False,
-        times_include_ep_comm: bool = False,
-        attention_mask_bytes: int = 0,
-        layer_form: str = "free",
-        accelerator: str = "cuda",
+        context: TermContext,
+        rules: SplitRules | None = None,
+        terms: TermBuilder | None = None,
     ) -> None:
-        self.model = model
-        self.cluster = cluster
-        self.global_batch_size = global_batch_size
-        self.blocks = blocks
-        self.comm = comm
-        self.warnings: list[str] = list(comm.warnings)
-        self._terms = TermBuilder(
-            model,
-            cluster,
-            global_batch_size,
-            blocks,
-            comm,
-            job=job,
-            memory_bandwidth_gbs=memory_bandwidth_gbs,
-            host_link_gbs=host_link_gbs or DEFAULT_HOST_LINK_GBS,
-            times_include_tp_comm=times_include_tp_comm,
-            times_include_ep_comm=times_include_ep_comm,
-            attention_mask_bytes=attention_mask_bytes,
-            layer_form=layer_form,
-        )
+        self.context = context
+        """The frozen inputs of the terms (costs/term_context.py, costs/inputs.py)."""
+        self.rules = rules or SplitRules.of(context.cluster)
+        """The search's rules every split of this model keeps (costs/split_rules.py)."""
+        self.warnings: list[str] = list(context.comm.warnings)
+        self._terms = terms or TermBuilder(context)
         self._cache: dict[Strategy, SplitCoefficients] = {}
-        self.accelerator = accelerator
-        """cuda | npu: the framework's context and communication buffers (framework_memory.py)."""
 
     @classmethod
     def from_profile(
@@ -141,55 +116,65 @@ class CostModel:
             multi_node=cluster.num_nodes > 1,
             multi_device=cluster.devices_per_node > 1,
         )
-        bandwidth = hardware.memory_bandwidth_gbs if hardware is not None else None
-        meta = profiled.meta
-        return cls(
-            model,
-            cluster,
-            global_batch_size,
+        context = TermContext(
+            Workload(model, cluster, global_batch_size, job),
             BlockTable(profiled.blocks),
             comm,
-            job=job,
-            memory_bandwidth_gbs=bandwidth,
-            host_link_gbs=hardware.host_link_gbs if hardware is not None else None,
-            times_include_tp_comm=bool(meta.times_include_tp_comm),
-            times_include_ep_comm=bool(meta.times_include_ep_comm),
-            attention_mask_bytes=meta.attention_mask_bytes or 0,
-            accelerator=accelerator_of(
-                hardware.name if hardware is not None else None, str(meta.device)
-            ),
+            ProfileConventions.of(profiled.meta),
+            HardwareRates.of(hardware, str(profiled.meta.device)),
         )
+        return cls(context)
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.context.model
+
+    @property
+    def cluster(self) -> ClusterSpec:
+        return self.context.cluster
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.context.gbs
+
+    @property
+    def blocks(self) -> BlockTable:
+        return self.context.blocks
+
+    @property
+    def comm(self) -> CommModel:
+        return self.context.comm
+
+    @property
+    def accelerator(self) -> str:
+        """cuda | npu: the framework's context and communication buffers (framework_memory.py)."""
+        return self.context.rates.accelerator
 
     @property
     def job(self) -> JobOptions:
         """The script's job flags this model prices (costs/job.py)."""
-        return self._terms.job
+        return self.context.job
 
     @property
     def layer_form(self) -> str:
         """The per-stage layer-count form every split of this model takes (rules.LAYER_FORMS)."""
-        return self._terms.layer_form
+        return self.rules.layer_form
 
     @property
     def uneven_vpp(self) -> bool:
         """Splits with virtual stages may be uneven (solve/virtual_split.py)."""
-        return self._terms.uneven_vpp
+        return self.rules.uneven_vpp
 
-    def with_layer_form(self, form: str, uneven_vpp: bool = False) -> CostModel:
-        """This cost model restricted to splits of `form`, with uneven virtual-stage splits or
-        not (its own coefficient cache)."""
-        if (form, uneven_vpp) == (self.layer_form, self.uneven_vpp):
+    def under(self, rules: SplitRules) -> CostModel:
+        """This cost model under other search rules (a layer form, a lower memory limit): the same
+        inputs and priced terms, its own coefficient cache."""
+        if rules == self.rules:
             return self
-        other = copy.copy(self)
-        other._terms = copy.copy(self._terms)
-        other._terms.layer_form = form
-        other._terms.uneven_vpp = uneven_vpp
-        other._cache = {}
-        return other
+        return CostModel(self.context, rules, self._terms)
 
     def available(self, tp: int, sp: bool, cp: int, ep: int, etp: int) -> bool:
         """Whether every block was profiled at this shard shape (any micro-batch size)."""
-        return self._terms.available(tp, sp, cp, ep, etp)
+        return self.context.available(tp, sp, cp, ep, etp)
 
     def coefficients(self, outer: Strategy) -> SplitCoefficients:
         """Integer coefficients of an outer configuration (layer split and r are ignored)."""
@@ -215,10 +200,16 @@ class CostModel:
         if cached is None:
             # The outer itself: a virtual pipeline with a layer list needs no even chunks.
             check_outer(outer, self.model, self.cluster.num_devices, self.global_batch_size)
-            cached = self._terms.build(key)
+            cached = self._terms.build(key, self.rules)
             self._cache[key] = cached
         self._cache[outer] = cached
         return cached
+
+    def static_overflows(self, outer: Strategy) -> bool:
+        """The layers' weights, gradients and optimizer states alone exceed pp times the memory
+        limit: then under every split some stage's static bytes (a part of its memory) exceed
+        the limit, so nothing fits. Far cheaper than the coefficients (the presolve asks first)."""
+        return self._terms.layers_static_bytes(outer) > outer.pp * self.rules.memory_limit_bytes
 
     def evaluate(self, strategy: Strategy) -> Evaluation:
         """The modelled iteration time, memory and breakdown of one (valid) strategy."""
@@ -240,7 +231,7 @@ class CostModel:
         return dataclasses.replace(
             evaluation,
             stages=stages,
-            in_block_times=self._terms.left_out(),
+            in_block_times=self.context.left_out(),
             framework_memory=framework_summary(stages, framework),
             precision=precision_of(self.model),
         )
@@ -294,7 +285,7 @@ def evaluation_of(
         iteration_time_ms=iteration_ms,
         peak_memory_mb=peak_bytes / BYTES_PER_MB,
         tokens_per_s_per_device=tokens,
-        stages=tuple(_stage_dict(s, st, v) for s, st in enumerate(stages)),
+        stages=tuple(_stage_breakdown(s, st, v) for s, st in enumerate(stages)),
         time_breakdown_ms=_breakdown(c, stages),
         fits=bool(fits),
         estimated=c.estimated,
@@ -302,19 +293,19 @@ def evaluation_of(
     )
 
 
-def _stage_dict(s: int, st: StageCost, v: int) -> dict[str, Any]:
+def _stage_breakdown(s: int, st: StageCost, v: int) -> StageBreakdown:
     mb = BYTES_PER_MB * v
-    return {
-        "stage": s,
-        "layers": st.layers,
-        "recompute_layers": st.recompute_layers,
-        "time_ms": st.time_ns / NS_PER_MS,
-        "memory_mb": st.memory_bytes_x_v / mb,
-        "compute_ms": (st.time_ns - st.comm_ns) / NS_PER_MS,
-        "comm_ms": st.comm_ns / NS_PER_MS,
-        "recompute_ms": st.recompute_ns / NS_PER_MS,
+    return StageBreakdown(
+        stage=s,
+        layers=st.layers,
+        recompute_layers=st.recompute_layers,
+        time_ms=st.time_ns / NS_PER_MS,
+        memory_mb=st.memory_bytes_x_v / mb,
+        compute_ms=(st.time_ns - st.comm_ns) / NS_PER_MS,
+        comm_ms=st.comm_ns / NS_PER_MS,
+        recompute_ms=st.recompute_ns / NS_PER_MS,
         # The memory parts add up to memory_mb: static = weights + gradients + optimizer + transient + mask.
-        "weights_mb": (
+        weights_mb=(
             st.static_bytes_x_v
             - st.grad_bytes_x_v
             - st.optimizer_bytes_x_v
@@ -322,18 +313,17 @@ def _stage_dict(s: int, st: StageCost, v: int) -> dict[str, Any]:
             - st.mask_bytes_x_v
         )
         / mb,
-        "attention_mask_mb": st.mask_bytes_x_v / mb,
-        "gradients_mb": st.grad_bytes_x_v / mb,
-        "optimizer_mb": st.optimizer_bytes_x_v / mb,
-        "activations_mb": st.act_bytes_x_v / mb,
-        "transient_mb": st.transient_bytes_x_v / mb,
-        "recompute_work_mb": st.other_bytes_x_v / mb,
-        "tail_ms": st.tail_ns / NS_PER_MS,
-        # Communication hidden behind compute (not in time_ms / tail_ms; costs/overlap.py).
-        "comm_hidden_ms": st.hidden_comm_ns / NS_PER_MS,
-        "sync_ms": st.tail_sync_ns / NS_PER_MS,
-        "sync_hidden_ms": st.hidden_sync_ns / NS_PER_MS,
-    }
+        attention_mask_mb=st.mask_bytes_x_v / mb,
+        gradients_mb=st.grad_bytes_x_v / mb,
+        optimizer_mb=st.optimizer_bytes_x_v / mb,
+        activations_mb=st.act_bytes_x_v / mb,
+        transient_mb=st.transient_bytes_x_v / mb,
+        recompute_work_mb=st.other_bytes_x_v / mb,
+        tail_ms=st.tail_ns / NS_PER_MS,
+        comm_hidden_ms=st.hidden_comm_ns / NS_PER_MS,
+        sync_ms=st.tail_sync_ns / NS_PER_MS,
+        sync_hidden_ms=st.hidden_sync_ns / NS_PER_MS,
+    )
 
 
 def _breakdown(c: SplitCoefficients, stages: list[StageCost]) -> dict[str, float]:

@@ -37,7 +37,10 @@ steady-state peak of later iterations (`first_iteration_peak_mb`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+
+from tinker_opt.costs.breakdown import StageBreakdown
 
 MIB = 2**20
 ALLOCATOR_SEGMENT_MB = 20.0
@@ -95,35 +98,41 @@ def framework_memory(strategy, accelerator: str) -> FrameworkMemory:
     )
 
 
-def first_iteration_peak_mb(stage: dict, allocated_mb: float, bytes_per_state: float) -> float:
+def first_iteration_peak_mb(
+    stage: StageBreakdown, allocated_mb: float, bytes_per_state: float
+) -> float:
     """A stage's peak over iteration 1 only: forward/backward before Adam's moments exist, or the
     step with them (the module docstring); `bytes_per_state` = optimizer bytes per parameter."""
-    moments_mb = stage.get("optimizer_mb", 0.0) * min(1.0, ADAM_MOMENT_BYTES / bytes_per_state)
-    static_mb = stage["weights_mb"] + stage["gradients_mb"] + stage["optimizer_mb"]
+    moments_mb = stage.optimizer_mb * min(1.0, ADAM_MOMENT_BYTES / bytes_per_state)
+    static_mb = stage.weights_mb + stage.gradients_mb + stage.optimizer_mb
     return max(allocated_mb - moments_mb, static_mb)
 
 
-def framework_stages(stages: tuple[dict, ...], fm: FrameworkMemory) -> tuple[dict, ...]:
-    """The stage dicts with `allocated_mb` (the modelled peak: everything the allocator hands
-    out is modelled), `reserved_mb` and `device_mb` added."""
+def framework_stages(
+    stages: tuple[StageBreakdown, ...], fm: FrameworkMemory
+) -> tuple[StageBreakdown, ...]:
+    """The stages with `allocated_mb` (the modelled peak: everything the allocator hands out is
+    modelled), `reserved_mb` and `device_mb` filled in."""
     out = []
     for stage in stages:
-        allocated = stage["memory_mb"]
+        allocated = stage.memory_mb
         reserved = fm.reserved_mb(allocated)
         device = fm.device_mb(reserved)
         out.append(
-            {**stage, "allocated_mb": allocated, "reserved_mb": reserved, "device_mb": device}
+            dataclasses.replace(
+                stage, allocated_mb=allocated, reserved_mb=reserved, device_mb=device
+            )
         )
     return tuple(out)
 
 
-def framework_summary(stages: tuple[dict, ...], fm: FrameworkMemory) -> dict:
+def framework_summary(stages: tuple[StageBreakdown, ...], fm: FrameworkMemory) -> dict:
     """The Evaluation's `framework_memory` entry: the terms and the peaks over the stages."""
     return {
         "accelerator": fm.accelerator,
-        "peak_allocated_mb": max(s["allocated_mb"] for s in stages),
-        "peak_reserved_mb": max(s["reserved_mb"] for s in stages),
-        "peak_device_mb": max(s["device_mb"] for s in stages),
+        "peak_allocated_mb": max(s.allocated_mb or 0.0 for s in stages),
+        "peak_reserved_mb": max(s.reserved_mb or 0.0 for s in stages),
+        "peak_device_mb": max(s.device_mb or 0.0 for s in stages),
         "context_mb": fm.context_mb,
         "comm_buffers_mb": fm.comm_buffers_mb,
         "num_communicators": fm.num_communicators,

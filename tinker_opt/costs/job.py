@@ -1,7 +1,7 @@
 """The launch script's job flags that change the cost model without being strategy knobs.
 
-One object, read from the script once (verbs/common.py `job_options`), handed to the
-CostModel and from it to the TermBuilder unchanged.
+One object, read from the script once (verbs/common.py `job_options`), part of the cost model's
+Workload (costs/inputs.py), which the term modules read through the TermContext unchanged.
 """
 
 from __future__ import annotations

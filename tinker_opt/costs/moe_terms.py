@@ -1,5 +1,5 @@
 """MoE token dispatch: the collectives of one MoE layer by dispatcher type, the part that leaves
-the node on the inter-node link. Free functions of a TermBuilder (costs/terms.py), like
+the node on the inter-node link. Free functions of a TermContext (costs/term_context.py), like
 cp_terms.py; the overlap of the all-to-all is costs/overlap.py's rule.
 
 Per rank and micro-batch the layer routes T tokens (s*b/cp, / tp under sequence parallel) to
@@ -29,74 +29,71 @@ Choices"):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from tinker_opt.costs.term_context import TermContext
 from tinker_opt.costs.units import m_tokens
 from tinker_opt.profile.shape import expert_load
 from tinker_opt.strategy import Strategy
 
-if TYPE_CHECKING:  # terms.py calls these; only the annotations name its TermBuilder
-    from tinker_opt.costs.terms import TermBuilder
 
-
-def ranks_per_node(tb: TermBuilder, stride: int, size: int) -> int:
+def ranks_per_node(ctx: TermContext, stride: int, size: int) -> int:
     """Ranks of a group (`size` ranks `stride` apart) that share one node."""
-    per_node = max(1, tb.cluster.devices_per_node // max(stride, 1))
+    per_node = max(1, ctx.cluster.devices_per_node // max(stride, 1))
     return max(1, min(size, per_node))
 
 
-def split_all_to_all_us(tb: TermBuilder, size: int, stride: int, nbytes: float) -> float:
+def split_all_to_all_us(ctx: TermContext, size: int, stride: int, nbytes: float) -> float:
     """One all-to-all of `nbytes` per rank over `size` ranks `stride` apart: the intra-node and
     inter-node parts concurrently (module docstring)."""
     if size <= 1:
         return 0.0
-    local = ranks_per_node(tb, stride, size)
-    intra = tb.comm.time_us("all_to_all", local, "intra_node", nbytes * local / size)
+    local = ranks_per_node(ctx, stride, size)
+    intra = ctx.comm.time_us("all_to_all", local, "intra_node", nbytes * local / size)
     if local == size:
         return intra
-    whole = tb.comm.time_us("all_to_all", size, "inter_node", nbytes)
+    whole = ctx.comm.time_us("all_to_all", size, "inter_node", nbytes)
     return max(intra, whole * (size - local) / (size - 1))
 
 
-def _etp_us(tb: TermBuilder, s: Strategy, nbytes: float) -> float:
+def _etp_us(ctx: TermContext, s: Strategy, nbytes: float) -> float:
     """All-gather + reduce-scatter of the dispatched tokens over the expert-tensor group."""
     etp = s.expert_tp
-    scope = tb.scope(1, etp)
-    return tb.comm.time_us("all_gather", etp, scope, nbytes * etp) + tb.comm.time_us(
+    scope = ctx.scope(1, etp)
+    return ctx.comm.time_us("all_gather", etp, scope, nbytes * etp) + ctx.comm.time_us(
         "reduce_scatter", etp, scope, nbytes * etp
     )
 
 
-def moe_comm_us(tb: TermBuilder, s: Strategy) -> float:
+def moe_comm_us(ctx: TermContext, s: Strategy) -> float:
     """Token dispatch + combine of one MoE layer and micro-batch, one direction (the backward
     mirrors it), by the model's dispatcher type."""
-    m = tb.model
+    m = ctx.model
     tokens = m_tokens(m, s) // (s.tp if s.sp else 1)  # SP: each TP rank routes its slice
-    token_bytes = tokens * m.hidden_size * tb.bpe
+    token_bytes = tokens * m.hidden_size * ctx.bpe
     etp = s.expert_tp
     if m.moe_token_dispatcher_type == "allgather":
         group = s.ep * etp
-        scope = tb.scope(1, group)
-        return tb.comm.time_us("all_gather", group, scope, token_bytes * group) + (
-            tb.comm.time_us("reduce_scatter", group, scope, token_bytes * group)
+        scope = ctx.scope(1, group)
+        return ctx.comm.time_us("all_gather", group, scope, token_bytes * group) + (
+            ctx.comm.time_us("reduce_scatter", group, scope, token_bytes * group)
         )
+    assert m.num_experts is not None  # a MoE layer's model has experts
     load = expert_load(m, m.num_experts // s.ep)
     routed = token_bytes * m.moe_router_topk * load
     if m.moe_token_dispatcher_type == "flex":
-        return 2 * _deepep_us(tb, s, token_bytes * load) + _etp_us(tb, s, routed)
-    return 2 * split_all_to_all_us(tb, s.ep, etp, routed) + _etp_us(tb, s, routed)
+        return 2 * _deepep_us(ctx, s, token_bytes * load) + _etp_us(ctx, s, routed)
+    return 2 * split_all_to_all_us(ctx, s.ep, etp, routed) + _etp_us(ctx, s, routed)
 
 
-def _deepep_us(tb: TermBuilder, s: Strategy, token_bytes: float) -> float:
+def _deepep_us(ctx: TermContext, s: Strategy, token_bytes: float) -> float:
     """DeepEP's dispatch (or combine): each token once per remote node, then NVLink forwarding."""
-    m, etp = tb.model, s.expert_tp
-    local = ranks_per_node(tb, etp, s.ep)
+    m, etp = ctx.model, s.expert_tp
+    local = ranks_per_node(ctx, etp, s.ep)
     nodes = s.ep // local
     k = m.moe_router_topk
     routed = token_bytes * k
-    intra = tb.comm.time_us("all_to_all", local, "intra_node", routed * local / s.ep)
+    intra = ctx.comm.time_us("all_to_all", local, "intra_node", routed * local / s.ep)
     if nodes <= 1:
         return intra
     remote = (nodes - 1) * (1 - (1 - 1 / nodes) ** k)  # distinct remote nodes per token
-    inter = tb.comm.time_us("send_recv", 2, "inter_node", token_bytes * remote)
+    inter = ctx.comm.time_us("send_recv", 2, "inter_node", token_bytes * remote)
     return max(intra, inter)

@@ -3,18 +3,15 @@ in-flight micro-batches, transient peaks and the constant part of the gradient-s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from tinker_opt.costs import overlap
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, sync_us, tail_slope_us
+from tinker_opt.costs.layer_comm import layer_comm_us
+from tinker_opt.costs.term_context import TermContext
 from tinker_opt.costs.units import chunks_per_rank, head_stage, m_tokens, ns_array
 from tinker_opt.costs.zero_terms import gathered_bytes, unit_exposed_us
 from tinker_opt.strategy import Strategy
-
-if TYPE_CHECKING:  # terms.py calls stage_terms(); only the annotations name its TermBuilder
-    from tinker_opt.costs.terms import TermBuilder
 
 
 def inflight_x_v(p: int, v: int, num_micro: int) -> np.ndarray:
@@ -51,45 +48,45 @@ def _inflight(s: Strategy, v: int, num_micro: int) -> np.ndarray:
     return base
 
 
-def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
+def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
     """Stage arrays of SplitCoefficients (keys are its field names) plus `estimated`."""
-    p, v, m = s.pp, chunks_per_rank(s), tb.model
+    p, v, m = s.pp, chunks_per_rank(s), ctx.model
     last = head_stage(s)
-    emb = tb.cost("embedding", s)
-    norm = tb.cost("final_norm", s)
-    head = tb.cost("head", s)
-    act = m_tokens(m, s) * m.hidden_size * tb.bpe
-    tp_comm = s.tp > 1 and not tb.tp_comm_in_times  # Tinker's block times include them
+    emb = ctx.cost("embedding", s)
+    norm = ctx.cost("final_norm", s)
+    head = ctx.cost("head", s)
+    act = m_tokens(m, s) * m.hidden_size * ctx.bpe
+    tp_comm = s.tp > 1 and not ctx.tp_comm_in_times  # Tinker's block times include them
     # Vocab-parallel embedding: all-reduce (reduce-scatter with SP) of its output, forward only.
-    emb_comm = tb.tp_pair_us(s, act) / (2 if s.sp else 1) if tp_comm else 0.0
+    emb_comm = ctx.tp_pair_us(s, act) / (2 if s.sp else 1) if tp_comm else 0.0
     # Column-parallel output layer: all-gather of its input forward + reduce-scatter backward with
     # SP, else an all-reduce of the input gradient backward: one pair either way.
-    head_comm = tb.tp_pair_us(s, act) if tp_comm else 0.0
-    p2p_us, p2p_hidden_us = _p2p_us(tb, s)
+    head_comm = ctx.tp_pair_us(s, act) if tp_comm else 0.0
+    p2p_us, p2p_hidden_us = _p2p_us(ctx, s)
     time = np.full(p, p2p_us, dtype=float)
     comm = np.full(p, p2p_us, dtype=float)
-    first_params, last_params = emb.param_count, norm.param_count + _head_params(tb, s, head)
-    emb_comm += unit_exposed_us(tb, s, first_params)  # ZeRO 2/3 units (zero_terms.py)
-    head_comm += unit_exposed_us(tb, s, last_params)
+    first_params, last_params = emb.param_count, norm.param_count + _head_params(ctx, s, head)
+    emb_comm += unit_exposed_us(ctx, s, first_params)  # ZeRO 2/3 units (zero_terms.py)
+    head_comm += unit_exposed_us(ctx, s, last_params)
     time[0] += emb.fwd_us + emb.bwd_us + emb_comm
     comm[0] += emb_comm
-    mtp = _mtp_terms(tb, s, norm, head)
+    mtp = _mtp_terms(ctx, s, norm, head)
     time[last] += norm.fwd_us + norm.bwd_us + head.fwd_us + head.bwd_us + head_comm + mtp["time_us"]
     comm[last] += head_comm + mtp["comm_us"]
     static, optimizer, grad = _edge_param_bytes(
-        tb,
+        ctx,
         s,
         ((0, first_params, 0), (last, last_params, 0), (last, mtp["params"], mtp["expert_params"])),
     )
-    layer_costs = [tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)) for k in set(tb.kinds)]
+    layer_costs = [ctx.cost(ctx.layer_block[k], s, *ctx.layer_shape(k, s)) for k in set(ctx.kinds)]
     layer_transient = max(cost.transient_bytes for cost in layer_costs)
     # Tinker's attention mask: one seq^2 tensor per stage (Tinker itself adds it per layer).
-    static += tb.attention_mask_bytes
+    static += ctx.attention_mask_bytes
     transient = np.full(p, layer_transient, dtype=np.int64)
     transient[0] = max(transient[0], emb.transient_bytes)
     transient[last] = max(transient[last], norm.transient_bytes, head.transient_bytes)
     unit = max([cost.param_count for cost in layer_costs] + [first_params, last_params])
-    transient += gathered_bytes(s, unit, tb.bpe)  # ZeRO 2/3: gathered units and their gradients
+    transient += gathered_bytes(s, unit, ctx.bpe)  # ZeRO 2/3: gathered units and their gradients
     # The final norm, head (the loss's fp32 softmax) and MTP modules run in the rank's last chunk,
     # whose backward follows its forward at once: their activations are held for one micro-batch
     # at a time, however many chunk micro-batches the rank holds (Megatron's interleaved schedule,
@@ -99,7 +96,7 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     transient[last] += norm.activation_bytes + head.activation_bytes + mtp["act_bytes"]
     act_bytes = np.zeros(p, dtype=np.int64)
     act_bytes[0] += emb.activation_bytes
-    tail, tail_sync = _stage_tails(tb, s, first_params, last_params + mtp["params"])
+    tail, tail_sync = _stage_tails(ctx, s, first_params, last_params + mtp["params"])
     return {
         "stage_time_ns": ns_array(time),
         "stage_comm_ns": ns_array(comm),
@@ -109,7 +106,7 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
         "stage_grad_bytes": grad,
         "stage_transient_bytes": transient,
         "stage_act_bytes": act_bytes,
-        "stage_mask_bytes": np.full(p, tb.attention_mask_bytes, dtype=np.int64),
+        "stage_mask_bytes": np.full(p, ctx.attention_mask_bytes, dtype=np.int64),
         "stage_inflight_x_v": _inflight(s, v, num_micro),
         "stage_tail_ns": tail,
         "stage_tail_sync_ns": tail_sync,
@@ -117,19 +114,19 @@ def stage_terms(tb: TermBuilder, s: Strategy, num_micro: int) -> dict:
     }
 
 
-def _edge_param_bytes(tb: TermBuilder, s: Strategy, parts) -> tuple[np.ndarray, ...]:
+def _edge_param_bytes(ctx: TermContext, s: Strategy, parts) -> tuple[np.ndarray, ...]:
     """(weights + gradients + states, states, gradients) per stage of the (stage, dense params,
     expert params) parts that are not decoder layers (embedding, head, MTP modules)."""
     static, optimizer, grad = (np.zeros(s.pp, dtype=np.int64) for _ in range(3))
     for index, params, experts in parts:
-        weights, opt = param_bytes(tb, s, params, experts)  # weights include the gradients
+        weights, opt = param_bytes(ctx, s, params, experts)  # weights include the gradients
         static[index] += weights + opt
         optimizer[index] += opt
-        grad[index] += grad_bytes(tb, s, params, experts)
+        grad[index] += grad_bytes(ctx, s, params, experts)
     return static, optimizer, grad
 
 
-def _mtp_terms(tb: TermBuilder, s: Strategy, norm, head) -> dict:
+def _mtp_terms(ctx: TermContext, s: Strategy, norm, head) -> dict:
     """The multi-token-prediction modules on the stage of the output layer (`--mtp-num-layers`).
 
     Each MTP module is one more decoder layer (of the model's last layer kind), two norms, a
@@ -137,16 +134,16 @@ def _mtp_terms(tb: TermBuilder, s: Strategy, norm, head) -> dict:
     run again (DeepSeek-V3 technical report, arXiv:2412.19437, section 2.2; Megatron-LM
     megatron/core/transformer/multi_token_prediction.py places them on the last pipeline stage).
     ASSUMPTION: the projection's compute is left out (2 h^2 per token, small beside the layer)."""
-    k = tb.model.mtp_num_layers
+    k = ctx.model.mtp_num_layers
     if not k:
         return {"time_us": 0.0, "comm_us": 0.0, "params": 0, "expert_params": 0, "act_bytes": 0}
-    kind = tb.kinds[-1]
-    layer = tb.cost(tb.layer_block[kind], s, *tb.layer_shape(kind, s))
-    fwd_comm, bwd_comm, _ = tb._layer_comm_us(kind, s, layer)
+    kind = ctx.kinds[-1]
+    layer = ctx.cost(ctx.layer_block[kind], s, *ctx.layer_shape(kind, s))
+    fwd_comm, bwd_comm, _ = layer_comm_us(ctx, kind, s, layer)
     comm = fwd_comm + bwd_comm
     per_module = layer.fwd_us + layer.bwd_us + 2 * (norm.fwd_us + norm.bwd_us)
     per_module += head.fwd_us + head.bwd_us + comm
-    h = tb.model.hidden_size
+    h = ctx.model.hidden_size
     dense = layer.param_count - layer.expert_param_count + 2 * norm.param_count + 2 * h * h // s.tp
     return {
         "time_us": k * per_module,
@@ -157,61 +154,61 @@ def _mtp_terms(tb: TermBuilder, s: Strategy, norm, head) -> dict:
     }
 
 
-def _head_params(tb: TermBuilder, s: Strategy, head) -> int:
+def _head_params(ctx: TermContext, s: Strategy, head) -> int:
     """Output-layer parameters held by the last stage.
 
     Untied: the head's own weights. Tied (Megatron's default): one stage shares the embedding;
     with pp > 1 the last stage keeps a copy of the word embeddings (vocab/tp x h).
     """
-    if tb.model.untie_embeddings_and_output_weights:
+    if ctx.model.untie_embeddings_and_output_weights:
         return head.param_count
     if s.pp == 1 or head_stage(s) == 0:
         return 0
-    return tb.model.vocab_size_for(s.tp) // s.tp * tb.model.hidden_size
+    return ctx.model.vocab_size_for(s.tp) // s.tp * ctx.model.hidden_size
 
 
-def _p2p_us(tb: TermBuilder, s: Strategy) -> tuple[float, float]:
+def _p2p_us(ctx: TermContext, s: Strategy) -> tuple[float, float]:
     """(exposed, hidden) pipeline send/recv per micro-batch: one activation forward and one
     gradient backward per chunk (v per rank); with SP the tensor crossing stages is the scattered
     one (1/tp). The interleaved schedule with p2p overlap hides each hop behind the next chunk's
     forward (backward), timed with the cheapest layer kind (costs/overlap.py)."""
     if s.pp == 1:
         return 0.0, 0.0
-    nbytes = m_tokens(tb.model, s) * tb.model.hidden_size * tb.bpe // (s.tp if s.sp else 1)
-    scope = tb.scope(s.tp * s.cp * s.dp, s.pp)
-    hop = tb.comm.time_us("send_recv", 2, scope, nbytes)
+    nbytes = m_tokens(ctx.model, s) * ctx.model.hidden_size * ctx.bpe // (s.tp if s.sp else 1)
+    scope = ctx.scope(s.tp * s.cp * s.dp, s.pp)
+    hop = ctx.comm.time_us("send_recv", 2, scope, nbytes)
     v = chunks_per_rank(s)
     # DualPipeV hides its p2p behind the other micro-batch's compute with the fb-overlap only
     # (dualpipev.md: with it "All2All通信和P2P通信都可以被没有依赖关系的计算掩盖").
-    hides = s.moe_fb_overlap if s.schedule == "dualpipev" else tb.job.overlap_p2p_comm
+    hides = s.moe_fb_overlap if s.schedule == "dualpipev" else ctx.job.overlap_p2p_comm
     if v == 1 or not hides:
         return 2 * v * hop, 0.0
     # ASSUMPTION: with uneven virtual stages (a layout) the hop hides behind the mean chunk.
-    chunk = max(tb.model.num_layers // (s.pp * v), 1)
-    costs = [tb.cost(tb.layer_block[k], s, *tb.layer_shape(k, s)) for k in tb.kind_names]
+    chunk = max(ctx.model.num_layers // (s.pp * v), 1)
+    costs = [ctx.cost(ctx.layer_block[k], s, *ctx.layer_shape(k, s)) for k in ctx.kind_names]
     fwd = overlap.exposed(hop, chunk * min(c.fwd_us for c in costs))
     bwd = overlap.exposed(hop, chunk * min(c.bwd_us for c in costs))
     exposed = v * (fwd + bwd)
     return exposed, 2 * v * hop - exposed
 
 
-def _stage_tails(tb: TermBuilder, s: Strategy, first_params: int, last_params: int):
+def _stage_tails(ctx: TermContext, s: Strategy, first_params: int, last_params: int):
     """Constant tail per stage: collective latencies, embedding / head parameters and, with tied
     embeddings and pp > 1, the all-reduce of the word-embedding gradients between first and last."""
     p = s.pp
     latency = sum(
-        (sync_us(tb, s, size, scope, 0.0, False) for size, scope in tb.sync_groups(s)), 0.0
+        (sync_us(ctx, s, size, scope, 0.0, False) for size, scope in ctx.sync_groups(s)), 0.0
     )
     sync = np.full(p, latency, dtype=float)
     total = np.full(p, latency, dtype=float)
     for index, params in ((0, first_params), (head_stage(s), last_params)):
-        sync_part, opt_us = tail_slope_us(tb, s, params, 0)
+        sync_part, opt_us = tail_slope_us(ctx, s, params, 0)
         sync[index] += sync_part
         total[index] += sync_part + opt_us
-    if p > 1 and head_stage(s) > 0 and not tb.model.untie_embeddings_and_output_weights:
-        words = tb.model.vocab_size_for(s.tp) // s.tp * tb.model.hidden_size
-        scope = tb.scope(s.tp * s.cp * s.dp * (p - 1), 2)
-        shared = tb.comm.time_us("all_reduce", 2, scope, tb.grad_bytes * words)
+    if p > 1 and head_stage(s) > 0 and not ctx.model.untie_embeddings_and_output_weights:
+        words = ctx.model.vocab_size_for(s.tp) // s.tp * ctx.model.hidden_size
+        scope = ctx.scope(s.tp * s.cp * s.dp * (p - 1), 2)
+        shared = ctx.comm.time_us("all_reduce", 2, scope, ctx.grad_bytes * words)
         for index in (0, p - 1):
             sync[index] += shared
             total[index] += shared

@@ -41,14 +41,14 @@ PREFETCH_UNITS = 1
 num_to_forward_prefetch / num_to_backward_prefetch = 1)."""
 
 
-def sharded_param_bytes(tb, s: Strategy, dense: int, expert: int) -> tuple[float, float, float]:
+def sharded_param_bytes(ctx, s: Strategy, dense: int, expert: int) -> tuple[float, float, float]:
     """(weights, gradients, optimizer states) bytes a rank keeps of these parameters (unrounded)."""
-    dp_cp, edp = data_groups(s, tb.model.is_moe)
+    dp_cp, edp = data_groups(s, ctx.model.is_moe)
     local = dense / dp_cp + expert / edp  # one rank's shard of the parameter elements
     full = dense + expert
-    weights = tb.bpe * (local if s.zero >= 3 else full)
-    grads = tb.grad_bytes * (local if s.zero >= 2 else full)  # fp32 unless --main-grads-dtype
-    optimizer = tb.opt_state_bytes * (local if s.zero >= 1 else full)
+    weights = ctx.bpe * (local if s.zero >= 3 else full)
+    grads = ctx.grad_bytes * (local if s.zero >= 2 else full)  # fp32 unless --main-grads-dtype
+    optimizer = ctx.opt_state_bytes * (local if s.zero >= 1 else full)
     return weights, grads, optimizer
 
 
@@ -62,34 +62,34 @@ def gathered_bytes(s: Strategy, unit_params: int, bpe: int) -> int:
     return grads + weights
 
 
-def _unit_traffic_us(tb, s: Strategy, dense: int, expert: int) -> tuple[float, float]:
+def _unit_traffic_us(ctx, s: Strategy, dense: int, expert: int) -> tuple[float, float]:
     """(all-gather of the unit's weights, reduce-scatter of its gradients) in us, per micro-batch."""
     gather, scatter = 0.0, 0.0
     # Without an expert group (a dense model) only the dense parameters pair with a group.
-    for (size, scope), params in zip(tb.sync_groups(s), (dense, expert), strict=False):
+    for (size, scope), params in zip(ctx.sync_groups(s), (dense, expert), strict=False):
         if size <= 1 or not params:
             continue
         if s.zero >= 3:
-            gather += tb.comm.time_us("all_gather", size, scope, tb.bpe * params)
-        scatter += tb.comm.time_us("reduce_scatter", size, scope, FSDP_GRAD_BYTES * params)
+            gather += ctx.comm.time_us("all_gather", size, scope, ctx.bpe * params)
+        scatter += ctx.comm.time_us("reduce_scatter", size, scope, FSDP_GRAD_BYTES * params)
     return gather, scatter
 
 
 def layer_exposed_us(
-    tb, s: Strategy, dense: int, expert: int, fwd_us: float, bwd_us: float
+    ctx, s: Strategy, dense: int, expert: int, fwd_us: float, bwd_us: float
 ) -> float:
     """Exposed ZeRO-2/3 traffic of one decoder layer per micro-batch, prefetch overlapping compute."""
     if s.zero < 2:
         return 0.0
-    gather, scatter = _unit_traffic_us(tb, s, dense, expert)
+    gather, scatter = _unit_traffic_us(ctx, s, dense, expert)
     return max(0.0, gather - fwd_us) + max(0.0, gather + scatter - bwd_us)
 
 
-def unit_exposed_us(tb, s: Strategy, params: int) -> float:
+def unit_exposed_us(ctx, s: Strategy, params: int) -> float:
     """ZeRO-2/3 traffic of the embedding or head unit per micro-batch, fully exposed."""
     if s.zero < 2:
         return 0.0
-    gather, scatter = _unit_traffic_us(tb, s, params, 0)
+    gather, scatter = _unit_traffic_us(ctx, s, params, 0)
     return 2 * gather + scatter
 
 

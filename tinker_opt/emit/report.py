@@ -12,14 +12,12 @@ import base64
 from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
-from tinker_opt.emit.picks import FOLD_MEMORY_SHARE, comparison_sentence
+from tinker_opt.emit.search_report import SearchReport
+from tinker_opt.solve.picks import FOLD_MEMORY_SHARE, comparison_sentence
 from tinker_opt.strategy import Strategy
-
-if TYPE_CHECKING:
-    from tinker_opt.emit.results import SearchReport
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; color: #222; }
@@ -140,7 +138,7 @@ def _current_vs_best(report: SearchReport, speedup: float | None) -> str:
             )
     else:
         rows.append(_row(["current"] + _figures(current), "current"))
-    if speedup is not None:
+    if speedup is not None and current is not None:  # a speedup needs the script's evaluation
         sentence = comparison_sentence(report.top[0], current)
         note += f'<p class="big">{escape(sentence[0].upper() + sentence[1:])}.</p>'
     return note + f"<table>{head}{''.join(rows)}</table>"

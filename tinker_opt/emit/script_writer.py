@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from tinker_opt.emit import script_edit
-from tinker_opt.emit.expressible import expressible_strategy
 from tinker_opt.emit.precision_edit import apply_precision
 from tinker_opt.emit.strategy_plan import plan_strategy_edits
 from tinker_opt.errors import ConfigError, ScriptError
+from tinker_opt.expressible import expressible_strategy
 from tinker_opt.io_utils import write_text_atomic
 from tinker_opt.script import versions
 from tinker_opt.script.expand import Scalar

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from tinker_opt.config import SearchSettings
-from tinker_opt.emit.noop_layers import strategy_to_write
-from tinker_opt.emit.results import RunLabels, SearchReport, write_results_folder
+from tinker_opt.emit.results import write_results_folder
+from tinker_opt.emit.search_report import RunLabels, SearchReport
 from tinker_opt.errors import TinkerError
+from tinker_opt.script.noop_layers import strategy_to_write
 from tinker_opt.specs import ClusterSpec, ModelSpec
 from tinker_opt.strategy import Strategy
 
@@ -92,7 +93,7 @@ def write_search_folder(
     precisions: list[dict[str, Any]] | None = None,
 ) -> tuple[Path, list[str]]:
     """The results folder of a finished search (`result` of solve.search, `chosen` of
-    emit.picks.choices, `precisions` each precision's best under --allow-fp8); returns it and the
+    solve.picks.choices, `precisions` each precision's best under --allow-fp8); returns it and the
     warnings, the rows the writer refused added."""
     warnings = list(warnings)
     report = SearchReport(

@@ -12,10 +12,10 @@ import re
 
 from tinker_opt.choices import CpAlgo, Recompute, assert_never
 from tinker_opt.emit import script_edit
-from tinker_opt.emit.expressible import overlap_flag, uses_layout_string
 from tinker_opt.emit.script_edit import Edit
 from tinker_opt.errors import StrategyError
-from tinker_opt.knobs import KNOBS
+from tinker_opt.expressible import overlap_flag, uses_layout_string
+from tinker_opt.knobs import KNOBS, LAYOUT, LAYOUT_KNOBS
 from tinker_opt.rules import hybrid_ulysses_degree
 from tinker_opt.script import versions
 from tinker_opt.script.launch import ArgOccurrence
@@ -69,15 +69,9 @@ DIST_OPT_COMPANIONS = (
 )
 """The flags that need the distributed optimizer (knobs.py: the parameter all-gather overlap)."""
 _ANCHORS = {
-    "parallel": (
-        "--pipeline-model-parallel-size",
-        "--tensor-model-parallel-size",
-        "--context-parallel-size",
-        "--sequence-parallel",
-        "--micro-batch-size",
-        "--num-layers",
-    ),
-    "moe": ("--expert-model-parallel-size", "--expert-tensor-parallel-size", "--num-experts"),
+    # The layout knobs' flags by their writer group (knobs.LAYOUT_KNOBS), then the model's.
+    "parallel": (*(k.flag for k in LAYOUT_KNOBS if k.group == "parallel"), "--num-layers"),
+    "moe": (*(k.flag for k in LAYOUT_KNOBS if k.group == "moe"), "--num-experts"),
     "recompute": ("--recompute-granularity", "--recompute-activations"),
 }
 
@@ -139,9 +133,16 @@ class _Plan:
         return self.edits
 
 
+def _size(plan: _Plan, s: Strategy, key: str, value: object = None) -> None:
+    """A layout size set by its flag (knobs.LAYOUT), left out where it is the default."""
+    knob = LAYOUT[key]
+    value = getattr(s, key) if value is None else value
+    plan.value(knob.flag, value, default=knob.default, group=knob.group)
+
+
 def _context_parallel(plan: _Plan, s: Strategy) -> None:
-    if s.cp > 1 or plan.launch.has("--context-parallel-size"):
-        plan.value("--context-parallel-size", s.cp, default=1)
+    if s.cp > 1 or plan.launch.has(LAYOUT["cp"].flag):
+        _size(plan, s, "cp")
     if s.cp == 1:
         if plan.info.train.strategy.cp > 1:  # a script already at cp 1 keeps its (idle) cp options
             plan.remove("--context-parallel-algo", *CP_COMPANIONS)
@@ -168,20 +169,21 @@ def _context_parallel(plan: _Plan, s: Strategy) -> None:
 
 
 def _experts(plan: _Plan, s: Strategy) -> None:
+    ep, etp = LAYOUT["ep"].flag, LAYOUT["etp"].flag
     if not plan.info.model.is_moe:
-        if plan.launch.has("--expert-model-parallel-size"):
-            plan.value("--expert-model-parallel-size", 1)
+        if plan.launch.has(ep):
+            plan.value(ep, 1)
         return
-    plan.value("--expert-model-parallel-size", s.ep, default=1, group="moe")
+    _size(plan, s, "ep")
     extend = plan.launch.has("--moe-tp-extend-ep")
     if s.etp is None:
-        plan.remove("--expert-tensor-parallel-size", "--moe-tp-extend-ep")
-    elif s.etp == 1 and extend and not plan.launch.has("--expert-tensor-parallel-size"):
+        plan.remove(etp, "--moe-tp-extend-ep")
+    elif s.etp == 1 and extend and not plan.launch.has(etp):
         return
     else:
         if s.etp != 1:
             plan.remove("--moe-tp-extend-ep")
-        plan.value("--expert-tensor-parallel-size", s.etp, group="moe")
+        plan.value(etp, s.etp, group="moe")
 
 
 LAYOUT_OWNED = (
@@ -310,15 +312,15 @@ def plan_strategy_edits(
 ) -> list[Edit]:
     """Edits that make the script run the (expressible) strategy `s`."""
     plan = _Plan(text, info, vr)
-    plan.value("--tensor-model-parallel-size", s.tp, default=1)
-    plan.value("--pipeline-model-parallel-size", s.pp, default=1)
+    _size(plan, s, "tp")
+    _size(plan, s, "pp")
     _context_parallel(plan, s)
     _experts(plan, s)
     if s.tp > 1:  # with tp = 1 the flag has no effect (Megatron turns it off): leave it as it is
-        plan.switch("--sequence-parallel", s.sp)
+        plan.switch(LAYOUT["sp"].flag, s.sp)
     _pipeline_layout(plan, s)
     _zero(plan, s)
-    plan.value("--micro-batch-size", s.mbs, default=1)
+    _size(plan, s, "mbs")
     _recompute(plan, s)
     _overlaps(plan, s)
     return plan.finish()

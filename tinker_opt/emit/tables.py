@@ -10,7 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from tinker_opt.emit.picks import FOLD_MEMORY_SHARE, comparison_sentence
+from tinker_opt.solve.picks import FOLD_MEMORY_SHARE, comparison_sentence
 from tinker_opt.strategy import Strategy
 
 

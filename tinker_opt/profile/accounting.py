@@ -5,7 +5,8 @@
 such as q, k and v split from one QKV projection, count once), parameters and buffers excluded
 (they are weights, counted apart). 1-byte dropout masks count as 1 byte because the sub-graphs
 use `torch.native_dropout`, which keeps a bool mask as the fused device kernels do. It touches only
-tensor metadata, so it works under `FakeTensorMode` as well (the analytic device relies on that).
+tensor metadata, so it works on the meta device and under `FakeTensorMode` as well (the analytic
+device relies on that).
 
 `LiveBytesTracker` follows every storage that the ops create while it is active and records the
 peak of the bytes still alive: the CPU's stand-in for the allocator statistics of npu / cuda.
@@ -14,11 +15,23 @@ peak of the bytes still alive: the CPU's stand-in for the allocator statistics o
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+
+
+def tensor_leaves(value: Any) -> list[torch.Tensor]:
+    """The tensors in an op's arguments or results (tuples, lists and dicts, in order): what
+    `torch.utils._pytree.tree_leaves` finds in them, without its per-node registry lookups."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in tensor_leaves(item)]
+    return []
 
 
 def storage_key(tensor: torch.Tensor) -> StorageWeakRef:
@@ -85,24 +98,23 @@ class LiveBytesTracker(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self._live: dict[StorageWeakRef, int] = {}
+        self._live: dict[int, tuple[StorageWeakRef, int]] = {}
+        """Storage address -> (a weak reference to the storage, its bytes)."""
         self.peak_bytes = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         # Views and in-place results share an input's storage: not a new allocation.
-        inputs = {
-            storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
-        }
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
-                key = storage_key(leaf)
-                if key not in self._live and key not in inputs:
-                    self._live[key] = storage_nbytes(leaf)
-        self._live = {k: n for k, n in self._live.items() if not k.expired()}
-        self.peak_bytes = max(self.peak_bytes, sum(self._live.values()))
+        inputs = {t.untyped_storage()._cdata for t in tensor_leaves((args, kwargs))}
+        for leaf in tensor_leaves(out):
+            storage = leaf.untyped_storage()
+            key = storage._cdata
+            if key not in self._live and key not in inputs:
+                self._live[key] = (StorageWeakRef(storage), int(storage.nbytes()))
+        self._live = {k: v for k, v in self._live.items() if not v[0].expired()}
+        self.peak_bytes = max(self.peak_bytes, sum(n for _, n in self._live.values()))
         return out
 
     @property
     def live_bytes(self) -> int:
-        return sum(n for k, n in self._live.items() if not k.expired())
+        return sum(n for ref, n in self._live.values() if not ref.expired())

@@ -4,11 +4,12 @@
 (blocks.csv, comm.csv, meta.json, profile.log; README, "Output folders") in seconds for any model size:
 
 * Memory is not modelled but counted: each block's reference sub-graph (subgraphs.build_block,
-  the very code the measured profile runs) runs forward and backward under
-  `torch._subclasses.FakeTensorMode`, which tracks shapes and dtypes but allocates nothing, with
-  the measured profile's own accounting (accounting.SavedTensorCounter / LiveBytesTracker). So
-  activation, input, output and weight bytes equal those of a CPU profile of the same shapes.
-* Time is modelled per aten op (op_trace.py): FLOPs from FlopCounterMode's formulas, bytes moved
+  the very code the measured profile runs) runs forward and backward on the meta device, which
+  tracks shapes and dtypes but allocates nothing (as the CPU would run it: cpu_on_meta.py), with
+  the measured profile's own accounting (measure.memory_pass: accounting.SavedTensorCounter /
+  LiveBytesTracker). So activation, input, output and weight bytes equal those of a CPU profile
+  of the same shapes. One forward + backward gives both the bytes and the op trace.
+* Time is modelled per aten op (op_trace.py): FLOPs from torch's FLOP-counter formulas, bytes moved
   from the op's tensor sizes, each op timed as max(compute time, memory time) under the size-
   dependent efficiency curves of the hardware description (op_timing.py, roofline), forward and
   backward separately. Selective recompute costs the extra backward time of the block with its
@@ -17,16 +18,19 @@
   (hardware.comm_table, comm_cost.collective_time_us).
 
 meta.json names the device `analytic:<hardware name>` and embeds the hardware description, so a
-profile always says which figures produced it.
+profile always says which figures produced it. The points of the profile space are traced in
+forked worker processes (`workers`, the profile's `--devices`; default every CPU).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import multiprocessing
+import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +42,7 @@ from torch._subclasses import FakeTensorMode
 import tinker_opt
 from tinker_opt.hardware import HardwareSpec, comm_table
 from tinker_opt.io_utils import write_text_atomic
+from tinker_opt.profile.cpu_on_meta import CpuOnMeta
 from tinker_opt.profile.device import Device, detect_device
 from tinker_opt.profile.fp8 import FP8_BLOCKS, fp8_ops, linear_module_names
 from tinker_opt.profile.measure import Measurement, memory_pass
@@ -69,7 +74,7 @@ class BlockTrace:
     core_ops: tuple[OpRecord, ...]
     """The core attention's forward, which selective recompute reruns in backward (layers only)."""
     memory: Measurement
-    """The measured profile's own measurement of the block on fake tensors: its byte counts are
+    """The measured profile's own measurement of the block without data: its byte counts are
     exact; its times are zero (the op trace gives them)."""
 
 
@@ -79,31 +84,25 @@ def _host() -> Device:
     return detect_device("cpu")
 
 
-def _traced_passes(block: Block) -> tuple[OpTrace, OpTrace, frozenset[int]]:
-    """Ops of one forward + backward (as measure.time_block runs it), of the core attention, and
-    the storage ids of the block's parameters in the first."""
-    passes, core = OpTrace(), OpTrace()
-    param_ids = passes.reserve(block.module.parameters())
-    inputs = block.make_inputs()
-    with trace_ops(passes) as tracer:
-        output = block.module(*inputs)
-        with tracer.phase("bwd"):
-            output.backward(None if output.dim() == 0 else torch.ones_like(output))
+def _core_ops(block: Block) -> OpTrace:
+    """Ops of the core attention's forward alone (what selective recompute reruns)."""
+    core = OpTrace()
     if block.attention is not None:
         layer = block.module
         with torch.no_grad():
             q, k, v = layer.attention.split_qkv(layer.norm1(block.make_inputs()[0]))
             with trace_ops(core):
                 layer.attention.core_forward(q, k, v)
-    return passes, core, param_ids
+    return core
 
 
-def _bytes_measurement(block: Block) -> Measurement:
-    """The measured profile's memory pass (measure.memory_pass) on fake tensors: exact bytes.
+def _measured_pass(block: Block, passes: OpTrace) -> Measurement:
+    """The measured profile's memory pass (measure.memory_pass) without data: exact bytes, and
+    the ops of that forward + backward (as measure.time_block runs them) recorded into `passes`.
 
-    The timed passes of measure_block are skipped (fake ops have no meaningful time; the op
-    trace gives the times), so the Measurement's times are zero."""
-    activation, transient, input_bytes, output_bytes = memory_pass(block, _host())
+    The timed passes of measure_block are skipped (ops without data have no meaningful time; the
+    op trace gives the times), so the Measurement's times are zero."""
+    activation, transient, input_bytes, output_bytes = memory_pass(block, _host(), trace=passes)
     selective = (
         saved_activation_bytes(block, selective=True) if block.attention is not None else activation
     )
@@ -124,17 +123,28 @@ def _bytes_measurement(block: Block) -> Measurement:
     )
 
 
-def trace_block(model: ModelSpec, block: str, shape: Shape) -> BlockTrace:
-    """Run the block's reference sub-graph at `shape` on fake tensors: ops, and bytes as measured."""
-    with FakeTensorMode():
-        sub_graph = build_block(model, block, shape, device="cpu")
+def trace_block(model: ModelSpec, block: str, shape: Shape, *, device: str = "meta") -> BlockTrace:
+    """Run the block's reference sub-graph at `shape` without data: ops, and bytes as measured.
+
+    On the meta device (shapes, strides and dtypes only, run by torch's meta kernels) by default;
+    `device="fake-cpu"` runs it under FakeTensorMode as fake CPU tensors instead, the way this
+    device traced first (about four times slower: FakeTensorMode dispatches every op in Python).
+    Both give the same ops and bytes (tests/test_analytic_meta.py): where the meta kernels differ
+    from the CPU's (the attention backend, the layer-norm statistics), cpu_on_meta.py follows
+    the CPU."""
+    with FakeTensorMode() if device == "fake-cpu" else CpuOnMeta():
+        sub_graph = build_block(
+            model, block, shape, device="cpu" if device == "fake-cpu" else device
+        )
         # Gradients are dropped after accumulation, as measure.py does (Megatron's own fp32 buffer).
         hooks = [
             p.register_post_accumulate_grad_hook(_drop_grad) for p in sub_graph.module.parameters()
         ]
+        passes = OpTrace()
+        param_ids = passes.reserve(sub_graph.module.parameters())
         try:
-            memory = _bytes_measurement(sub_graph)
-            passes, core, param_ids = _traced_passes(sub_graph)
+            memory = _measured_pass(sub_graph, passes)
+            core = _core_ops(sub_graph)
         finally:
             for hook in hooks:
                 hook.remove()
@@ -199,19 +209,52 @@ def trace_space(
     model: ModelSpec,
     points: list[ProfilePoint],
     *,
+    workers: int = 1,
     progress: Progress | None = None,
     log: Log | None = None,
 ) -> list[BlockTrace]:
-    """Trace every point of the profile space (the hardware-independent part, about 0.1 s a row)."""
+    """Trace every point of the profile space (the hardware-independent part, about 0.1 s a row),
+    in `workers` processes when there are enough points (`MIN_POINTS_PER_WORKER` each)."""
     traces = []
-    for index, point in enumerate(points, start=1):
-        started = time.perf_counter()
-        traces.append(trace_block(model, point.block, point.shape))
+    for index, (point, (trace, seconds)) in enumerate(
+        zip(points, _traces(model, points, workers), strict=True), start=1
+    ):
+        traces.append(trace)
         if log:
-            log(f"traced {point.label} in {time.perf_counter() - started:.3f} s")
+            log(f"traced {point.label} in {seconds:.3f} s")
         if progress:
             progress(index, len(points), point.label)
     return traces
+
+
+MIN_POINTS_PER_WORKER = 16
+"""A worker process pays for its fork and fills its own memo of meta kernels (cpu_on_meta.py):
+fewer workers below this many points each."""
+
+
+def _timed_trace(model: ModelSpec, point: ProfilePoint) -> tuple[BlockTrace, float]:
+    started = time.perf_counter()
+    return trace_block(model, point.block, point.shape), time.perf_counter() - started
+
+
+def _traces(
+    model: ModelSpec, points: list[ProfilePoint], workers: int
+) -> Iterator[tuple[BlockTrace, float]]:
+    """(trace, seconds) of each point in order: here, or in forked worker processes (torch is
+    imported already; a worker takes neighbouring points, which share most ops' shapes)."""
+    workers = min(workers, len(points) // MIN_POINTS_PER_WORKER)
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield from (_timed_trace(model, point) for point in points)
+        return
+    chunk = max(1, len(points) // (4 * workers))
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        yield from pool.imap(functools.partial(_timed_trace, model), points, chunksize=chunk)
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity where the OS tells it)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def analytic_meta(
@@ -266,12 +309,14 @@ def analytic_profile(
     out_dir: Path,
     *,
     limits: SpaceLimits,
+    workers: int = 1,
     progress: Progress | None = None,
     log: Log | None = None,
 ) -> Path:
     """Write a profiled-data folder for `model` on `hardware` without the hardware (seconds, any size).
 
-    The profile space is the measured profile's (space.profile_space over `limits`)."""
+    The profile space is the measured profile's (space.profile_space over `limits`), traced in
+    up to `workers` processes."""
     started, clock = datetime.now().isoformat(timespec="seconds"), time.perf_counter()
     lines: list[str] = []
 
@@ -284,7 +329,7 @@ def analytic_profile(
         f"analytic profile of {model.num_layers} layers on {DEVICE_PREFIX}{hardware.name} into {out_dir}"
     )
     points = profile_space(model, limits)
-    traces = trace_space(model, points, progress=progress, log=record)
+    traces = trace_space(model, points, workers=workers, progress=progress, log=record)
     blocks = blocks_frame(traces, hardware)
     seconds = time.perf_counter() - clock
     record(f"done in {seconds:.1f} s: {len(blocks)} rows")

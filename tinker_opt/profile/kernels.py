@@ -32,6 +32,8 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
+from tinker_opt.profile import cpu_on_meta
+
 OPS = ("attention", "rmsnorm", "swiglu", "rope", "mc2")
 FLAG_OPS = {
     "--use-flash-attn": "attention",
@@ -93,7 +95,8 @@ def reference_rope(
 
 def _sdpa(q, k, v, causal: bool, scale: float) -> torch.Tensor:
     s, b, n, dv = q.shape[0], q.shape[1], q.shape[2], v.shape[-1]
-    out = F.scaled_dot_product_attention(
+    attention = cpu_on_meta.sdpa if q.device.type == "meta" else F.scaled_dot_product_attention
+    out = attention(
         q.permute(1, 2, 0, 3),
         k.permute(1, 2, 0, 3),
         v.permute(1, 2, 0, 3),

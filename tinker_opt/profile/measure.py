@@ -13,13 +13,14 @@
 from __future__ import annotations
 
 import statistics
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import asdict, dataclass
 
 import torch
 
 from tinker_opt.profile.accounting import LiveBytesTracker, SavedTensorCounter
 from tinker_opt.profile.device import Device
+from tinker_opt.profile.op_trace import OpTrace, trace_ops
 from tinker_opt.profile.subgraphs import Block, saved_activation_bytes
 
 
@@ -102,18 +103,23 @@ def time_block(block: Block, device: Device, *, warmup: int, repeats: int) -> Ti
     return Timings(fwd, bwd)
 
 
-def memory_pass(block: Block, device: Device) -> tuple[int, int, int, int]:
-    """(activation, transient, input, output) bytes of one forward + backward."""
+def memory_pass(
+    block: Block, device: Device, *, trace: OpTrace | None = None
+) -> tuple[int, int, int, int]:
+    """(activation, transient, input, output) bytes of one forward + backward; with `trace`, the
+    same pass also records its ops there (op_trace.trace_ops, the analytic device's one pass)."""
     inputs = block.make_inputs()
     device.synchronize()
     device.reset_peak_memory()
     base = device.allocated_bytes()
     with ExitStack() as stack:
+        tracer = stack.enter_context(trace_ops(trace)) if trace is not None else None
         tracker = None if device.has_allocator_stats else stack.enter_context(LiveBytesTracker())
         with SavedTensorCounter(exclude=block.constants()) as counter:
             output = block.module(*inputs)
         output_bytes = _nbytes([output])
-        _backward(output, _grad_for(output))
+        with tracer.phase("bwd") if tracer is not None else nullcontext():
+            _backward(output, _grad_for(output))
         device.synchronize()
         peak = tracker.peak_bytes if tracker is not None else device.peak_allocated_bytes() - base
     transient = max(0, peak - counter.saved_bytes)

@@ -2,7 +2,7 @@
 
 The analytic device (analytic.py) and calibration (calibrate.py) time a block from this trace.
 Run the block's forward and backward inside `trace_ops()`, with its tensors created under
-`torch._subclasses.FakeTensorMode` (shapes and dtypes only, no memory, no arithmetic), so a
+the meta device or `torch._subclasses.FakeTensorMode` (shapes and dtypes only, no memory, no arithmetic), so a
 175B-parameter layer traces in milliseconds.
 
 Per op:
@@ -12,7 +12,7 @@ Per op:
 * Bytes moved: the sizes of the tensor inputs and outputs, counting an expanded (stride-0)
   tensor by its storage, and nothing for views and allocations (they move no data). This is the
   unfused traffic; fused device kernels move less, which the memory-efficiency curve absorbs.
-* The modules it ran in (FlopCounterMode's ModuleTracker), so a region such as the core
+* The modules it ran in (torch.utils.module_tracker.ModuleTracker), so a region such as the core
   attention can be timed on its own (selective recompute).
 """
 
@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils.module_tracker import ModuleTracker
+
+from tinker_opt.profile.accounting import tensor_leaves
 
 aten = torch.ops.aten
 PHASES = ("fwd", "bwd")
@@ -105,6 +108,9 @@ EXTRA_FLOP_FORMULAS = {
     ),
 }
 """Formulas FlopCounterMode lacks, keyed like its registry (by op overload packet)."""
+FLOP_FORMULAS = {**flop_registry, **EXTRA_FLOP_FORMULAS}
+"""FlopCounterMode's formulas (torch.utils.flop_counter.flop_registry) and ours, looked up
+directly: the recorder counts each op itself, without a FlopCounterMode in the dispatch stack."""
 
 
 @dataclass(frozen=True)
@@ -128,21 +134,24 @@ class OpRecord:
 
 @dataclass
 class OpTrace:
-    """The ops of one traced run, in order, and FlopCounterMode's own total to check against."""
+    """The ops of one traced run, in order."""
 
     records: list[OpRecord] = field(default_factory=list)
-    counter_total_flops: int = 0
-    _storage_ids: dict[int, int] = field(default_factory=dict, repr=False)
-    _alive: list[Any] = field(default_factory=list, repr=False)
-    """Storages seen, kept alive while tracing so that no id is reused by a new allocation."""
+    _storage_ids: dict[int, tuple[StorageWeakRef, int]] = field(default_factory=dict, repr=False)
+    """Storage address -> (a weak reference to the storage, its id). The storages are not kept
+    alive (a memory pass may run in the same trace, measure.memory_pass): a new storage at a
+    freed one's address is told apart by the expired reference and gets a new id."""
+    _num_ids: int = 0
 
     def storage_id(self, tensor: torch.Tensor) -> int:
         storage = tensor.untyped_storage()
         key = storage._cdata
-        if key not in self._storage_ids:
-            self._storage_ids[key] = len(self._storage_ids)
-            self._alive.append(storage)
-        return self._storage_ids[key]
+        known = self._storage_ids.get(key)
+        if known is None or known[0].expired():
+            known = (StorageWeakRef(storage), self._num_ids)
+            self._storage_ids[key] = known
+            self._num_ids += 1
+        return known[1]
 
     def reserve(self, tensors: Any) -> frozenset[int]:
         """Ids for these tensors' storages before tracing (a block's parameters: the FP8 rewrite,
@@ -150,9 +159,9 @@ class OpTrace:
         return frozenset(self.storage_id(t) for t in tensors)
 
     def release(self) -> None:
-        """Drop the references that kept the traced storages alive."""
-        self._alive.clear()
+        """Forget the storages seen (a later trace numbers from 0 again)."""
         self._storage_ids.clear()
+        self._num_ids = 0
 
     def of_phase(self, phase: str) -> list[OpRecord]:
         return [r for r in self.records if r.phase == phase]
@@ -175,16 +184,12 @@ def _moves_data(func: Any) -> bool:
 
 
 def _touched(trace: OpTrace, values: Any) -> tuple[tuple[int, int], ...]:
-    leaves, _ = tree_flatten(values)
-    return tuple(
-        (trace.storage_id(x), _tensor_bytes(x)) for x in leaves if isinstance(x, torch.Tensor)
-    )
+    return tuple((trace.storage_id(x), _tensor_bytes(x)) for x in tensor_leaves(values))
 
 
 def _op_precision(args: Any) -> str:
-    leaves, _ = tree_flatten(args)
-    for x in leaves:
-        if isinstance(x, torch.Tensor) and x.is_floating_point():
+    for x in tensor_leaves(args):
+        if x.is_floating_point():
             return PRECISION_OF_DTYPE.get(x.dtype, "fp32")
     return "fp32"
 
@@ -192,9 +197,9 @@ def _op_precision(args: Any) -> str:
 class _OpRecorder(TorchDispatchMode):
     """Records every aten op that reaches it, then passes it on unchanged."""
 
-    def __init__(self, counter: FlopCounterMode, trace: OpTrace) -> None:
+    def __init__(self, modules: ModuleTracker, trace: OpTrace) -> None:
         super().__init__()
-        self.counter = counter
+        self.modules = modules
         self.trace = trace
         self.phase = "fwd"
 
@@ -203,7 +208,7 @@ class _OpRecorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         if func.namespace != "aten":  # prim.device and other metadata queries run no kernel
             return out
-        formula = self.counter.flop_registry.get(func.overloadpacket)
+        formula = FLOP_FORMULAS.get(func.overloadpacket)
         flops = int(formula(*args, **kwargs, out_val=out)) if formula else 0
         moves = _moves_data(func)
         reads = _touched(self.trace, (args, kwargs)) if moves else ()
@@ -215,7 +220,7 @@ class _OpRecorder(TorchDispatchMode):
                 flops=flops,
                 bytes_moved=sum(b for _, b in reads + writes),
                 precision=_op_precision(args),
-                modules=frozenset(self.counter.mod_tracker.parents),
+                modules=frozenset(self.modules.parents),
                 reads=reads,
                 writes=writes,
             )
@@ -242,13 +247,9 @@ class OpTracer:
 
 @contextlib.contextmanager
 def trace_ops(trace: OpTrace) -> Iterator[OpTracer]:
-    """Record the ops run inside the block into `trace` (enter inside FakeTensorMode for speed)."""
-    counter = FlopCounterMode(display=False, custom_mapping=EXTRA_FLOP_FORMULAS)
+    """Record the ops run inside the block into `trace` (on meta tensors, or inside FakeTensorMode)."""
     try:
-        with counter:
-            recorder = _OpRecorder(counter, trace)
-            with recorder:
-                yield OpTracer(recorder)
+        with ModuleTracker() as modules, _OpRecorder(modules, trace) as recorder:
+            yield OpTracer(recorder)
     finally:
         trace.release()
-    trace.counter_total_flops = int(counter.get_total_flops())

@@ -4,7 +4,7 @@
 block name of blocks.csv (`embedding`, `layer`, `layer.dense`, `layer.moe`, `final_norm`, `head`)
 and a per-rank Shape to a `Block`: the module, a factory of fresh inputs and the metadata the
 measurements need. It allocates through `device` / `dtype` only, so it also runs under
-`FakeTensorMode` (the analytic device) where nothing is allocated.
+the meta device or `FakeTensorMode` (the analytic device) where nothing is allocated.
 
 Style follows the script's flags: normalization (LayerNorm | RMSNorm), swiglu, rope, flash
 attention, dropouts, GQA, multi-head latent attention (`mla`), MoE. Sequence parallel shards the

@@ -22,7 +22,7 @@ search can record them):
 * Tinker runs every block on real tp (x ep) ranks with the framework's own layers, so a block's
   forward / backward time already includes its TP / SP collectives (and, with ep > 1, the expert
   all-to-all). `meta.times_include_tp_comm` (and `times_include_ep_comm`) is True: the cost model
-  must not add those collectives again (`tinker_opt.costs.terms.TermBuilder`).
+  must not add those collectives again (`tinker_opt.costs.inputs.ProfileConventions`).
 * The p2p table is written by Tinker's p2p step without measuring anything: it is kept in
   `meta.extra["tinker_p2p_table"]` for reference but never becomes comm.csv rows, so links come from the
   hardware description or CommModel's documented defaults (which warn).

@@ -129,8 +129,9 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
 
 
 def _rng_state(tensor: torch.Tensor) -> torch.Tensor | None:
-    """The generator state of the tensor's device, None under FakeTensorMode (nothing random runs)."""
-    if is_fake(tensor):
+    """The generator state of the tensor's device, None under FakeTensorMode and on the meta device
+    (nothing random runs)."""
+    if is_fake(tensor) or tensor.device.type == "meta":
         return None
     if tensor.device.type == "cpu":
         return torch.get_rng_state()

@@ -97,6 +97,8 @@ FLAGS: tuple[Flag, ...] = (
            "--tp-comm-overlap"),
     *_rows("strategy, not priced", "first parameter all-gather under the optimizer step (dist-opt, vpp > 1)",
            "--overlap-param-gather-with-optimizer-step"),
+    *_rows("strategy, not priced", "expert weight gradients delayed behind the MoE all-to-all (with its overlap)",
+           "--delay-wgrad-compute"),
     # The job.
     *_rows("job", "batch", "--global-batch-size"),
     *_rows("job", "checkpoint loading / fine-tuning (memory of a full tune, conversion warnings)", "--load",
@@ -164,7 +166,7 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("not modelled", "FP8 exceptions: weight gradients or the first / last layers kept in BF16",
            "--no-fp8-wgrad", "--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"),
     *_rows("not modelled", "further communication overlap", "--use-cp-send-recv-overlap",
-           "--moe-shared-expert-overlap", "--delay-wgrad-compute",
+           "--moe-shared-expert-overlap",
            "--moe-allgather-overlap-comm"),
     *_rows("not modelled", "MoE routing (drop policy, load-balancing loss, grouped routing)", "--moe-token-drop-policy",
            "--noisy_gate_policy", "--moe-router-load-balancing-type", "--moe-router-num-groups",

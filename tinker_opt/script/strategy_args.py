@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod, choice
 from tinker_opt.errors import ScriptError, StrategyError
-from tinker_opt.knobs import KNOBS, KnobContext, read_switches
+from tinker_opt.knobs import KNOBS, LAYOUT, KnobContext, read_switches
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.model_args import int_list, int_value
 from tinker_opt.script.pipeline_layout import (
@@ -202,9 +202,15 @@ def _layer_list(
 def _expert_tp(launch: Launch, is_moe: bool) -> int | None:
     if not is_moe:
         return None
-    if launch.has("--expert-tensor-parallel-size"):
-        return int_value(launch, "--expert-tensor-parallel-size")
+    if launch.has(LAYOUT["etp"].flag):
+        return int_value(launch, LAYOUT["etp"].flag)
     return 1 if launch.has("--moe-tp-extend-ep") else None
+
+
+def _size(launch: Launch, key: str) -> int:
+    """A layout size as its flag (knobs.LAYOUT) sets it, the framework's default without it."""
+    knob = LAYOUT[key]
+    return int_value(launch, knob.flag, int(knob.default))
 
 
 def read_strategy(
@@ -218,9 +224,7 @@ def read_strategy(
     mtp_layers: int = 0,
 ) -> Strategy:
     """The strategy the launch arguments run, in the schema's normal form."""
-    tp = int_value(launch, "--tensor-model-parallel-size", 1)
-    pp = int_value(launch, "--pipeline-model-parallel-size", 1)
-    cp = int_value(launch, "--context-parallel-size", 1)
+    tp, pp, cp = (_size(launch, key) for key in ("tp", "pp", "cp"))
     model_parallel = tp * pp * cp
     if model_parallel <= 0:
         raise ScriptError(f"parallel sizes tp={tp} pp={pp} cp={cp} must be positive; fix the flags")
@@ -251,12 +255,12 @@ def read_strategy(
             dp=max(world // model_parallel, 1),
             cp=cp,
             cp_algo=algo,
-            ep=int_value(launch, "--expert-model-parallel-size", 1),
+            ep=_size(launch, "ep"),
             etp=_expert_tp(launch, is_moe),
-            sp=launch.has("--sequence-parallel") and tp > 1,
+            sp=launch.has(LAYOUT["sp"].flag) and tp > 1,
             vpp=vpp,
             zero=zero,
-            mbs=int_value(launch, "--micro-batch-size", 1),
+            mbs=_size(launch, "mbs"),
             num_layer_list=_layer_list(launch, pp, vpp, total_layers, mtp_layers, warn),
             **_recompute(launch, warn),
             **_schedule(launch, is_moe),

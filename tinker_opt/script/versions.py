@@ -32,10 +32,7 @@ _LATEST = (999,)
 _KNOB_SINCE, _KNOB_UNTIL = flag_versions()
 # Flag -> first version that has it, per family (absent: every version has it).
 FLAG_SINCE: dict[str, dict[str, tuple[int, ...] | None]] = {
-    "--context-parallel-size": {MINDSPEED: (0, 9, 3), MEGATRON: (0, 5)},
     "--context-parallel-algo": {MINDSPEED: (0, 9, 3), MEGATRON: None},
-    "--expert-model-parallel-size": {MINDSPEED: (0, 9, 1), MEGATRON: (0, 4)},
-    "--expert-tensor-parallel-size": {MINDSPEED: (2, 2, 0), MEGATRON: (0, 10)},
     "--moe-tp-extend-ep": {MINDSPEED: (2, 0, 0), MEGATRON: None},
     "--num-layers-per-virtual-pipeline-stage": {MINDSPEED: (0, 9, 2), MEGATRON: (0, 0)},
     "--num-layer-list": {MINDSPEED: (0, 9, 1), MEGATRON: None},
@@ -48,7 +45,7 @@ FLAG_SINCE: dict[str, dict[str, tuple[int, ...] | None]] = {
     "--num-virtual-stages-per-pipeline-rank": {MINDSPEED: None, MEGATRON: (0, 13)},
     "--account-for-embedding-in-pipeline-split": {MINDSPEED: None, MEGATRON: (0, 13)},
     "--account-for-loss-in-pipeline-split": {MINDSPEED: None, MEGATRON: (0, 13)},
-    # The strategy knobs' flags (communication overlap): declared with each knob (knobs.py).
+    # The strategy knobs' flags (overlap switches, layout sizes): declared with each knob (knobs.py).
     **_KNOB_SINCE,
     # MindSpeed-LLM 2.0.0: first release whose examples use them (reference/script-conventions.md).
     "--schedules-method": {MINDSPEED: (2, 0, 0), MEGATRON: None},

@@ -14,8 +14,8 @@ T >= sum_i,r bound_i(r) y_ir (+ bound_i x_i without full recompute) links every 
 valid bound (bounds.recompute_bounds): the memory usually forces r well above 1, which the
 relaxation of min(r, n_s) alone does not see. Mixed dense / MoE stacks use stage boundaries over
 the layer sequence instead of counts (prefix sums read by element constraints in CP-SAT, one-hot
-positions in the MILP), see mixed_split.py. Each stack builds its own rows (stacks.py,
-cpsat_rows.py); this module holds what every configuration shares.
+positions in the MILP), see mixed_split.py. Each kind of stack has its own rows
+cpsat_rows.stack_rows); this module holds what every configuration shares.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.solve import cpsat_rows
 from tinker_opt.solve.layer_split import Split
 from tinker_opt.solve.outcome import SolverOutcome, common_scale, objective_horizon
 from tinker_opt.solve.stacks import stack_of
@@ -97,8 +98,9 @@ def _cpsat_configuration(
     stack = stack_of(c)
     if c.vpp > 1:
         split = stack.even_split()
+        assert split is not None  # the presolve keeps only configurations that fit
         return (lambda value: split), factor * split.time_ns_x_v * x
-    return stack.cpsat_rows(model, cp_model, x, objective, factor, i, upper)
+    return cpsat_rows.stack_rows(stack, model, cp_model, x, objective, factor, i, upper)
 
 
 def _cpsat_hint(model, choices, decode, hint: tuple[int, Split]) -> None:

@@ -5,8 +5,6 @@ formulation). stacks.py calls them; every row is enforced only when the configur
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from tinker_opt.costs.pipeline import pipeline_x_v
@@ -14,9 +12,7 @@ from tinker_opt.solve.form_split import form_equalities
 from tinker_opt.solve.layer_bounds import bound_terms, upper_caps
 from tinker_opt.solve.layer_split import Split, memory_caps
 from tinker_opt.solve.mixed_split import layer_prefix
-
-if TYPE_CHECKING:
-    from tinker_opt.solve.stacks import MixedStack, Stack, UniformStack
+from tinker_opt.solve.stacks import MixedStack, Stack, UniformStack
 
 
 def cpsat_uniform(
@@ -204,3 +200,11 @@ def recompute_hint(r, choice: dict, split: Split) -> list:
     return [(r, split.recompute_num_layers)] + [
         (y, value == split.recompute_num_layers) for value, y in choice.items()
     ]
+
+
+def stack_rows(stack, model, cp_model, x, objective, factor: int, i: int, upper: int | None):
+    """Configuration i's CP-SAT rows (v = 1): (decoder, lower-bound term). By the stack's kind."""
+    if isinstance(stack, UniformStack):
+        return cpsat_uniform(stack, model, cp_model, x, objective, factor, i, upper)
+    assert isinstance(stack, MixedStack), type(stack)
+    return cpsat_mixed(stack, model, cp_model, x, objective, factor, i, upper)

@@ -46,10 +46,11 @@ def infeasible_message(cost_model, outers) -> str:
         layers, r, peak_x_v = least_memory_split(c)
         if best is None or peak_x_v / c.vpp < best[0]:
             best = (peak_x_v / c.vpp, outer, layers, r)
+    assert best is not None  # outers is not empty
     peak, outer, layers, r = best
     evaluation = cost_model.evaluate(cost_model.split_strategy(outer, layers, r))
-    stage = max(evaluation.stages, key=lambda st: st["memory_mb"])
-    part = max(HINTS, key=lambda name: stage.get(name, 0.0))
+    stage = max(evaluation.stages, key=lambda st: st.memory_mb)
+    part = max(HINTS, key=lambda name: getattr(stage, name))
     hint = HINTS[part]
     if (
         part == "optimizer_mb" and outer.dist_opt
@@ -57,6 +58,6 @@ def infeasible_message(cost_model, outers) -> str:
         hint = "more devices (the distributed optimizer already shards the states over data parallelism)"
     return (
         f"no strategy fits in {limit:g} MB per device; the best ({outer.label()}) needs at least "
-        f"{peak / 2**20:.0f} MB, mostly {part[:-3].replace('_', ' ')} ({stage[part]:.0f} MB): "
+        f"{peak / 2**20:.0f} MB, mostly {part[:-3].replace('_', ' ')} ({getattr(stage, part):.0f} MB): "
         f"try {hint}"
     )

@@ -1,6 +1,6 @@
 """The MILP model (PuLP + HiGHS, CBC fallback) over the whole space: the CP-SAT model of cpsat.py
 (see its docstring for the formulation) with min(r, n_s) linearised by a binary and mixed stacks'
-boundaries as one-hot positions. Each stack builds its own rows (stacks.py, milp_rows.py); this
+boundaries as one-hot positions. Each kind of stack has its own rows (milp_rows.stack_rows); this
 module holds the recompute choice every configuration shares, the solver and its status.
 """
 
@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 
 from tinker_opt.costs.coefficients import SplitCoefficients
+from tinker_opt.solve import milp_rows
 from tinker_opt.solve.outcome import SolverOutcome, common_scale
 from tinker_opt.solve.stacks import Stack, stack_of
 
@@ -127,9 +128,10 @@ def _milp_configuration(problem, pulp, c: SplitCoefficients, x, i: int):
     stack = stack_of(c)
     if c.vpp > 1:
         split = stack.even_split()
+        assert split is not None  # the presolve keeps only configurations that fit
         return split.time_ns_x_v * x, lambda: split, 0
     r, bound, r_choice = _milp_recompute(problem, pulp, stack, x, i)
-    return (*stack.milp_rows(problem, pulp, x, i, r, r_choice), bound)
+    return (*milp_rows.stack_rows(stack, problem, pulp, x, i, r, r_choice), bound)
 
 
 def _milp_recompute(problem, pulp, stack: Stack, x, i: int):

@@ -5,16 +5,12 @@ positions. stacks.py calls them; every row is zero when the configuration's x_i 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from tinker_opt.costs.pipeline import pipeline_x_v
 from tinker_opt.solve.form_split import form_equalities
 from tinker_opt.solve.layer_bounds import bound_terms, upper_caps
 from tinker_opt.solve.layer_split import Split, memory_caps
 from tinker_opt.solve.mixed_split import layer_prefix
-
-if TYPE_CHECKING:
-    from tinker_opt.solve.stacks import MixedStack, UniformStack
+from tinker_opt.solve.stacks import MixedStack, UniformStack
 
 MIB = float(2**20)
 """Memory rows are written in MiB (exact for integer bytes below 2**53): 1 byte of excess is
@@ -174,3 +170,11 @@ def _milp_min(problem, pulp, r, n, r_hi: int, n_hi: int, tag: str):
     problem.addConstraint(rs >= r - r_hi * (1 - z), f"rs_rz{tag}")
     problem.addConstraint(rs >= n - n_hi * z, f"rs_nz{tag}")
     return rs
+
+
+def stack_rows(stack, problem, pulp, x, i: int, r, r_choice: dict):
+    """Configuration i's MILP rows (v = 1): (v * T expression, decoder). By the stack's kind."""
+    if isinstance(stack, UniformStack):
+        return milp_uniform(stack, problem, pulp, x, i, r, r_choice)
+    assert isinstance(stack, MixedStack), type(stack)
+    return milp_mixed(stack, problem, pulp, x, i, r, r_choice)

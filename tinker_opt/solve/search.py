@@ -81,16 +81,18 @@ class SearchResult:
         pool = [_evaluate(self.ranking, cand) for cand in ranked[: max(depth, ENUM_POOL)]]
         return dataclasses.replace(self, top=pool[:depth], pool=pool)
 
-    def best_within(self, space: SearchSpace, limited: CostModel | None = None) -> Evaluation:
+    def best_within(self, space: SearchSpace, memory_fraction: float = 1.0) -> Evaluation:
         """The fastest strategy of a narrower `space` (its outers a subset of the search's or
-        presolved now), under `limited` (the same cost model with a lower memory limit; None:
-        this one); raises InfeasibleError when none fits."""
+        presolved now), under `memory_fraction` of the search's memory limit (the same cost model
+        under lowered rules, split_rules.py); raises InfeasibleError when none fits."""
         ranking = self.ranking
         allowed = _narrowed_outers(ranking, space)
         ranking.include(allowed)
-        model = ranking.cost_model
+        searched = ranking.cost_model
         under = (
-            None if limited is None else limited.with_layer_form(model.layer_form, model.uneven_vpp)
+            None
+            if memory_fraction == 1
+            else searched.under(searched.rules.lowered(memory_fraction))
         )
         found = ranking.walk(1, allowed.__contains__, under)
         if not found:
@@ -118,8 +120,12 @@ def search(
     start = time.perf_counter()
     note = progress or (lambda message: None)
     space = space or SearchSpace()
-    # splits the framework can write
-    cost_model = cost_model.with_layer_form(space.layer_form, space.uneven_vpp)
+    # The splits the framework can write: the search's rule, handed to the cost model's splits.
+    cost_model = cost_model.under(
+        dataclasses.replace(
+            cost_model.rules, layer_form=space.layer_form, uneven_vpp=space.uneven_vpp
+        )
+    )
     outers = _outers(cost_model, space)
     note(f"{len(outers)} valid outer configurations")
     if solver == "enum":

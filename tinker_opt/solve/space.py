@@ -77,7 +77,7 @@ class SearchSpace:
     cp_algos: tuple[str, ...] = SEARCHED_CP_ALGOS
     schedules: tuple[str, ...] = ("1f1b",)
     """Pipeline schedules searched (strategy.SCHEDULES); `dualpipev` only where the framework
-    version has it (emit/expressible.py search_space_for)."""
+    version has it (expressible.py search_space_for)."""
     fb_overlap: bool = False
     """Search MindSpeed's `--moe-fb-overlap` (on and off) where its rule allows it."""
     overlaps: tuple[str, ...] | None = OVERLAP_KEYS

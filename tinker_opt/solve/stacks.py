@@ -3,8 +3,9 @@
 A uniform stack (one layer kind: every layer costs the same) is solved with scalar coefficients
 (layer_split.py's water-filling, layer_bounds.py); a mixed stack (dense and MoE layers at fixed
 positions) with range tables over the layer positions (mixed_split.py). The split search, the
-bounds, feasibility, the least-memory split and the solver rows (cpsat_rows.py, milp_rows.py) are
-methods of `Stack`, so the callers never ask which kind of stack they hold. What does not depend
+bounds, feasibility and the least-memory split are methods of `Stack`, so the callers never ask
+which kind of stack they hold; the solver rows (cpsat_rows.py, milp_rows.py) choose by the kind in
+one function each (`stack_rows`), so those modules import this one and not the other way round. What does not depend
 on the kind (the framework's layer form, the virtual pipeline's constant, the memo of the
 recompute bounds) is written once in the base class.
 """
@@ -17,7 +18,6 @@ import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
-from tinker_opt.solve import cpsat_rows, milp_rows
 from tinker_opt.solve.form_split import (
     best_form_split,
     feasible_under_caps,
@@ -43,13 +43,12 @@ from tinker_opt.solve.layer_split import (
     lower_bounds_for_r,
     recompute_range,
 )
+from tinker_opt.solve.mixed_fits import fits_many
 from tinker_opt.solve.mixed_split import (
     best_for_r,
     cheap_bound,
     even_for_r,
-    fits_for_r,
     mixed_recompute_bounds,
-    uniform_fits,
 )
 from tinker_opt.solve.mixed_split import (
     least_peak_split as mixed_least_peak_split,
@@ -64,6 +63,19 @@ from tinker_opt.solve.virtual_split import (
 def stack_of(c: SplitCoefficients) -> Stack:
     """The stack of a configuration: uniform when every layer costs the same, else mixed."""
     return UniformStack(c) if c.homogeneous else MixedStack(c)
+
+
+def feasible_many(cs: list[SplitCoefficients]) -> list[bool]:
+    """is_feasible of each configuration; the mixed stacks without a virtual pipeline or a
+    layer form decided together (mixed_fits.fits_many batches their relaxations)."""
+    stacks = [stack_of(c) for c in cs]
+    together = [
+        i
+        for i, stack in enumerate(stacks)
+        if isinstance(stack, MixedStack) and stack.c.vpp == 1 and not restricted(stack.c)
+    ]
+    out = dict(zip(together, fits_many([cs[i] for i in together]), strict=True))
+    return [out[i] if i in out else stack.is_feasible() for i, stack in enumerate(stacks)]
 
 
 def best_split(c: SplitCoefficients) -> Split | None:
@@ -178,14 +190,6 @@ class Stack(ABC):
     def stage_maxima(self) -> tuple[int, int]:
         """(largest t_s, largest tail_s) any stage can have."""
 
-    @abstractmethod
-    def cpsat_rows(self, model, cp_model, x, objective, factor: int, i: int, upper: int | None):
-        """Configuration i's CP-SAT rows (v = 1): (decoder, lower-bound term)."""
-
-    @abstractmethod
-    def milp_rows(self, problem, pulp, x, i: int, r, r_choice: dict):
-        """Configuration i's MILP rows (v = 1): (v * T expression, decoder)."""
-
 
 class UniformStack(Stack):
     """Every layer costs the same: scalar coefficients (layer_split.Scalars), water-filling."""
@@ -220,9 +224,13 @@ class UniformStack(Stack):
     def fits(self) -> bool:
         c, k = self.c, self.k
         if restricted(c):
-            if c.method == "uniform":
-                return self.best_split() is not None
-            return feasible_under_caps(loosest_caps(c, k), c.num_layers, c.layer_form)
+            # uniform's memory is not monotone in r: some r's caps must admit a split of the form
+            caps = (
+                caps_by_r(c, k, np.array(recompute_range(c)))
+                if c.method == "uniform"
+                else loosest_caps(c, k)
+            )
+            return feasible_under_caps(caps, c.num_layers, c.layer_form)
         if c.method == "uniform":  # no r uses the least memory everywhere: some r must fit
             return bool(packs(caps_by_r(c, k, np.array(recompute_range(c))), c.num_layers).any())
         caps = loosest_caps(c, k)
@@ -246,12 +254,6 @@ class UniformStack(Stack):
         caps = upper_caps(c, k)
         t_max = int((k.a + k.f) * caps.max() + c.stage_time_ns.max())
         return t_max, int(k.alpha * caps.max() + c.stage_tail_ns.max())
-
-    def cpsat_rows(self, model, cp_model, x, objective, factor: int, i: int, upper: int | None):
-        return cpsat_rows.cpsat_uniform(self, model, cp_model, x, objective, factor, i, upper)
-
-    def milp_rows(self, problem, pulp, x, i: int, r, r_choice: dict):
-        return milp_rows.milp_uniform(self, problem, pulp, x, i, r, r_choice)
 
 
 class MixedStack(Stack):
@@ -292,10 +294,7 @@ class MixedStack(Stack):
         c = self.c
         if restricted(c):
             return self.best_split() is not None
-        if c.method == "uniform":
-            return uniform_fits(c, recompute_range(c))
-        # the most recompute uses the least memory
-        return fits_for_r(c, recompute_range(c)[-1])
+        return fits_many([c])[0]
 
     def v1_lower_bound(self, *, tight: bool) -> int:
         return min(self.recompute_bounds().values()) if tight else cheap_bound(self.c)
@@ -311,9 +310,3 @@ class MixedStack(Stack):
         c = self.c  # a stage holds at most every layer
         t_max = int(c.layer_time_ns.sum() + c.layer_recompute_ns.sum() + c.stage_time_ns.max())
         return t_max, int(c.layer_tail_ns.sum() + c.stage_tail_ns.max())
-
-    def cpsat_rows(self, model, cp_model, x, objective, factor: int, i: int, upper: int | None):
-        return cpsat_rows.cpsat_mixed(self, model, cp_model, x, objective, factor, i, upper)
-
-    def milp_rows(self, problem, pulp, x, i: int, r, r_choice: dict):
-        return milp_rows.milp_mixed(self, problem, pulp, x, i, r, r_choice)

@@ -241,7 +241,7 @@ def predicted_side(evaluation, info, memory_after: int | None) -> dict[str, Any]
     allocated = framework["peak_allocated_mb"]
     if memory_after == 1:
         allocated = max(
-            first_iteration_peak_mb(stage, stage["allocated_mb"], _state_bytes(info))
+            first_iteration_peak_mb(stage, stage.allocated_mb or 0.0, _state_bytes(info))
             for stage in evaluation.stages
         )
     return {
@@ -252,7 +252,12 @@ def predicted_side(evaluation, info, memory_after: int | None) -> dict[str, Any]
         "peak_device_mb": framework["peak_device_mb"],
         "memory_peak_of": "iteration 1" if memory_after == 1 else "steady state",
         "stages": [
-            {k: stage[k] for k in ("stage", "allocated_mb", "reserved_mb", "device_mb")}
+            {
+                "stage": stage.stage,
+                "allocated_mb": stage.allocated_mb,
+                "reserved_mb": stage.reserved_mb,
+                "device_mb": stage.device_mb,
+            }
             for stage in evaluation.stages
         ],
         "time_breakdown_ms": dict(evaluation.time_breakdown_ms),

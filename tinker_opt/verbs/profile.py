@@ -56,7 +56,7 @@ def run_profile(
     )
     if analytic:
         from tinker_opt.hardware import load_hardware
-        from tinker_opt.profile.analytic import analytic_profile
+        from tinker_opt.profile.analytic import analytic_profile, available_cpus
         from tinker_opt.verbs.common import model_on_device
 
         require(settings, "hardware")
@@ -66,6 +66,7 @@ def run_profile(
             spec,
             out_dir,
             limits=measure_settings.limits(info.train),
+            workers=settings.devices or available_cpus(),
             progress=progress,
             log=log,
         )

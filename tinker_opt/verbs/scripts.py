@@ -34,9 +34,9 @@ def run_apply(
 ) -> tuple[list[str], list[Path]]:
     """Write `script` with the strategy of `strategy_file` to `output` (an FSDP2 launch: and its tuned
     YAML copy `output` with suffix .yaml); returns the writer's warnings and the files written."""
-    from tinker_opt.emit.noop_layers import strategy_to_write
     from tinker_opt.emit.precision_edit import precision_to_write
     from tinker_opt.emit.script_writer import apply_strategy, write_script
+    from tinker_opt.script.noop_layers import strategy_to_write
     from tinker_opt.script.reader import read_script
 
     info = read_script(script, model_config=model_config)

@@ -96,7 +96,7 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
 
 
 def _search_run(settings: SearchSettings, log: RunLog):
-    """(SearchRun, profile, CostModel, warnings): the profile and the script read, the batch and
+    """(SearchRun, CostModel, warnings): the profile and the script read, the batch and
     nodes taken from the script where not given, the cost model built, the warnings logged."""
     from tinker_opt.emit.results import check_writable
     from tinker_opt.emit.search_folder import SearchRun
@@ -220,7 +220,7 @@ def _solve_precisions(searched: list[Searched], run, log: RunLog) -> Searched:
 def _run_labels(
     settings: SearchSettings, profiled, script_path: str | None, cluster: ClusterSpec, cost_model
 ):
-    from tinker_opt.emit.results import RunLabels
+    from tinker_opt.emit.search_report import RunLabels
 
     meta = profiled.meta
     labels = labels_for(meta.script_path or script_path, meta.model_name, meta.model_size)
@@ -236,7 +236,7 @@ def _run_labels(
 
 
 def _solve(cost_model, settings: SearchSettings, info, version: str | None, log: RunLog):
-    from tinker_opt.emit.expressible import search_space_for
+    from tinker_opt.expressible import search_space_for
     from tinker_opt.script import versions
     from tinker_opt.solve.search import search
     from tinker_opt.solve.space import SearchSpace
@@ -246,7 +246,7 @@ def _solve(cost_model, settings: SearchSettings, info, version: str | None, log:
         space = search_space_for(
             info, versions.resolve(version, info.text, info.train.framework.flavour), space
         )
-    from tinker_opt.emit.picks import deep_ranking
+    from tinker_opt.solve.picks import deep_ranking
 
     result = deep_ranking(
         lambda depth: search(
@@ -270,27 +270,15 @@ def _solve(cost_model, settings: SearchSettings, info, version: str | None, log:
 def _choices(best: Searched, run, script_cost_model, log: RunLog):
     """Near-copies folded, the script's own strategy (priced in the script's precision by
     `script_cost_model`), the picks (from the search's presolve where the ranking cannot answer)
-    and the Pareto front (emit/picks.py), of the chosen precision's search `best`."""
-    from tinker_opt.emit.picks import choices
+    and the Pareto front (solve/picks.py), of the chosen precision's search `best`."""
+    from tinker_opt.solve.picks import choices
 
-    result, space, profiled, cost_model = best.result, best.space, best.profiled, best.cost_model
-    settings, info, cluster = run.settings, run.info, run.cluster
+    result, space, cost_model = best.result, best.space, best.cost_model
+    settings, info = run.settings, run.info
 
     def restricted(narrowed, memory_fraction: float) -> dict[str, Any]:
         """The fastest strategy of a narrower space or under a lower limit, evaluated by `cost_model`."""
-        limited = (
-            None
-            if memory_fraction == 1
-            else cost_model_for(
-                profiled,
-                cost_model.model,
-                replace(cluster, memory_limit_mb=memory_fraction * cluster.memory_limit_mb),
-                settings.global_batch_size,
-                settings,
-                info,
-            )
-        )
-        found = result.best_within(narrowed, limited)
+        found = result.best_within(narrowed, memory_fraction)
         return cost_model.evaluate(found.strategy).to_dict()
 
     chosen = choices(

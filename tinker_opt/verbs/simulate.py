@@ -118,8 +118,8 @@ def _is_bare(data: dict) -> bool:
 
 def _in_computing_layers(strategy: Strategy, info) -> Strategy:
     """A strategy in the script's layer terms (noop layers counted, as `inspect` and `apply` say
-    it) mapped to computing layers (emit/noop_layers.py)."""
-    from tinker_opt.emit.noop_layers import computing_layer_strategy
+    it) mapped to computing layers (script/noop_layers.py)."""
+    from tinker_opt.script.noop_layers import computing_layer_strategy
 
     if info is None or not info.model.noop_layers:
         return strategy
@@ -129,7 +129,7 @@ def _in_computing_layers(strategy: Strategy, info) -> Strategy:
 def _unaligned_ulysses_warning(strategy: Strategy, info, model, settings) -> list[str]:
     """Unaligned Ulysses is priced (rules.ulysses_heads_factor) but the script's MindSpeed-LLM
     version may lack it (FrameworkRules.unaligned_ulysses, script/versions.py): say so."""
-    from tinker_opt.emit.expressible import framework_rules
+    from tinker_opt.expressible import framework_rules
     from tinker_opt.rules import ulysses_heads_message
     from tinker_opt.script import versions
 
@@ -164,7 +164,7 @@ def _hybrid_degree_warning(strategy: Strategy, info, model) -> list[str]:
 def _layer_form_warning(strategy: Strategy, info, settings: SimulateSettings) -> list[str]:
     """simulate evaluates any split (Tinker's own picks included) but says when the script's
     framework could not write it: the rule the search and the writer apply (rules.LAYER_FORMS)."""
-    from tinker_opt.emit.expressible import layer_form, virtual_list_message
+    from tinker_opt.expressible import layer_form, virtual_list_message
     from tinker_opt.rules import layer_form_message
     from tinker_opt.script import versions
 
@@ -211,8 +211,8 @@ def _no_flags(settings: SimulateSettings) -> bool:
 
 def _script_strategy(info, cluster: ClusterSpec) -> Strategy:
     """The launch script's own strategy on its computing layers, as the search's `current`
-    (emit/picks.py current_evaluation); the cluster must be the script's."""
-    from tinker_opt.emit.picks import computing_layer_strategy
+    (solve/picks.py current_evaluation); the cluster must be the script's."""
+    from tinker_opt.solve.picks import computing_layer_strategy
 
     script_devices = info.train.nnodes * info.train.nproc_per_node
     if script_devices != cluster.num_devices:

@@ -12,7 +12,7 @@ import dataclasses
 
 from tinker_opt.choices import Recompute, RecomputeMethod
 from tinker_opt.errors import StrategyError
-from tinker_opt.knobs import KNOBS, KnobContext
+from tinker_opt.knobs import KNOBS, LAYOUT, KnobContext
 from tinker_opt.rules import (
     FrameworkRules,
     interleaved_pipeline_message,
@@ -204,7 +204,7 @@ def _layer_list(s: Strategy, info: ScriptInfo, vr: VersionRange) -> tuple[int, .
 def _cp_algo(s: Strategy, info: ScriptInfo, vr: VersionRange) -> str | None:
     if s.cp == 1:
         return None
-    _needs("--context-parallel-size", f"cp = {s.cp}", info, vr)
+    _needs(LAYOUT["cp"].flag, f"cp = {s.cp}", info, vr)
     algo = s.cp_algo or DEFAULT_CP_ALGO
     if vr.family == versions.MEGATRON:
         if algo != DEFAULT_CP_ALGO:
@@ -225,13 +225,13 @@ def _cp_algo(s: Strategy, info: ScriptInfo, vr: VersionRange) -> str | None:
 def _etp(s: Strategy, info: ScriptInfo, vr: VersionRange) -> int | None:
     if not info.model.is_moe or s.etp is None:
         return None
-    if _can("--expert-tensor-parallel-size", info, vr):
+    if _can(LAYOUT["etp"].flag, info, vr):
         return s.etp
     if s.etp == s.tp:
         return None  # the default: no flag needed
     if s.etp == 1 and info.launch.has("--moe-tp-extend-ep"):
         return 1
-    _needs("--expert-tensor-parallel-size", f"etp = {s.etp}", info, vr)
+    _needs(LAYOUT["etp"].flag, f"etp = {s.etp}", info, vr)
     return s.etp
 
 
@@ -255,7 +255,7 @@ def expressible_strategy(
     _layers(strategy, total, info, vr)
     layer_list = _layer_list(strategy, info, vr)
     if strategy.ep > 1:
-        _needs("--expert-model-parallel-size", f"ep = {strategy.ep}", info, vr)
+        _needs(LAYOUT["ep"].flag, f"ep = {strategy.ep}", info, vr)
     if strategy.zero >= 2 and zero_backend(info.launch) is None:
         raise StrategyError(
             f"ZeRO stage {strategy.zero} needs DeepSpeed (--zero-stage) or Megatron-FSDP "
@@ -302,16 +302,14 @@ def search_space_for(
     return dataclasses.replace(
         base or SearchSpace(),
         allow_vpp=any(info.launch.has(f) for f in VPP_SIZE_FLAGS) or can(VPP_LAYERS_FLAG),
-        allow_cp=can("--context-parallel-size") and bool(algos),
+        allow_cp=can(LAYOUT["cp"].flag) and bool(algos),
         cp_algos=algos or SEARCHED_CP_ALGOS,
         # The split solvers return only layer lists of this form (the writer's own rule).
         layer_form=layer_form(info, vr),
         # Uneven virtual stages only as Megatron-LM's layout string (MindSpeed-LLM's
         # --num-layer-list refuses a virtual pipeline: _layer_list).
         uneven_vpp=megatron and can(LAYOUT_FLAG),
-        etp_follows_tp=not (
-            can("--expert-tensor-parallel-size") or info.launch.has("--moe-tp-extend-ep")
-        ),
+        etp_follows_tp=not (can(LAYOUT["etp"].flag) or info.launch.has("--moe-tp-extend-ep")),
         # MindSpeed raises on --swap-optimizer without the distributed optimizer.
         require_dist_opt=info.train.swap_optimizer_times is not None,
         overlaps=searched_overlaps(info, vr),

@@ -1,4 +1,4 @@
-"""Choices beside the ranking (tinker_opt/emit/picks.py): the script's own strategy, folding,
+"""Choices beside the ranking (tinker_opt/solve/picks.py): the script's own strategy, folding,
 the Pareto front and the named picks."""
 
 import dataclasses
@@ -8,7 +8,9 @@ from cli_support import EXAMPLE
 from model_support import cluster, synthetic_profile
 
 from tinker_opt.costs.evaluate import CostModel
-from tinker_opt.emit.picks import (
+from tinker_opt.errors import ConfigError, InfeasibleError, TinkerError
+from tinker_opt.script.reader import read_script
+from tinker_opt.solve.picks import (
     computing_layer_strategy,
     current_evaluation,
     find_picks,
@@ -18,8 +20,6 @@ from tinker_opt.emit.picks import (
     pick_rules,
     speedup,
 )
-from tinker_opt.errors import ConfigError, InfeasibleError, TinkerError
-from tinker_opt.script.reader import read_script
 from tinker_opt.solve.space import SearchSpace
 from tinker_opt.strategy import Strategy
 

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tinker_opt.emit.noop_layers import computing_layer_strategy
 from tinker_opt.errors import ConfigError, InfeasibleError, TinkerError
+from tinker_opt.script.noop_layers import computing_layer_strategy
 from tinker_opt.solve.space import SearchSpace
 from tinker_opt.strategy import Strategy
 

@@ -1,0 +1,81 @@
+"""The cost model's inputs as three frozen objects (ARCHITECTURE.md, "One cost model, one truth").
+
+* `Workload`: what is trained where: the model, the cluster and the job (batch, job flags);
+* `ProfileConventions`: what the profile's block times already hold (Tinker folders run on real
+  tp x ep ranks, profile/tinker_compat.py), read from its meta.json;
+* `HardwareRates`: the device rates the terms use beyond the profile (HBM and host link
+  bandwidth) and the accelerator family, from the hardware description.
+
+Each default is written once, here. The search's own rules (memory limit, layer form) are not
+inputs of the cost model: the solvers take them as arguments (costs/split_rules.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tinker_opt.costs.framework_memory import accelerator_of
+from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
+from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS, HardwareSpec
+from tinker_opt.profile.meta import ProfileMeta
+from tinker_opt.specs import ClusterSpec, ModelSpec
+
+DEFAULT_MEMORY_BANDWIDTH_GBS = 1600.0
+"""HBM bandwidth when no hardware file is given (Ascend 910B / A100-40GB class, ~1.6 TB/s)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The model, the cluster it is planned for and the job's batch and flags."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    global_batch_size: int
+    job: JobOptions = JOB_DEFAULTS
+    """The script's job flags (costs/job.py)."""
+
+
+@dataclass(frozen=True)
+class ProfileConventions:
+    """What the profile's block times and memory already include (costs/terms.py conventions)."""
+
+    times_include_tp_comm: bool = False
+    """The block times include the TP / SP collectives (Tinker folders): add none."""
+    times_include_ep_comm: bool = False
+    """The block times include the expert all-to-all and etp collectives."""
+    attention_mask_bytes: int = 0
+    """A mask every stage holds once (Tinker's seq^2 bytes), 0 for our own profiles."""
+
+    @classmethod
+    def of(cls, meta: ProfileMeta) -> ProfileConventions:
+        """The conventions a profiled-data folder's meta.json states."""
+        return cls(
+            times_include_tp_comm=bool(meta.times_include_tp_comm),
+            times_include_ep_comm=bool(meta.times_include_ep_comm),
+            attention_mask_bytes=int(meta.attention_mask_bytes or 0),
+        )
+
+
+@dataclass(frozen=True)
+class HardwareRates:
+    """Device rates the terms read beyond the profiled blocks and links."""
+
+    memory_bandwidth_gbs: float = DEFAULT_MEMORY_BANDWIDTH_GBS
+    """HBM bandwidth (memory-bound steps: Adam, activation-function recompute)."""
+    host_link_gbs: float = DEFAULT_HOST_LINK_GBS
+    """Host <-> device copies (the swap optimizer)."""
+    accelerator: str = "cuda"
+    """cuda | npu: the framework's context and communication buffers (framework_memory.py)."""
+
+    @classmethod
+    def of(cls, hardware: HardwareSpec | None, device_kind: str | None = None) -> HardwareRates:
+        """The rates of a hardware description (defaults without one); `device_kind` is the
+        profile's device, which names the accelerator when no description does."""
+        accelerator = accelerator_of(hardware.name if hardware is not None else None, device_kind)
+        if hardware is None:
+            return cls(accelerator=accelerator)
+        return cls(
+            memory_bandwidth_gbs=hardware.memory_bandwidth_gbs or DEFAULT_MEMORY_BANDWIDTH_GBS,
+            host_link_gbs=hardware.host_link_gbs or DEFAULT_HOST_LINK_GBS,
+            accelerator=accelerator,
+        )
