@@ -4,7 +4,7 @@ with the uneven lists in the space."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,12 @@ UNEVEN = SearchSpace(max_mbs=2, tp=(1,), cp=(1,), ep=(1, 2), pp=(3,), uneven_vpp
 """pp 3 (the interleaved schedule needs pp > 2) with every vpp up to layers / 3."""
 
 
+def _uneven(cost_model: CostModel) -> CostModel:
+    """The cost model under Megatron-LM's rules with uneven virtual stages (split_rules.py)."""
+    rules = dataclasses.replace(cost_model.rules, layer_form="first_last", uneven_vpp=True)
+    return cost_model.under(rules)
+
+
 @st.composite
 def instances(draw):
     """A 6-9 layer model on 3 or 6 devices, dense, MoE or mixed, memory often tight."""
@@ -46,7 +52,7 @@ def instances(draw):
     memory_mb = draw(st.integers(60, 1200))
     profile = synthetic_profile(model, tps=(1,), cps=(1,), eps=(1, 2), mbss=(1, 2))
     cost_model = CostModel.from_profile(profile, model, cluster(1, devices, memory_mb), 12)
-    return cost_model.under(replace(cost_model.rules, layer_form="first_last", uneven_vpp=True))
+    return _uneven(cost_model)
 
 
 def test_rows_are_the_family():
@@ -116,7 +122,7 @@ def test_uneven_list_wins_where_no_even_one_exists():
     model = moe_model(num_layers=7, hidden=256, heads=4, seq=256, experts=4, first_dense=1)
     profile = synthetic_profile(model, tps=(1,), cps=(1,), eps=(1, 2), mbss=(1, 2))
     cost_model = CostModel.from_profile(profile, model, cluster(1, 6, 400), 12)
-    uneven = cost_model.under(replace(cost_model.rules, layer_form="first_last", uneven_vpp=True))
+    uneven = _uneven(cost_model)
     outer = next(o for o in _outers(uneven, UNEVEN) if o.vpp == 2)
     assert best_split(cost_model.coefficients(outer)) is None  # no even split of 7 over 6
     split = best_split(uneven.coefficients(outer))

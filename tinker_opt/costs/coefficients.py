@@ -140,8 +140,9 @@ class SplitCoefficients:
 
     @property
     def uneven_vpp(self) -> bool:
-        """With vpp > 1 the split is chosen among uneven per-virtual-stage lists too
-        (SplitRules.uneven_vpp)."""
+        """With vpp > 1 the split is chosen among uneven per-virtual-stage lists too (first and
+        last virtual stage free, the rest equal: solve/virtual_split.py), where the framework
+        writes them."""
         return self.rules.uneven_vpp
 
     @property

@@ -10,7 +10,6 @@ model (ARCHITECTURE.md, "One cost model, one truth").
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from tinker_opt.specs import ClusterSpec
@@ -28,14 +27,16 @@ class SplitRules:
     """Which per-stage layer counts the framework can write (rules.LAYER_FORMS): every split
     solver returns only splits of this form."""
     uneven_vpp: bool = False
-    """With vpp > 1 the split is chosen among uneven per-virtual-stage lists too (first and last
-    virtual stage free, the rest equal: solve/virtual_split.py), where the framework writes them."""
+    """Splits with virtual stages may be uneven (solve/virtual_split.py), where the framework
+    writes them (Megatron-LM's --pipeline-model-parallel-layout)."""
 
     @classmethod
-    def of(cls, cluster: ClusterSpec, layer_form: str = "free") -> SplitRules:
-        """The cluster's memory limit, with `layer_form`."""
-        return cls(int(cluster.memory_limit_mb * BYTES_PER_MB), layer_form)
+    def of(
+        cls, cluster: ClusterSpec, layer_form: str = "free", uneven_vpp: bool = False
+    ) -> SplitRules:
+        """The cluster's memory limit, with `layer_form` and uneven virtual stages or not."""
+        return cls(int(cluster.memory_limit_mb * BYTES_PER_MB), layer_form, uneven_vpp)
 
     def lowered(self, fraction: float) -> SplitRules:
         """These rules with `fraction` of the memory limit (the headroom pick)."""
-        return dataclasses.replace(self, memory_limit_bytes=int(fraction * self.memory_limit_bytes))
+        return SplitRules(int(fraction * self.memory_limit_bytes), self.layer_form, self.uneven_vpp)

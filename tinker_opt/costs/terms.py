@@ -169,13 +169,6 @@ class TermBuilder:
             "estimated": cost.estimated,
         }
 
-    def _static_terms(self, s: Strategy, cost: BlockCost) -> tuple[int, int]:
-        """(weights + gradients, optimizer states) bytes of one layer on one rank
-        (costs/data_parallel.py, the FP8 copies of costs/fp8_terms.py)."""
-        dense = cost.param_count - cost.expert_param_count
-        weights, optimizer = param_bytes(self.ctx, s, dense, cost.expert_param_count)
-        return weights + fp8_weight_extra_bytes(self.ctx.model, cost.param_count), optimizer
-
     def _swap_attention(self, s: Strategy, act: int, cost: BlockCost) -> tuple[int, float]:
         """(bytes moved to the host, exposed copy microseconds) of one layer under MindSpeed's
         --swap-attention (costs/swap_terms.py); never more than the layer keeps."""
@@ -184,6 +177,13 @@ class TermBuilder:
             act, swap_attention_bytes(ctx.model, m_tokens(ctx.model, s), s.tp, s.sp, ctx.bpe)
         )
         return moved, swap_exposed_us(moved, ctx.host_link_gbs, cost.fwd_us, cost.bwd_us)
+
+    def _static_terms(self, s: Strategy, cost: BlockCost) -> tuple[int, int]:
+        """(weights + gradients, optimizer states) bytes of one layer on one rank
+        (costs/data_parallel.py, the FP8 copies of costs/fp8_terms.py)."""
+        dense = cost.param_count - cost.expert_param_count
+        weights, optimizer = param_bytes(self.ctx, s, dense, cost.expert_param_count)
+        return weights + fp8_weight_extra_bytes(self.ctx.model, cost.param_count), optimizer
 
     def layers_static_bytes(self, s: Strategy) -> int:
         """The sum over every layer of build's layer_static_bytes, without building the rest."""
