@@ -65,6 +65,19 @@ def test_all_solvers_find_the_same_optimum(cost_model, space):
     solvers_agree(cost_model, space)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(), st.sampled_from([SPACE, UNIFORM_SPACE]))
+def test_feasibility_is_exact(cost_model, space):
+    """is_feasible (for a mixed stack the range-length relaxations first, the exact check only
+    where they disagree: solve/mixed_fits.py) holds exactly for the configurations in which brute
+    force finds a split that fits, and CostModel.static_overflows for none of them."""
+    outers = _outers(cost_model, space)
+    feasible = {o for o in outers if is_feasible(cost_model.coefficients(o))}
+    assert feasible == {cand.outer for cand in brute_force(cost_model, outers)}
+    # the presolve's static-bytes test drops only configurations in which nothing fits
+    assert not any(cost_model.static_overflows(o) for o in feasible)
+
+
 UNPRUNED_SPACE = SearchSpace(max_mbs=1, tp=(1, 2), cp=(1,), ep=(1, 2))
 """A smaller space: the unpruned model holds every feasible configuration at once."""
 UNIFORM_UNPRUNED_SPACE = SearchSpace(

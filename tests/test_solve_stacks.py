@@ -7,12 +7,14 @@ import dataclasses
 import re
 from pathlib import Path
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_support import cluster, dense_model, moe_model, synthetic_profile
 
 from tinker_opt.costs.coefficients import Memo
 from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.solve.form_split import feasible_under_caps, form_splits
 from tinker_opt.solve.stacks import MixedStack, UniformStack, stack_of
 from tinker_opt.strategy import Strategy
 
@@ -89,3 +91,21 @@ def test_uniform_and_mixed_stacks_agree_on_a_uniform_stack(c):
         assert stack.lower_bound_x_v(tight=False) <= split_u.time_ns_x_v
         assert stack.lower_bound_x_v() <= split_u.time_ns_x_v
         assert stack.horizon_x_v() >= split_u.time_ns_x_v
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(3, 40),
+    st.lists(st.integers(-1, 20), min_size=2, max_size=8),
+    st.sampled_from(["first_last", "even"]),
+)
+def test_form_caps_closed_form_equals_the_rows(num_layers, caps, form):
+    """feasible_under_caps (closed forms of the even and first/last layer forms) says exactly
+    whether some row of form_splits lies within the caps."""
+    if (form == "first_last" and len(caps) < 3) or len(caps) > num_layers:
+        return
+    caps = np.array(caps, dtype=np.int64)
+    rows = form_splits(num_layers, len(caps), form)
+    expected = bool((rows <= caps[None, :]).all(axis=1).any())
+    assert feasible_under_caps(caps, num_layers, form) == expected
+    assert feasible_under_caps(np.stack([caps, np.zeros_like(caps)]), num_layers, form) == expected

@@ -200,6 +200,12 @@ class CostModel:
         self._cache[outer] = cached
         return cached
 
+    def static_overflows(self, outer: Strategy) -> bool:
+        """The layers' weights, gradients and optimizer states alone exceed pp times the memory
+        limit: then under every split some stage's static bytes (a part of its memory) exceed
+        the limit, so nothing fits. Far cheaper than the coefficients (the presolve asks first)."""
+        return self._terms.layers_static_bytes(outer) > outer.pp * self.rules.memory_limit_bytes
+
     def evaluate(self, strategy: Strategy) -> Evaluation:
         """The modelled iteration time, memory and breakdown of one (valid) strategy."""
         check_strategy(strategy, self.model, self.cluster, self.global_batch_size)

@@ -26,6 +26,7 @@ from tinker_opt.costs.cp_terms import unaligned_extra
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_us
 from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
 from tinker_opt.costs.layer_comm import layer_comm_us
+from tinker_opt.costs.profile_table import BlockCost
 from tinker_opt.costs.recompute import activation_function_terms
 from tinker_opt.costs.split_rules import SplitRules
 from tinker_opt.costs.stage_terms import stage_terms
@@ -64,7 +65,7 @@ class TermBuilder:
             stage = self._stage_cache[stage_key] = self._stage_terms(s, num_micro)
         stage = dict(stage)
         estimated = stage.pop("estimated") or bool(layer["estimated"].any())
-        last_bucket = self._last_bucket_ns(s, layer)
+        last_bucket = _last_bucket_ns(stage.pop("bucket_us"), layer)
         stage["stage_tail_ns"] = stage["stage_tail_ns"] + last_bucket
         stage["stage_tail_sync_ns"] = stage["stage_tail_sync_ns"] + last_bucket
         stage["stage_tail_hidden_ns"] = np.full(p, -last_bucket, dtype=np.int64)
@@ -95,20 +96,18 @@ class TermBuilder:
             **stage,
         )
 
-    def _last_bucket_ns(self, s: Strategy, layer: dict[str, np.ndarray]) -> int:
+    def _bucket_us(self, s: Strategy) -> float:
         """The gradient bucket reduced after the last backward (and the parameter bucket gathered
-        before the first forward), exposed on every stage (costs/overlap.py). In integer ns, at
-        most the smallest layer's hidden tail, so a stage (>= 1 layer) never pays more than
-        without overlap."""
+        before the first forward), exposed on every stage (costs/overlap.py); 0 without either
+        overlap. Kept with the stage terms (their key holds every field it reads)."""
         if not (s.overlap_grad_reduce or s.overlap_param_gather):
-            return 0
+            return 0.0
         grad, gather, _ = tail_parts_us(
             self.ctx, s, overlap.bucket_params(data_groups(s, self.ctx.model.is_moe)[0]), 0
         )
-        bucket = (grad if s.overlap_grad_reduce else 0.0) + (
+        return (grad if s.overlap_grad_reduce else 0.0) + (
             gather if s.overlap_param_gather else 0.0
         )
-        return int(min(to_ns(bucket), int(layer["tail_hidden"].min())))
 
     def _layer_arrays(self, s: Strategy) -> dict[str, np.ndarray]:
         """Per-position arrays of the layer terms (one row per layer kind, indexed by position)."""
@@ -132,8 +131,7 @@ class TermBuilder:
         bwd_comm += layer_exposed_us(
             ctx, s, dense_params, cost.expert_param_count, cost.fwd_us, cost.bwd_us
         )
-        weights, optimizer = param_bytes(ctx, s, dense_params, cost.expert_param_count)
-        weights += fp8_weight_extra_bytes(ctx.model, cost.param_count)  # costs/fp8_terms.py
+        weights, optimizer = self._static_terms(s, cost)
         grad_us, gather_us, opt_us = tail_parts_us(ctx, s, dense_params, cost.expert_param_count)
         gather_us *= fp8_gather_factor(ctx.model)
         sync_us = (overlap.exposed(grad_us, cost.bwd_us) if s.overlap_grad_reduce else grad_us) + (
@@ -167,5 +165,30 @@ class TermBuilder:
             "estimated": cost.estimated,
         }
 
+    def _static_terms(self, s: Strategy, cost: BlockCost) -> tuple[int, int]:
+        """(weights + gradients, optimizer states) bytes of one layer on one rank
+        (costs/data_parallel.py, the FP8 copies of costs/fp8_terms.py)."""
+        dense = cost.param_count - cost.expert_param_count
+        weights, optimizer = param_bytes(self.ctx, s, dense, cost.expert_param_count)
+        return weights + fp8_weight_extra_bytes(self.ctx.model, cost.param_count), optimizer
+
+    def layers_static_bytes(self, s: Strategy) -> int:
+        """The sum over every layer of build's layer_static_bytes, without building the rest."""
+        ctx = self.ctx
+        total = 0
+        for index, kind in enumerate(ctx.kind_names):
+            ep, etp = ctx.layer_shape(kind, s)
+            cost = ctx.cost(ctx.layer_block[kind], s, ep, etp)
+            total += sum(self._static_terms(s, cost)) * int((ctx.kind_index == index).sum())
+        return total
+
     def _stage_terms(self, s: Strategy, num_micro: int) -> dict:
-        return stage_terms(self.ctx, s, num_micro)
+        return {**stage_terms(self.ctx, s, num_micro), "bucket_us": self._bucket_us(s)}
+
+
+def _last_bucket_ns(bucket_us: float, layer: dict[str, np.ndarray]) -> int:
+    """The exposed last bucket (TermBuilder._bucket_us) in integer ns, at most the smallest
+    layer's hidden tail, so a stage (>= 1 layer) never pays more than without overlap."""
+    if not bucket_us:
+        return 0
+    return int(min(to_ns(bucket_us), int(layer["tail_hidden"].min())))

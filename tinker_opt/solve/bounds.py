@@ -22,12 +22,17 @@ stack by water-filling, layer_bounds.py; the mixed stack by range tables, mixed_
 from __future__ import annotations
 
 from tinker_opt.costs.coefficients import SplitCoefficients
-from tinker_opt.solve.stacks import stack_of
+from tinker_opt.solve.stacks import feasible_many, stack_of
 
 
 def is_feasible(c: SplitCoefficients) -> bool:
     """Some split and recompute count of this configuration fits in memory (exact)."""
     return stack_of(c).is_feasible()
+
+
+def all_feasible(cs: list[SplitCoefficients]) -> list[bool]:
+    """is_feasible of each configuration, the ones that can be decided together batched."""
+    return feasible_many(cs)
 
 
 def lower_bound_x_v(c: SplitCoefficients, *, tight: bool = True) -> int:

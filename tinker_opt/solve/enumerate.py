@@ -52,14 +52,15 @@ def _solve_chunk(outers: Sequence[Strategy]) -> list[Candidate]:
 
 def _presolve_chunk(outers: Sequence[Strategy]) -> list[tuple[Strategy, float]]:
     """(outer, cheap lower bound on T in ns) of each configuration in which some split fits."""
-    from tinker_opt.solve.bounds import is_feasible, lower_bound_x_v
+    from tinker_opt.solve.bounds import all_feasible, lower_bound_x_v
 
-    found = []
-    for outer in outers:
-        coeffs = _WORKER_MODEL.coefficients(outer)
-        if is_feasible(coeffs):
-            found.append((outer, lower_bound_x_v(coeffs, tight=False) / coeffs.vpp))
-    return found
+    outers = [o for o in outers if not _WORKER_MODEL.static_overflows(o)]  # no split fits
+    coeffs = [_WORKER_MODEL.coefficients(outer) for outer in outers]
+    return [
+        (outer, lower_bound_x_v(c, tight=False) / c.vpp)
+        for outer, c, fits in zip(outers, coeffs, all_feasible(coeffs), strict=True)
+        if fits
+    ]
 
 
 def presolve(cost_model, outers: Sequence[Strategy], *, cpus: int = 1) -> dict[Strategy, float]:

@@ -67,9 +67,21 @@ def form_splits(num_layers: int, num_stages: int, form: str) -> np.ndarray:
 
 
 def feasible_under_caps(caps: np.ndarray, num_layers: int, form: str) -> bool:
-    """Some split of the form has every stage within its layer cap."""
-    rows = form_splits(num_layers, len(caps), form)
-    return bool((rows <= caps[None, :]).all(axis=1).any())
+    """Some split of the form has every stage within its layer cap (`caps` (p,), or (r, p): within
+    the caps of some row). Closed forms of form_splits' rows: `even` needs L / p layers under
+    every cap; `first_last` (q layers in each middle stage, the rest shared by the first and the
+    last) fits iff some q within the middle caps leaves a rest of at most the two end caps, and
+    the largest such q leaves the least rest."""
+    caps = np.atleast_2d(caps)
+    L, p = num_layers, caps.shape[-1]
+    if form == "even":
+        return L % p == 0 and bool((caps.min(axis=-1) >= L // p).any())
+    if form != "first_last" or p < 3:
+        raise ValueError(f"a restricted form has its closed form here, got {form}, p={p}")
+    q = np.minimum(caps[:, 1:-1].min(axis=-1), (L - 2) // (p - 2))
+    rest = L - q * (p - 2)
+    ends = (caps[:, 0] >= 1) & (caps[:, -1] >= 1)
+    return bool((ends & (q >= 1) & (rest <= caps[:, 0] + caps[:, -1])).any())
 
 
 FormTables = Callable[[list[int], np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]

@@ -35,18 +35,31 @@ def caps_by_r(c: SplitCoefficients, k: Scalars, rs: np.ndarray) -> np.ndarray:
             if len(rs) < 2
             else _block_caps(c, k, rs)
         )
-    kk = c.stage_inflight_x_v.astype(np.int64)
-    n = np.arange(c.num_layers + 1, dtype=np.int64)[None, None, :]
-    r = rs[:, None, None]
-    # uniform: ceil(n / r) checkpoints and a min(r, n)-layer working set (recompute.uniform_stage_memory)
-    memory = (
-        (c.stage_static_bytes + kk * c.stage_act_bytes)[None, :, None]
-        + k.w * n
-        + kk[None, :, None] * (-(-n // r)) * c.checkpoint_bytes
-        + np.minimum(r, n) * c.work_bytes
-    )
-    fits = memory <= c.memory_limit_bytes
-    return np.cumprod(fits, axis=2).sum(axis=2).astype(np.int64) - 1
+    kk = c.stage_inflight_x_v.astype(np.int64)[None, :]
+    fixed = (c.stage_static_bytes + kk[0] * c.stage_act_bytes)[None, :]
+    r = rs[:, None]
+
+    def fits(n: np.ndarray) -> np.ndarray:
+        # uniform: ceil(n / r) checkpoints and a min(r, n)-layer working set
+        # (recompute.uniform_stage_memory)
+        memory = (
+            fixed
+            + k.w * n
+            + kk * (-(-n // r)) * c.checkpoint_bytes
+            + np.minimum(r, n) * c.work_bytes
+        )
+        return memory <= c.memory_limit_bytes
+
+    # The memory does not decrease in n (every byte count >= 0): bisect every (r, stage) at once
+    # for the largest n in 0..L that fits (-1: none).
+    lo = np.full((len(rs), c.num_stages), -1, dtype=np.int64)
+    hi = np.full_like(lo, c.num_layers + 1)
+    while (open_ := hi - lo > 1).any():
+        mid = (lo + hi) // 2
+        ok = fits(mid)
+        lo = np.where(open_ & ok, mid, lo)
+        hi = np.where(open_ & ~ok, mid, hi)
+    return lo
 
 
 def _block_caps(c: SplitCoefficients, k: Scalars, rs: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ C, so the first feasible candidate is found by bisection. Virtual pipelines keep
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,82 @@ class RangeCosts:
 
 
 def _prefix(a: np.ndarray) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(a.astype(np.int64))])
+    """Prefix sums along the last axis with a leading 0 (int64)."""
+    zero = np.zeros(a.shape[:-1] + (1,), dtype=np.int64)
+    return np.concatenate([zero, np.cumsum(a, axis=-1, dtype=np.int64)], axis=-1)
+
+
+def memory_parts(c: Any, r, b: np.ndarray, e: np.ndarray):
+    """(static, working set, per micro-batch in flight) bytes of the layer ranges [b, e) with
+    recompute count r (v = 1; `b`, `e`, `r` broadcast; `c` a SplitCoefficients, or configurations
+    stacked on a leading axis: mixed_fits.Batch): stage s's memory of a range is
+    static + working set + stage_static_bytes[s] + k_s (in flight + stage_act_bytes[s]), with k_s
+    its in-flight micro-batches (the integers of coefficients.stage_costs). In flight: kept layers
+    hold their activations, recomputed ones only their checkpoints (uniform: ceil(n / r) group
+    inputs, with a min(r, n)-layer working set; recompute.py)."""
+    L = c.num_layers
+    n = np.maximum(e - b, 0)
+    static = span(c, "layer_static_bytes", b, e)
+    if c.method == "uniform":
+        return (
+            static,
+            np.minimum(r, n) * c.work_bytes,
+            -(-n // np.maximum(r, 1)) * c.checkpoint_bytes,
+        )
+    # End of the recomputed layers of [b, e): the first min(r, n) with block.
+    cut = np.minimum(b + np.minimum(r, n), L)
+    per_micro = (
+        span(c, "layer_act_bytes", b, e)
+        - span(c, "layer_act_bytes", b, cut)
+        + span(c, "layer_input_bytes", b, cut)
+    )
+    return static, np.where(cut > b, c.work_bytes, 0), per_micro
+
+
+def span(c: Any, name: str, b, e):
+    """Sum of a layer array over [b, e) (prefix sums, int64; leading axes of the array kept)."""
+    pre = _prefix(getattr(c, name))
+    return pre[..., e] - pre[..., b]
+
+
+def stage_limits(c: SplitCoefficients) -> tuple[np.ndarray, np.ndarray]:
+    """(k_s, the bytes left to a stage's layers): a range fits in stage s iff static + working
+    set + k_s * in flight <= the limit minus the stage's own static bytes and k_s times its own
+    activations (memory_parts)."""
+    kk = c.stage_inflight_x_v.astype(np.int64)
+    return kk, c.memory_limit_bytes - c.stage_static_bytes - kk * c.stage_act_bytes
+
+
+def fits_each(c: SplitCoefficients, rs: np.ndarray) -> np.ndarray | None:
+    """For each r of `rs`: some boundary sequence 0 = b_0 < ... < b_p = L fits every stage (v = 1).
+
+    Every byte count is >= 0, so a range's memory does not decrease as its end moves right
+    (memory_parts): stage s fits [b, e) exactly for e up to some E_s(b), found by bisection for
+    every (r, stage, start) at once; a boundary e is reachable after stage s iff some reachable
+    b < e has E_s(b) >= e (a running maximum over b). None when a byte count is negative (none is
+    expected): then only the full tables decide."""
+    arrays = (c.layer_static_bytes, c.layer_act_bytes, c.layer_input_bytes)
+    if c.work_bytes < 0 or any(bool((a < 0).any()) for a in arrays):
+        return None
+    L, p = c.num_layers, c.num_stages
+    kk, room = stage_limits(c)
+    r = rs[:, None, None]
+    b = np.arange(L + 1)[None, None, :]
+    lo = np.broadcast_to(b, (len(rs), p, L + 1)).copy()  # the end fits, or b: nothing fits
+    hi = np.full_like(lo, L + 1)  # the end does not fit, or L + 1
+    while (open_ := hi - lo > 1).any():
+        mid = (lo + hi) // 2
+        static, work, per_micro = memory_parts(c, r, b, mid)
+        ok = static + work + kk[None, :, None] * per_micro <= room[None, :, None]
+        lo = np.where(open_ & ok, mid, lo)
+        hi = np.where(open_ & ~ok, mid, hi)
+    reach = np.zeros((len(rs), L + 1), dtype=bool)
+    reach[:, 0] = True
+    for s in range(p):
+        farthest = np.maximum.accumulate(np.where(reach, lo[:, s, :], -1), axis=1)
+        reach = np.zeros_like(reach)
+        reach[:, 1:] = farthest[:, :-1] >= np.arange(1, L + 1)
+    return reach[:, L]
 
 
 def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
@@ -58,122 +134,116 @@ def range_costs(c: SplitCoefficients, r: int) -> RangeCosts:
     cached = c.memo.range_costs
     if cached is not None and cached[0] == r:
         return cached[1]
-    L = c.num_layers
-    b = np.arange(L + 1)[:, None]
-    e = np.arange(L + 1)[None, :]
-    n = np.maximum(e - b, 0)
-    uniform = c.method == "uniform"
-    # End of the recomputed layers of [b, e): all of them with uniform, the first r with block.
-    cut = np.maximum(e, b) if uniform else np.minimum(b + np.minimum(r, n), L)
-    pre = {name: _prefix(getattr(c, name)) for name in LAYER_ARRAYS}
-
-    def span(name, hi):  # sum of the layer array over [b, hi)
-        return pre[name][hi] - pre[name][b]
-
-    base_time = span("layer_time_ns", e) + span("layer_recompute_ns", cut)
-    base_tail = span("layer_tail_ns", e)
-    static = span("layer_static_bytes", e)
-    # In flight: kept layers hold their activations, recomputed ones only their checkpoints
-    # (uniform: ceil(n / r) group inputs, with a min(r, n)-layer working set; recompute.py).
-    if uniform:
-        per_micro = -(-n // max(r, 1)) * c.checkpoint_bytes
-        work = np.minimum(r, n) * c.work_bytes
-    else:
-        per_micro = (
-            span("layer_act_bytes", e)
-            - span("layer_act_bytes", cut)
-            + span("layer_input_bytes", cut)
-        )
-        work = np.where(cut > b, c.work_bytes, 0)
-    kk = c.stage_inflight_x_v.astype(np.int64)[:, None, None]
-    memory = (
-        static[None]
-        + c.stage_static_bytes[:, None, None]
-        + work[None]
-        + kk * (per_micro[None] + c.stage_act_bytes[:, None, None])
-    )
-    valid = (n > 0)[None] & (memory <= c.memory_limit_bytes)
-    out = RangeCosts(
-        base_time[None] + c.stage_time_ns[:, None, None],
-        base_tail[None] + c.stage_tail_ns[:, None, None],
-        memory,
-        valid,
-    )
+    out = RangeCosts(*_tables(c, r))
     c.memo.range_costs = (r, out)
     return out
 
 
-def _reachable(masks: np.ndarray) -> bool:
-    """Some boundary sequence 0 = b_0 < ... < b_p = L uses an allowed range in every stage."""
-    reach = np.zeros(masks.shape[1], dtype=bool)
-    reach[0] = True
-    for mask in masks:
-        reach = (reach[:, None] & mask).any(axis=0)
-    return bool(reach[-1])
+def _tables(c: SplitCoefficients, r):
+    """(time, tail, memory, valid) of every (stage, start, end); r an int, or an (R, 1, 1) array
+    of counts: then time, memory and valid lead with R (the tail does not depend on r)."""
+    L = c.num_layers
+    b = np.arange(L + 1)[:, None]
+    e = np.arange(L + 1)[None, :]
+    n = np.maximum(e - b, 0)
+    # End of the recomputed layers of [b, e): all of them with uniform, the first r with block.
+    cut = np.maximum(e, b) if c.method == "uniform" else np.minimum(b + np.minimum(r, n), L)
+    base_time = span(c, "layer_time_ns", b, e) + span(c, "layer_recompute_ns", b, cut)
+    base_tail = span(c, "layer_tail_ns", b, e)
+    static, work, per_micro = (x[..., None, :, :] for x in memory_parts(c, r, b, e))
+    kk = c.stage_inflight_x_v.astype(np.int64)[:, None, None]
+    memory = (
+        static
+        + c.stage_static_bytes[:, None, None]
+        + work
+        + kk * (per_micro + c.stage_act_bytes[:, None, None])
+    )
+    return (
+        base_time[..., None, :, :] + c.stage_time_ns[:, None, None],
+        base_tail[None] + c.stage_tail_ns[:, None, None],
+        memory,
+        (n > 0) & (memory <= c.memory_limit_bytes),
+    )
+
+
+def _sum_dp(time: np.ndarray, masks: np.ndarray, parents: list | None = None) -> np.ndarray:
+    """min sum_s t_s over the boundary sequences using allowed ranges (BIG when none), for each
+    leading index of (..., p, L+1, L+1) tables; each stage's best start is appended to `parents`."""
+    p, size = masks.shape[-3], masks.shape[-1]
+    value = np.full(masks.shape[:-3] + (size,), BIG, dtype=np.int64)
+    value[..., 0] = 0
+    for s in range(p):
+        allowed = masks[..., s, :, :] & (value[..., :, None] < BIG)
+        cand = np.where(allowed, value[..., :, None] + time[..., s, :, :], BIG)
+        if parents is not None:
+            parents.append(cand.argmin(axis=-2))
+        value = cand.min(axis=-2)
+    return value[..., -1]
 
 
 def _least_sum(rc: RangeCosts, masks: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
     """min sum_s t_s over the splits using allowed ranges, and its layer counts (DP)."""
-    p, size = masks.shape[0], masks.shape[1]
-    value = np.full(size, BIG, dtype=np.int64)
-    value[0] = 0
-    parents = []
-    for s in range(p):
-        cand = np.where(masks[s] & (value[:, None] < BIG), value[:, None] + rc.time[s], BIG)
-        parents.append(cand.argmin(axis=0))
-        value = cand.min(axis=0)
-    if value[-1] >= BIG:
+    parents: list[np.ndarray] = []
+    total = int(_sum_dp(rc.time, masks, parents))
+    if total >= BIG:
         return None
-    ends, e = [], size - 1
+    p, ends, e = masks.shape[0], [], masks.shape[-1] - 1
     for s in reversed(range(p)):
         ends.append(e)
         e = int(parents[s][e])
     bounds = [0] + ends[::-1]
-    return int(value[-1]), tuple(bounds[i + 1] - bounds[i] for i in range(p))
+    return total, tuple(bounds[i + 1] - bounds[i] for i in range(p))
 
 
-def _least_max(values: np.ndarray, masks: np.ndarray) -> int:
+def _least_max(values: np.ndarray, masks: np.ndarray):
     """min over the boundary sequences using allowed ranges of max_s values[s, b_s, b_s+1], BIG
     when none: a bottleneck-path DP over the boundaries (one pass; the least value whose caps
-    are reachable, which a bisection over the candidate values would find)."""
-    value = np.full(masks.shape[1], BIG, dtype=np.int64)
-    value[0] = -BIG
-    for s in range(masks.shape[0]):
-        ok = masks[s] & (value[:, None] < BIG)
-        value = np.where(ok, np.maximum(value[:, None], values[s]), BIG).min(axis=0)
-    return int(value[-1])
+    are reachable, which a bisection over the candidate values would find). Leading axes of the
+    (..., p, L+1, L+1) masks give one value each."""
+    value = np.full(masks.shape[:-3] + masks.shape[-1:], BIG, dtype=np.int64)
+    value[..., 0] = -BIG
+    for s in range(masks.shape[-3]):
+        ok = masks[..., s, :, :] & (value[..., :, None] < BIG)
+        value = np.where(ok, np.maximum(value[..., :, None], values[..., s, :, :]), BIG)
+        value = value.min(axis=-2)
+    return value[..., -1]
 
 
-def fits_for_r(c: SplitCoefficients, r: int) -> bool:
-    """Some split fits in memory with recompute count r (v = 1): one reachability pass."""
-    return _reachable(range_costs(c, r).valid)
+TABLE_ELEMENTS = 1 << 21
+"""How many (r, stage, start, end) entries the bound tables of one batch of counts hold at most."""
 
 
 def bound_terms_for_r(c: SplitCoefficients, r: int) -> tuple[int, int, int] | None:
     """Lower bounds on (sum_s t_s, max_s t_s, max_s tail_s) over the splits with recompute count r
     (each term minimised alone), None when no split fits with r. Cached per r."""
+    return _bound_terms(c, [r])[r]
+
+
+def _bound_terms(c: SplitCoefficients, r_values) -> dict[int, tuple[int, int, int] | None]:
+    """bound_terms_for_r of every r in r_values: the counts not cached yet tabulated together,
+    in batches of at most TABLE_ELEMENTS entries (those with no fitting split left out first)."""
     cache = c.memo.mixed_terms
-    if r not in cache:
-        cache[r] = _bound_terms_for_r(c, r)
-    return cache[r]
-
-
-def _bound_terms_for_r(c: SplitCoefficients, r: int) -> tuple[int, int, int] | None:
-    rc = range_costs(c, r)
-    least = _least_sum(rc, rc.valid)
-    if least is None:
-        return None
-    return least[0], _least_max(rc.time, rc.valid), _least_max(rc.tail, rc.valid)
+    fresh = np.array([r for r in r_values if r not in cache], dtype=np.int64)
+    fits = fits_each(c, fresh) if len(fresh) else None
+    if fits is not None:  # no split fits with these r: no bound to tabulate
+        cache.update(dict.fromkeys(fresh[~fits].tolist()))
+        fresh = fresh[fits]
+    size = max(1, TABLE_ELEMENTS // (c.num_stages * (c.num_layers + 1) ** 2))
+    for start in range(0, len(fresh), size):
+        rs = fresh[start : start + size]
+        time, tail, _, valid = _tables(c, rs[:, None, None])
+        total = _sum_dp(time, valid)
+        bottleneck, tails = _least_max(time, valid), _least_max(tail, valid)
+        for j, r in enumerate(rs.tolist()):
+            fits = total[j] < BIG
+            cache[r] = (int(total[j]), int(bottleneck[j]), int(tails[j])) if fits else None
+    return {r: cache[r] for r in r_values}
 
 
 def mixed_recompute_bounds(c: SplitCoefficients, r_values) -> dict[int, int]:
     """{r: lower bound on v*T with recompute count r} for each r in r_values with a fitting split."""
-    out = {}
-    for r in r_values:
-        terms = bound_terms_for_r(c, r)
-        if terms is not None:
-            out[r] = pipeline_bound_x_v(c, *terms)
-    return out
+    terms = _bound_terms(c, list(r_values))
+    return {r: pipeline_bound_x_v(c, *t) for r, t in terms.items() if t is not None}
 
 
 def best_for_r(c: SplitCoefficients, r: int, incumbent: int):
@@ -190,7 +260,7 @@ def best_for_r(c: SplitCoefficients, r: int, incumbent: int):
             break
         under_b = rc.valid & (rc.time <= b_value)
         tails = np.unique(rc.tail[under_b])
-        for c_value in tails[np.searchsorted(tails, _least_max(rc.tail, under_b)) :]:
+        for c_value in tails[np.searchsorted(tails, int(_least_max(rc.tail, under_b))) :]:
             if pipeline_bound_x_v(c, sum_lb, int(b_value), int(c_value)) >= best_obj:
                 break
             allowed = under_b & (rc.tail <= c_value)
@@ -225,40 +295,8 @@ def least_peak_split(c: SplitCoefficients, r: int) -> tuple[tuple[int, ...], int
     """(layers, peak bytes) of the v = 1 split with the smallest largest stage memory at r."""
     rc = range_costs(c, r)
     ranges = (np.arange(c.num_layers + 1)[None, :] > np.arange(c.num_layers + 1)[:, None])[None]
-    peak = _least_max(rc.memory, np.broadcast_to(ranges, rc.memory.shape))
+    peak = int(_least_max(rc.memory, np.broadcast_to(ranges, rc.memory.shape)))
     return _least_sum(rc, ranges & (rc.memory <= peak))[1], peak
-
-
-def uniform_fits(c: SplitCoefficients, r_values) -> bool:
-    """Whether some split fits with the `uniform` method and some r in r_values (v = 1), exactly:
-    the memory tables of range_costs without the time tables, a necessary check first (every
-    range holds at least one checkpoint and one layer's working set), then r by r, stopping at
-    the first that fits."""
-    L = c.num_layers
-    b = np.arange(L + 1)[:, None]
-    e = np.arange(L + 1)[None, :]
-    n = np.maximum(e - b, 0)
-    static = _prefix(c.layer_static_bytes)
-    kk = c.stage_inflight_x_v.astype(np.int64)[:, None, None]
-    base = (
-        (static[e] - static[b])[None]
-        + c.stage_static_bytes[:, None, None]
-        + kk * c.stage_act_bytes[:, None, None]
-    )
-    ranges = (n > 0)[None]
-    if not _reachable(
-        ranges & (base + kk * c.checkpoint_bytes + c.work_bytes <= c.memory_limit_bytes)
-    ):
-        return False
-    for r in r_values:
-        memory = (
-            base
-            + kk * (-(-n // r) * c.checkpoint_bytes)[None]
-            + (np.minimum(r, n) * c.work_bytes)[None]
-        )
-        if _reachable(ranges & (memory <= c.memory_limit_bytes)):
-            return True
-    return False
 
 
 def cheap_bound(c: SplitCoefficients) -> int:

@@ -43,13 +43,12 @@ from tinker_opt.solve.layer_split import (
     lower_bounds_for_r,
     recompute_range,
 )
+from tinker_opt.solve.mixed_fits import fits_many
 from tinker_opt.solve.mixed_split import (
     best_for_r,
     cheap_bound,
     even_for_r,
-    fits_for_r,
     mixed_recompute_bounds,
-    uniform_fits,
 )
 from tinker_opt.solve.mixed_split import (
     least_peak_split as mixed_least_peak_split,
@@ -59,6 +58,19 @@ from tinker_opt.solve.mixed_split import (
 def stack_of(c: SplitCoefficients) -> Stack:
     """The stack of a configuration: uniform when every layer costs the same, else mixed."""
     return UniformStack(c) if c.homogeneous else MixedStack(c)
+
+
+def feasible_many(cs: list[SplitCoefficients]) -> list[bool]:
+    """is_feasible of each configuration; the mixed stacks without a virtual pipeline or a
+    layer form decided together (mixed_fits.fits_many batches their relaxations)."""
+    stacks = [stack_of(c) for c in cs]
+    together = [
+        i
+        for i, stack in enumerate(stacks)
+        if isinstance(stack, MixedStack) and stack.c.vpp == 1 and not restricted(stack.c)
+    ]
+    out = dict(zip(together, fits_many([cs[i] for i in together]), strict=True))
+    return [out[i] if i in out else stack.is_feasible() for i, stack in enumerate(stacks)]
 
 
 def best_split(c: SplitCoefficients) -> Split | None:
@@ -184,9 +196,13 @@ class UniformStack(Stack):
     def fits(self) -> bool:
         c, k = self.c, self.k
         if restricted(c):
-            if c.method == "uniform":
-                return self.best_split() is not None
-            return feasible_under_caps(loosest_caps(c, k), c.num_layers, c.layer_form)
+            # uniform's memory is not monotone in r: some r's caps must admit a split of the form
+            caps = (
+                caps_by_r(c, k, np.array(recompute_range(c)))
+                if c.method == "uniform"
+                else loosest_caps(c, k)
+            )
+            return feasible_under_caps(caps, c.num_layers, c.layer_form)
         if c.method == "uniform":  # no r uses the least memory everywhere: some r must fit
             return bool(packs(caps_by_r(c, k, np.array(recompute_range(c))), c.num_layers).any())
         caps = loosest_caps(c, k)
@@ -250,10 +266,7 @@ class MixedStack(Stack):
         c = self.c
         if restricted(c):
             return self.best_split() is not None
-        if c.method == "uniform":
-            return uniform_fits(c, recompute_range(c))
-        # the most recompute uses the least memory
-        return fits_for_r(c, recompute_range(c)[-1])
+        return fits_many([c])[0]
 
     def v1_lower_bound(self, *, tight: bool) -> int:
         return min(self.recompute_bounds().values()) if tight else cheap_bound(self.c)

@@ -244,7 +244,8 @@ def script_warnings(info) -> list[str]:
 def model_on_device(model, hardware, log: Log | None = None):
     """The job's model as it runs on `hardware`: on a device without Transformer Engine's fused
     attention (`fused_attention: false`, below sm80: TE dot_product_attention/utils.py
-    get_attention_backend) the attention keeps its s x s scores, whatever the script asks."""
+    get_attention_backend, attention.py in TE v1.10) the attention keeps its s x s scores,
+    whatever the script asks."""
     from dataclasses import replace
 
     if hardware.fused_attention or not model.use_flash_attn:
