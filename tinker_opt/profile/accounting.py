@@ -34,6 +34,22 @@ def tensor_leaves(value: Any) -> list[torch.Tensor]:
     return []
 
 
+_expired = torch.UntypedStorage._expired
+"""The C check behind `StorageWeakRef.expired` (called on its `cdata`), without its two Python
+wrappers: the tracker below asks it for every live storage after many ops."""
+
+
+class EagerDispatchMode(TorchDispatchMode):
+    """A dispatch mode that is never compiled: torch wraps every mode's `__torch_dispatch__` in
+    `torch._disable_dynamo` unless `_should_skip_dynamo` says False (torch/utils/_python_dispatch.py,
+    `TorchDispatchMode.__init_subclass__`). The wrapper costs a few microseconds an op and imports
+    torch._dynamo (about a second) on the first op; the profile's modes run eagerly only."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+
 def storage_key(tensor: torch.Tensor) -> StorageWeakRef:
     """Identity of a tensor's storage (views of one buffer share it)."""
     return StorageWeakRef(tensor.untyped_storage())
@@ -89,11 +105,15 @@ class SavedTensorCounter:
         return dict(self._by_dtype)
 
 
-class LiveBytesTracker(TorchDispatchMode):
+class LiveBytesTracker(EagerDispatchMode):
     """Dispatch mode: peak bytes of the storages created inside it that are still alive.
 
     Storages that existed before (weights, inputs) are the baseline and are not counted. Liveness is
-    checked after every op through weak references, so a freed intermediate stops counting at once.
+    checked after an op through weak references, so a freed intermediate stops counting at once.
+    `_total` is the bytes of the storages tracked, freed ones included until the next check: an
+    upper bound of the live bytes. Only where it is above the peak can the live bytes be (the
+    live set only grows by the op's new storages), so only then are the freed ones dropped and the
+    peak compared with the exact sum: the same peak as a check after every op.
     """
 
     def __init__(self) -> None:
@@ -101,6 +121,7 @@ class LiveBytesTracker(TorchDispatchMode):
         self._live: dict[int, tuple[StorageWeakRef, int]] = {}
         """Storage address -> (a weak reference to the storage, its bytes)."""
         self.peak_bytes = 0
+        self._total = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -109,12 +130,21 @@ class LiveBytesTracker(TorchDispatchMode):
         for leaf in tensor_leaves(out):
             storage = leaf.untyped_storage()
             key = storage._cdata
-            if key not in self._live and key not in inputs:
-                self._live[key] = (StorageWeakRef(storage), int(storage.nbytes()))
-        self._live = {k: v for k, v in self._live.items() if not v[0].expired()}
-        self.peak_bytes = max(self.peak_bytes, sum(n for _, n in self._live.values()))
+            known = self._live.get(key)
+            if key in inputs or (known is not None and not _expired(known[0].cdata)):
+                continue
+            if known is not None:  # a freed storage not dropped yet, its address reused
+                self._total -= known[1]
+            nbytes = int(storage.nbytes())
+            self._live[key] = (StorageWeakRef(storage), nbytes)
+            self._total += nbytes
+        if self._total > self.peak_bytes:
+            freed = [k for k, (ref, _) in self._live.items() if _expired(ref.cdata)]
+            for key in freed:
+                self._total -= self._live.pop(key)[1]
+            self.peak_bytes = max(self.peak_bytes, self._total)
         return out
 
     @property
     def live_bytes(self) -> int:
-        return sum(n for ref, n in self._live.values() if not ref.expired())
+        return sum(n for ref, n in self._live.values() if not _expired(ref.cdata))

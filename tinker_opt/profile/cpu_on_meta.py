@@ -21,7 +21,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from tinker_opt.profile.accounting import EagerDispatchMode
 
 aten = torch.ops.aten
 
@@ -110,7 +111,7 @@ def _rebuild(kind: type, specs: tuple[Spec, ...]):
     return made[0] if kind is torch.Tensor else kind(made)
 
 
-class CpuOnMeta(TorchDispatchMode):
+class CpuOnMeta(EagerDispatchMode):
     """Dispatch mode, entered below any tracing mode: meta results with the CPU kernels' dtypes.
 
     A meta kernel is a pure function of its inputs' metadata; many are Python (torch._refs), some

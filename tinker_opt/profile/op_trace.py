@@ -25,11 +25,10 @@ from typing import Any
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 from torch.utils.module_tracker import ModuleTracker
 
-from tinker_opt.profile.accounting import tensor_leaves
+from tinker_opt.profile.accounting import EagerDispatchMode, tensor_leaves
 
 aten = torch.ops.aten
 PHASES = ("fwd", "bwd")
@@ -194,7 +193,7 @@ def _op_precision(args: Any) -> str:
     return "fp32"
 
 
-class _OpRecorder(TorchDispatchMode):
+class _OpRecorder(EagerDispatchMode):
     """Records every aten op that reaches it, then passes it on unchanged."""
 
     def __init__(self, modules: ModuleTracker, trace: OpTrace) -> None:
