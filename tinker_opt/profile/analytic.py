@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 
 import pandas as pd
 import torch
@@ -59,6 +60,7 @@ DEVICE_PREFIX = "analytic:"
 COMM_MAX_GROUP = 64
 """comm.csv group sizes from the description go up to this (the formulas hold for any size)."""
 
+T = TypeVar("T")
 Progress = Callable[[int, int, str], None]
 Log = Callable[[str], None]
 
@@ -213,18 +215,41 @@ def trace_space(
     progress: Progress | None = None,
     log: Log | None = None,
 ) -> list[BlockTrace]:
-    """Trace every point of the profile space (the hardware-independent part, about 0.1 s a row),
+    """Trace every point of the profile space (the hardware-independent part, about 0.05 s a row),
     in `workers` processes when there are enough points (`MIN_POINTS_PER_WORKER` each)."""
-    traces = []
-    for index, (point, (trace, seconds)) in enumerate(
-        zip(points, _traces(model, points, workers), strict=True), start=1
-    ):
-        traces.append(trace)
+    work = functools.partial(_timed_trace, model)
+    return _logged(points, _each_point(work, points, workers), progress, log)
+
+
+def space_rows(
+    model: ModelSpec,
+    points: list[ProfilePoint],
+    hardware: HardwareSpec,
+    *,
+    workers: int = 1,
+    progress: Progress | None = None,
+    log: Log | None = None,
+) -> pd.DataFrame:
+    """blocks.csv of the points on `hardware`: `blocks_frame(trace_space(...))`, each row timed
+    where it is traced, so that a worker sends back its row rather than its ops (pickling the
+    traces of DeepSeek-V3's 316 rows, 8 MB, cost more CPU than timing them)."""
+    work = functools.partial(_timed_row, model, hardware)
+    rows = _logged(points, _each_point(work, points, workers), progress, log)
+    return pd.DataFrame(rows, columns=list(BLOCK_COLUMNS))
+
+
+def _logged(
+    points: list[ProfilePoint], results: Iterator[tuple[T, float]], progress, log
+) -> list[T]:
+    """The results in order, each point's tracing time logged and its progress reported."""
+    values = []
+    for index, (point, (value, seconds)) in enumerate(zip(points, results, strict=True), start=1):
+        values.append(value)
         if log:
             log(f"traced {point.label} in {seconds:.3f} s")
         if progress:
             progress(index, len(points), point.label)
-    return traces
+    return values
 
 
 MIN_POINTS_PER_WORKER = 16
@@ -237,18 +262,26 @@ def _timed_trace(model: ModelSpec, point: ProfilePoint) -> tuple[BlockTrace, flo
     return trace_block(model, point.block, point.shape), time.perf_counter() - started
 
 
-def _traces(
-    model: ModelSpec, points: list[ProfilePoint], workers: int
-) -> Iterator[tuple[BlockTrace, float]]:
-    """(trace, seconds) of each point in order: here, or in forked worker processes (torch is
-    imported already; a worker takes neighbouring points, which share most ops' shapes)."""
+def _timed_row(model: ModelSpec, hardware: HardwareSpec, point: ProfilePoint) -> tuple[dict, float]:
+    trace, seconds = _timed_trace(model, point)
+    return block_row(trace, hardware), seconds
+
+
+def _each_point(
+    work: Callable[[ProfilePoint], T], points: list[ProfilePoint], workers: int
+) -> Iterator[T]:
+    """`work` of each point in order: here, or in forked worker processes. The first point runs
+    here before the fork, so the workers inherit what a first trace loads once (torch._dynamo,
+    which torch's meta kernels import on first use, about a second) and its memoised meta kernels;
+    a worker takes neighbouring points, which share most ops' shapes."""
     workers = min(workers, len(points) // MIN_POINTS_PER_WORKER)
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        yield from (_timed_trace(model, point) for point in points)
+        yield from map(work, points)
         return
-    chunk = max(1, len(points) // (4 * workers))
+    yield work(points[0])
+    chunk = max(1, (len(points) - 1) // (4 * workers))
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        yield from pool.imap(functools.partial(_timed_trace, model), points, chunksize=chunk)
+        yield from pool.imap(work, points[1:], chunksize=chunk)
 
 
 def available_cpus() -> int:
@@ -329,8 +362,7 @@ def analytic_profile(
         f"analytic profile of {model.num_layers} layers on {DEVICE_PREFIX}{hardware.name} into {out_dir}"
     )
     points = profile_space(model, limits)
-    traces = trace_space(model, points, workers=workers, progress=progress, log=record)
-    blocks = blocks_frame(traces, hardware)
+    blocks = space_rows(model, points, hardware, workers=workers, progress=progress, log=record)
     seconds = time.perf_counter() - clock
     record(f"done in {seconds:.1f} s: {len(blocks)} rows")
     meta = analytic_meta(model, hardware, limits, len(blocks), started, seconds)
