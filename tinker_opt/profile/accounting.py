@@ -24,14 +24,21 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 def tensor_leaves(value: Any) -> list[torch.Tensor]:
     """The tensors in an op's arguments or results (tuples, lists and dicts, in order): what
-    `torch.utils._pytree.tree_leaves` finds in them, without its per-node registry lookups."""
+    `torch.utils._pytree.tree_leaves` finds in them, without its per-node registry lookups (and
+    without a call per number of a shape argument: this runs several times per traced op)."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, dict):
         value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in tensor_leaves(item)]
-    return []
+    if not isinstance(value, (list, tuple)):
+        return []
+    leaves = []
+    for item in value:
+        if isinstance(item, torch.Tensor):
+            leaves.append(item)
+        elif isinstance(item, (list, tuple, dict)):
+            leaves.extend(tensor_leaves(item))
+    return leaves
 
 
 _expired = torch.UntypedStorage._expired

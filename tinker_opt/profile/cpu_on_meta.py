@@ -67,15 +67,21 @@ _FRESH_OUTPUTS: dict[tuple, tuple[type, tuple[Spec, ...]] | None] = {}
 returns a view, an input or a non-tensor, and is always run)."""
 
 
+_PLAIN_TYPES = frozenset(_PLAIN)
+
+
 def _key(value):
     """A hashable key of an op argument's metadata (tensors by shape, strides, offset, dtype)."""
+    kind = type(value)
+    if kind in _PLAIN_TYPES:  # the numbers of a shape argument: the common case, first
+        return (kind, value)
     if isinstance(value, torch.Tensor):
         return (value.shape, value.stride(), value.storage_offset(), value.dtype, value.device)
     if isinstance(value, (list, tuple)):
-        return (type(value), *map(_key, value))
+        return (kind, *map(_key, value))
     if isinstance(value, _PLAIN):
-        return (type(value), value)
-    raise TypeError(type(value))
+        return (kind, value)
+    raise TypeError(kind)
 
 
 def _storage_bytes(spec: Spec) -> int:
