@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tests.profile_support import mla_model
+from tinker_opt.hardware import load_hardware
 from tinker_opt.profile import analytic
 from tinker_opt.profile.analytic import trace_block
 from tinker_opt.profile.cpu_on_meta import CpuOnMeta
@@ -56,6 +57,16 @@ def test_worker_processes_trace_the_same_rows(monkeypatch):
     points = profile_space(model, SpaceLimits(max_npu=2, max_mbs=1, prof_ep=(8,)))
     assert len(points) >= 4  # two workers
     assert analytic.trace_space(model, points, workers=2) == analytic.trace_space(model, points)
+
+
+def test_rows_timed_in_the_workers_equal_the_rows_of_the_traces(monkeypatch):
+    """space_rows (each worker times its own rows) gives blocks_frame of the serial traces."""
+    monkeypatch.setattr(analytic, "MIN_POINTS_PER_WORKER", 2)
+    model = mla_model(moe=True)
+    points = profile_space(model, SpaceLimits(max_npu=2, max_mbs=1, prof_ep=(8,)))
+    hardware = load_hardware("910b")
+    rows = analytic.space_rows(model, points, hardware, workers=2)
+    assert rows.equals(analytic.blocks_frame(analytic.trace_space(model, points), hardware))
 
 
 def test_meta_memo_remakes_new_tensors_and_runs_views():

@@ -47,6 +47,23 @@ def test_live_tracker_counts_only_new_storages():
     assert tracker.live_bytes == z.numel() * 4
 
 
+def test_live_tracker_peak_follows_frees_between_checks():
+    """Storages freed while the peak is not challenged still leave the count: a later, smaller
+    pair of live tensors does not raise the peak, and a bigger one raises it by exactly its size."""
+    x = torch.randn(256)
+    with LiveBytesTracker() as tracker:
+        for _ in range(20):  # each 1 KiB intermediate dies before the next is made
+            y = x * 2
+            del y
+        assert tracker.peak_bytes == 256 * 4
+        a, b = x * 2, x * 3  # two alive at once: 2 KiB
+        assert tracker.peak_bytes == 2 * 256 * 4
+        del a, b
+        big = torch.randn(1024) * 1.0  # randn's 4 KiB dies when * makes the result
+    assert tracker.peak_bytes == 2 * 1024 * 4
+    assert tracker.live_bytes == big.numel() * 4
+
+
 def test_shape_memory_order():
     """A smaller tp or a larger mbs needs at least the memory of the other shape."""
     assert Shape(tp=1, mbs=4).needs_at_least_memory_of(Shape(tp=2, sp=True, mbs=2))

@@ -19,7 +19,8 @@
 
 meta.json names the device `analytic:<hardware name>` and embeds the hardware description, so a
 profile always says which figures produced it. The points of the profile space are traced in
-forked worker processes (`workers`, the profile's `--devices`; default every CPU).
+forked worker processes (`workers`, the profile's `--devices`; default every CPU), each timing
+its own rows and sending back those rows.
 """
 
 from __future__ import annotations
