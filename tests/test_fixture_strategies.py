@@ -31,7 +31,7 @@ def _cost_model(script: Path, tmp: Path):
 
     info = read_script(script)
     s, model = info.train.strategy, info.model
-    hardware = load_hardware("910b")
+    hardware = load_hardware("h100-80gb" if model.is_fp8 else "910b")  # FP8 needs an FP8 rate
     moe = model.is_moe
     limits = SpaceLimits(
         max_npu=max(8, s.tp),

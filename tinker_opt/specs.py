@@ -299,6 +299,8 @@ class TrainSpec:
     recompute_activation_function_num_layers: int | None = None
     """MindSpeed `--recompute-activation-function-num-layers`: only the first N layers of each stage
     recompute the activation; None for every layer (or when the switch is off)."""
+    recompute_modules: tuple[str, ...] | None = None
+    """Megatron-Core `--recompute-modules` (selective recompute by module; None: core_attn alone)."""
     optimizer_precision: OptimizerPrecision = field(default_factory=OptimizerPrecision)
     """Megatron's precision-aware optimizer dtypes (all fp32 without `--use-precision-aware-optimizer`)."""
     ulysses_degree_in_cp: int | None = None

@@ -22,6 +22,8 @@ from tinker_opt.specs import ClusterSpec, ModelSpec
 
 DEFAULT_MEMORY_BANDWIDTH_GBS = 1600.0
 """HBM bandwidth when no hardware file is given (Ascend 910B / A100-40GB class, ~1.6 TB/s)."""
+DEFAULT_MATMUL_TFLOPS = 312.0
+"""Dense BF16 matmul peak when no hardware file is given (A100's datasheet figure, the same class)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ class HardwareRates:
     """HBM bandwidth (memory-bound steps: Adam, activation-function recompute)."""
     host_link_gbs: float = DEFAULT_HOST_LINK_GBS
     """Host <-> device copies (the swap optimizer)."""
+    matmul_tflops: float = DEFAULT_MATMUL_TFLOPS
+    """Dense matmul peak in the training precision (recomputed module GEMMs, costs/recompute_modules.py)."""
     accelerator: str = "cuda"
     """cuda | npu: the framework's context and communication buffers (framework_memory.py)."""
 
@@ -77,5 +81,6 @@ class HardwareRates:
         return cls(
             memory_bandwidth_gbs=hardware.memory_bandwidth_gbs or DEFAULT_MEMORY_BANDWIDTH_GBS,
             host_link_gbs=hardware.host_link_gbs or DEFAULT_HOST_LINK_GBS,
+            matmul_tflops=hardware.peak_tflops.get("bf16") or DEFAULT_MATMUL_TFLOPS,
             accelerator=accelerator,
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tinker_opt.costs.recompute_modules import DEFAULT_MODULES
 from tinker_opt.specs import OptimizerPrecision
 
 
@@ -25,6 +26,8 @@ class JobOptions:
     """MindSpeed's `--swap-attention`: attention activations kept on the host (costs/swap_terms.py)."""
     reuse_fp32_param: bool = False
     """MindSpeed's `--reuse-fp32-param`: 2 B fewer optimizer-state bytes per parameter."""
+    recompute_modules: tuple[str, ...] = DEFAULT_MODULES
+    """What selective recompute recomputes (Megatron-Core `--recompute-modules`; costs/recompute_modules.py)."""
     recompute_all: bool = False
     """Full recompute covers every layer or none (MindSpeed-LLM FSDP2's parallel.recompute)."""
     optimizer_precision: OptimizerPrecision = field(default_factory=OptimizerPrecision)

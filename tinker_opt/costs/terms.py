@@ -24,10 +24,12 @@ from tinker_opt.costs import overlap
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.cp_terms import unaligned_extra
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_us
+from tinker_opt.costs.fp8_activation import fp8_saved_input_bytes
 from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
 from tinker_opt.costs.layer_comm import layer_comm_us
 from tinker_opt.costs.profile_table import BlockCost
 from tinker_opt.costs.recompute import activation_function_terms
+from tinker_opt.costs.recompute_modules import LayerDims, module_terms
 from tinker_opt.costs.split_rules import SplitRules
 from tinker_opt.costs.stage_terms import stage_terms
 from tinker_opt.costs.swap_terms import swap_attention_bytes, swap_exposed_us
@@ -123,7 +125,7 @@ class TermBuilder:
         ep, etp = ctx.layer_shape(kind, s)
         cost = ctx.cost(ctx.layer_block[kind], s, ep, etp)
         fwd_comm, bwd_comm, hidden = layer_comm_us(ctx, kind, s, cost)
-        selective = s.recompute == "selective"
+        selective = s.recompute == "selective" and "core_attn" in ctx.job.recompute_modules
         dense_params = cost.param_count - cost.expert_param_count
         share = overlap.matmul_share(ctx.model, s.tp, m_tokens(ctx.model, s), dense_params)
         pace_fwd, pace_bwd, pace_bytes = unaligned_extra(ctx, s, cost, share)
@@ -140,6 +142,11 @@ class TermBuilder:
         )
         act = (cost.selective_activation_bytes if selective else cost.activation_bytes) + pace_bytes
         recompute_us = cost.fwd_us + pace_fwd + fwd_comm if s.recompute == "full" else 0.0
+        dims = self._layer_dims(s)
+        act -= min(act, fp8_saved_input_bytes(ctx.model, kind, dims, etp))
+        if s.recompute == "selective":
+            saved, extra_us = self._module_recompute(kind, dims, act)
+            act, compute = act - saved, compute + extra_us
         if ctx.job.recompute_activation:
             # MindSpeed's activation-function recompute (costs/recompute.py): layers that keep
             # their activations drop the activation output and re-run it; a fully recomputed
@@ -168,6 +175,27 @@ class TermBuilder:
             "tail_sync": to_ns(sync_us),
             "estimated": cost.estimated,
         }
+
+    def _layer_dims(self, s: Strategy) -> LayerDims:
+        """The per-rank sizes of the analytic activation rules (one micro-batch, one cp rank)."""
+        ctx = self.ctx
+        return LayerDims(
+            tokens=m_tokens(ctx.model, s),
+            tp=s.tp,
+            sp=s.sp,
+            bpe=ctx.bpe,
+            linear_bpe=1 if ctx.model.is_fp8 else ctx.bpe,
+        )
+
+    def _module_recompute(self, kind: str, dims: LayerDims, act: int) -> tuple[int, float]:
+        """(bytes not kept, extra forward microseconds) of one layer under the listed
+        `--recompute-modules` other than core_attn (costs/recompute_modules.py); never more
+        than the layer keeps."""
+        ctx = self.ctx
+        saved, extra_us = module_terms(
+            ctx.model, kind, ctx.job.recompute_modules, dims, ctx.rates.matmul_tflops
+        )
+        return min(saved, act), extra_us
 
     def _swap_attention(self, s: Strategy, act: int, cost: BlockCost) -> tuple[int, float]:
         """(bytes moved to the host, exposed copy microseconds) of one layer under MindSpeed's

@@ -36,6 +36,7 @@ from tinker_opt.script.model_args import (
     script_num_layers,
     unpriced_model_warnings,
 )
+from tinker_opt.script.recompute_args import recompute_modules
 from tinker_opt.script.shell import ShellSyntaxError
 from tinker_opt.script.strategy_args import read_strategy
 from tinker_opt.specs import FrameworkInfo, ModelSpec, OptimizerPrecision, TrainSpec
@@ -297,6 +298,7 @@ def _train_spec(
         swap_attention=launch.has("--swap-attention"),
         optimizer_precision=_optimizer_precision(launch),
         ulysses_degree_in_cp=int_value(launch, "--ulysses-degree-in-cp"),
+        recompute_modules=recompute_modules(launch),
         **_activation_recompute(launch, version_range),
     )
 
@@ -416,6 +418,7 @@ def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
         "optimizer_precision": dataclasses.asdict(info.train.optimizer_precision),
         "recompute_activation_function": info.train.recompute_activation_function,
         "recompute_activation_function_num_layers": info.train.recompute_activation_function_num_layers,
+        "recompute_modules": info.train.recompute_modules,
     }
     if info.fsdp2 is not None:
         framework["fsdp2"] = fsdp2_summary(info.fsdp2)

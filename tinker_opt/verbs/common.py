@@ -212,6 +212,7 @@ def job_options(info: ScriptInfo):
     precision-aware optimizer's dtypes, the
     Ulysses degree of hybrid context parallelism; an FSDP2 launch recomputes all layers or none."""
     from tinker_opt.costs.job import JobOptions
+    from tinker_opt.costs.recompute_modules import DEFAULT_MODULES
 
     train = info.train
     # MindSpeed's activation-function recompute, priced for every kept layer; a layer count
@@ -227,6 +228,7 @@ def job_options(info: ScriptInfo):
         reuse_fp32_param=train.reuse_fp32_param,
         swap_attention=train.swap_attention,
         recompute_all=info.fsdp2 is not None,
+        recompute_modules=train.recompute_modules or DEFAULT_MODULES,
         ulysses_degree=train.ulysses_degree_in_cp,
         optimizer_precision=train.optimizer_precision,
     )
@@ -236,11 +238,19 @@ def script_warnings(info) -> list[str]:
     """What the prediction leaves out of the script (script/reader.py prediction_warnings: flags
     read but not priced, flags the reader does not know, model settings not priced), for the
     terminal, search.log and summary.json; none without a script."""
+    from tinker_opt.costs.recompute_modules import unpriced_modules
     from tinker_opt.script.reader import prediction_warnings
 
     if info is None:
         return []
-    return prediction_warnings(info.launch, info.model, fsdp2=info.fsdp2 is not None)
+    warnings = prediction_warnings(info.launch, info.model, fsdp2=info.fsdp2 is not None)
+    left_out = unpriced_modules(info.train.recompute_modules or ())
+    if left_out:
+        warnings.append(
+            f"--recompute-modules {' '.join(left_out)} not priced (their activations are counted "
+            "as kept and their forward is not rerun; costs/recompute_modules.py)"
+        )
+    return warnings
 
 
 def model_on_device(model, hardware, log: Log | None = None):
