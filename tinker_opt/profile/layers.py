@@ -26,8 +26,12 @@ from tinker_opt.profile.tp_emulation import (
 
 
 def new_weight(*size: int, device, dtype) -> nn.Parameter:
-    """A parameter with Megatron's default init (normal, std 0.02)."""
-    return nn.Parameter(torch.empty(*size, device=device, dtype=dtype).normal_(0.0, 0.02))
+    """A parameter with Megatron's default init (normal, std 0.02); a meta tensor (the analytic
+    device) has no data to fill, and its `normal_` is a Python meta kernel, so it is skipped."""
+    weight = torch.empty(*size, device=device, dtype=dtype)
+    if weight.device.type != "meta":
+        weight.normal_(0.0, 0.02)
+    return nn.Parameter(weight)
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
