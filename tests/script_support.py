@@ -37,6 +37,8 @@ OWNED_FLAGS = {
     "--sequence-parallel",
     "--num-layers-per-virtual-pipeline-stage",
     "--virtual-pipeline-model-parallel-size",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--pipeline-model-parallel-layout",
     "--num-layer-list",
     "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers",
@@ -52,7 +54,11 @@ OWNED_FLAGS = {
     # the knob registry's switches and their companions
     *(flag for knob in KNOBS.values() for flag in (*knob.flags, *knob.companions)),
 }
-_VALUE = r"(\d+(,\d+)*|full|selective|block|uniform|\w+_cp_algo|causal|general)"
+_VALUE = (
+    r"(\d+(,\d+)*|full|selective|block|uniform|\w+_cp_algo|causal|general"
+    r"|core_attn|moe_act|layernorm|mla_up_proj|mlp|moe|shared_experts"  # --recompute-modules
+    r"|[EtmL|()*\d]+)"  # a --pipeline-model-parallel-layout string
+)
 _ALLOWED_TOKEN = re.compile(
     rf"^({_VALUE}|\\|[A-Z_]+={_VALUE}|[A-Z_]+='{_VALUE}'|[A-Z_]+=\"{_VALUE}\"|\$\{{?\w+\}}?|"
     r"--recompute-(granularity|activations|modules|method|num-layers)|(NNODES|NUM_NODES|NPUS_PER_NODE|GPUS_PER_NODE)=\S*)$"
