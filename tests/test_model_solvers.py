@@ -100,22 +100,13 @@ def test_unpruned_models_match_brute_force(cost_model, uniform_only):
     if not brute:
         return
     coeffs = [cost_model.coefficients(o) for o in outers]
-    # CP-SAT over every configuration at once; HiGHS in chunks (test_solvers_agree_within_a_layer_form).
-    runs = [(solve_cpsat, 0, coeffs)] + [
-        (solve_milp, j, coeffs[j : j + MILP_CHUNK]) for j in range(0, len(coeffs), MILP_CHUNK)
-    ]
-    best = {solve_cpsat: [], solve_milp: []}
-    for solve, offset, part in runs:
-        outcome = solve(part, time_limit_s=120, workers=1)
-        assert outcome.status in ("optimal", "infeasible"), (solve.__name__, outcome.status)
-        if outcome.status == "infeasible":
-            continue
-        best[solve].append(outcome.objective_x_v / part[outcome.index].vpp)
+    solved = _solved(coeffs)
+    for _, offset, _, outcome in solved:
         strategy = cost_model.split_strategy(
             outers[offset + outcome.index], outcome.split.layers, outcome.split.recompute_num_layers
         )
         assert cost_model.evaluate(strategy).time_ns_x_vpp == outcome.objective_x_v
-    assert min(best[solve_cpsat]) == min(best[solve_milp]) == brute[0].time_ns
+    assert _best_by_solver(solved) == (brute[0].time_ns, brute[0].time_ns)
 
 
 @st.composite
@@ -154,18 +145,31 @@ def test_solvers_agree_within_a_layer_form(instance):
     assert {cand.outer for cand in brute} == set(outers)  # is_feasible is exact within the form
     coeffs = [restricted.coefficients(o) for o in outers]
     if brute and coeffs:
-        # CP-SAT gets every configuration in one model; HiGHS gets them in chunks (the best chunk
-        # optimum is the optimum), since one MILP over hundreds of configurations without an
-        # incumbent can run for minutes. The search itself hands the MILP a pruned set.
-        chunks = [("cpsat", coeffs)] + [
-            ("milp", coeffs[j : j + MILP_CHUNK]) for j in range(0, len(coeffs), MILP_CHUNK)
-        ]
-        best = {"cpsat": [], "milp": []}
-        for name, part in chunks:
-            solve = solve_cpsat if name == "cpsat" else solve_milp
-            outcome = solve(part, time_limit_s=120, workers=1)
-            assert outcome.status in ("optimal", "infeasible"), (name, outcome.status)
-            if outcome.status == "optimal":
-                assert form_allows(outcome.split.layers, form)
-                best[name].append(outcome.objective_x_v / part[outcome.index].vpp)
-        assert min(best["cpsat"]) == min(best["milp"]) == brute[0].time_ns
+        solved = _solved(coeffs)
+        for _, _, _, outcome in solved:
+            assert form_allows(outcome.split.layers, form)
+        assert _best_by_solver(solved) == (brute[0].time_ns, brute[0].time_ns)
+
+
+def _solved(coeffs) -> list[tuple]:
+    """(solver, offset, part, outcome) of each feasible solve: CP-SAT over every configuration in
+    one model, HiGHS in chunks of MILP_CHUNK (the best chunk optimum is the optimum). Each solve
+    must prove optimality or infeasibility."""
+    runs = [(solve_cpsat, 0, coeffs)] + [
+        (solve_milp, j, coeffs[j : j + MILP_CHUNK]) for j in range(0, len(coeffs), MILP_CHUNK)
+    ]
+    solved = []
+    for solve, offset, part in runs:
+        outcome = solve(part, time_limit_s=120, workers=1)
+        assert outcome.status in ("optimal", "infeasible"), (solve.__name__, outcome.status)
+        if outcome.status == "optimal":
+            solved.append((solve, offset, part, outcome))
+    return solved
+
+
+def _best_by_solver(solved: list[tuple]) -> tuple[float, float]:
+    """(CP-SAT optimum, best HiGHS chunk optimum) of T from `_solved`'s solves."""
+    best: dict = {solve_cpsat: [], solve_milp: []}
+    for solve, _, part, outcome in solved:
+        best[solve].append(outcome.objective_x_v / part[outcome.index].vpp)
+    return min(best[solve_cpsat]), min(best[solve_milp])
