@@ -79,13 +79,51 @@ def test_unknown_dispatcher_and_low_imbalance_are_config_errors():
 
 def test_gshard_builds_deepspeeds_fp32_combine_tensor():
     """DeepSpeed's top2gating builds the combine weights [S, E, C] in fp32 before the dispatch
-    and combine matmuls: the GShard block's transient memory exceeds the plain block's by at
-    least 2 B per capacity slot of every token (the tensor and its casts, not all alive at once;
-    before the tensor was traced the two were equal)."""
+    and combine matmuls: the GShard block's peak (saved + transient) exceeds the plain block's by
+    at least 2 B per capacity slot of every token (the tensor and its casts, not all alive at
+    once; before the tensor was traced the two transients were equal; the plain block keeps no
+    [T, h] expert output since the probabilities moved into the activation, profile/moe.py)."""
     drop = dict(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)
     model = _model(**drop, moe_gshard_dispatch=True)
     dims = shard_dims(model, EP2)
     tokens = model.seq_length  # mbs 1, no sp
     slots = -(-dims.expert_tokens // dims.num_experts) * dims.num_experts
     plain, gshard = _row(_model(**drop)), _row(model)
-    assert gshard["transient_bytes"] - plain["transient_bytes"] >= 2 * tokens * slots
+
+    def peak(row: dict) -> int:
+        return row["activation_bytes"] + row["transient_bytes"]
+
+    assert peak(gshard) - peak(plain) >= 2 * tokens * slots
+
+
+def test_routed_experts_keep_what_megatron_keeps():
+    """DeepSeek-V3's 4 local experts (EP 64) on 16,384 assignments: the grouped GEMMs keep their
+    inputs (7168 and 2048 wide), the weighted SwiGLU its input (2 x 2048) and the probabilities,
+    all at 2 B (Megatron-core TEGroupedMLP + weighted_bias_swiglu_impl); no [T, h] output."""
+    import torch
+
+    from tinker_opt.profile.accounting import SavedTensorCounter
+    from tinker_opt.profile.moe import GroupedExperts
+
+    n = 16384
+    experts = GroupedExperts(
+        4, 7168, 2048, swiglu=True, bias=False, device="meta", dtype=torch.bfloat16
+    )
+    tokens = torch.empty(n, 7168, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    probs = torch.empty(n, 1, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    with SavedTensorCounter(exclude=experts.parameters()) as counter:
+        experts(tokens, probs)
+    assert counter.saved_bytes == n * (7168 + 2 * 2048 + 1 + 2048) * 2 == 436_240_384
+
+
+def test_weighted_swiglu_gradients():
+    """WeightedSwiGLU's hand-written backward (Megatron's weighted_swiglu_back) against autograd."""
+    import torch
+
+    from tinker_opt.profile.kernels import REFERENCE
+    from tinker_opt.profile.moe import WeightedSwiGLU
+
+    x = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
+    p = torch.rand(3, 5, 1, dtype=torch.float64, requires_grad=True)
+    fn = REFERENCE["swiglu"].fn
+    assert torch.autograd.gradcheck(lambda a, b: WeightedSwiGLU.apply(a, b, fn), (x, p))

@@ -20,7 +20,7 @@ re-gathers in the backward is not kept); this errs towards keeping more.
 
 from __future__ import annotations
 
-from tinker_opt.costs.recompute_modules import LayerDims
+from tinker_opt.costs.recompute_modules import LayerDims, routed_assignments
 
 
 def _attention_inputs(model, dims: LayerDims, hidden_in: int) -> int:
@@ -47,7 +47,7 @@ def linear_input_elements(model, kind: str, dims: LayerDims, etp: int) -> int:
         per_token += hidden_in + shared // dims.tp
     # Routed experts: the rank's tokens (its sequence-parallel slice) each reach top-k experts,
     # gathered over etp; every expert GEMM input is [tokens, hidden] then [tokens, moe_ffn/etp].
-    arriving = (dims.tokens // dims.tp if dims.sp else dims.tokens) * model.moe_router_topk * etp
+    arriving = routed_assignments(model, dims, etp)
     expert_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
     return dims.tokens * per_token + arriving * (model.hidden_size + expert_ffn // etp)
 

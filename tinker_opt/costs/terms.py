@@ -27,9 +27,10 @@ from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_u
 from tinker_opt.costs.fp8_activation import fp8_saved_input_bytes
 from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
 from tinker_opt.costs.layer_comm import layer_comm_us
+from tinker_opt.costs.moe_terms import moe_comm_us
 from tinker_opt.costs.profile_table import BlockCost
 from tinker_opt.costs.recompute import activation_function_terms
-from tinker_opt.costs.recompute_modules import LayerDims, module_terms
+from tinker_opt.costs.recompute_modules import LayerDims, layer_module_terms
 from tinker_opt.costs.split_rules import SplitRules
 from tinker_opt.costs.stage_terms import stage_terms
 from tinker_opt.costs.swap_terms import swap_attention_bytes, swap_exposed_us
@@ -145,7 +146,7 @@ class TermBuilder:
         dims = self._layer_dims(s)
         act -= min(act, fp8_saved_input_bytes(ctx.model, kind, dims, etp))
         if s.recompute == "selective":
-            saved, extra_us = self._module_recompute(kind, dims, act)
+            saved, extra_us = self._module_recompute(kind, s, dims, act)
             act, compute = act - saved, compute + extra_us
         if ctx.job.recompute_activation:
             # MindSpeed's activation-function recompute (costs/recompute.py): layers that keep
@@ -187,15 +188,20 @@ class TermBuilder:
             linear_bpe=1 if ctx.model.is_fp8 else ctx.bpe,
         )
 
-    def _module_recompute(self, kind: str, dims: LayerDims, act: int) -> tuple[int, float]:
+    def _module_recompute(
+        self, kind: str, s: Strategy, dims: LayerDims, act: int
+    ) -> tuple[int, float]:
         """(bytes not kept, extra forward microseconds) of one layer under the listed
         `--recompute-modules` other than core_attn (costs/recompute_modules.py); never more
-        than the layer keeps."""
+        than the layer keeps. `moe` reruns the dispatch and combine (moe_terms.moe_comm_us)."""
         ctx = self.ctx
-        saved, extra_us = module_terms(
-            ctx.model, kind, ctx.job.recompute_modules, dims, ctx.rates.matmul_tflops
+        terms = layer_module_terms(
+            ctx.model, kind, ctx.job.recompute_modules, dims, ctx.layer_shape(kind, s)[1]
         )
-        return min(saved, act), extra_us
+        extra_us = terms.extra_us(ctx.rates.matmul_tflops, ctx.mem_bw_gbs)
+        if terms.reruns_dispatch:
+            extra_us += moe_comm_us(ctx, s)
+        return min(terms.saved_bytes, act), extra_us
 
     def _swap_attention(self, s: Strategy, act: int, cost: BlockCost) -> tuple[int, float]:
         """(bytes moved to the host, exposed copy microseconds) of one layer under MindSpeed's

@@ -10,6 +10,15 @@ cost model adds (costs/moe_terms.py); here the rank receives its etp group's tok
 assignments times the busiest expert's load (shape.expert_load), split evenly over its local
 experts (a fixed permutation, so timings do not depend on random routing).
 
+What the routed experts keep for the backward follows Megatron-core's TEGroupedMLP
+(megatron/core/transformer/moe/experts.py, `bias_act_func`): the routing probabilities are applied
+inside the activation, a SwiGLU through `weighted_bias_swiglu_impl` (megatron/core/fusions/
+fused_bias_swiglu.py, WeightedSwiGLUFunction: saves only its input and the probabilities; the
+non-gated activation as `activation_func(x) * probs`), so the experts' [T, h] output is not kept;
+the tokens go back through `unpermute` (megatron/core/transformer/moe/moe_utils.py:
+`scatter_add_` of the expert output by the sorted indices, or Transformer Engine's fused
+`moe_unpermute` under `--moe-permute-fusion`), which keeps only the indices.
+
 ModelLink's legacy GShard MoE (`moe_gshard_dispatch`, DeepSpeed sharded_moe.py MOELayer) builds
 the expert input with one-hot einsums, "sec,sm->ecm" to dispatch and "sec,ecm->sm" to combine
 (S tokens, E experts, C capacity, M hidden): two dense matmuls of 2 S E C M FLOPs each, and the
@@ -25,6 +34,30 @@ from torch import nn
 from tinker_opt.profile.kernels import REFERENCE
 from tinker_opt.profile.layers import MLP, new_weight
 from tinker_opt.profile.tp_emulation import ScatterToSequence, _repeat_dim0
+
+
+class WeightedSwiGLU(torch.autograd.Function):
+    """silu(gate) * up * probs saving only the input and the probabilities, as Megatron-core's
+    WeightedSwiGLUFunction (megatron/core/fusions/fused_bias_swiglu.py); the backward recomputes
+    silu from the input. `swiglu` is the forward's SwiGLU kernel (kernels.py)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, probs: torch.Tensor, swiglu) -> torch.Tensor:
+        ctx.save_for_backward(x, probs)
+        return (swiglu(x) * probs).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        """Megatron's `weighted_swiglu_back`: `swiglu_back(g * probs, x)` in the input's dtype
+        and the probabilities' gradient, the SwiGLU output times g summed over the features."""
+        x, probs = ctx.saved_tensors
+        gate, up = x.chunk(2, dim=-1)
+        sig = torch.sigmoid(gate)
+        silu = gate * sig
+        g = grad * probs
+        grad_x = torch.cat((g * sig * (1 + gate * (1 - sig)) * up, g * silu), dim=-1)
+        grad_probs = (silu * up * grad).sum(-1, keepdim=True).to(probs.dtype)
+        return grad_x.to(x.dtype), grad_probs, None
 
 
 class GroupedExperts(nn.Module):
@@ -69,10 +102,16 @@ class GroupedExperts(nn.Module):
     def num_experts(self) -> int:
         return self.fc1.shape[0]
 
-    def _activation(self, x: torch.Tensor) -> torch.Tensor:
-        return self.kernel.fn(x) if self.swiglu else F.gelu(x)  # as the dense MLP (kernels.py)
+    def _activation(self, x: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
+        """The activation, times the routing probabilities [E', n, 1] when given (the module
+        docstring); a GShard expert (probs None) applies none."""
+        if probs is None:
+            return self.kernel.fn(x) if self.swiglu else F.gelu(x)  # as the dense MLP (kernels.py)
+        if self.swiglu:
+            return WeightedSwiGLU.apply(x, probs, self.kernel.fn)
+        return (F.gelu(x) * probs).to(x.dtype)
 
-    def _run(self, x: torch.Tensor, experts: slice) -> torch.Tensor:
+    def _run(self, x: torch.Tensor, probs: torch.Tensor | None, experts: slice) -> torch.Tensor:
         """The experts of `experts` on x [E', n, h] (n tokens each): [E', n, h]."""
         # All experts: the parameters themselves (a slice would add a full-size zero-filled gradient).
         pick = (lambda p: p) if experts == slice(None) else (lambda p: p[experts])
@@ -82,27 +121,31 @@ class GroupedExperts(nn.Module):
             if self.fc1_bias is None
             else torch.baddbmm(pick(self.fc1_bias).unsqueeze(1), x, w1)
         )
-        out = torch.bmm(self._activation(hidden), w2)
+        out = torch.bmm(self._activation(hidden, probs), w2)
         return out if self.fc2_bias is None else out + pick(self.fc2_bias).unsqueeze(1)
 
-    def forward(self, dispatched: torch.Tensor) -> torch.Tensor:
-        """dispatched [T, h], grouped by expert: the first T % E experts get one token more (balanced).
+    def forward(self, dispatched: torch.Tensor, probs: torch.Tensor | None = None) -> torch.Tensor:
+        """dispatched [T, h] (and its routing probabilities [T, 1]), grouped by expert: the first
+        T % E experts get one token more (balanced).
 
         One batched call per group size: T = extra (per + 1) + (E - extra) per."""
         total, h = dispatched.shape
         per, extra = divmod(total, self.num_experts)
         split = extra * (per + 1)
+
+        def group(t: torch.Tensor | None, rows: slice, count: int, size: int):
+            return None if t is None else t[rows].view(count, size, t.shape[-1])
+
         parts = []
         if extra:
-            parts.append(
-                self._run(dispatched[:split].view(extra, per + 1, h), slice(0, extra)).reshape(
-                    -1, h
-                )
-            )
+            head = slice(None, split)
+            x, p = group(dispatched, head, extra, per + 1), group(probs, head, extra, per + 1)
+            parts.append(self._run(x, p, slice(0, extra)).reshape(-1, h))
         if per:
-            rest = dispatched[split:].view(self.num_experts - extra, per, h)
+            tail, count = slice(split, None), self.num_experts - extra
+            x, p = group(dispatched, tail, count, per), group(probs, tail, count, per)
             parts.append(
-                self._run(rest, slice(extra, None) if extra else slice(None)).reshape(-1, h)
+                self._run(x, p, slice(extra, None) if extra else slice(None)).reshape(-1, h)
             )
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
@@ -128,13 +171,17 @@ class SequentialExperts(nn.Module):
     def num_experts(self) -> int:
         return sum(group.num_experts for group in self.local)
 
-    def forward(self, dispatched: torch.Tensor) -> torch.Tensor:
-        """dispatched [T, h] grouped by expert, the first T % E experts one token more (balanced)."""
+    def forward(self, dispatched: torch.Tensor, probs: torch.Tensor | None = None) -> torch.Tensor:
+        """dispatched [T, h] (and probs [T, 1]) grouped by expert, the first T % E experts one
+        token more (balanced)."""
         per, extra = divmod(dispatched.shape[0], self.num_experts)
         sizes = [group.num_experts * per for group in self.local]
         sizes[0] += extra  # the first group's first `extra` experts get one token more
         chunks = torch.split(dispatched, sizes)
-        return torch.cat([e(c) for e, c in zip(self.local, chunks, strict=True) if c.shape[0]])
+        weights = torch.split(probs, sizes) if probs is not None else (None,) * len(sizes)
+        return torch.cat(
+            [e(c, p) for e, c, p in zip(self.local, chunks, weights, strict=True) if c.shape[0]]
+        )
 
 
 class MoE(nn.Module):
@@ -215,10 +262,10 @@ class MoE(nn.Module):
             combined = self._gshard(gathered, weights)
         else:
             dispatched = gathered.index_select(0, self.order)  # permutation + all-to-all
-            expert_out = self.experts(dispatched)
             gates = _repeat_dim0(weights, self.etp).reshape(-1)[self.slot]
-            weighted = expert_out * gates.reshape(-1, 1)
-            combined = torch.zeros_like(gathered).index_add(0, self.order, weighted)  # unpermute
+            expert_out = self.experts(dispatched, gates.reshape(-1, 1))  # probs in the activation
+            rows = self.order.unsqueeze(1).expand(-1, h)  # unpermute: scatter_add keeps the index
+            combined = torch.zeros_like(gathered).scatter_add(0, rows, expert_out)
         if self.etp > 1:
             combined = ScatterToSequence.apply(combined, self.etp)
         out = combined.view(s, b, h)

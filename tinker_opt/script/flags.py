@@ -116,8 +116,8 @@ FLAGS: tuple[Flag, ...] = (
            "Megatron-LM arguments.py)", "--accumulate-allreduce-grads-in-fp32"),
     *_rows("job", "MLP activation output dropped and recomputed in the backward (MindSpeed; costs/recompute.py)",
            "--recompute-activation-function"),
-    *_rows("job", "selective recompute by module (Megatron-Core): core_attn, mla_up_proj and mlp priced, "
-           "the others named in a warning (costs/recompute_modules.py)", "--recompute-modules"),
+    *_rows("job", "selective recompute by module (Megatron-Core): core_attn, mla_up_proj, mlp, moe_act, "
+           "layernorm, moe and shared_experts, each by what it frees and reruns (costs/recompute_modules.py)", "--recompute-modules"),
     *_rows("job", "attention activations kept on the host, copied out and back behind compute (MindSpeed; "
            "costs/swap_terms.py)", "--swap-attention"),
     *_rows("job", "Ulysses group of hybrid_cp_algo: all-to-all over it, ring over cp / it (MindSpeed; "
