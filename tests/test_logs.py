@@ -185,3 +185,14 @@ def test_argument_dump_is_the_job():
     model = info.model
     assert (model.num_layers, model.hidden_size, model.seq_length) == (24, 1024, 1024)
     assert model.precision == "fp16" and model.vocab_size == 50257
+
+
+def test_dump_without_gradient_accumulation_fusion_is_the_job():
+    """`gradient_accumulation_fusion False` in a dump is Megatron's
+    `--no-gradient-accumulation-fusion` (priced: costs/grad_accumulation.py); True is the default."""
+    arguments = dict(read_log(KISTI).arguments)
+    assert read_script_text(launch_text(arguments), "a.sh").train.gradient_accumulation_fusion
+    arguments["gradient_accumulation_fusion"] = "False"
+    text = launch_text(arguments)
+    assert "--no-gradient-accumulation-fusion" in text
+    assert not read_script_text(text, "b.sh").train.gradient_accumulation_fusion
