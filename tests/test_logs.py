@@ -13,6 +13,7 @@ from tinker_opt.script.reader import read_script_text
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 KISTI = LOGS / "kisti-v100x4-gpt345m-tp4-main202409" / "log.txt"
+KISTI_CORE050 = LOGS / "kisti-v100x4-gpt345m-tp4-core050" / "log.txt"
 MLM_CI = LOGS / "mlm-ci-gpt7b-tp1pp4vpp-gb200" / "log.txt"
 MS_CI = LOGS / "ms-ci-llama2-l8-tp8-coc-910b" / "log.txt"
 
@@ -33,6 +34,26 @@ def test_megatron_text_iterations_memory_and_arguments():
     assert log.arguments["config_logger_dir"] == ""
     assert len(log.arguments) > 300
     assert log.warnings == ()
+
+
+def test_memory_reports_that_share_a_line():
+    """The core_r0.5.0 V100 log prints two ranks' reports on one line (ranks 2+1, 3+0): all four
+    are read, each with its own fields, and all 20 iteration lines between the checkpoints and
+    validations."""
+    log = read_log(KISTI_CORE050)
+    assert [m.rank for m in log.memory] == [2, 1, 3, 0]
+    for report in log.memory:
+        assert report.after_iterations == 20
+        assert report.allocated_mb == 1786.68505859375
+        assert report.max_allocated_mb == 4673.77880859375
+        assert report.reserved_mb == report.max_reserved_mb == 4746.0
+    assert [r.iteration for r in log.iterations] == list(range(10, 201, 10))
+    assert log.iterations[0].time_ms == 1011.8 and log.iterations[-1].time_ms == 384.4
+    assert log.arguments["transformer_impl"] == "local"
+    assert log.warnings == ()
+    steady = steady_state(log)
+    assert steady.dropped == (10,)
+    assert steady.iteration_time_ms == 385.1  # the median of the 19 lines 20..200
 
 
 def test_steady_state_drops_the_first_interval():
@@ -164,3 +185,14 @@ def test_argument_dump_is_the_job():
     model = info.model
     assert (model.num_layers, model.hidden_size, model.seq_length) == (24, 1024, 1024)
     assert model.precision == "fp16" and model.vocab_size == 50257
+
+
+def test_dump_without_gradient_accumulation_fusion_is_the_job():
+    """`gradient_accumulation_fusion False` in a dump is Megatron's
+    `--no-gradient-accumulation-fusion` (priced: costs/grad_accumulation.py); True is the default."""
+    arguments = dict(read_log(KISTI).arguments)
+    assert read_script_text(launch_text(arguments), "a.sh").train.gradient_accumulation_fusion
+    arguments["gradient_accumulation_fusion"] = "False"
+    text = launch_text(arguments)
+    assert "--no-gradient-accumulation-fusion" in text
+    assert not read_script_text(text, "b.sh").train.gradient_accumulation_fusion

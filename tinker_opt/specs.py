@@ -294,6 +294,9 @@ class TrainSpec:
     (priced in memory: costs/data_parallel.py param_bytes)."""
     swap_attention: bool = False
     """MindSpeed `--swap-attention`: each layer's attention activations swapped to the host."""
+    gradient_accumulation_fusion: bool = True
+    """Megatron's weight-gradient GEMM accumulates into the main grad (False with
+    `--no-gradient-accumulation-fusion`: an extra add per weight, costs/grad_accumulation.py)."""
     recompute_activation_function: bool = False
     """MindSpeed `--recompute-activation-function`: the MLP activation is recomputed in the backward."""
     recompute_activation_function_num_layers: int | None = None

@@ -24,6 +24,9 @@ class JobOptions:
     """The interleaved schedule overlaps p2p send/recv (TrainSpec.overlap_p2p_comm, by version)."""
     swap_attention: bool = False
     """MindSpeed's `--swap-attention`: attention activations kept on the host (costs/swap_terms.py)."""
+    gradient_accumulation_fusion: bool = True
+    """False with `--no-gradient-accumulation-fusion`: one add per weight and micro-batch
+    (costs/grad_accumulation.py)."""
     reuse_fp32_param: bool = False
     """MindSpeed's `--reuse-fp32-param`: 2 B fewer optimizer-state bytes per parameter."""
     recompute_modules: tuple[str, ...] = DEFAULT_MODULES

@@ -26,6 +26,7 @@ from tinker_opt.costs.cp_terms import unaligned_extra
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_us
 from tinker_opt.costs.fp8_activation import fp8_saved_input_bytes
 from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
+from tinker_opt.costs.grad_accumulation import unfused_accumulation_us
 from tinker_opt.costs.layer_comm import layer_comm_us
 from tinker_opt.costs.moe_terms import moe_comm_us
 from tinker_opt.costs.profile_table import BlockCost
@@ -132,6 +133,10 @@ class TermBuilder:
         pace_fwd, pace_bwd, pace_bytes = unaligned_extra(ctx, s, cost, share)
         compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
         compute += pace_fwd + pace_bwd
+        if not ctx.job.gradient_accumulation_fusion:
+            compute += unfused_accumulation_us(
+                cost.param_count, ctx.bpe, ctx.grad_bytes, ctx.mem_bw_gbs
+            )
         bwd_comm += layer_exposed_us(
             ctx, s, dense_params, cost.expert_param_count, cost.fwd_us, cost.bwd_us
         )

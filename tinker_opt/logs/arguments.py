@@ -24,7 +24,10 @@ TOKENIZER_VOCAB = {
     "GPT2BPETokenizer": 50257,
     "Llama2Tokenizer": 32000,
 }
-_NEGATED = {"add_bias_linear": "--disable-bias-linear"}
+_NEGATED = {
+    "add_bias_linear": "--disable-bias-linear",
+    "gradient_accumulation_fusion": "--no-gradient-accumulation-fusion",
+}
 _LEFT_OUT = {
     # Present in every dump with a default that is not a choice of the run.
     "data_parallel_sharding_strategy",

@@ -22,7 +22,12 @@ _ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9.]+(?:[eE][-+]?\d+)?)")
 _TFLOPS = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*([0-9.]+)")
 _SKIPPED = re.compile(r"number of skipped iterations:\s*(\d+)")
-_MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\)(.*)")
+_MEMORY = re.compile(
+    r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\)((?:(?!\[Rank \d+\]).)*)"
+)
+"""One rank's memory report; the fields stop at the next `[Rank R]`, as ranks that print at the
+same moment can share a line (their `print(..., flush=True)` calls interleave without the newline;
+the KISTI core_r0.5.0 log has two reports on each of two lines)."""
 _MEMORY_FIELD = re.compile(r"\|\s*(max allocated|allocated|max reserved|reserved):\s*([0-9.]+)")
 _ARGS_BEGIN = re.compile(r"^-+ arguments -+\s*$")
 _ARGS_END = re.compile(r"^-+ end of arguments -+\s*$")
@@ -107,8 +112,8 @@ def _runs(lines: list[str]) -> list[_Run]:
                 run.iterations.append(item)
             else:
                 run.iterations.append(item)
-        elif (memory := _MEMORY.search(line)) is not None:
-            run.memory.append(_memory(memory))
+        elif reports := list(_MEMORY.finditer(line)):
+            run.memory.extend(_memory(report) for report in reports)
         index += 1
     return [run for run in runs if not run.empty]
 

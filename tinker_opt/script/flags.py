@@ -120,6 +120,8 @@ FLAGS: tuple[Flag, ...] = (
            "layernorm, moe and shared_experts, each by what it frees and reruns (costs/recompute_modules.py)", "--recompute-modules"),
     *_rows("job", "attention activations kept on the host, copied out and back behind compute (MindSpeed; "
            "costs/swap_terms.py)", "--swap-attention"),
+    *_rows("job", "weight gradients added to the main grad by a separate kernel per weight and micro-batch "
+           "(costs/grad_accumulation.py)", "--no-gradient-accumulation-fusion"),
     *_rows("job", "Ulysses group of hybrid_cp_algo: all-to-all over it, ring over cp / it (MindSpeed; "
            "rules.hybrid_ulysses_degree)", "--ulysses-degree-in-cp"),
     *_rows("job, not priced", "activation recompute in the first N layers of each chunk only; with it the "
@@ -164,7 +166,7 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("not modelled", "fused kernels whose speed-up the profile does not measure", "--use-fused-swiglu",
            "--use-fused-rotary-pos-emb", "--use-fused-ring-attention-update",
            "--moe-permutation-async-comm", "--moe-permute-fusion", "--use-fused-moe-token-permute-and-unpermute",
-           "--gemm-gradient-accumulation-fusion", "--no-gradient-accumulation-fusion", "--mlp-layer-fusion"),
+           "--gemm-gradient-accumulation-fusion", "--mlp-layer-fusion"),
     *_rows("not modelled", "FP8 exceptions: weight gradients or the first / last layers kept in BF16",
            "--no-fp8-wgrad", "--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"),
     *_rows("not modelled", "further communication overlap", "--use-cp-send-recv-overlap",

@@ -296,6 +296,7 @@ def _train_spec(
         overlap_p2p_comm=p2p_overlap(launch, version_range),
         reuse_fp32_param=launch.has("--reuse-fp32-param"),
         swap_attention=launch.has("--swap-attention"),
+        gradient_accumulation_fusion=not launch.has("--no-gradient-accumulation-fusion"),
         optimizer_precision=_optimizer_precision(launch),
         ulysses_degree_in_cp=int_value(launch, "--ulysses-degree-in-cp"),
         recompute_modules=recompute_modules(launch),

@@ -208,7 +208,7 @@ def cost_model_for(profiled, model, cluster: ClusterSpec, global_batch_size: int
 def job_options(info: ScriptInfo):
     """The script's job flags as the cost model takes them (costs/job.py JobOptions): swap
     optimizer, activation-function recompute, interleaved p2p overlap, reuse-fp32-param,
-    swap-attention, the
+    swap-attention, gradient-accumulation fusion, the
     precision-aware optimizer's dtypes, the
     Ulysses degree of hybrid context parallelism; an FSDP2 launch recomputes all layers or none."""
     from tinker_opt.costs.job import JobOptions
@@ -227,6 +227,7 @@ def job_options(info: ScriptInfo):
         overlap_p2p_comm=train.overlap_p2p_comm,
         reuse_fp32_param=train.reuse_fp32_param,
         swap_attention=train.swap_attention,
+        gradient_accumulation_fusion=train.gradient_accumulation_fusion,
         recompute_all=info.fsdp2 is not None,
         recompute_modules=train.recompute_modules or DEFAULT_MODULES,
         ulysses_degree=train.ulysses_degree_in_cp,
