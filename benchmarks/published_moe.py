@@ -69,18 +69,19 @@ def moe_run(run, derived: dict[str, Any]):
         measured["iteration_time_s"] = float(derived["iteration_time_s"])
     s = run.strategy
     legacy = _is_legacy(s)
-    recompute = "full" if str(s.get("recompute", "")).startswith("full") else "none"
     strategy = dict(
         s,  # the normalised knobs (published_runs.normalised_strategy), then the MoE rows' own
         dp=s.get("dp", 1),
         sp=s["tp"] > 1,
-        recompute=recompute,
+        recompute=s["recompute"],  # none | selective | full (published_runs._recompute)
         precision=s.get("precision", "bf16"),
         distributed_optimizer=not legacy,
         overlap_grad_reduce=not legacy,
         flash_attn=True,
         fused=["use-fused-rmsnorm"] if legacy else [],
-        extra_flags=_moe_flags(moe, s),
+        # The MoE flags, then the row's own (flags of the run's config the source states, e.g.
+        # --recompute-modules, --moe-enable-deepep, --expert-tensor-parallel-size).
+        extra_flags=_moe_flags(moe, s) + list(s.get("extra_flags", ())),
     )
     model = dict(run.model, arch="llama", ffn=moe["moe_ffn"])
     return replace(run, model=model, strategy=strategy, measured=measured)

@@ -288,7 +288,18 @@ def parallel_flags(run: PublishedRun) -> list[str]:
         f"--pipeline-model-parallel-size {s['pp']}",
     ]
     if s["vpp"] > 1:
-        layers_per_chunk = m["layers"] // (s["pp"] * s["vpp"])
+        # Megatron-LM counts the embedding and the loss as layers of the split when the run's
+        # config says so (arguments.py: num_layers + 1 per --account-for-*-in-pipeline-split
+        # before dividing by pp x layers per virtual stage), as the ModelZoo's runtime.conf does
+        # (Qwen3-235B: NUM_LAYERS 96 for 94 layers).
+        counted = sum(
+            flag in s.get("extra_flags", ())
+            for flag in (
+                "--account-for-embedding-in-pipeline-split",
+                "--account-for-loss-in-pipeline-split",
+            )
+        )
+        layers_per_chunk = (m["layers"] + counted) // (s["pp"] * s["vpp"])
         flags.append(f"--num-layers-per-virtual-pipeline-stage {layers_per_chunk}")
     if s["cp"] > 1:
         flags.append(f"--context-parallel-size {s['cp']}")

@@ -10,6 +10,10 @@ parameter + optimizer memory, with each row's error and the mean / max absolute 
     PYTHONPATH=. python benchmarks/validate_published.py [RUNS.json] [--hardware NAME|FILE]
         [--fit [--fix-memory]] [--only NAME]
 
+The held-out rows (benchmarks/data/heldout_runs.json: published MoE, context-parallel and H100
+runs that are not in the shared file, never fitted to) go through the same code path:
+`validate_published.py benchmarks/data/heldout_runs.json`.
+
 Activation memory: the transformer-layer activations in flight on the first pipeline stage, as
 Korthikanti et al. count them (their figures, as Calculon transcribes and compares them, leave
 out the embedding and output layer; the 22B no-recompute figure is exactly 48 layers of their
@@ -271,6 +275,10 @@ def print_table(rows, runs) -> dict[str, list[float]]:
             fp8 = " (FP8 rows)" if s.get("precision") == "fp8" else ""
             by_kind.setdefault(f"on {hardware.name}{fp8}", []).append((t_err, h_err))
             by_kind.setdefault(f"of the {run.category} rows", []).append((t_err, h_err))
+            # The held-out groups (MoE H100, MoE 910B, cp, dense H100): category x device.
+            by_kind.setdefault(f"of the {run.category} rows on {hardware.name}", []).append(
+                (t_err, h_err)
+            )
         print(
             f"{run.run_id:44} {layout:32} {_fmt(t_meas, '11.2f')} {pred.iteration_s:7.2f} {_fmt(t_err, '+6.1f')} "
             f"{hidden:8.2f} {_fmt(h_err, '+6.1f')} "

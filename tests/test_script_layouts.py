@@ -210,6 +210,31 @@ def test_account_for_embedding_and_loss():
     assert strategy.chunk_layers(94) == (2,) + (3,) * 30 + (2,)
 
 
+def test_layers_per_virtual_stage_count_the_embedding_and_loss():
+    """`--num-layers-per-virtual-pipeline-stage 3` with both account-for switches, 94 layers, pp 16:
+    Megatron's validate_args adds 1 per switch first, vpp = (94 + 2) / 16 / 3 = 2 (the ModelZoo's
+    Qwen3-235B runtime.conf: NUM_LAYERS 96 for 94 layers); chunks 2, 3 x 30, 2."""
+    text = gpt3_with(
+        "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+        "--num-layers-per-virtual-pipeline-stage 3"
+    ).replace("--num-layers 96", "--num-layers 94")
+    info = read_script_text(text)
+    assert info.train.strategy.vpp == 2
+    assert info.train.strategy.chunk_layers(94) == (2,) + (3,) * 30 + (2,)
+    assert not any("virtual pipeline" in w for w in info.warnings)
+
+
+def test_layers_per_virtual_stage_not_dividing_with_the_switches_warns():
+    """95 + 1 (embedding only) = 6 per stage of pp 16 does not split into chunks of 4: no virtual
+    pipeline, and the warning names the counted embedding."""
+    text = gpt3_with(
+        "--account-for-embedding-in-pipeline-split --num-layers-per-virtual-pipeline-stage 4"
+    ).replace("--num-layers 96", "--num-layers 95")
+    info = read_script_text(text)
+    assert info.train.strategy.vpp == 1
+    assert any("(+ 1 for the account-for switches)" in w for w in info.warnings)
+
+
 def test_first_last_counts_with_virtual_stages():
     """First/last stage counts with virtual stages: each rank's layers split evenly over its chunks."""
     text = gpt3_with(

@@ -122,13 +122,20 @@ def _vpp(launch: Launch, pp: int, total_layers: int, warn: Callable[[str], None]
         warn(f"{VPP_LAYERS_FLAG} has no value (is its variable set?); read as no virtual pipeline")
         return 1
     per_chunk = int_value(launch, VPP_LAYERS_FLAG, 0)
-    if per_chunk <= 0 or total_layers % (pp * per_chunk):
+    # The account-for switches count the embedding / the loss as one layer each of the split
+    # (NVIDIA/Megatron-LM megatron/training/arguments.py validate_args: num_layers += 1 per
+    # switch before vpp = num_layers / pp / --num-layers-per-virtual-pipeline-stage).
+    counted = total_layers + int(launch.has(EMBEDDING_FLAG)) + int(launch.has(LOSS_FLAG))
+    if per_chunk <= 0 or counted % (pp * per_chunk):
+        accounted = f" (+ {counted - total_layers} for the account-for switches)" * (
+            counted > total_layers
+        )
         warn(
-            f"--num-layers {total_layers} is not a multiple of pp ({pp}) x {VPP_LAYERS_FLAG} "
-            f"({per_chunk}); read as no virtual pipeline"
+            f"--num-layers {total_layers}{accounted} is not a multiple of pp ({pp}) x "
+            f"{VPP_LAYERS_FLAG} ({per_chunk}); read as no virtual pipeline"
         )
         return 1
-    return total_layers // (pp * per_chunk)
+    return counted // (pp * per_chunk)
 
 
 OVERLAP_FLAGS = {key: knob.flags for key, knob in KNOBS.items()}
