@@ -80,3 +80,53 @@ def test_fixture_flags_that_change_time_or_memory_are_registered():
     for path in FIXTURES.glob("*.sh"):
         found |= {f for f in re.findall(r"(--[a-z0-9-]+)", path.read_text()) if families.match(f)}
     assert sorted(found - set(flags.BY_NAME)) == []
+
+
+LOG_SCRIPTS = sorted((FIXTURES.parent / "logs").glob("*/script.sh"))
+
+
+@pytest.mark.parametrize(
+    "path", sorted(FIXTURES.glob("*.sh")) + LOG_SCRIPTS, ids=lambda p: p.parent.name + "/" + p.name
+)
+def test_real_launch_scripts_have_no_unknown_flags(path):
+    """Every flag of the real launch scripts (MindSpeed-LLM examples, Megatron-LM examples and CI
+    scripts, the Megatron-MoE-ModelZoo DeepSeek-V3 run) has a row: priced, warned or no effect."""
+    info = read_script(path)
+    assert flags.unknown_flags(info.launch) == []
+
+
+def test_modelzoo_deepseek_v3_names_what_it_does_not_price():
+    """The ModelZoo DeepSeek-V3 run's fused cross entropy and FP8 router padding are read and named
+    in the not-priced warning, not reported as unknown."""
+    info = read_script(FIXTURES / "train_deepseek_v3_h100_modelzoo.sh")
+    assert flags.unknown_warning(info.launch) is None
+    warning = flags.unpriced_warning(info.launch)
+    assert warning is not None
+    assert "--cross-entropy-loss-fusion" in warning
+    assert "--moe-router-padding-for-fp8" in warning
+
+
+def test_logging_and_checkpoint_flags_are_in_no_warning():
+    """The GB200 CI script's logging / checkpoint flags have no effect: named in no warning."""
+    info = read_script(FIXTURES.parent / "logs" / "mlm-ci-gpt7b-tp1pp4vpp-gb200" / "script.sh")
+    named = " ".join(info.warnings)
+    for name in ("--log-throughput", "--ckpt-format", "--async-save", "--exit-interval"):
+        assert flags.BY_NAME[name].treatment == "no effect"
+        assert name not in named
+    assert "--log-params-norm" in (flags.unpriced_warning(info.launch) or "")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "--cross-entropy-loss-fusion",
+        "--moe-router-padding-for-fp8",
+        "--optimizer-cpu-offload",
+        "--cuda-graph-impl",
+        "--empty-unused-memory-level",
+        "--log-params-norm",
+    ],
+)
+def test_flags_that_change_time_or_memory_are_warned(name):
+    """Recipe flags that change time or memory and are not priced are named in the warning."""
+    assert flags.BY_NAME[name].warned

@@ -142,6 +142,21 @@ def test_unknown_flags_listed_once_apart_from_unpriced():
     assert framework["not_priced_flags"] == ["--moe-permute-fusion"]
 
 
+@pytest.mark.parametrize("backend, deepep", [("deepep", True), ("hybridep", False)])
+def test_flex_backend_names_deepep(backend, deepep):
+    """Megatron-Core 0.15+ writes DeepEP as `--moe-flex-dispatcher-backend deepep`: read as DeepEP
+    (no mismatch warning under flex), kept by apply; HybridEP is not DeepEP."""
+    info = read_script_text(
+        megatron_moe_script(
+            f"--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend {backend}"
+        )
+    )
+    assert info.model.moe_enable_deepep is deepep
+    assert inspect_dict(info)["framework"]["unknown_flags"] == []
+    tuned = apply_strategy(info.text, info.train.strategy.replace(ep=2), nnodes=1, nproc_per_node=8)
+    assert f"--moe-flex-dispatcher-backend {backend}" in tuned.text
+
+
 def test_search_warnings_name_unknown_and_model_settings():
     """search.log, summary.json and simulate take the same list (verbs/common.py script_warnings)."""
     from tinker_opt.verbs.common import script_warnings

@@ -120,6 +120,9 @@ def _layer_freq(launch: Launch, noop: tuple[int, ...]) -> dict:
 
 DISPATCHER_FLAG = "--moe-token-dispatcher-type"
 DEEPEP_FLAG = "--moe-enable-deepep"
+FLEX_BACKEND_FLAG = "--moe-flex-dispatcher-backend"
+"""Megatron-Core 0.15+ names DeepEP as the flex dispatcher's backend (`deepep`, the default, or
+`hybridep`) instead of `--moe-enable-deepep` (megatron/core/transformer/moe/README.md, v0.15)."""
 
 
 def _moe_fields(launch: Launch, noop: tuple[int, ...]) -> dict:
@@ -141,7 +144,7 @@ def _moe_fields(launch: Launch, noop: tuple[int, ...]) -> dict:
         "first_k_dense_replace": max(int_value(launch, "--first-k-dense-replace", 0), 0),
         **_layer_freq(launch, noop),
         **_routing_fields(launch),
-        "moe_enable_deepep": launch.has(DEEPEP_FLAG),
+        "moe_enable_deepep": launch.has(DEEPEP_FLAG) or launch.value(FLEX_BACKEND_FLAG) == "deepep",
     }
 
 
