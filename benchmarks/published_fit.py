@@ -25,7 +25,7 @@ from published_runs import PublishedRun, hardware_for
 
 from tinker_opt.hardware import EfficiencyCurve, HardwareSpec
 
-FIT_CATEGORIES = ("dense", "dense_h100")
+FIT_CATEGORIES = ("dense", "dense_h100", "dense_blackwell")
 """Rows whose time the dense GEMM and memory efficiencies determine."""
 Efficiencies = dict[str, dict[str, float]]
 """Per description name, the max_efficiency of the curves to replace (matmul, memory, matmul_fp8)."""

@@ -39,6 +39,8 @@ HARDWARE_BY_ID = {
     "h100_80gb_sxm": "h100-80gb",
     "ascend_910b_atlas_a2": "910b",
     "h100_dgx_ref": "h100-80gb",
+    "dgx_b200": "b200",
+    "dgx_gb200": "gb200-nvl72",
 }
 """Hardware ids of the published-runs file -> shipped description names."""
 

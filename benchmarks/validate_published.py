@@ -126,9 +126,11 @@ def predict(
     hardware: HardwareSpec,
 ) -> Prediction:
     """Simulate the published strategy on the analytic profile with the cost model."""
+    # Nodes of the description's size (a GB200 compute tray holds 4 GPUs, a DGX 8).
+    per_node = min(hardware.devices_per_node, run.n_devices)
     cluster = ClusterSpec(
-        num_nodes=run.num_nodes,
-        devices_per_node=min(hardware.devices_per_node, run.n_devices),
+        num_nodes=max(1, run.n_devices // per_node),
+        devices_per_node=per_node,
         memory_limit_mb=hardware.memory_gb * 1024,
     )
     cost = CostModel.from_profile(

@@ -13,6 +13,7 @@ LOGS = Path(__file__).parent / "fixtures" / "logs"
 MS = LOGS / "ms-ci-llama2-l8-tp8-coc-910b"
 KISTI = LOGS / "kisti-v100x4-gpt345m-tp4-main202409"
 MLM = LOGS / "mlm-ci-gpt7b-tp1pp4vpp-gb200"
+MLM_TP4 = LOGS / "mlm-ci-gpt7b-tp4pp1-gb200"
 KISTI_CORE050 = LOGS / "kisti-v100x4-gpt345m-tp4-core050"
 
 
@@ -267,3 +268,34 @@ def test_unfused_gradient_accumulation_adds_one_add_per_weight(tmp_path, mindspe
     extra_ms = mindspeed["predicted"]["iteration_time_ms"] - other["predicted"]["iteration_time_ms"]
     assert extra_ms == pytest.approx(16 * 8 * per_layer_us / 1e3, rel=1e-3)
     assert mindspeed["predicted"]["peak_allocated_mb"] == other["predicted"]["peak_allocated_mb"]
+
+
+def test_calibration_carried_between_the_two_gb200_ci_jobs(tmp_path):
+    """Calibrate gb200-nvl72 on the tp 1 pp 4 vpp Megatron CI job, check its sibling (same 7B
+    model, batch, deterministic settings and 2 x 4 GB200 machines; tp 4 pp 1): the parsed
+    figures are the golden values', and the carried prediction moves from -56 % to about -13 %.
+    Not to 5 %: the fitted factor scales device time only (calibrate_log.py keeps exposed
+    communication as described), and the tp 4 job has 97 ms of tensor-parallel all-reduces that
+    one log of a pipeline-only job cannot calibrate."""
+    out = tmp_path / "gb200-ci.json"
+    run = _cli(
+        "calibrate",
+        "--log",
+        str(MLM / "log.txt"),
+        str(MLM / "script.sh"),
+        "--hardware",
+        "gb200-nvl72",
+        "-o",
+        str(out),
+    )
+    assert run.returncode == 0, run.stderr
+    args = (str(MLM_TP4 / "log.txt"), str(MLM_TP4 / "script.sh"), "--device", "analytic")
+    before = _check_json(*args, "--hardware", "gb200-nvl72")
+    after = _check_json(*args, "--hardware", str(out))
+    # Median of iterations 4..24 of the golden values' iteration-time (seconds).
+    assert after["measured"]["iteration_time_ms"] == pytest.approx(879.85)
+    assert after["measured"]["peak_allocated_mb"] == pytest.approx(58217476096.0 / 2**20)
+    assert after["job"]["strategy"]["tp"] == 4 and after["job"]["strategy"]["pp"] == 1
+    assert before["error"]["iteration_time_ms"] < -0.5
+    assert abs(after["error"]["iteration_time_ms"]) < 0.15
+    assert abs(after["error"]["peak_allocated_mb"]) < 0.10

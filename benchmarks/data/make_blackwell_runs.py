@@ -1,0 +1,147 @@
+"""Writes benchmarks/data/blackwell_runs.json: published measured dense runs on B200 and GB200
+(NVIDIA NeMo / Megatron-Bridge performance summaries), each with its source and what is stated vs
+inferred, in the row shape of heldout_runs.json (benchmarks/published_runs.py reads it).
+
+    python benchmarks/data/make_blackwell_runs.py   (from the repository root)
+
+Every Blackwell dense row of those summaries is FP8 (per-tensor current scaling; the MXFP8
+figures in parentheses are left out), so these rows determine the FP8 matmul efficiency of the
+b200 / gb200-nvl72 descriptions (validate_published.py --fit fits the FP8 curve on FP8 rows with
+the BF16 one kept) and nothing else. Left out: Megatron-FSDP rows (FSDP > 0: LLaMA3-70B on GB200),
+MoE rows (DeepSeek-V3, Qwen3, GPT-OSS, Mixtral: dispatch and grouped GEMMs are fitted on their
+own), GPT3-175B (its Model TFLOP/s cell is empty in the 25.04 table) and Nemotron rows.
+"""
+
+import json
+from pathlib import Path
+
+B200 = {
+    "id": "dgx_b200",
+    "name": "NVIDIA DGX B200 (8x B200 180GB, NVLink5, 8x400 Gb/s IB per node)",
+    "peak_bf16_tflops": 2250,
+    "peak_fp8_tflops": 4500,
+    "hbm_gb": 180,
+}
+GB200 = {
+    "id": "dgx_gb200",
+    "name": "NVIDIA DGX GB200 NVL72 (4 GPUs per compute tray, one NVLink domain of 72)",
+    "peak_bf16_tflops": 2250,
+    "peak_fp8_tflops": 4500,
+    "hbm_gb": 187.5,
+}
+
+BRIDGE_2511 = {
+    "repo": "NVIDIA-NeMo/Megatron-Bridge",
+    "path": "docs/performance-summary.md (25.11 NeMo Container, Pre-Training Performance)",
+    "commit": "00b7660be0254ac6f95f44164ddd0c3e9cc798ed",
+    "also": "docs/performance-summary-archive.md @0a25f911b2ed6c6905a539504fdb8e5b40e3438b (same 25.11 rows)",
+    "config_via": "Megatron-Bridge scripts/performance recipes (not read: ASSUMPTION no recompute, "
+    "distributed optimizer with overlapped grad/param sync, tp overlap for tp > 1)",
+}
+NEMO_2502 = {
+    "url": "https://docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance_summary.html",
+    "table": "Pretraining, Container NeMo 25.02, System DGX-B200 (FP8, NeMo 2.0)",
+    "config_via": "NeMo 2.0 performance recipes (not read: ASSUMPTION as BRIDGE_2511)",
+}
+NEMO_2504 = {
+    "url": "https://docs.nvidia.com/nemo-framework/user-guide/latest/performance/archive/25.04-performance-summary.html",
+    "table": "Pre-Training Performance, Container NeMo 25.04, System DGX-GB200 (FP8 per-tensor "
+    "current scaling)",
+    "config_via": "NeMo 2.0 performance recipes (not read: ASSUMPTION as BRIDGE_2511)",
+}
+
+LLAMA3_8B = {
+    "name": "LLaMA-3-8B", "arch": "llama", "layers": 32, "hidden": 4096, "heads": 32,
+    "kv_heads": 8, "head_dim": 128, "ffn": 14336, "vocab": 128256, "seq": 8192,
+}  # fmt: skip
+LLAMA3_70B = {
+    "name": "LLaMA-3-70B", "arch": "llama", "layers": 80, "hidden": 8192, "heads": 64,
+    "kv_heads": 8, "head_dim": 128, "ffn": 28672, "vocab": 128256, "seq": 8192,
+}  # fmt: skip
+LLAMA31_405B = {
+    "name": "LLaMA-3.1-405B", "arch": "llama", "layers": 126, "hidden": 16384, "heads": 128,
+    "kv_heads": 8, "head_dim": 128, "ffn": 53248, "vocab": 128256, "seq": 8192,
+}  # fmt: skip
+SPLIT_405B = ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+"""126 layers do not split over pp x vp = 64 or pp 16 x vp 4 = 64 stages; with the embedding and
+the loss counted as layers (Megatron-LM arguments.py validate_args) 128 do: ASSUMPTION that the
+405B recipes split so (NeMo's llama31_405b recipe sets both account-for switches)."""
+
+
+def row(run_id, source, hardware, model, n, gbs, mbs, tp, pp, cp, vp, tokens, tflops, extra=()):
+    dp = n // (tp * pp * cp)
+    return {
+        "id": run_id,
+        "category": "dense_blackwell",
+        "source": source,
+        "hardware": hardware,
+        "model": model,
+        "strategy": {
+            "tp": tp,
+            "pp": pp,
+            "cp": cp,
+            "vpp": vp,
+            "mbs": mbs,
+            "gbs": gbs,
+            "dp": dp,
+            "sp": tp > 1,
+            "precision": "fp8",
+            "recompute": "none (ASSUMPTION: the recipe is not read)",
+            "distributed_optimizer": True,
+            "optimizer": "distributed optimizer, overlap_grad_sync, overlap_param_sync",
+            "overlap_grad_reduce": True,
+            "overlap_param_gather": True,
+            "tp_comm_overlap": "true" if tp > 1 else "false",
+            "flash_attn": True,
+            "framework": "NeMo (Megatron-Core)",
+            "extra_flags": ["--fp8-recipe tensorwise", *extra],
+        },
+        "n_devices": n,
+        "measured": {"tokens_per_s_per_device": tokens, "model_tflops_per_device": tflops},
+        "stated_vs_inferred": (
+            "stated: system, GPUs, GBS, MBS, sequence, FSDP 0, TP/PP/CP/VP, tokens/s/GPU, "
+            "Model TFLOP/s/GPU, FP8 (per-tensor current scaling = --fp8-recipe tensorwise); "
+            "dp = GPUs / (tp pp cp) [derived]; recompute none, distributed optimizer with "
+            "overlapped grad / param sync, sequence parallel and tp overlap for tp > 1 [inferred]"
+        ),
+        "flags": {"moe": False, "cp_gt_1": cp > 1, "fp8": True, "iteration_time_from": "tokens/s"},
+    }
+
+
+RUNS = [
+    row("bridge2511_gb200_llama3_8b_fp8cs_8gpu", BRIDGE_2511, GB200, LLAMA3_8B,
+        8, 128, 2, 1, 1, 1, None, 31508, 1622),
+    row("bridge2511_gb200_llama31_405b_fp8cs_256gpu", BRIDGE_2511, GB200, LLAMA31_405B,
+        256, 1536, 1, 4, 16, 1, 4, 813, 2053, SPLIT_405B),
+    row("nemo2504_gb200_llama3_8b_fp8_8gpu", NEMO_2504, GB200, LLAMA3_8B,
+        8, 128, 2, 1, 1, 1, None, 33099, 1917),
+    row("nemo2504_gb200_llama31_405b_fp8_128gpu_cp2", NEMO_2504, GB200, LLAMA31_405B,
+        128, 64, 1, 4, 8, 2, 8, 665, 1763, SPLIT_405B),
+    row("bridge2511_b200_llama3_8b_fp8cs_8gpu", BRIDGE_2511, B200, LLAMA3_8B,
+        8, 128, 2, 1, 1, 1, None, 30624, 1576),
+    row("bridge2511_b200_llama31_405b_fp8cs_128gpu_cp2", BRIDGE_2511, B200, LLAMA31_405B,
+        128, 64, 1, 4, 8, 2, 8, 661, 1667, SPLIT_405B),
+    row("nemo2502_b200_llama3_8b_fp8_8gpu", NEMO_2502, B200, LLAMA3_8B,
+        8, 128, 2, 1, 1, 1, None, 26006, 1506),
+    row("nemo2502_b200_llama3_70b_fp8_64gpu_cp2", NEMO_2502, B200, LLAMA3_70B,
+        64, 128, 1, 2, 4, 2, 5, 3062, 1474),
+    row("nemo2502_b200_llama31_405b_fp8_128gpu_cp2", NEMO_2502, B200, LLAMA31_405B,
+        128, 64, 1, 4, 8, 2, 8, 625, 1658, SPLIT_405B),
+]  # fmt: skip
+
+DOC = {
+    "about": (
+        "Published measured dense FP8 runs on B200 and GB200 (NeMo 25.02 / 25.04 and "
+        "Megatron-Bridge 25.11 performance summaries), in the row shape of heldout_runs.json; "
+        "written by benchmarks/data/make_blackwell_runs.py (its docstring says which rows are "
+        "left out and why). Evaluate: validate_published.py benchmarks/data/blackwell_runs.json "
+        "[--fit]. H200: no published per-iteration training figure was found (MLPerf Training "
+        "reports time to train, not a step time)."
+    ),
+    "runs": RUNS,
+}
+
+if __name__ == "__main__":
+    out = Path(__file__).with_name("blackwell_runs.json")
+    out.write_text(json.dumps(DOC, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out} ({len(RUNS)} rows)")
