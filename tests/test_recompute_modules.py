@@ -106,5 +106,7 @@ def test_modelzoo_case_peak(info, tmp_path):
     without = CostModel.from_profile(
         profiled, profiled.model, cluster, 8192, hardware=hardware
     ).evaluate(s)
-    assert peak == pytest.approx(112201, abs=2)
+    # 98,198 MB with the fused RMSNorm / SwiGLU that Megatron-Core with Transformer Engine runs
+    # (ModelSpec.fused_kernels; 112,201 MB with the reference ops' saved tensors).
+    assert peak == pytest.approx(98198, abs=2)
     assert without.peak_memory_mb > peak
