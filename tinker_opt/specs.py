@@ -93,7 +93,7 @@ class ModelSpec:
     """The legacy GShard / DeepSpeed MoE of ModelLink (`--moe-train-capacity-factor`): one-hot
     einsum dispatch and combine, every expert padded to its capacity, a loop over the experts."""
     moe_load_imbalance: float | None = None
-    """Busiest expert's tokens / the mean under dropless routing (profile/shape.py expert_load);
+    """Busiest EP rank's routed tokens / the mean under dropless routing (profile/shape.py expert_load);
     None when the script does not say (the profile's `--moe-load-imbalance` then decides; 1 with
     `--moe-router-force-load-balancing`)."""
     # Multi-head latent attention and multi-token prediction (DeepSeek style).
