@@ -75,3 +75,14 @@ def test_mindspeed_flags_name_the_fused_kernels():
     """MindSpeed-LLM fuses only what its `--use-fused-*` flags ask for."""
     text = MEGATRON.format(extra="--use-fused-rmsnorm --use-fused-swiglu") + "# ASCEND\n"
     assert read_script_text(text).model.fused_kernels == ("rmsnorm", "swiglu")
+
+
+def test_an_older_meta_without_fused_kernels_is_the_same_model():
+    """A profile folder written before the field existed (no `fused_kernels` key) resumes for a
+    model without fused kernels, and is another model's for one with them."""
+    from tinker_opt.profile.runner import _same_model
+
+    model = llama_model()
+    older = {k: v for k, v in model.to_dict().items() if k != "fused_kernels"}
+    assert _same_model(older, model)
+    assert not _same_model(older, dataclasses.replace(model, fused_kernels=("rmsnorm",)))
