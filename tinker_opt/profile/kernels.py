@@ -395,15 +395,9 @@ def _warning(op: str, device_kind: str) -> str:
             f"{OP_FLAGS[op]}: a one-rank block profile cannot fuse the matmul with the tensor-parallel "
             "collective; the profile times the matmul alone and the cost model adds the collective unoverlapped"
         )
-    asked = (
-        f"{OP_FLAGS[op]} or Megatron-Core's Transformer Engine default"
-        if op in FUSED_KERNEL_FLAGS.values()
-        else OP_FLAGS[op]
-    )
     return (
-        f"fused {op} ({asked}): no fused {op} kernel importable on {device_kind}; the profile "
-        f"measures the reference op ({REFERENCE[op].name}), which is slower and may keep more memory "
-        "than the job's kernel"
+        f"{OP_FLAGS[op]}: no fused {op} kernel importable on {device_kind}; the profile measures the "
+        f"reference op ({REFERENCE[op].name}), which is slower and may keep more memory than the job's kernel"
     )
 
 
