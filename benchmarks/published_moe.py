@@ -49,7 +49,11 @@ def _moe_flags(moe: dict[str, Any], strategy: dict[str, Any]) -> list[str]:
             f"--moe-train-capacity-factor {capacity.group(1) if capacity else 1.0}",
             "--noisy-gate-policy RSample",
         ]
+    # A row whose `framework` names Transformer Engine ("Megatron-Core v0.9, ... with
+    # TransformerEngine v1.11") ran TE's layer spec, with its fused kernels (script/reader.py).
+    te = "transformerengine" in str(strategy.get("framework", "")).lower().replace(" ", "")
     return flags + [
+        *(["--transformer-impl transformer_engine"] if te else []),
         f"--moe-token-dispatcher-type {strategy.get('moe_dispatcher') or 'alltoall'}",
         "--moe-grouped-gemm",
         "--moe-permute-fusion",

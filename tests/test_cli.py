@@ -638,5 +638,5 @@ def test_unpriced_flags_reach_summary_and_log(search_run):
     """The example's flags the model does not price are named in summary.json warnings and search.log."""
     summary = read_json(search_run / "summary.json")
     named = [w for w in summary["warnings"] if w.startswith("the prediction does not include")]
-    assert named and "--use-fused-swiglu" in named[0]
+    assert named and "--no-masked-softmax-fusion" in named[0]
     assert "the prediction does not include" in (search_run / "search.log").read_text()

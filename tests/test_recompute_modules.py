@@ -160,8 +160,9 @@ def test_modelzoo_case_peak(info, tmp_path):
     without = CostModel.from_profile(
         profiled, profiled.model, cluster, 8192, hardware=hardware
     ).evaluate(s)
-    # 112,201 MB before the published run's flags and Megatron-core's routed-expert saved tensors
-    # (profile/moe.py); the run fits its 80 GiB H100s.
-    assert peak == pytest.approx(67072, abs=2)
+    # 112,201 MB before the published run's flags, Megatron-core's routed-expert saved tensors
+    # (profile/moe.py) and the fused RMSNorm / SwiGLU that Megatron-Core with Transformer Engine
+    # runs (ModelSpec.fused_kernels); the run fits its 80 GiB H100s.
+    assert peak == pytest.approx(57550, abs=2)
     assert peak < 80 * 1024
     assert without.peak_memory_mb > peak

@@ -183,7 +183,7 @@ TABLE = (
     _s("warmup", "int", 2, "Untimed warm-up runs per block (the memory pass counts as the first).", P),
     _s("devices", "int", None, "Local devices to profile on at once, one worker process each (default: every device; 1 on the CPU; with --device analytic: tracing processes, default every CPU).", P, positive=True),
     _s("blocks", "str", "reference", "Decoder-layer source: reference | megatron-core (needs the megatron extra).", P),
-    _s("moe_load_imbalance", "float", 1.25, "MoE, dropless routing: tokens of the busiest expert / the mean (costs/moe_terms.py; --moe-router-force-load-balancing in the script means 1).", P, positive=True),
+    _s("moe_load_imbalance", "float", 1.25, "MoE, dropless routing: tokens the busiest EP rank computes / the mean (profile/shape.py expert_load; --moe-router-force-load-balancing in the script means 1).", P, positive=True),
     # search and simulate
     _s("profiled_data_path", "str", None, "Profiled-data folder (a bare name is looked up under ./profiled_data).", f"{S} {M}"),
     _s("pretrain_script_path_search", "str", None, "Script to rewrite into tuned configs (default: the profiled one).", S),

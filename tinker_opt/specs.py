@@ -18,6 +18,14 @@ from tinker_opt.errors import ConfigError
 from tinker_opt.strategy import Strategy
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
+FUSED_KERNEL_OPS = ("rmsnorm", "rope", "swiglu")
+"""Ops a launch can run as fused kernels besides attention (profile/kernels.py OPS)."""
+FUSED_KERNEL_FLAGS = {
+    "--use-fused-rmsnorm": "rmsnorm",
+    "--use-fused-swiglu": "swiglu",
+    "--use-fused-rotary-pos-emb": "rope",
+}
+"""MindSpeed-LLM's flags that ask for a fused kernel, and the op each one fuses."""
 PRECISIONS = ("bf16", "fp16", "fp32")
 FP8_FORMATS = ("e4m3", "hybrid")
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
@@ -49,6 +57,11 @@ class ModelSpec:
     normalization: str = "LayerNorm"
     position_embedding_type: str = "learned_absolute"
     use_flash_attn: bool = False
+    fused_kernels: tuple[str, ...] = ()
+    """Ops besides attention the launch runs as fused kernels (`rmsnorm`, `swiglu`, `rope`; sorted):
+    MindSpeed's `--use-fused-*` flags, or Megatron-Core's Transformer Engine defaults
+    (script/reader.py `_te_kernels`). They save fewer tensors than the reference ops
+    (profile/kernels.py FUSED_SAVES)."""
     attention_dropout: float = 0.1
     hidden_dropout: float = 0.1
     add_bias_linear: bool = True
@@ -80,7 +93,7 @@ class ModelSpec:
     """The legacy GShard / DeepSpeed MoE of ModelLink (`--moe-train-capacity-factor`): one-hot
     einsum dispatch and combine, every expert padded to its capacity, a loop over the experts."""
     moe_load_imbalance: float | None = None
-    """Busiest expert's tokens / the mean under dropless routing (profile/shape.py expert_load);
+    """Busiest EP rank's routed tokens / the mean under dropless routing (profile/shape.py expert_load);
     None when the script does not say (the profile's `--moe-load-imbalance` then decides; 1 with
     `--moe-router-force-load-balancing`)."""
     # Multi-head latent attention and multi-token prediction (DeepSeek style).
@@ -136,6 +149,10 @@ class ModelSpec:
             Dispatcher, self.moe_token_dispatcher_type, "moe_token_dispatcher_type", ConfigError
         )
         object.__setattr__(self, "moe_token_dispatcher_type", dispatcher)
+        unknown = sorted(set(self.fused_kernels) - set(FUSED_KERNEL_OPS))
+        if unknown:
+            raise ConfigError(f"fused_kernels must be among {FUSED_KERNEL_OPS}, got {unknown}")
+        object.__setattr__(self, "fused_kernels", tuple(sorted(set(self.fused_kernels))))
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.moe_load_imbalance is not None and self.moe_load_imbalance < 1:
@@ -202,6 +219,7 @@ class ModelSpec:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["noop_layers"] = list(self.noop_layers)
+        out["fused_kernels"] = list(self.fused_kernels)
         out["moe_token_dispatcher_type"] = str(self.moe_token_dispatcher_type)
         if self.moe_layer_pattern is not None:
             out["moe_layer_pattern"] = list(self.moe_layer_pattern)

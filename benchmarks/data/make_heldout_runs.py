@@ -60,6 +60,7 @@ QWEN = {
 }
 QWEN_FLAGS = [
     "--expert-tensor-parallel-size 1",
+    "--transformer-impl transformer_engine",
     "--qk-layernorm",
     "--account-for-embedding-in-pipeline-split",
     "--account-for-loss-in-pipeline-split",
@@ -343,6 +344,7 @@ for rid, tf, routing, extra in (
                 "framework": "Megatron-Core (ModelZoo)",
                 "extra_flags": [
                     "--expert-tensor-parallel-size 1",
+                    "--transformer-impl transformer_engine",
                     "--moe-router-load-balancing-type aux_loss",
                     "--moe-router-fusion",
                 ]
@@ -466,7 +468,7 @@ def dense(rid, key, n, gbs, tp, pp, cp, vpp, tok, src, config, extra=(), note=""
                 "flash_attn": True,
                 "fused": ["cross-entropy-loss-fusion"],
                 "framework": "NeMo (Megatron-Core)",
-                "extra_flags": list(extra),
+                "extra_flags": ["--transformer-impl transformer_engine", *extra],
             },
             "n_devices": n,
             "measured": {"tokens_per_s_per_device": tok},

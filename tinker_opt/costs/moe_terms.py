@@ -76,8 +76,7 @@ def moe_comm_us(ctx: TermContext, s: Strategy) -> float:
         return ctx.comm.time_us("all_gather", group, scope, token_bytes * group) + (
             ctx.comm.time_us("reduce_scatter", group, scope, token_bytes * group)
         )
-    assert m.num_experts is not None  # a MoE layer's model has experts
-    load = expert_load(m, m.num_experts // s.ep)
+    load = expert_load(m)
     routed = token_bytes * m.moe_router_topk * load
     if m.moe_token_dispatcher_type == "flex":
         return 2 * _deepep_us(ctx, s, token_bytes * load) + _etp_us(ctx, s, routed)

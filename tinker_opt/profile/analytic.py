@@ -8,7 +8,9 @@
   tracks shapes and dtypes but allocates nothing (as the CPU would run it: cpu_on_meta.py), with
   the measured profile's own accounting (measure.memory_pass: accounting.SavedTensorCounter /
   LiveBytesTracker). So activation, input, output and weight bytes equal those of a CPU profile
-  of the same shapes. One forward + backward gives both the bytes and the op trace.
+  of the same shapes, except for the ops the launch fuses (ModelSpec.fused_kernels), which save
+  what the fused kernels save (kernels.FUSED_SAVES). One forward + backward gives both the bytes
+  and the op trace.
 * Time is modelled per aten op (op_trace.py): FLOPs from torch's FLOP-counter formulas, bytes moved
   from the op's tensor sizes, each op timed as max(compute time, memory time) under the size-
   dependent efficiency curves of the hardware description (op_timing.py, roofline), forward and
@@ -47,6 +49,7 @@ from tinker_opt.io_utils import write_text_atomic
 from tinker_opt.profile.cpu_on_meta import CpuOnMeta
 from tinker_opt.profile.device import Device, detect_device
 from tinker_opt.profile.fp8 import FP8_BLOCKS, fp8_ops, linear_module_names
+from tinker_opt.profile.kernels import analytic_kernels
 from tinker_opt.profile.measure import Measurement, memory_pass
 from tinker_opt.profile.meta import ProfileMeta, write_meta
 from tinker_opt.profile.op_timing import OpArrays, fused_kernels, total_time_us
@@ -137,7 +140,11 @@ def trace_block(model: ModelSpec, block: str, shape: Shape, *, device: str = "me
     the CPU."""
     with FakeTensorMode() if device == "fake-cpu" else CpuOnMeta():
         sub_graph = build_block(
-            model, block, shape, device="cpu" if device == "fake-cpu" else device
+            model,
+            block,
+            shape,
+            device="cpu" if device == "fake-cpu" else device,
+            kernels=analytic_kernels(model.fused_kernels),
         )
         # Gradients are dropped after accumulation, as measure.py does (Megatron's own fp32 buffer).
         hooks = [

@@ -16,6 +16,10 @@ reference block runs the device's fused implementation when one is importable:
 * cpu: the reference ops, except attention, where torch's SDPA runs its CPU flash kernel, and
   SwiGLU, where megatron-core's function runs when megatron-core is installed.
 
+* analytic (the meta device, profile/analytic.py): the ops of ModelSpec.fused_kernels (the flags
+  above, or Megatron-Core's Transformer Engine defaults: script/reader.py) run FUSED_SAVES, the
+  same math saving what the fused kernels save for backward; the others the reference ops.
+
 A requested op with no fused implementation on the device keeps the reference op and yields a
 warning (the caller logs it and prints it); MC2 (matmul fused with the tensor-parallel collective)
 has no block-level counterpart in a one-rank profile and is always such a warning.
@@ -33,13 +37,12 @@ import torch
 import torch.nn.functional as F
 
 from tinker_opt.profile import cpu_on_meta
+from tinker_opt.specs import FUSED_KERNEL_FLAGS
 
 OPS = ("attention", "rmsnorm", "swiglu", "rope", "mc2")
 FLAG_OPS = {
     "--use-flash-attn": "attention",
-    "--use-fused-rmsnorm": "rmsnorm",
-    "--use-fused-swiglu": "swiglu",
-    "--use-fused-rotary-pos-emb": "rope",
+    **FUSED_KERNEL_FLAGS,
     "--use-ascend-mc2": "mc2",
     "--use-mc2": "mc2",
 }
@@ -115,6 +118,63 @@ def sdpa_attention(q, k, v, causal: bool, scale: float) -> torch.Tensor:
     fake-tensor SDPA would take the materialising math path for dropout > 0, so the profile runs
     it without dropout: saved bytes as the fused kernel's, its elementwise dropout not timed."""
     return _sdpa(q, k, v, causal, scale)
+
+
+class _SavingInputRMSNorm(torch.autograd.Function):
+    """RMSNorm keeping what a fused kernel keeps for backward: its input, the weight and 1/rms per
+    token (Transformer Engine's rmsnorm_fwd returns rsigma for rmsnorm_bwd; apex
+    FusedRMSNormAffineFunction saves input, weight, invvar; torch_npu's npu_rms_norm returns rstd).
+    The reference op keeps the fp32 copy of its input and the normalised bf16 tensor instead."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        x32 = x.float()
+        rstd = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return (x32 * rstd).type_as(x) * weight
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight, rstd = ctx.saved_tensors
+        normed = x.float() * rstd
+        g = grad.float() * weight.float()
+        grad_weight = (grad.float() * normed).sum(dim=tuple(range(grad.dim() - 1)))
+        grad_x = rstd * (g - normed * (g * normed).mean(-1, keepdim=True))
+        return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None
+
+
+class _SavingInputSwiGLU(torch.autograd.Function):
+    """SwiGLU keeping only its input, as megatron-core's fused SwiGLUFunction does
+    (megatron/core/fusions/fused_bias_swiglu.py: `ctx.save_for_backward(input)`, backward
+    `swiglu_back(grad, input)`); the reference op also keeps silu(gate)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (x,) = ctx.saved_tensors
+        gate, up = x.chunk(2, dim=-1)
+        sig = torch.sigmoid(gate)
+        return torch.cat((grad * up * sig * (1 + gate * (1 - sig)), grad * gate * sig), dim=-1)
+
+
+FUSED_SAVES = {
+    "rmsnorm": Impl(
+        "rmsnorm",
+        "fused RMSNorm (keeps input and 1/rms)",
+        True,
+        lambda x, w, eps: _SavingInputRMSNorm.apply(x, w, eps),
+    ),
+    "swiglu": Impl("swiglu", "fused SwiGLU (keeps its input)", True, _SavingInputSwiGLU.apply),
+}
+"""What the analytic device runs for an op the launch fuses (ModelSpec.fused_kernels): the same
+math, saving for backward what the fused kernels save. Rotary embeddings need none: the
+reference rotate-half already keeps only cos / sin (constants), as the fused kernels keep only
+the angles."""
 
 
 REFERENCE = {
@@ -292,6 +352,17 @@ def requested_ops(flags: Iterable[str], *, flash_attn: bool = False) -> frozense
     """The ops a script asks to fuse, from its flags (and the model's flash attention setting)."""
     ops = {FLAG_OPS[f] for f in flags if f in FLAG_OPS}
     return frozenset(ops | ({"attention"} if flash_attn else set()))
+
+
+def analytic_kernels(fused_kernels: Iterable[str]) -> KernelSet:
+    """The analytic device's implementations: FUSED_SAVES for the ops the launch fuses (the
+    ModelSpec's `fused_kernels`), the reference ops otherwise (attention follows the model's
+    use_flash_attn inside the layer)."""
+    ops = frozenset(fused_kernels)
+    impls = {
+        op: FUSED_SAVES[op] if op in ops and op in FUSED_SAVES else REFERENCE[op] for op in OPS
+    }
+    return KernelSet(device_kind="analytic", requested=ops, impls=impls, warnings=())
 
 
 def script_flags(launch) -> tuple[str, ...]:

@@ -68,9 +68,8 @@ def predicted_bytes(point: ProfilePoint, rows: dict[tuple, dict[str, Any]]) -> f
 
 def kernel_set(model: ModelSpec, settings: MeasureSettings, device: Device) -> KernelSet:
     """The implementation of each op on `device` for the script's flags (kernels.py)."""
-    return select_kernels(
-        requested_ops(settings.kernel_flags, flash_attn=model.use_flash_attn), device.kind
-    )
+    requested = requested_ops(settings.kernel_flags, flash_attn=model.use_flash_attn)
+    return select_kernels(requested | frozenset(model.fused_kernels), device.kind)
 
 
 def block_builder(source: str):

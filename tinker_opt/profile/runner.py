@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 
 import tinker_opt
-from tinker_opt.errors import ProfileDataError
+from tinker_opt.errors import ConfigError, ProfileDataError
 from tinker_opt.profile import store
 from tinker_opt.profile.device import Device, detect_device
 from tinker_opt.profile.kernels import KernelSet
@@ -79,8 +79,18 @@ def existing_rows(out_dir: Path) -> dict[tuple, dict[str, Any]]:
     return {row_key(row): row for row in kept.to_dict("records")}
 
 
+def _same_model(stored: dict[str, Any], model: ModelSpec) -> bool:
+    """A folder's model is this one; keys an older meta.json lacks (fields added since, such as
+    fused_kernels) take their defaults."""
+    try:
+        return ModelSpec.from_dict(stored) == model
+    except ConfigError:
+        return False
+
+
 def _check_same_model(out_dir: Path, model: ModelSpec) -> None:
-    if (out_dir / META_FILE).exists() and read_meta(out_dir).model not in (None, model.to_dict()):
+    stored = read_meta(out_dir).model if (out_dir / META_FILE).exists() else None
+    if stored is not None and not _same_model(stored, model):
         raise ProfileDataError(
             f"{out_dir} holds a profile of a different model; profile into a new folder "
             "(or delete that one)"

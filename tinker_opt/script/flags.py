@@ -136,6 +136,9 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("model", "fused attention kernel (no seq x seq scores)", "--use-flash-attn", "--attention-backend"),
     *_rows("model", "Transformer Engine: its own fused attention unless --attention-backend unfused / local, on "
            "sm80+ devices (script/reader.py)", "--transformer-impl", "--use-legacy-models"),
+    *_rows("model", "fused SwiGLU / rotary kernels: the tensors they keep for backward (Megatron-Core with "
+           "Transformer Engine fuses RMSNorm, SwiGLU and rotary unless --no-*-fusion; profile/kernels.py)",
+           "--use-fused-swiglu", "--use-fused-rotary-pos-emb", "--no-bias-swiglu-fusion", "--no-rope-fusion"),
     *_rows("model", "mixture of experts", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
            "--moe-intermediate-size", "--moe-shared-expert-intermediate-size", "--n-shared-experts",
            "--first-k-dense-replace", "--moe-layer-freq"),
@@ -163,11 +166,11 @@ FLAGS: tuple[Flag, ...] = (
            "--dualpipev-dw-detach"),
     *_rows("not modelled", "communication-compute fusion (MindSpeed CoC)", "--use-ascend-coc", "--coc-fused-kernel",
            "--coc-parallel-num"),
-    *_rows("not modelled", "fused kernels whose speed-up the profile does not measure", "--use-fused-swiglu",
-           "--use-fused-rotary-pos-emb", "--use-fused-ring-attention-update",
+    *_rows("not modelled", "fused kernels whose speed-up the profile does not measure",
+           "--use-fused-ring-attention-update",
            "--moe-permutation-async-comm", "--moe-permute-fusion", "--use-fused-moe-token-permute-and-unpermute",
            "--gemm-gradient-accumulation-fusion", "--mlp-layer-fusion",
-           "--moe-router-fusion", "--no-bias-swiglu-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion"),
+           "--moe-router-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion"),
     *_rows("not modelled", "fused cross entropy: native keeps the unfused one's fp32 softmax (memory as priced; "
            "Megatron-LM core/fusions/fused_cross_entropy.py), its fewer elementwise passes and one tp all-reduce "
            "are not; impl te keeps the logits' own dtype instead (TE pytorch/triton/cross_entropy.py)",
@@ -201,7 +204,7 @@ FLAGS: tuple[Flag, ...] = (
            "--moe-router-group-topk", "--moe-router-score-function", "--moe-router-enable-expert-bias",
            "--moe-router-topk-scaling-factor", "--moe-router-dtype", "--moe-router-pre-softmax"),
     *_rows("not modelled", "small per-layer extras not in the profiled layer", "--qk-layernorm", "--add-qkv-bias",
-           "--spec", "--no-masked-softmax-fusion", "--no-rope-fusion",
+           "--spec", "--no-masked-softmax-fusion",
            "--attention-softmax-in-fp32", "--use-glm-rope", "--variable-seq-lengths", "--post-norm"),
     # Known, and without effect on the time or memory of a training step.
     *_rows("no effect", "data, tokenizer and prompts", "--data-path", "--split", "--data-impl", "--tokenizer-type",

@@ -8,7 +8,7 @@ from typing import overload
 from tinker_opt.errors import ConfigError, ScriptError
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.layer_pattern import parse_layer_freq, pattern_for_layers
-from tinker_opt.specs import NORMALIZATIONS, ModelSpec
+from tinker_opt.specs import FUSED_KERNEL_FLAGS, NORMALIZATIONS, ModelSpec
 
 REQUIRED_MODEL_FLAGS = ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length")
 DEFAULT_VOCAB_SIZE = 32000
@@ -232,6 +232,7 @@ def read_model(launch: Launch, warn: Callable[[str], None]) -> ModelSpec:
         position_embedding_type=position,
         use_flash_attn=launch.has("--use-flash-attn")
         or launch.value("--attention-backend") == "flash",
+        fused_kernels=tuple(op for flag, op in FUSED_KERNEL_FLAGS.items() if launch.has(flag)),
         attention_dropout=float_value(launch, "--attention-dropout", 0.1),
         hidden_dropout=float_value(launch, "--hidden-dropout", 0.1),
         add_bias_linear=not launch.has("--disable-bias-linear"),

@@ -103,20 +103,43 @@ TE_UNFUSED_BACKENDS = ("unfused", "local")
 enums.py AttnBackend; the default is auto)."""
 
 
+def _names_te(launch: Launch, flavour: str) -> bool:
+    """A Megatron-LM script that names Transformer Engine: `--transformer-impl transformer_engine`
+    or `--use-mcore-models`, whose default impl it is (not `--use-legacy-models`)."""
+    if flavour != "megatron" or launch.has("--use-legacy-models"):
+        return False
+    impl = launch.value("--transformer-impl")
+    return impl == "transformer_engine" or (impl is None and launch.has("--use-mcore-models"))
+
+
 def _te_attention(model: ModelSpec, launch: Launch, flavour: str) -> ModelSpec:
-    """Megatron-LM scripts that name Transformer Engine (`--transformer-impl transformer_engine`
-    or `--use-mcore-models`, whose default impl it is): TE's DotProductAttention picks
-    FlashAttention or cuDNN's fused attention itself under `--attention-backend auto`
+    """Megatron-LM scripts that name Transformer Engine (`_names_te`): TE's DotProductAttention
+    picks FlashAttention or cuDNN's fused attention itself under `--attention-backend auto`
     (transformer_engine/pytorch/attention/dot_product_attention/utils.py get_attention_backend),
     neither keeping the s x s scores: priced as flash attention. Devices below sm80, where TE
     falls back to unfused attention, undo it (verbs/common.model_on_device)."""
-    if flavour != "megatron" or model.use_flash_attn or launch.has("--use-legacy-models"):
+    if model.use_flash_attn or not _names_te(launch, flavour):
         return model
-    impl = launch.value("--transformer-impl")
-    names_te = impl == "transformer_engine" or (impl is None and launch.has("--use-mcore-models"))
-    if not names_te or launch.value("--attention-backend") in TE_UNFUSED_BACKENDS:
+    if launch.value("--attention-backend") in TE_UNFUSED_BACKENDS:
         return model
     return dataclasses.replace(model, use_flash_attn=True)
+
+
+def _te_kernels(model: ModelSpec, launch: Launch, flavour: str) -> ModelSpec:
+    """The fused kernels Megatron-Core runs by default with Transformer Engine (`_names_te`), without
+    MindSpeed's `--use-fused-*` flags (NVIDIA/Megatron-LM megatron/training/arguments.py):
+    RMSNorm is TE's fused kernel (the TE layer spec's TENorm / TELayerNormColumnParallelLinear);
+    SwiGLU is megatron-core's fused `bias_swiglu_impl` unless `--no-bias-swiglu-fusion`
+    (dest bias_swiglu_fusion, on by default); rotary embeddings are fused unless
+    `--no-rope-fusion` (dest apply_rope_fusion, on by default)."""
+    if not _names_te(launch, flavour):
+        return model
+    ops = {"rmsnorm"}
+    if not launch.has("--no-bias-swiglu-fusion"):
+        ops.add("swiglu")
+    if not launch.has("--no-rope-fusion"):
+        ops.add("rope")
+    return dataclasses.replace(model, fused_kernels=tuple(ops | set(model.fused_kernels)))
 
 
 def _variable_int(expansion: Expansion, *names: str) -> int | None:
@@ -357,7 +380,7 @@ def read_script_text(
     model = read_model(launch, warn)
     nodes, local = _cluster(launch, expansion, warn)
     flavour = _flavour(text, launch)
-    model = _te_attention(model, launch, flavour)
+    model = _te_kernels(_te_attention(model, launch, flavour), launch, flavour)
     total = script_num_layers(launch)
     version_range = versions.resolve(None, text, flavour)
     warnings.extend(prediction_warnings(launch, model))

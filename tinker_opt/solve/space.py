@@ -177,7 +177,9 @@ def _iter_parallel(model, tp, cp, pp, dp, space, available) -> Iterator[Strategy
 def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> Iterator[Strategy]:
     """vpp, micro-batch, ZeRO stage (distributed optimizer) and recompute kind for one parallel layout."""
     vpps = [1]
-    if space.allow_vpp and base.pp > 2:
+    # pp 2 interleaves with p2p overlap (Megatron's default): rules.interleaved_pipeline_message,
+    # which OUTER_RULES apply to every candidate below, is the one pipeline-size check.
+    if space.allow_vpp and base.pp > 1:
         vpps += [
             v
             for v in divisors(model.num_layers // base.pp)
