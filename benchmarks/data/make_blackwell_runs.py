@@ -35,19 +35,45 @@ BRIDGE_2511 = {
     "path": "docs/performance-summary.md (25.11 NeMo Container, Pre-Training Performance)",
     "commit": "00b7660be0254ac6f95f44164ddd0c3e9cc798ed",
     "also": "docs/performance-summary-archive.md @0a25f911b2ed6c6905a539504fdb8e5b40e3438b (same 25.11 rows)",
-    "config_via": "Megatron-Bridge scripts/performance recipes (not read: ASSUMPTION no recompute, "
-    "distributed optimizer with overlapped grad/param sync, tp overlap for tp > 1)",
+    "config_via": (
+        "Megatron-Bridge scripts/performance, read: configs/llama/llama31_workload_base_configs.py "
+        "@0013c9a8 (LLAMA31_405B_PRETRAIN_CONFIG_B200_FP8_CS_V1 tp4 pp8 cp2 vp8 gbs64; "
+        "GB200_FP8_CS_V2 tp4 pp16 cp1 vp4 gbs1536, FSDP and cpu offloading off), "
+        "configs/llama/llama3_workload_base_configs.py @00919dcf (8B GB200 / B200 FP8_CS mbs 2, "
+        "CUDA graphs full_iteration), configs/llama/llama3{1}_llm_pretrain.py @2a0d46e2 / @0013c9a8 "
+        "(set_llama3{1}_common_configs: grad_reduce_in_fp32 False; userbuffers tp comm overlap), "
+        "utils/utils.py WorkloadBaseConfig (recompute_num_layers / recompute_modules / "
+        "cpu_offloading_num_layers None: no recompute, no offload), utils/precision.py fp8_cs = "
+        "bf16_with_fp8_current_scaling_mixed (fp8 hybrid, tensorwise, fp8_param_gather True, "
+        "first_last_layers_bf16 False), src/megatron/bridge/recipes/llama/llama3.py @33552627 "
+        "_llama3_common (distributed optimizer, overlap_grad_reduce, overlap_param_gather; 405B: "
+        "account_for_embedding / loss_in_pipeline_split True). The files read are later than the "
+        "25.11 tag (ASSUMPTION: the settings of these rows did not change)"
+    ),
 }
+NEMO2_RECIPE = (
+    "NVIDIA/NeMo scripts/performance, read: recommended_model_configs/model_configs_b200.csv "
+    "@026c682e (pre_train llama31 405b b200 fp8 128 GPUs tp4 pp8 cp2 vp8 mbs1 gbs64, llama3 70b "
+    "tp2 pp4 cp2 vp5, llama3 8b mbs2; cuda_graphs / use_mcore_fsdp / recompute_layers / "
+    "activation_offload_layers as listed: 0 for 405B and 70B, cuda graphs 1 for 8B and 70B), "
+    "model_configs_gb200.csv @06c0e700 (405B bf16 tp4 pp8 cp2 vp8, no recompute or offload; the "
+    "fp8 line of that later version is FSDP, ASSUMPTION that 25.04 ran the table's tp4 pp8 cp2 vp8 "
+    "the same way), helpers.py set_primary_perf_configs (fp8: grad_reduce_in_fp32 False; recompute "
+    "and offload only when their counts are > 0), llm/pretrain_llama31_405b.py and "
+    "nemo/collections/llm/recipes/llama31_405b.py @00aa2e12 (distributed fused Adam, "
+    "overlap_grad_reduce, overlap_param_gather, userbuffers tp comm overlap, "
+    "defer_embedding_wgrad_compute)"
+)
 NEMO_2502 = {
     "url": "https://docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance_summary.html",
     "table": "Pretraining, Container NeMo 25.02, System DGX-B200 (FP8, NeMo 2.0)",
-    "config_via": "NeMo 2.0 performance recipes (not read: ASSUMPTION as BRIDGE_2511)",
+    "config_via": NEMO2_RECIPE,
 }
 NEMO_2504 = {
     "url": "https://docs.nvidia.com/nemo-framework/user-guide/latest/performance/archive/25.04-performance-summary.html",
     "table": "Pre-Training Performance, Container NeMo 25.04, System DGX-GB200 (FP8 per-tensor "
     "current scaling)",
-    "config_via": "NeMo 2.0 performance recipes (not read: ASSUMPTION as BRIDGE_2511)",
+    "config_via": NEMO2_RECIPE,
 }
 
 LLAMA3_8B = {
@@ -64,8 +90,9 @@ LLAMA31_405B = {
 }  # fmt: skip
 SPLIT_405B = ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
 """126 layers do not split over pp x vp = 64 or pp 16 x vp 4 = 64 stages; with the embedding and
-the loss counted as layers (Megatron-LM arguments.py validate_args) 128 do: ASSUMPTION that the
-405B recipes split so (NeMo's llama31_405b recipe sets both account-for switches)."""
+the loss counted as layers (Megatron-LM arguments.py validate_args) 128 do. Stated for the
+Megatron-Bridge rows (recipes/llama/llama3.py llama31_405b_pretrain_config sets both switches);
+ASSUMPTION for the NeMo 2 rows (NeMo's Llama31Config405B does not name them)."""
 
 
 def row(run_id, source, hardware, model, n, gbs, mbs, tp, pp, cp, vp, tokens, tflops, extra=()):
@@ -86,7 +113,7 @@ def row(run_id, source, hardware, model, n, gbs, mbs, tp, pp, cp, vp, tokens, tf
             "dp": dp,
             "sp": tp > 1,
             "precision": "fp8",
-            "recompute": "none (ASSUMPTION: the recipe is not read)",
+            "recompute": "none (recompute_num_layers None / recompute_layers 0 in the recipe)",
             "distributed_optimizer": True,
             "optimizer": "distributed optimizer, overlap_grad_sync, overlap_param_sync",
             "overlap_grad_reduce": True,
@@ -94,15 +121,19 @@ def row(run_id, source, hardware, model, n, gbs, mbs, tp, pp, cp, vp, tokens, tf
             "tp_comm_overlap": "true" if tp > 1 else "false",
             "flash_attn": True,
             "framework": "NeMo (Megatron-Core)",
-            "extra_flags": ["--fp8-recipe tensorwise", *extra],
+            "extra_flags": ["--fp8-recipe tensorwise", "--grad-reduce-in-bf16", *extra],
         },
         "n_devices": n,
         "measured": {"tokens_per_s_per_device": tokens, "model_tflops_per_device": tflops},
         "stated_vs_inferred": (
             "stated: system, GPUs, GBS, MBS, sequence, FSDP 0, TP/PP/CP/VP, tokens/s/GPU, "
             "Model TFLOP/s/GPU, FP8 (per-tensor current scaling = --fp8-recipe tensorwise); "
-            "dp = GPUs / (tp pp cp) [derived]; recompute none, distributed optimizer with "
-            "overlapped grad / param sync, sequence parallel and tp overlap for tp > 1 [inferred]"
+            "dp = GPUs / (tp pp cp) [derived]; from the recipes read (source.config_via): no "
+            "recompute and no activation offload, distributed optimizer with overlapped grad / "
+            "param sync, gradients reduced in bf16 (grad_reduce_in_fp32 False = "
+            "--grad-reduce-in-bf16), fp8_param_gather, sequence parallel and userbuffers tp overlap "
+            "for tp > 1 [stated by the recipe]; the NeMo 25.02 B200 rows' FP8 recipe (the scripts' "
+            "default is delayed scaling) [inferred: tensorwise]"
         ),
         "flags": {"moe": False, "cp_gt_1": cp > 1, "fp8": True, "iteration_time_from": "tokens/s"},
     }

@@ -541,7 +541,14 @@ dense(
     12036,
     NEMO_SRC,
     L3
-    + "llama3_8b.yaml @14860f74 (no recompute, distributed_fused_adam overlap_grad_sync/overlap_param_sync, flash)",
+    + (
+        "llama3_8b.yaml @14860f74 (read: mcore_gpt, activations_checkpoint_granularity null, "
+        "sequence_parallel false, distributed_fused_adam with overlap_grad_sync / "
+        "overlap_param_sync and contiguous grad / param buffers, no grad_sync_dtype (Apex's "
+        "default: the fp32 optimizer dtype), transformer_engine true, use_flash_attention true, "
+        "activation fast-swiglu with bias_activation_fusion, apply_rope_fusion true; cp 2 and fp8 "
+        "from the table)"
+    ),
 )
 dense(
     "nemo2407_llama3_70b_fp8_64gpu_cp2",
@@ -565,6 +572,17 @@ BRIDGE = {
     "path": "docs/performance-summary-archive.md (25.11 NeMo Container, System: DGX-H100)",
     "commit": "0a25f911b2ed6c6905a539504fdb8e5b40e3438b",
 }
+BRIDGE_RECIPE = (
+    "Megatron-Bridge scripts/performance, read: utils/utils.py WorkloadBaseConfig (recompute and "
+    "offload None unless set), utils/precision.py fp8_cs (tensorwise, fp8_param_gather True, "
+    "first_last_layers_bf16 False), src/megatron/bridge/recipes/llama/llama3.py @33552627 "
+    "_llama3_common (distributed optimizer, overlap_grad_reduce, overlap_param_gather); "
+)
+BRIDGE_NOTE = (
+    "; from the recipe [stated]: no recompute or offload, gradients reduced in bf16 "
+    "(--grad-reduce-in-bf16), userbuffers tp overlap; the files read are later than the 25.11 tag "
+    "(ASSUMPTION: these rows' settings unchanged)"
+)
 dense(
     "bridge2511_llama3_70b_fp8cs_64gpu",
     "llama3_70b",
@@ -576,12 +594,14 @@ dense(
     5,
     1602,
     BRIDGE,
-    (
-        "Megatron-Bridge scripts/performance recipe (not read: ASSUMPTION no recompute, "
-        "distributed optimizer with overlap, tp overlap)"
+    BRIDGE_RECIPE
+    + (
+        "configs/llama/llama3_workload_base_configs.py @00919dcf LLAMA3_70B_PRETRAIN_CONFIG_H100_"
+        "FP8_CS_V1 (tp4 pp8 vp5, no recompute / offload), configs/llama/llama3_llm_pretrain.py "
+        "@2a0d46e2 (grad_reduce_in_fp32 False, userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192)"
     ),
-    extra=["--fp8-recipe tensorwise"],
-    note="; FP8-CS = current (tensorwise) scaling",
+    extra=["--fp8-recipe tensorwise", "--grad-reduce-in-bf16"],
+    note="; FP8-CS = current (tensorwise) scaling" + BRIDGE_NOTE,
 )
 dense(
     "bridge2511_llama31_405b_fp8cs_1024gpu_cp2",
@@ -594,16 +614,23 @@ dense(
     8,
     292,
     BRIDGE,
-    (
-        "Megatron-Bridge recipe (not read: ASSUMPTION as above; 126 layers over pp 8 x vp 8 = 64 "
-        "chunks with embedding and loss counted as layers)"
+    BRIDGE_RECIPE
+    + (
+        "configs/llama/llama31_workload_base_configs.py @0013c9a8 LLAMA31_405B_PRETRAIN_CONFIG_H100_"
+        "FP8_CS_V1 (tp8 pp8 cp2 vp8 gbs512, no recompute / offload), configs/llama/"
+        "llama31_llm_pretrain.py @0013c9a8 (grad_reduce_in_fp32 False, "
+        "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192); recipes/llama/llama3.py "
+        "llama31_405b_pretrain_config: account_for_embedding / loss_in_pipeline_split True (126 "
+        "layers + 2 over pp 8 x vp 8 = 64 chunks)"
     ),
     extra=[
         "--fp8-recipe tensorwise",
+        "--grad-reduce-in-bf16",
         "--account-for-embedding-in-pipeline-split",
         "--account-for-loss-in-pipeline-split",
     ],
-    note="; FP8-CS = current (tensorwise) scaling; the uneven split with embedding/loss counted [inferred]",
+    note="; FP8-CS = current (tensorwise) scaling; the split with embedding / loss counted"
+    + BRIDGE_NOTE,
 )
 
 # MindSpeed-LLM (ModelLink) Mixtral-8x7B on 910B.
