@@ -258,9 +258,22 @@ def model_flags(run: PublishedRun) -> list[str]:
         # The second part's runs (Megatron-Core / NeMo with Transformer Engine, MindSpeed-LLM)
         # run fused / flash attention: TE's default attention backend.
         flags.append("--use-flash-attn")
+    if _runs_transformer_engine(s.get("framework", "")):
+        flags.append("--transformer-impl transformer_engine")
     if m.get("kv_heads", m["heads"]) != m["heads"]:
         flags += ["--group-query-attention", f"--num-query-groups {m['kv_heads']}"]
     return flags + moe_flags(run)
+
+
+def _runs_transformer_engine(framework: str) -> bool:
+    """Megatron-Core and NeMo runs (on CUDA) build their layers from Transformer Engine modules
+    (Megatron-Core's TE layer spec, the default `--transformer-impl transformer_engine` of
+    megatron/training/arguments.py; NeMo 2 / Megatron-Bridge `transformer_impl
+    "transformer_engine"`): their fused norms and SwiGLU keep less (ModelSpec.fused_kernels,
+    profile/kernels.py). ModelLink (Ascend) and NeMo AutoModel (PyTorch FSDP2) rows are not."""
+    text = framework.lower()
+    named = any(w in text for w in ("megatron-core", "nemo", "transformerengine"))
+    return named and not any(w in text for w in ("modellink", "automodel"))
 
 
 def moe_flags(run: PublishedRun) -> list[str]:

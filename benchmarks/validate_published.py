@@ -34,6 +34,7 @@ exposed communication those flags target taken off as well, a lower bound.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -57,6 +58,7 @@ from published_runs import (
 
 from tinker_opt.config import setting
 from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
 from tinker_opt.hardware import HardwareSpec
 from tinker_opt.profile.analytic import (
     analytic_meta,
@@ -91,8 +93,17 @@ class Prediction:
     `--tp-comm-overlap`, the data-parallel gradient sync with `--overlap-grad-reduce`."""
 
 
-def read_run(run: PublishedRun, text: str) -> tuple[ModelSpec, Strategy, str]:
-    """Model and strategy of the run's launch script: the script reader when present, else direct."""
+STATED_OPTIMIZER_DTYPES = ("--grad-reduce-in-bf16", "--use-precision-aware-optimizer")
+"""Flags whose optimizer dtypes a row states (the Megatron-Bridge / NeMo 2 recipes' bf16 gradient
+reduction). The reader's implied fp16 gradient buffer of `--fp16` rows is not passed: the
+Korthikanti et al. fp16 rows measure the fp32-gradient figure (45.56 GiB against 46.47 modelled,
+41.30 with an fp16 buffer)."""
+
+
+def read_run(run: PublishedRun, text: str) -> tuple[ModelSpec, Strategy, str, JobOptions]:
+    """Model and strategy of the run's launch script: the script reader when present, else direct;
+    with the job options the script sets that the rows use (the optimizer's dtypes:
+    `--grad-reduce-in-bf16`, the precision-aware optimizer), the rest at their defaults."""
     try:
         from tinker_opt.script.reader import read_script_text
     except ImportError:
@@ -100,9 +111,13 @@ def read_run(run: PublishedRun, text: str) -> tuple[ModelSpec, Strategy, str]:
             model_spec_of(run),
             strategy_of(run),
             "direct ModelSpec / Strategy (script reader not in this tree)",
+            JOB_DEFAULTS,
         )
     info = read_script_text(text, f"{run.run_id}.sh")
-    return info.model, info.train.strategy, "script reader"
+    job = JOB_DEFAULTS
+    if any(flag in text for flag in STATED_OPTIMIZER_DTYPES):
+        job = dataclasses.replace(JOB_DEFAULTS, optimizer_precision=info.train.optimizer_precision)
+    return info.model, info.train.strategy, "script reader", job
 
 
 def limits_for(run: PublishedRun) -> SpaceLimits:
@@ -124,6 +139,7 @@ def predict(
     strategy: Strategy,
     profile_dir: Path,
     hardware: HardwareSpec,
+    job: JobOptions = JOB_DEFAULTS,
 ) -> Prediction:
     """Simulate the published strategy on the analytic profile with the cost model."""
     # Nodes of the description's size (a GB200 compute tray holds 4 GPUs, a DGX 8).
@@ -134,7 +150,12 @@ def predict(
         memory_limit_mb=hardware.memory_gb * 1024,
     )
     cost = CostModel.from_profile(
-        load_profiled_data(profile_dir), model, cluster, run.strategy["gbs"], hardware=hardware
+        load_profiled_data(profile_dir),
+        model,
+        cluster,
+        run.strategy["gbs"],
+        hardware=hardware,
+        job=job,
     )
     evaluation = cost.evaluate(strategy)
     coefficients = cost.coefficients(strategy)
@@ -226,14 +247,14 @@ def evaluate_all(
     """Predict every run; `efficiencies` replaces curves' max efficiency per description name."""
     rows = []
     for run in runs:
-        model, strategy, how = read_run(run, launch_script(run))
+        model, strategy, how, job = read_run(run, launch_script(run))
         model = model.with_load_imbalance(setting("profile", "moe_load_imbalance").default)
         hardware = hardware_for(run, hardware_override)
         if efficiencies and hardware.name in efficiencies:
             hardware = with_efficiency(hardware, efficiencies[hardware.name])
         name = f"{model.num_layers}L{model.hidden_size}h"
         folder = profiles.folder(name, model, limits_for(run), hardware)
-        rows.append((run, predict(run, model, strategy, folder, hardware), how, hardware))
+        rows.append((run, predict(run, model, strategy, folder, hardware, job), how, hardware))
     return rows
 
 
