@@ -14,6 +14,7 @@ fitting r (row_split.py, stacks.MixedStack.form_split). The CP-SAT and MILP mode
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -41,8 +42,16 @@ def form_equalities(c: SplitCoefficients) -> list[tuple[int, int]]:
     return [(1, s) for s in range(2, p - 1)]
 
 
+@functools.lru_cache(maxsize=256)
 def form_splits(num_layers: int, num_stages: int, form: str) -> np.ndarray:
-    """Every split of the form as rows (lists x stages), each stage >= 1 layer."""
+    """Every split of the form as rows (lists x stages), each stage >= 1 layer; one read-only
+    array per shape, shared by every configuration of that shape."""
+    out = _form_splits(num_layers, num_stages, form)
+    out.setflags(write=False)
+    return out
+
+
+def _form_splits(num_layers: int, num_stages: int, form: str) -> np.ndarray:
     L, p = num_layers, num_stages
     if form == "even":
         return (

@@ -59,37 +59,56 @@ def _prefix(c: SplitCoefficients) -> dict[str, np.ndarray]:
     return c.memo.prefix_arrays
 
 
-def row_tables(c: SplitCoefficients, rows: np.ndarray, r: int | np.ndarray):
-    """(t_s, tail_s, memory_s x v) of every rank of every row at recompute count r (an int, or
-    a column of one count per row): the integers of stage_costs(layers, r, chunks) (module
-    docstring)."""
+def _spans(c: SplitCoefficients, rows: np.ndarray, r: int | np.ndarray):
+    """(span, per_rank, cut, checkpoints, work) of the rows at r: range sums of a layer array
+    over each chunk, the per-rank sum of a chunk table, and recompute.chunk_plan per chunk."""
     p, v = c.num_stages, c.vpp
     ends = np.cumsum(rows, axis=1)
     starts = ends - rows
     recomputed, checkpoints, work = _plan(c, rows, r)
-    cut = starts + recomputed
     prefix = _prefix(c)
 
-    def span(name: str, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        return prefix[name][hi] - prefix[name][lo]
+    def span(name: str, upto: np.ndarray | None = None) -> np.ndarray:
+        return prefix[name][ends if upto is None else upto] - prefix[name][starts]
 
     def per_rank(chunk: np.ndarray) -> np.ndarray:  # chunk j of rank s at column j * p + s
         return chunk.reshape(len(rows), v, p).sum(axis=1)
 
-    time = per_rank(span("layer_time_ns", starts, ends) + span("layer_recompute_ns", starts, cut))
-    kept = span("layer_act_bytes", starts, ends) - span("layer_act_bytes", starts, cut)
+    return span, per_rank, starts + recomputed, checkpoints, work
+
+
+def _memory(c: SplitCoefficients, rows: np.ndarray, spans) -> np.ndarray:
+    """memory_s x v of every rank of every row from `_spans`: static, the in-flight
+    micro-batches' kept activations and checkpoints, the largest chunk's recompute working set."""
+    span, per_rank, cut, checkpoints, work = spans
+    p, v = c.num_stages, c.vpp
+    kept = span("layer_act_bytes") - span("layer_act_bytes", cut)
     saved = (
         checkpoints * c.checkpoint_bytes
         if c.method == "uniform"
-        else span("layer_input_bytes", starts, cut)
+        else span("layer_input_bytes", cut)
     )
-    memory = (
-        v * (per_rank(span("layer_static_bytes", starts, ends)) + c.stage_static_bytes)
+    return (
+        v * (per_rank(span("layer_static_bytes")) + c.stage_static_bytes)
         + c.stage_inflight_x_v.astype(np.int64) * (per_rank(kept + saved) + c.stage_act_bytes)
         + v * work.reshape(len(rows), v, p).max(axis=1) * c.work_bytes
     )
-    tail = per_rank(span("layer_tail_ns", starts, ends)) + c.stage_tail_ns
-    return time + c.stage_time_ns, tail, memory
+
+
+def row_tables(c: SplitCoefficients, rows: np.ndarray, r: int | np.ndarray):
+    """(t_s, tail_s, memory_s x v) of every rank of every row at recompute count r (an int, or
+    a column of one count per row): the integers of stage_costs(layers, r, chunks) (module
+    docstring)."""
+    spans = _spans(c, rows, r)
+    span, per_rank, cut = spans[:3]
+    time = per_rank(span("layer_time_ns") + span("layer_recompute_ns", cut))
+    tail = per_rank(span("layer_tail_ns")) + c.stage_tail_ns
+    return time + c.stage_time_ns, tail, _memory(c, rows, spans)
+
+
+def row_fits(c: SplitCoefficients, rows: np.ndarray, r: int | np.ndarray) -> np.ndarray:
+    """Whether each row fits in memory at recompute count r (row_tables' memory alone)."""
+    return (_memory(c, rows, _spans(c, rows, r)) <= c.vpp * c.memory_limit_bytes).all(axis=1)
 
 
 def row_objective(
@@ -124,7 +143,7 @@ def rows_feasible(c: SplitCoefficients, rows: np.ndarray) -> bool:
     if len(rows) == 0:
         return False
     if c.method is None:
-        return bool(row_objective(c, rows, 0)[1].any())
+        return bool(row_fits(c, rows, 0).any())
     most = rows.max(axis=1)[:, None]
     if c.method == "uniform" and not c.recompute_all:
         largest = int(rows.max())
@@ -133,7 +152,7 @@ def rows_feasible(c: SplitCoefficients, rows: np.ndarray) -> bool:
             for lo in range(1, largest + 1, COUNT_BATCH)
         )
     if c.method == "uniform" or bool((c.layer_input_bytes <= c.layer_act_bytes).all()):
-        return bool(row_objective(c, rows, most)[1].any())
+        return bool(row_fits(c, rows, most).any())
     return best_row_split(c, rows) is not None
 
 

@@ -20,6 +20,8 @@ against stage_costs and the optimum against brute force over every list of the f
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
@@ -27,8 +29,10 @@ from tinker_opt.solve.layer_split import Split
 from tinker_opt.solve.row_split import best_row_split, rows_feasible, rows_lower_bound
 
 
+@functools.lru_cache(maxsize=256)
 def virtual_rows(num_layers: int, num_stages: int, vpp: int) -> np.ndarray:
-    """Every list of the family as rows (lists x p*v virtual stages, Megatron's order)."""
+    """Every list of the family as rows (lists x p*v virtual stages, Megatron's order); one
+    read-only array per shape, shared by every configuration of that shape."""
     L, total = num_layers, num_stages * vpp
     rows = []
     for q in range(1, L // max(total - 2, 1) + 1):
@@ -38,7 +42,9 @@ def virtual_rows(num_layers: int, num_stages: int, vpp: int) -> np.ndarray:
         block[:, 0] = first
         block[:, -1] = rest - first
         rows.append(block)
-    return np.concatenate(rows) if rows else np.zeros((0, total), dtype=np.int64)
+    out = np.concatenate(rows) if rows else np.zeros((0, total), dtype=np.int64)
+    out.setflags(write=False)
+    return out
 
 
 def in_family(chunks: tuple[int, ...]) -> bool:
