@@ -108,7 +108,8 @@ def row_tables(c: SplitCoefficients, rows: np.ndarray, r: int | np.ndarray):
 
 def row_fits(c: SplitCoefficients, rows: np.ndarray, r: int | np.ndarray) -> np.ndarray:
     """Whether each row fits in memory at recompute count r (row_tables' memory alone)."""
-    return (_memory(c, rows, _spans(c, rows, r)) <= c.vpp * c.memory_limit_bytes).all(axis=1)
+    memory = _memory(c, rows, _spans(c, rows, r))
+    return np.asarray((memory <= c.vpp * c.memory_limit_bytes).all(axis=1))
 
 
 def row_objective(
@@ -162,7 +163,8 @@ COUNT_BATCH = 8
 
 def uniform_fits(c: SplitCoefficients, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """(rows x counts) whether each row fits with `uniform` and each count r >= 1."""
-    return (uniform_memory(c, rows, counts) <= c.vpp * c.memory_limit_bytes).all(axis=2)
+    memory = uniform_memory(c, rows, counts)
+    return np.asarray((memory <= c.vpp * c.memory_limit_bytes).all(axis=2))
 
 
 def uniform_memory(c: SplitCoefficients, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
