@@ -11,14 +11,22 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from model_support import cluster, moe_model, synthetic_profile
+from model_support import cluster, dense_model, moe_model, synthetic_profile
 
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.errors import InfeasibleError
 from tinker_opt.solve.bounds import is_feasible
 from tinker_opt.solve.enumerate import brute_force
 from tinker_opt.solve.form_split import form_splits
-from tinker_opt.solve.row_split import row_objective, row_tables, uniform_fits, uniform_memory
+from tinker_opt.solve.row_split import (
+    BIG,
+    _first_fits,
+    best_row,
+    row_objective,
+    row_tables,
+    uniform_fits,
+    uniform_memory,
+)
 from tinker_opt.solve.search import _outers, search
 from tinker_opt.solve.space import SearchSpace
 from tinker_opt.solve.stacks import MixedStack, best_split, stack_of
@@ -68,6 +76,46 @@ def test_form_split_of_a_mixed_stack_is_brute_force(cost_model):
             stages = c.stage_costs(found.layers, found.recompute_num_layers)
             assert c.iteration_time_ns_x_v(stages) == found.time_ns_x_v
     assert seen  # pp 4 over 4 or 8 devices is always in the space
+
+
+@st.composite
+def dense_or_mixed(draw):
+    """form_instances, or the same on a dense model (every layer the same: many rows tie)."""
+    if draw(st.booleans()):
+        return draw(form_instances())
+    model = dense_model(num_layers=draw(st.integers(5, 10)), hidden=256, heads=4, seq=256)
+    profile = synthetic_profile(model, tps=(1,), cps=(1,), mbss=(1, 2))
+    memory_mb = draw(st.integers(60, 900))
+    cost_model = CostModel.from_profile(profile, model, cluster(1, 8, memory_mb), 8)
+    return cost_model.under(dataclasses.replace(cost_model.rules, layer_form="first_last"))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dense_or_mixed())
+def test_best_row_is_the_least_of_every_row(cost_model):
+    """best_row (rows visited by bound, in batches of 3, cut off by the bounds) returns the
+    least (v*T, r, row index) over every row at its smallest fitting count, for the form's rows
+    and the virtual family alike (its tie rule, which the DeepSeek-V3 search meets: equal times
+    from lists that move a layer between the first and the last stage)."""
+    cost_model = cost_model.under(dataclasses.replace(cost_model.rules, uneven_vpp=True))
+    space = dataclasses.replace(SPACE, ep=None, allow_vpp=True, uneven_vpp=True)
+    for outer in _outers(cost_model, space):
+        c = cost_model.coefficients(outer)
+        if outer.vpp > 1:
+            rows = virtual_rows(c.num_layers, c.num_stages, c.vpp)
+        elif outer.pp >= 3:
+            rows = form_splits(c.num_layers, c.num_stages, "first_last")
+        else:
+            continue
+        if len(rows) == 0:
+            continue
+        values, counts = _first_fits(c, rows)
+        fitting = [
+            (int(v), int(r), i)
+            for i, (v, r) in enumerate(zip(values, counts, strict=True))
+            if v < BIG
+        ]
+        assert best_row(c, rows, batch=3) == (min(fitting) if fitting else None), outer.label()
 
 
 UNIFORM = SearchSpace(

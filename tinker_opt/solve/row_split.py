@@ -12,9 +12,9 @@ working set (costs/recompute.chunk_plan per chunk).
 For each row the smallest r that fits is its best: the time grows with r (block recomputes the
 first min(r, n) layers of a chunk, each adding its recompute time >= 0; uniform recomputes every
 layer whatever r), so the best row over all, each at its smallest fitting r, is the exact
-optimum over the family and every recompute count. The rows are visited in the order of a lower
-bound (each row at the smallest r, memory ignored) and the visit stops at the first batch whose
-least bound is no better than the best found. tests/test_virtual_split.py and
+optimum over the family and every recompute count (ties: the smallest r, then the first row of
+the list). The rows are visited in the order of a lower bound (each row at the smallest r,
+memory ignored) and the visit stops at the first batch whose least bound exceeds the best found. tests/test_virtual_split.py and
 tests/test_solve_stacks.py check the tables against stage_costs and the optimum against brute
 force over every list of the family.
 """
@@ -215,8 +215,10 @@ def best_row(
     c: SplitCoefficients, rows: np.ndarray, batch: int = 16
 ) -> tuple[int, int, int] | None:
     """(v*T, r, row index) of the best row with its smallest fitting recompute count, None if
-    none fits. Rows are visited in the order of their lower bound (rows_lower_bound's, per row),
-    `batch` at a time; the visit stops at the first batch whose least bound is no better."""
+    none fits; among rows of equal v*T the smallest r, then the first row of the list (a rule
+    of the result, not of the visiting order). Rows are visited in the order of their lower
+    bound (rows_lower_bound's, per row), `batch` at a time; the visit stops at the first batch
+    whose least bound exceeds the best v*T (a bound equal to it may still tie)."""
     if len(rows) == 0:
         return None
     bounds = row_objective(c, rows, _lowest_r(c, rows))[0]
@@ -224,12 +226,12 @@ def best_row(
     found = (BIG, 0, 0)  # (v*T, r, row)
     for first in range(0, len(order), batch):
         chosen = order[first : first + batch]
-        if bounds[chosen[0]] >= found[0]:
+        if bounds[chosen[0]] > found[0]:
             break
         values, counts = _first_fits(c, rows[chosen])
-        j = int(values.argmin())
-        if values[j] < found[0]:
-            found = (int(values[j]), int(counts[j]), int(chosen[j]))
+        j = int(np.lexsort((chosen, counts, values))[0])
+        if values[j] < BIG:
+            found = min(found, (int(values[j]), int(counts[j]), int(chosen[j])))
     return None if found[0] == BIG else found
 
 
