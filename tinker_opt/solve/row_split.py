@@ -14,9 +14,9 @@ first min(r, n) layers of a chunk, each adding its recompute time >= 0; uniform 
 layer whatever r), so the best row over all, each at its smallest fitting r, is the exact
 optimum over the family and every recompute count (ties: the smallest r, then the first row of
 the list). The rows are visited in the order of a lower bound (each row at the smallest r,
-memory ignored) and the visit stops at the first batch whose least bound exceeds the best found. tests/test_virtual_split.py and
-tests/test_solve_stacks.py check the tables against stage_costs and the optimum against brute
-force over every list of the family.
+memory ignored) and the visit stops at the first batch whose least bound exceeds the best found.
+tests/test_virtual_split.py and tests/test_row_split.py check the tables against stage_costs and
+the optimum and feasibility against brute force over every list of the family.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def rows_feasible(c: SplitCoefficients, rows: np.ndarray) -> bool:
         )
     if c.method == "uniform" or bool((c.layer_input_bytes <= c.layer_act_bytes).all()):
         return bool(row_fits(c, rows, most).any())
-    return best_row_split(c, rows) is not None
+    return best_row(c, rows) is not None
 
 
 COUNT_BATCH = 8
@@ -237,8 +237,10 @@ def best_row(
 
 def best_row_split(c: SplitCoefficients, rows: np.ndarray, batch: int = 16) -> Split | None:
     """best_row as a Split: per-rank layers, and the per-virtual-stage list (`chunks`) when it
-    is not the even split of vpp > 1 (None with v = 1, where the row is the per-stage list)."""
-    found = best_row(c, rows, batch)
+    is not the even split of vpp > 1 (None with v = 1, where the row is the per-stage list).
+    Feasibility first: it costs one pricing of the rows, where the search of a configuration
+    in which nothing fits prices every row at every count."""
+    found = best_row(c, rows, batch) if rows_feasible(c, rows) else None
     if found is None:
         return None
     counts = tuple(int(n) for n in rows[found[2]])
