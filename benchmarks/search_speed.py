@@ -1,6 +1,7 @@
 """Search speed before and after, side by side in one run: the cases of issue 20 on two trees.
 
 Usage: python benchmarks/search_speed.py --base /work/wt/base [--after .] [--only NAME] [--profile-only]
+       [--trees before,after]
 
 Each case runs in a fresh subprocess per tree (PYTHONPATH set to that tree, so the same code path
 the CLI takes: `verbs.run_search` with `--solver cpsat --cpus 1`). A row gives the status, the
@@ -16,7 +17,10 @@ analytic profiles of fixture scripts written once by each tree (the profile's fo
 Cases (issue 20): LLaMA-2-70B Tinker folder on 128 x 8, gbs 4096; GPT-3-175B (Megatron-LM
 script, analytic A100) on 512 x 8, gbs 2048; DeepSeek-V3-671B (MindSpeed-LLM script, analytic
 910B) on 32 x 16 (its A3 layout), the script's gbs; GPT-3-175B on 2048 x 8 = 16,384 devices, gbs
-8192. Writes benchmarks/results/search_speed.{md,csv}.
+8192. Lane dsspeed: DeepSeek-V3-671B (the Megatron-MoE-ModelZoo script, analytic H100) on its own
+128 x 8 = 1,024 H100s and gbs 8192, with Megatron-LM's first/last layer form and uneven virtual
+stages in the space (the first release cannot read this script: compare with a later commit).
+Writes benchmarks/results/search_speed.{md,csv}.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ CASES = [
     ("gpt3-175b-a100-4096", "analytic", "train_gpt3_175b_distributed.sh", "a100-80gb", 512, 8, 2048),
     ("deepseek3-671b-910b-512", "analytic", "pretrain_deepseek3_671b_4k_ptd.sh", "910b", 32, 16, None),
     ("gpt3-175b-a100-16384", "analytic", "train_gpt3_175b_distributed.sh", "a100-80gb", 2048, 8, 8192),
+    ("deepseek3-671b-h100-1024", "analytic", "train_deepseek_v3_h100_modelzoo.sh", "h100-80gb", 128, 8, None),
 ]  # fmt: skip
 COLUMNS = (
     "case",
@@ -255,8 +260,12 @@ def main() -> None:
     parser.add_argument(
         "--profile-only", action="store_true", help="time the analytic profiles, not the searches"
     )
+    parser.add_argument(
+        "--trees", default="before,after", help="which trees to run: before, after or both"
+    )
     args = parser.parse_args()
-    trees = {"before": Path(args.base).resolve(), "after": Path(args.after).resolve()}
+    both = {"before": Path(args.base).resolve(), "after": Path(args.after).resolve()}
+    trees = {label: both[label] for label in args.trees.split(",")}
     only = {name for name in args.only.split(",") if name}
     with tempfile.TemporaryDirectory(prefix="tinker-speed-") as tmp:
         reuse = dict(item.split("=", 1) for item in args.reuse_profile)

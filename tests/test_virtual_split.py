@@ -18,10 +18,11 @@ from tinker_opt.expressible import expressible_strategy, search_space_for
 from tinker_opt.script import versions
 from tinker_opt.script.reader import read_script, read_script_text
 from tinker_opt.solve.enumerate import brute_force
+from tinker_opt.solve.row_split import row_tables
 from tinker_opt.solve.search import _outers, search
 from tinker_opt.solve.space import SearchSpace
 from tinker_opt.solve.stacks import best_split
-from tinker_opt.solve.virtual_split import in_family, virtual_rows, virtual_tables
+from tinker_opt.solve.virtual_split import in_family, virtual_rows
 from tinker_opt.strategy import Strategy
 
 GPT3 = Path(__file__).parent / "fixtures" / "scripts" / "train_gpt3_175b_distributed.sh"
@@ -73,14 +74,14 @@ def test_rows_are_the_family():
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_tables_are_stage_costs(cost_model):
-    """virtual_tables gives stage_costs' time, tail and memory of every rank for every row."""
+    """row_tables gives stage_costs' time, tail and memory of every rank for every row."""
     for outer in _outers(cost_model, UNEVEN):
         if outer.vpp == 1:
             continue
         c = cost_model.coefficients(outer)
         rows = virtual_rows(c.num_layers, c.num_stages, c.vpp)
         for r in (0,) if outer.recompute != "full" else (1, 2):
-            time, tail, memory = virtual_tables(c, rows, r)
+            time, tail, memory = row_tables(c, rows, r)
             for i in range(0, len(rows), 3):
                 chunks = tuple(int(n) for n in rows[i])
                 layers = tuple(sum(chunks[s :: c.num_stages]) for s in range(c.num_stages))

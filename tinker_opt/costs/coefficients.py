@@ -47,6 +47,8 @@ class Memo:
     """Per-r bound terms of a mixed stack (mixed_split.bound_terms_for_r)."""
     even_split: tuple[Any] | None = None
     """(the even split of a virtual pipeline, or None when it does not fit,) (stacks.Stack)."""
+    form_split: tuple[Any] | None = None
+    """(the exact split of a mixed stack under a layer form, or None,) (stacks.MixedStack)."""
     prefix_arrays: dict[str, Any] | None = None
     """Prefix sums of the layer arrays as numpy arrays (solve/virtual_split.py)."""
 

@@ -44,6 +44,8 @@ class Candidate:
 def _solve_chunk(outers: Sequence[Strategy]) -> list[Candidate]:
     found = []
     for outer in outers:
+        if _WORKER_MODEL.static_overflows(outer):  # no split fits (CostModel.static_overflows)
+            continue
         coeffs = _WORKER_MODEL.coefficients(outer)
         split = best_split(coeffs)
         if split is not None:

@@ -5,21 +5,22 @@ Megatron-LM writes an uneven split only as `--decoder-first-pipeline-num-layers`
 versions only split evenly (even). The free split of layer_split.py / mixed_split.py may return
 lists these frameworks cannot say, so for a restricted form the split is chosen among the form's
 own lists: every (n_first, q, n_last) with n_first + (p - 2) q + n_last = L (at most L^2 / (p - 2)
-lists), each scored with the range tables of mixed_split.range_costs (the integers of
-coefficients.stage_costs, for uniform and mixed stacks alike), per recompute count r visited in
-increasing order of its lower bound. The CP-SAT and MILP models add the same form as equalities
+lists), each scored with the integers of coefficients.stage_costs: a uniform stack's from its
+per-count tables, per recompute count r visited in increasing order of its lower bound
+(`best_form_split`); a mixed stack's as rows priced from prefix sums, each list at its smallest
+fitting r (row_split.py, stacks.MixedStack.form_split). The CP-SAT and MILP models add the same form as equalities
 (`form_equalities`), so every solver returns the same optimum.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
 
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.pipeline import pipeline_x_v
-from tinker_opt.solve.mixed_split import range_costs
 
 
 def restricted(c: SplitCoefficients) -> bool:
@@ -41,8 +42,16 @@ def form_equalities(c: SplitCoefficients) -> list[tuple[int, int]]:
     return [(1, s) for s in range(2, p - 1)]
 
 
+@functools.lru_cache(maxsize=256)
 def form_splits(num_layers: int, num_stages: int, form: str) -> np.ndarray:
-    """Every split of the form as rows (lists x stages), each stage >= 1 layer."""
+    """Every split of the form as rows (lists x stages), each stage >= 1 layer; one read-only
+    array per shape, shared by every configuration of that shape."""
+    out = _form_splits(num_layers, num_stages, form)
+    out.setflags(write=False)
+    return out
+
+
+def _form_splits(num_layers: int, num_stages: int, form: str) -> np.ndarray:
     L, p = num_layers, num_stages
     if form == "even":
         return (
@@ -90,29 +99,13 @@ for each count, (counts, rows, p) each."""
 BIG = np.iinfo(np.int64).max // 4
 
 
-def range_tables(c: SplitCoefficients) -> FormTables:
-    """The form tables of any stack, read from mixed_split.range_costs at the rows' boundaries
-    (one count at a time: the range tables are p (L+1)^2 large)."""
-
-    def tables(rs: list[int], rows: np.ndarray):
-        ends = np.cumsum(rows, axis=1)
-        index = (np.arange(c.num_stages)[None, :], ends - rows, ends)
-        priced = [range_costs(c, r) for r in rs]
-        return tuple(
-            np.stack([getattr(rc, name)[index] for rc in priced])
-            for name in ("time", "tail", "valid")
-        )
-
-    return tables
-
-
 def best_form_split(
     c: SplitCoefficients, r_bounds: dict[int, int], tables: FormTables, batch: int = 1
 ):
     """(v*T, layers, r) of the best split of the form, None if none fits; `r_bounds` maps each
     candidate recompute count to a valid lower bound of v*T with it (visited in that order, up to
-    `batch` counts priced together); `tables` prices the rows (range_tables, or a uniform stack's
-    per-count tables)."""
+    `batch` counts priced together); `tables` prices the rows (a uniform stack's per-count
+    tables, stacks.UniformStack.form_tables)."""
     rows = form_splits(c.num_layers, c.num_stages, c.layer_form)
     if len(rows) == 0:
         return None

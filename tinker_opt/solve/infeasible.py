@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.layer_split import recompute_range
+from tinker_opt.solve.row_split import row_tables
 from tinker_opt.solve.stacks import stack_of
+from tinker_opt.solve.virtual_split import virtual_rows
 
 HINTS = {
     "weights_mb": "more pipeline or tensor parallelism (more devices) or a larger memory limit",
@@ -16,19 +20,34 @@ HINTS = {
 }
 
 
-def least_memory_split(c: SplitCoefficients) -> tuple[tuple[int, ...], int, int]:
-    """(layers, r, peak bytes x v) of the split with the smallest peak memory (most recompute).
-    `uniform` is taken with one layer per group, whose memory is block's with every layer
-    recomputed (costs/recompute.py), so the same formulas serve."""
+def least_memory_split(
+    c: SplitCoefficients,
+) -> tuple[tuple[int, ...], int, int, tuple[int, ...] | None] | None:
+    """(layers, r, peak bytes x v, per-virtual-stage list or None) of the split with the
+    smallest peak memory (most recompute). `uniform` is taken with one layer per group, whose
+    memory is block's with every layer recomputed (costs/recompute.py), so the same formulas
+    serve. With uneven virtual stages the least-memory list of virtual_split.py's family; None
+    when the family is empty (p v - 2 > L)."""
     uniform = c.method == "uniform"
     r = recompute_range(c)[-1]
     p, L = c.num_stages, c.num_layers
+    if stack_of(c).uneven_virtual():
+        rows = virtual_rows(L, p, c.vpp)
+        if len(rows) == 0:
+            return None
+        counts = 1 if uniform else rows.max(axis=1)[:, None] if c.method else 0
+        peaks = row_tables(c, rows, counts)[2].max(axis=1)
+        best = int(np.argmin(peaks))
+        chunks = tuple(int(n) for n in rows[best])
+        layers = tuple(sum(chunks[s::p]) for s in range(p))
+        r = 1 if uniform else max(chunks) if c.method else 0
+        return layers, r, int(peaks[best]), chunks
     if c.vpp > 1:
         layers = (L // p,) * p
         r = 1 if uniform else r
-        return layers, r, max(st.memory_bytes_x_v for st in c.stage_costs(layers, r))
+        return layers, r, max(st.memory_bytes_x_v for st in c.stage_costs(layers, r)), None
     layers, peak_x_v = stack_of(c).least_peak(r)
-    return layers, 1 if uniform else min(r, max(layers)), peak_x_v
+    return layers, 1 if uniform else min(r, max(layers)), peak_x_v, None
 
 
 def infeasible_message(cost_model, outers) -> str:
@@ -43,12 +62,13 @@ def infeasible_message(cost_model, outers) -> str:
     best = None
     for outer in outers:
         c = cost_model.coefficients(outer)
-        layers, r, peak_x_v = least_memory_split(c)
-        if best is None or peak_x_v / c.vpp < best[0]:
-            best = (peak_x_v / c.vpp, outer, layers, r)
-    assert best is not None  # outers is not empty
-    peak, outer, layers, r = best
-    evaluation = cost_model.evaluate(cost_model.split_strategy(outer, layers, r))
+        found = least_memory_split(c)
+        if found is not None and (best is None or found[2] / c.vpp < best[0]):
+            best = (found[2] / c.vpp, outer, found)
+    if best is None:  # every configuration's family of virtual-stage lists is empty
+        return f"no strategy fits in {limit:g} MB per device; relax the search space"
+    peak, outer, (layers, r, _, chunks) = best
+    evaluation = cost_model.evaluate(cost_model.split_strategy(outer, layers, r, chunks))
     stage = max(evaluation.stages, key=lambda st: st.memory_mb)
     part = max(HINTS, key=lambda name: getattr(stage, name))
     hint = HINTS[part]

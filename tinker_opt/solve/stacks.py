@@ -21,7 +21,7 @@ from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
 from tinker_opt.solve.form_split import (
     best_form_split,
     feasible_under_caps,
-    range_tables,
+    form_splits,
     restricted,
 )
 from tinker_opt.solve.layer_bounds import (
@@ -53,6 +53,7 @@ from tinker_opt.solve.mixed_split import (
 from tinker_opt.solve.mixed_split import (
     least_peak_split as mixed_least_peak_split,
 )
+from tinker_opt.solve.row_split import best_row_split, rows_feasible
 from tinker_opt.solve.virtual_split import (
     best_virtual_split,
     virtual_feasible,
@@ -86,19 +87,13 @@ def best_split(c: SplitCoefficients) -> Split | None:
 class Stack(ABC):
     """One outer configuration's layer stack: its exact split, bounds and solver rows."""
 
-    FORM_BATCH = 1
-    """Recompute counts the layer-form search prices together (form_split.best_form_split)."""
-
     def __init__(self, c: SplitCoefficients):
         self.c = c
 
     def best_split(self) -> Split | None:
         """The exact optimal split, None if nothing fits; when the framework can write only some
         splits the search runs over those (form_split.py), r visited by its lower bound."""
-        if restricted(self.c):
-            found = best_form_split(self.c, self.form_r_bounds(), self.form_tables, self.FORM_BATCH)
-            return None if found is None else Split(found[1], found[2], found[0])
-        return self.free_split()
+        return self.form_split() if restricted(self.c) else self.free_split()
 
     def is_feasible(self) -> bool:
         """Some split and recompute count fits in memory (exact)."""
@@ -118,8 +113,8 @@ class Stack(ABC):
         )
 
     def lower_bound_x_v(self, *, tight: bool = True) -> int:
-        """A lower bound on v*T over all splits of a feasible configuration (exact with vpp > 1,
-        except `tight=False` with uneven virtual stages: virtual_split's cheap bound)."""
+        """A lower bound on v*T over all splits of a feasible configuration (exact with vpp > 1
+        and for a mixed stack under a layer form, except `tight=False`: the cheap bounds)."""
         if self.uneven_virtual() and not tight:
             return virtual_lower_bound(self.c)
         if self.c.vpp > 1:
@@ -162,12 +157,8 @@ class Stack(ABC):
         """even_split, uncached."""
 
     @abstractmethod
-    def form_r_bounds(self) -> dict[int, int]:
-        """{r: lower bound on v*T with r} that orders the layer-form search (v = 1)."""
-
-    @abstractmethod
-    def form_tables(self, rs: list[int], rows: np.ndarray):
-        """form_split.FormTables of this stack: (t_s, tail_s, fits) of every row of counts."""
+    def form_split(self) -> Split | None:
+        """best_split among the splits of the framework's layer form (form_split.py; v = 1)."""
 
     @abstractmethod
     def fits(self) -> bool:
@@ -195,6 +186,7 @@ class UniformStack(Stack):
     """Every layer costs the same: scalar coefficients (layer_split.Scalars), water-filling."""
 
     FORM_BATCH = 64
+    """Recompute counts the layer-form search prices together (form_split.best_form_split)."""
 
     def __init__(self, c: SplitCoefficients):
         super().__init__(c)
@@ -211,8 +203,13 @@ class UniformStack(Stack):
                 return found
         return None
 
-    def form_r_bounds(self) -> dict[int, int]:
-        return lower_bounds_for_r(self.c, self.k, recompute_range(self.c))
+    def form_split(self) -> Split | None:
+        """The form's rows per recompute count r, visited by r's lower bound, FORM_BATCH counts
+        priced together from the per-count tables (form_tables)."""
+        c = self.c
+        r_bounds = lower_bounds_for_r(c, self.k, recompute_range(c))
+        found = best_form_split(c, r_bounds, self.form_tables, self.FORM_BATCH)
+        return None if found is None else Split(found[1], found[2], found[0])
 
     def form_tables(self, rs: list[int], rows: np.ndarray):
         """Every layer costs the same, so a stage's costs depend on its count alone: per-count
@@ -284,20 +281,34 @@ class MixedStack(Stack):
                 return Split((c.num_layers // c.num_stages,) * c.num_stages, r, found)
         return None
 
-    def form_r_bounds(self) -> dict[int, int]:
-        return mixed_recompute_bounds(self.c, recompute_range(self.c))
+    def form_split(self) -> Split | None:
+        """The form's lists as rows, each at its smallest fitting recompute count
+        (row_split.py): a few hundred lists priced directly from prefix sums, where the range
+        tables of every (stage, start, end) cost p (L+1)^2 per count. Kept in the coefficients'
+        memo (the tight bound and the exact split ask for it)."""
+        if self.c.memo.form_split is None:
+            self.c.memo.form_split = (best_row_split(self.c, self._form_rows()),)
+        return self.c.memo.form_split[0]
 
-    def form_tables(self, rs: list[int], rows: np.ndarray):
-        return range_tables(self.c)(rs, rows)
+    def _form_rows(self) -> np.ndarray:
+        c = self.c
+        return form_splits(c.num_layers, c.num_stages, c.layer_form)
 
     def fits(self) -> bool:
         c = self.c
         if restricted(c):
-            return self.best_split() is not None
+            return rows_feasible(c, self._form_rows())
         return fits_many([c])[0]
 
     def v1_lower_bound(self, *, tight: bool) -> int:
-        return min(self.recompute_bounds().values()) if tight else cheap_bound(self.c)
+        """The tight bound under a layer form is the form's exact optimum (a few hundred rows,
+        cheaper than the per-r bounds over every split), as with vpp > 1."""
+        if not tight:
+            return cheap_bound(self.c)
+        if restricted(self.c):
+            found = self.form_split()
+            return found.time_ns_x_v if found is not None else np.iinfo(np.int64).max
+        return min(self.recompute_bounds().values())
 
     def compute_recompute_bounds(self) -> dict[int, int]:
         return mixed_recompute_bounds(self.c, recompute_range(self.c))
