@@ -381,10 +381,10 @@ NPUS_OPT = typer.Option(
 
 @app.command()
 def calibrate(
-    source: Path | None = typer.Argument(
+    source: list[Path] | None = typer.Argument(
         None,
-        help="A measured profiled-data folder; with --log: the launch script of the logs "
-        "(default: each log's argument dump).",
+        help="A measured profiled-data folder; with --log: the launch script of the logs, one "
+        "for all or one per --log in order (default: each log's argument dump).",
         show_default=False,
     ),
     hardware: str = typer.Option(
@@ -399,15 +399,15 @@ def calibrate(
 ) -> None:
     """Fit a hardware description to a measured profile, or (--log) to the iteration times of runs."""
     if not log:
-        if source is None:
-            raise ConfigError("calibrate needs a profiled-data folder, or --log LOG [SCRIPT]")
-        console.print(f"wrote {verbs.run_calibrate(source, hardware, output)}")
+        if not source or len(source) > 1:
+            raise ConfigError("calibrate needs one profiled-data folder, or --log LOG [SCRIPT]")
+        console.print(f"wrote {verbs.run_calibrate(source[0], hardware, output)}")
         return
     from tinker_opt.emit.check_tables import calibration_table
 
     report = verbs.run_calibrate_log(
         list(log),
-        str(source) if source is not None else None,
+        [str(path) for path in source or []],
         verbs.DeviceChoice(hardware=hardware, num_npus_per_node=num_npus_per_node),
         output,
         skip_first=skip_first,

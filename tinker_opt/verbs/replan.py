@@ -36,7 +36,11 @@ def calibrated_settings(settings, log) -> object:
     fitted = out / f"hardware-{stamp}.json"
     script = settings.pretrain_script_path_search or profiled.meta.script_path
     report = run_calibrate_log(
-        [Path(settings.log)], script, DeviceChoice(hardware=settings.hardware), fitted, skip_first=1
+        [Path(settings.log)],
+        [script] if script else [],
+        DeviceChoice(hardware=settings.hardware),
+        fitted,
+        skip_first=1,
     )
     (row,) = report["logs"]
     log(
