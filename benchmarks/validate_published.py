@@ -103,7 +103,9 @@ Korthikanti et al. fp16 rows measure the fp32-gradient figure (45.56 GiB against
 def read_run(run: PublishedRun, text: str) -> tuple[ModelSpec, Strategy, str, JobOptions]:
     """Model and strategy of the run's launch script: the script reader when present, else direct;
     with the job options the script sets that the rows use (the optimizer's dtypes:
-    `--grad-reduce-in-bf16`, the precision-aware optimizer), the rest at their defaults."""
+    `--grad-reduce-in-bf16`, the precision-aware optimizer; the `--recompute-modules` a
+    Megatron-Core row lists, as `simulate` passes them: verbs/common.py job_options), the rest at
+    their defaults."""
     try:
         from tinker_opt.script.reader import read_script_text
     except ImportError:
@@ -117,6 +119,8 @@ def read_run(run: PublishedRun, text: str) -> tuple[ModelSpec, Strategy, str, Jo
     job = JOB_DEFAULTS
     if any(flag in text for flag in STATED_OPTIMIZER_DTYPES):
         job = dataclasses.replace(JOB_DEFAULTS, optimizer_precision=info.train.optimizer_precision)
+    if info.train.recompute_modules:
+        job = dataclasses.replace(job, recompute_modules=info.train.recompute_modules)
     return info.model, info.train.strategy, "script reader", job
 
 

@@ -15,6 +15,7 @@ from published_runs import (  # noqa: E402
     PublishedRun,
     hardware_for,
     launch_script,
+    load_runs,
     normalised_strategy,
 )
 
@@ -114,3 +115,15 @@ def test_h100_rows_use_the_h100_description():
     """The DGX H100 id of the shared file maps to the shipped h100-80gb description (FP8 rate)."""
     hardware = hardware_for(_run(GPT3_FP8, GPT3, 128, "dense_h100"))
     assert hardware.has_fp8 and hardware.memory_gb == 80
+
+
+def test_validator_passes_the_rows_recompute_modules():
+    """A Megatron-Core row's `--recompute-modules` reach the cost model as `simulate` passes them
+    (the ModelZoo Qwen3-235B long-context recipe: layernorm and moe, not core_attn)."""
+    from validate_published import read_run
+
+    runs = load_runs(ROOT / "benchmarks" / "data" / "heldout_runs.json")
+    run = next(r for r in runs if r.run_id == "mz_qwen3_235b_long_128k_cp8_dropless")
+    _, strategy, _, job = read_run(run, launch_script(run))
+    assert job.recompute_modules == ("layernorm", "moe")
+    assert strategy.recompute == "selective" and strategy.cp == 8

@@ -24,6 +24,7 @@ from tinker_opt.costs.recompute_modules import (
     unpriced_modules,
 )
 from tinker_opt.errors import ScriptError
+from tinker_opt.profile.shape import Shape, shard_dims
 from tinker_opt.script.reader import read_script
 
 SCRIPT = Path(__file__).parent / "fixtures" / "scripts" / "train_deepseek_v3_h100_modelzoo.sh"
@@ -92,6 +93,19 @@ def test_fp8_linear_inputs_by_hand(info):
 def test_routed_assignments_by_hand(info):
     assert routed_assignments(info.model, DIMS, 1) == ASSIGNMENTS
     assert routed_assignments(info.model, DIMS, 2) == 2 * ASSIGNMENTS
+
+
+def test_routed_assignments_follow_the_busiest_rank(info):
+    # Dropless at the 1.25 imbalance: 16384 balanced assignments x 1.25 = 20480, the count the
+    # profile sizes the experts' tensors by (shard_dims expert_tokens), so `moe` / `moe_act` free
+    # what the profile counted; force-balanced (1.0) keeps the balanced count.
+    model = info.model.with_load_imbalance(1.25)
+    assert routed_assignments(model, DIMS, 1) == 20480
+    shape = Shape(tp=2, sp=True, ep=64, etp=1, mbs=1)
+    assert shard_dims(model, shape).expert_tokens == routed_assignments(model, DIMS, 1)
+    assert moe_act_terms(model, BF16, 1)[0] == 20480 * 2048 * 2
+    balanced = dataclasses.replace(model, moe_load_imbalance=1.0)
+    assert routed_assignments(balanced, DIMS, 1) == ASSIGNMENTS
 
 
 def test_moe_act_by_hand(info):

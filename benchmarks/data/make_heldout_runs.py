@@ -252,7 +252,14 @@ for seq, cp, forced, dropless in (
                 ("stated_vs_inferred"): (
                     "stated: seq, nodes (32), tp, cp, gbs, TFLOPS, dispatcher DeepEP, bf16, PP 8 VPP 4 EP 8 "
                     "and recompute modules in the command; dp = 256/(tp pp cp) [derived]; time from TFLOPS "
-                    "[derived]"
+                    "[derived]. Recipe read (qwen3mem lane): runtime_configs/benchmarking/runtime.conf "
+                    "@30631ea5 (MBS 1, NUM_LAYERS 96 -> 3 layers per virtual stage, grouped GEMM true); "
+                    "sbatch_benchmarking.sh @78930f0c (DISPATCHER deepep -> --moe-token-dispatcher-type "
+                    "flex --moe-flex-dispatcher-backend deepep; OPTIMIZER_OFFLOAD=0: no optimizer offload; "
+                    "A2A_OVERLAP=0: no EP overlap); no activation offloading and no --cp-comm-type in the "
+                    "command or Qwen3-235B-A22B.yaml @1ed4179f -> Megatron's default p2p ring [inferred]; "
+                    "--tp-comm-overlap (PR=bf16) only in the later stored sbatch_benchmarking.sh @38ce2ed2, "
+                    "not taken"
                 ),
                 "flags": {
                     "moe": True,

@@ -42,7 +42,9 @@ moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; None means ["core_att
   elementwise pass per norm at HBM bandwidth.
 
 Token-expert assignments per rank: each token on a rank (hidden /tp with SP) reaches top-k experts,
-gathered over etp (`routed_assignments`; ASSUMPTION: balanced routing).
+gathered over etp, times the busiest rank's load (`routed_assignments`; profile/shape.py
+expert_load: 1 with `--moe-router-force-load-balancing`, the imbalance setting under dropless
+routing, capped by a capacity factor), the count the profile sizes the experts' tensors by.
 
 The saved inputs of the linear layers are counted at `linear_bpe` bytes an element: 1 with FP8
 (Transformer Engine's Linear / LayerNormLinear save the FP8-cast input for the weight gradient,
@@ -54,7 +56,10 @@ work is left out) plus the elementwise passes named above at HBM bandwidth.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from tinker_opt.profile.shape import expert_load
 
 MEGATRON_MODULES = (
     "core_attn",
@@ -109,8 +114,12 @@ def mlp_terms(model, dims: LayerDims, ffn: int | None = None) -> tuple[int, floa
 
 
 def routed_assignments(model, dims: LayerDims, etp: int) -> int:
-    """Token-expert assignments a rank's experts compute per micro-batch (balanced)."""
-    return (dims.tokens // dims.tp if dims.sp else dims.tokens) * model.moe_router_topk * etp
+    """Token-expert assignments the busiest rank's experts compute per micro-batch: the rank's
+    tokens x topk, gathered over etp, times the busiest rank's load (profile/shape.py
+    expert_load), as the profile sizes the routed experts' tensors (shard_dims expert_tokens), so
+    a module that frees them frees what the profile counted."""
+    tokens = dims.tokens // dims.tp if dims.sp else dims.tokens
+    return math.ceil(tokens * model.moe_router_topk * etp * expert_load(model))
 
 
 def _hidden_in(model, dims: LayerDims) -> int:

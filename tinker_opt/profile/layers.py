@@ -21,6 +21,7 @@ from tinker_opt.profile.tp_emulation import (
     CheckpointCore,
     FusedScaleMaskSoftmax,
     GatherLinear,
+    RingAttentionSaves,
     ScatterToSequence,
 )
 
@@ -243,11 +244,21 @@ class Attention(nn.Module):
 
     def ring_core(self, q, k, v) -> torch.Tensor:
         """Context parallel (load-balanced ring): a causal step on the local chunk, then cp - 1 steps
-        against half a chunk each: s^2 / (2 cp) score pairs per rank, as Megatron's ring attention."""
-        out = self.run_core(q, k, v, causal=True)
+        against half a chunk each: s^2 / (2 cp) score pairs per rank, as Megatron's ring attention.
+        Selective recompute checkpoints the whole ring (TE's DotProductAttention under Megatron's
+        `_checkpointed_attention_forward`); with flash kernels the ring keeps what TE's ring
+        keeps (tp_emulation.RingAttentionSaves), the materialised path each step's scores."""
+        if self.recompute_core:
+            return CheckpointCore.apply(self._ring_steps, q, k, v)
+        if self.flash:
+            return RingAttentionSaves.apply(self._ring_steps, q, k, v)
+        return self._ring_steps(q, k, v)
+
+    def _ring_steps(self, q, k, v) -> torch.Tensor:
+        out = self.core(q, k, v, causal=True)
         half = max(k.shape[0] // 2, 1)
         for _ in range(self.cp - 1):
-            out = out + self.run_core(q, k[:half], v[:half], causal=False)
+            out = out + self.core(q, k[:half], v[:half], causal=False)
         return out
 
     def core_forward(self, q, k, v) -> torch.Tensor:

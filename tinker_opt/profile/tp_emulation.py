@@ -147,6 +147,47 @@ def _set_rng_state(tensor: torch.Tensor, state: torch.Tensor | None) -> None:
         getattr(torch, tensor.device.type).set_rng_state(state, tensor.device)
 
 
+class RingAttentionSaves(torch.autograd.Function):
+    """The context-parallel ring's steps (`fn`, flash kernels) keeping for backward what
+    Transformer Engine's ring keeps: q, k, v, the combined output and one softmax statistic per
+    query row and head (fp32), not each step's output and statistics.
+
+    Source: NVIDIA/TransformerEngine transformer_engine/pytorch/attention/dot_product_attention/
+    context_parallel.py `AttnFuncWithCPAndKVP2P.forward` (Megatron-Core's `--cp-comm-type p2p`,
+    the default): each step's `out_per_step[i]` and `softmax_lse_per_step[i]` are folded into
+    `out` / `softmax_lse` (flash_attn_fwd_out_correction), and `ctx.save_for_backward` keeps
+    q, kv (the last p2p buffer), out and softmax_lse (plus cu_seqlens and rng states); the
+    backward reruns each step's flash backward from those. The steps run here with their own
+    graph, outside the saved-tensor counters (measure.memory_pass counts what is saved for
+    backward), so their backward ops are the ones traced and timed; their per-step outputs stay
+    live until backward, which the forward's peak (transient bytes) counts as TE's list of
+    per-step outputs is live during its forward. Shapes: q [s, b, np, d] in, [s, b, np * dv] out."""
+
+    @staticmethod
+    def forward(ctx, fn: Callable[..., torch.Tensor], *inputs: torch.Tensor):
+        inner = [t.detach().requires_grad_(t.requires_grad) for t in inputs]
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_same, _same):
+            out = fn(*inner)
+        ctx.inner, ctx.out = inner, out
+        q = inputs[0]
+        lse = q.new_empty((q.shape[1], q.shape[2], q.shape[0]), dtype=torch.float32)
+        result = out.detach()
+        ctx.save_for_backward(*inputs, result, lse)
+        return result
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        wanted = [t for t in ctx.inner if t.requires_grad]
+        grads = iter(torch.autograd.grad(ctx.out, wanted, grad))
+        ctx.inner = ctx.out = None
+        return (None, *[next(grads) if t.requires_grad else None for t in ctx.saved_tensors[:-2]])
+
+
+def _same(tensor: torch.Tensor) -> torch.Tensor:
+    """Identity saved-tensor hook: the ring's inner graph is not counted (RingAttentionSaves)."""
+    return tensor
+
+
 class CheckpointCore(torch.autograd.Function):
     """Megatron's selective recompute: keep the inputs, rerun `fn` in backward (same dropout draws)."""
 
