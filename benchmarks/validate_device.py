@@ -125,6 +125,8 @@ def model_spec(plan: Plan, seq: int) -> ModelSpec:
         hidden_dropout=0.0,
         add_bias_linear=False,
         untie_embeddings_and_output_weights=True,
+        # FLAGS' --use-fused-*: the launch runs fused RMSNorm, SwiGLU and rotary kernels.
+        fused_kernels=("rmsnorm", "rope", "swiglu"),
     )
 
 
