@@ -2,7 +2,8 @@
 (no "not modelled" refusal: Megatron's `uniform` recompute, MindSpeed's hybrid and unaligned
 Ulysses context parallelism included), and a search over the
 script's own layout (tp, pp, cp, ep, vpp and micro-batch fixed; recompute kind, method, count,
-distributed optimizer and layer split free) proves its optimum. The profile holds only the shapes
+distributed optimizer and layer split free, in the layer forms the script's version can write,
+uneven virtual stages included) proves its optimum. The profile holds only the shapes
 the script uses, so each script takes about a second."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import pytest
 
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.errors import InfeasibleError
+from tinker_opt.expressible import search_space_for
 from tinker_opt.hardware import load_hardware
+from tinker_opt.script import versions
 from tinker_opt.script.noop_layers import computing_layer_strategy
 from tinker_opt.solve.search import search
 from tinker_opt.solve.space import SearchSpace
@@ -52,23 +55,29 @@ def _cost_model(script: Path, tmp: Path):
     cluster = ClusterSpec(
         num_nodes=max(1, devices // 8), devices_per_node=min(8, devices), memory_limit_mb=64 * 1024
     )
-    return CostModel.from_profile(
-        profiled,
-        profiled.model,
-        cluster,
-        info.train.global_batch_size,
-        hardware=hardware,
-        job=job_options(info),
-    ), s
+    return (
+        CostModel.from_profile(
+            profiled,
+            profiled.model,
+            cluster,
+            info.train.global_batch_size,
+            hardware=hardware,
+            job=job_options(info),
+        ),
+        s,
+        search_space_for(info, versions.resolve(None, info.text, info.train.framework.flavour)),
+    )
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.name for p in SCRIPTS])
 def test_own_strategy_simulates_and_search_is_exact(script, tmp_path):
-    cost_model, strategy = _cost_model(script, tmp_path)
+    cost_model, strategy, expressible = _cost_model(script, tmp_path)
     evaluation = cost_model.evaluate(strategy)
     assert evaluation.iteration_time_ms > 0
     assert evaluation.strategy.recompute_method == strategy.recompute_method
     space = SearchSpace(
+        layer_form=expressible.layer_form,
+        uneven_vpp=expressible.uneven_vpp,
         max_mbs=strategy.mbs,
         tp=(strategy.tp,),
         pp=(strategy.pp,),
