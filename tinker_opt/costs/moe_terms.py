@@ -25,10 +25,25 @@ Choices"):
   DeepEP README's "NVLink and RDMA forwarding" kernels). With n nodes in the EP group and topk
   experts chosen uniformly, a token reaches (n - 1) (1 - (1 - 1/n)^topk) remote nodes on average
   (ASSUMPTION: uniform routing; node-limited routing `--moe-router-group-topk` is not read).
+
+Local chunk sort (`chunk_sort_us`, compute, not a collective): the all-to-all dispatcher receives
+its tokens grouped by source rank and sorts them by local expert before the experts ("Permutation
+2: Sort tokens by local expert", `sort_chunks_by_idxs` in MoEAlltoAllTokenDispatcher
+.dispatch_postprocess, when num_local_experts > 1) and unsorts the experts' output before the
+combine all-to-all (`restore_output_by_local_experts`, token_combine's preprocess); the backward
+runs both copies again in reverse. Megatron's DeepSeek-V3 GB200 guide (docs/discussions/
+deepseek-v3-gb200-optimization, section 2.1.1) states it: "The AlltoAll dispatcher using the NCCL
+backend requires one global and one local permute before and after EP communication ... The Flex
+Dispatcher of DeepEP or HybridEP fuses the global permute into the communication kernel". The
+profiled MoE block (profile/moe.py) holds one permute and one unpermute, what every dispatcher
+runs; its fused-kernel rule would merge a traced sort into the permute (the all-to-all between
+them is not traced), so the sorts are priced here: each pass reads and writes the rank's
+received tokens once, memory-bound at the HBM bandwidth (as grad_accumulation.py's add).
 """
 
 from __future__ import annotations
 
+from tinker_opt.choices import Dispatcher
 from tinker_opt.costs.term_context import TermContext
 from tinker_opt.costs.units import m_tokens
 from tinker_opt.profile.shape import expert_load
@@ -96,3 +111,28 @@ def _deepep_us(ctx: TermContext, s: Strategy, token_bytes: float) -> float:
     remote = (nodes - 1) * (1 - (1 - 1 / nodes) ** k)  # distinct remote nodes per token
     inter = ctx.comm.time_us("send_recv", 2, "inter_node", token_bytes * remote)
     return max(intra, inter)
+
+
+SORTING_DISPATCHERS = frozenset({Dispatcher.ALLTOALL, Dispatcher.ALLTOALL_SEQ})
+"""Dispatchers that sort the received tokens by local expert (module docstring)."""
+
+
+def chunk_sort_us(ctx: TermContext, s: Strategy) -> tuple[float, float]:
+    """(forward, backward) microseconds of the all-to-all dispatcher's local sort and unsort of
+    one MoE layer and micro-batch (module docstring); 0 for one local expert, the other
+    dispatchers, ModelLink's GShard path and profiles whose block times ran the dispatcher."""
+    m = ctx.model
+    local = (m.num_experts or 1) // max(s.ep, 1)
+    if (
+        m.moe_token_dispatcher_type not in SORTING_DISPATCHERS
+        or m.moe_gshard_dispatch
+        or ctx.ep_comm_in_times
+        or s.ep <= 1
+        or local <= 1
+    ):
+        return 0.0, 0.0
+    tokens = m_tokens(m, s) // (s.tp if s.sp else 1)
+    # The rank sorts what it received: its etp group's tokens x topk x the busiest load.
+    received = tokens * s.expert_tp * m.moe_router_topk * expert_load(m) * m.hidden_size * ctx.bpe
+    one_pass = 2 * received / (ctx.mem_bw_gbs * 1e3)  # read + write; 1 GB/s = 1e3 B/us
+    return 2 * one_pass, 2 * one_pass

@@ -28,7 +28,7 @@ from tinker_opt.costs.fp8_activation import fp8_saved_input_bytes
 from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
 from tinker_opt.costs.grad_accumulation import unfused_accumulation_us
 from tinker_opt.costs.layer_comm import layer_comm_us
-from tinker_opt.costs.moe_terms import moe_comm_us
+from tinker_opt.costs.moe_terms import chunk_sort_us, moe_comm_us
 from tinker_opt.costs.profile_table import BlockCost
 from tinker_opt.costs.recompute import activation_function_terms
 from tinker_opt.costs.recompute_modules import LayerDims, layer_module_terms
@@ -132,7 +132,9 @@ class TermBuilder:
         share = overlap.matmul_share(ctx.model, s.tp, m_tokens(ctx.model, s), dense_params)
         pace_fwd, pace_bwd, pace_bytes = unaligned_extra(ctx, s, cost, share)
         compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
-        compute += pace_fwd + pace_bwd
+        # The all-to-all dispatcher's local sort / unsort copies (moe_terms.chunk_sort_us).
+        sort_fwd, sort_bwd = chunk_sort_us(ctx, s) if kind == "moe" else (0.0, 0.0)
+        compute += pace_fwd + pace_bwd + sort_fwd + sort_bwd
         if not ctx.job.gradient_accumulation_fusion:
             compute += unfused_accumulation_us(
                 cost.param_count, ctx.bpe, ctx.grad_bytes, ctx.mem_bw_gbs
@@ -147,7 +149,9 @@ class TermBuilder:
             overlap.exposed(gather_us, cost.fwd_us) if s.overlap_param_gather else gather_us
         )
         act = (cost.selective_activation_bytes if selective else cost.activation_bytes) + pace_bytes
-        recompute_us = cost.fwd_us + pace_fwd + fwd_comm if s.recompute == "full" else 0.0
+        recompute_us = (
+            cost.fwd_us + pace_fwd + sort_fwd + fwd_comm if s.recompute == "full" else 0.0
+        )
         dims = self._layer_dims(s)
         act -= min(act, fp8_saved_input_bytes(ctx.model, kind, dims, etp))
         if s.recompute == "selective":
