@@ -25,6 +25,19 @@ Choices"):
   DeepEP README's "NVLink and RDMA forwarding" kernels). With n nodes in the EP group and topk
   experts chosen uniformly, a token reaches (n - 1) (1 - (1 - 1/n)^topk) remote nodes on average
   (ASSUMPTION: uniform routing; node-limited routing `--moe-router-group-topk` is not read).
+  Inside a node DeepEP also sends a token once per destination rank, not once per expert: its
+  layout kernel gives `is_token_in_rank` [tokens, ranks] and the dispatch copies each token to
+  every rank that holds one of its experts, the permute to local experts following on the
+  receiver (deepseek-ai/DeepEP deep_ep/buffer.py get_dispatch_layout / dispatch; Megatron's GB200
+  guide section 2.1.1: DeepEP "fuses the global permute into the communication kernel,
+  eliminating the need to explicitly copy the tokens top-k times"); the combine sends back one
+  locally reduced token per rank. With topk of E experts chosen uniformly without replacement
+  and E / ep on each rank, a token reaches `distinct_ranks` = ep (1 - C(E - E/ep, k) / C(E, k))
+  ranks of the EP group, and a node forwards distinct_ranks x e_node / ep copies of it over
+  NVLink. DeepEP's intranode rate on H100 (TileScale's DeepEP example README, 8 x H100, 4096
+  tokens, hidden 7168: 329 GB/s dispatch, 287 GB/s combine, counted on the bytes each rank
+  receives, DeepEP tests/test_intranode.py `recv_x.numel() * 2`) is about the all-to-all's here
+  (7/8 of those bytes at the H100 NVLink 292.5 GB/s = 334 GB/s): the link rate is kept.
 
 Local chunk sort (`chunk_sort_us`, compute, not a collective): the all-to-all dispatcher receives
 its tokens grouped by source rank and sorts them by local expert before the experts ("Permutation
@@ -42,6 +55,8 @@ received tokens once, memory-bound at the HBM bandwidth (as grad_accumulation.py
 """
 
 from __future__ import annotations
+
+import math
 
 from tinker_opt.choices import Dispatcher
 from tinker_opt.costs.term_context import TermContext
@@ -67,6 +82,17 @@ def split_all_to_all_us(ctx: TermContext, size: int, stride: int, nbytes: float)
         return intra
     whole = ctx.comm.time_us("all_to_all", size, "inter_node", nbytes)
     return max(intra, whole * (size - local) / (size - 1))
+
+
+def distinct_ranks(num_experts: int, ep: int, topk: int) -> float:
+    """Ranks of an EP group of `ep` that one token reaches when its `topk` experts are drawn
+    uniformly without replacement from `num_experts`, num_experts / ep on each rank (module
+    docstring): ep (1 - C(E - E/ep, k) / C(E, k)); topk when every expert is on its own rank."""
+    if ep <= 1:
+        return 1.0
+    others = num_experts - num_experts // ep
+    missed = math.comb(others, topk) / math.comb(num_experts, topk) if topk <= others else 0.0
+    return ep * (1 - missed)
 
 
 def _etp_us(ctx: TermContext, s: Strategy, nbytes: float) -> float:
@@ -104,7 +130,7 @@ def _deepep_us(ctx: TermContext, s: Strategy, token_bytes: float) -> float:
     local = ranks_per_node(ctx, etp, s.ep)
     nodes = s.ep // local
     k = m.moe_router_topk
-    routed = token_bytes * k
+    routed = token_bytes * distinct_ranks(m.num_experts or 1, s.ep, k)
     intra = ctx.comm.time_us("all_to_all", local, "intra_node", routed * local / s.ep)
     if nodes <= 1:
         return intra
