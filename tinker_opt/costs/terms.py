@@ -202,14 +202,15 @@ class TermBuilder:
     ) -> tuple[int, float]:
         """(bytes not kept, extra forward microseconds) of one layer under the listed
         `--recompute-modules` other than core_attn (costs/recompute_modules.py); never more
-        than the layer keeps. `moe` reruns the dispatch and combine (moe_terms.moe_comm_us)."""
+        than the layer keeps. `moe` reruns the dispatch and combine (moe_terms.moe_comm_us) and the
+        dispatcher's local sorts (moe_terms.chunk_sort_us)."""
         ctx = self.ctx
         terms = layer_module_terms(
             ctx.model, kind, ctx.job.recompute_modules, dims, ctx.layer_shape(kind, s)[1]
         )
         extra_us = terms.extra_us(ctx.rates.matmul_tflops, ctx.mem_bw_gbs)
-        if terms.reruns_dispatch:
-            extra_us += moe_comm_us(ctx, s)
+        if terms.reruns_dispatch:  # and the all-to-all dispatcher's forward sorts
+            extra_us += moe_comm_us(ctx, s) + chunk_sort_us(ctx, s)[0]
         return min(terms.saved_bytes, act), extra_us
 
     def _swap_attention(self, s: Strategy, act: int, cost: BlockCost) -> tuple[int, float]:
