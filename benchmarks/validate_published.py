@@ -137,6 +137,31 @@ def limits_for(run: PublishedRun) -> SpaceLimits:
     )
 
 
+def cost_model_for(
+    run: PublishedRun,
+    model: ModelSpec,
+    profile_dir: Path,
+    hardware: HardwareSpec,
+    job: JobOptions = JOB_DEFAULTS,
+) -> CostModel:
+    """The cost model of the run's cluster on the analytic profile in `profile_dir`."""
+    # Nodes of the description's size (a GB200 compute tray holds 4 GPUs, a DGX 8).
+    per_node = min(hardware.devices_per_node, run.n_devices)
+    cluster = ClusterSpec(
+        num_nodes=max(1, run.n_devices // per_node),
+        devices_per_node=per_node,
+        memory_limit_mb=hardware.memory_gb * 1024,
+    )
+    return CostModel.from_profile(
+        load_profiled_data(profile_dir),
+        model,
+        cluster,
+        run.strategy["gbs"],
+        hardware=hardware,
+        job=job,
+    )
+
+
 def predict(
     run: PublishedRun,
     model: ModelSpec,
@@ -146,21 +171,7 @@ def predict(
     job: JobOptions = JOB_DEFAULTS,
 ) -> Prediction:
     """Simulate the published strategy on the analytic profile with the cost model."""
-    # Nodes of the description's size (a GB200 compute tray holds 4 GPUs, a DGX 8).
-    per_node = min(hardware.devices_per_node, run.n_devices)
-    cluster = ClusterSpec(
-        num_nodes=max(1, run.n_devices // per_node),
-        devices_per_node=per_node,
-        memory_limit_mb=hardware.memory_gb * 1024,
-    )
-    cost = CostModel.from_profile(
-        load_profiled_data(profile_dir),
-        model,
-        cluster,
-        run.strategy["gbs"],
-        hardware=hardware,
-        job=job,
-    )
+    cost = cost_model_for(run, model, profile_dir, hardware, job)
     evaluation = cost.evaluate(strategy)
     coefficients = cost.coefficients(strategy)
     stages = coefficients.stage_costs(

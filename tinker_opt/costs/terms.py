@@ -28,7 +28,7 @@ from tinker_opt.costs.fp8_activation import fp8_saved_input_bytes
 from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
 from tinker_opt.costs.grad_accumulation import unfused_accumulation_us
 from tinker_opt.costs.layer_comm import layer_comm_us
-from tinker_opt.costs.moe_terms import moe_comm_us
+from tinker_opt.costs.moe_terms import chunk_sort_us, moe_comm_us
 from tinker_opt.costs.profile_table import BlockCost
 from tinker_opt.costs.recompute import activation_function_terms
 from tinker_opt.costs.recompute_modules import LayerDims, layer_module_terms
@@ -132,7 +132,9 @@ class TermBuilder:
         share = overlap.matmul_share(ctx.model, s.tp, m_tokens(ctx.model, s), dense_params)
         pace_fwd, pace_bwd, pace_bytes = unaligned_extra(ctx, s, cost, share)
         compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
-        compute += pace_fwd + pace_bwd
+        # The all-to-all dispatcher's local sort / unsort copies (moe_terms.chunk_sort_us).
+        sort_fwd, sort_bwd = chunk_sort_us(ctx, s) if kind == "moe" else (0.0, 0.0)
+        compute += pace_fwd + pace_bwd + sort_fwd + sort_bwd
         if not ctx.job.gradient_accumulation_fusion:
             compute += unfused_accumulation_us(
                 cost.param_count, ctx.bpe, ctx.grad_bytes, ctx.mem_bw_gbs
@@ -147,7 +149,9 @@ class TermBuilder:
             overlap.exposed(gather_us, cost.fwd_us) if s.overlap_param_gather else gather_us
         )
         act = (cost.selective_activation_bytes if selective else cost.activation_bytes) + pace_bytes
-        recompute_us = cost.fwd_us + pace_fwd + fwd_comm if s.recompute == "full" else 0.0
+        recompute_us = (
+            cost.fwd_us + pace_fwd + sort_fwd + fwd_comm if s.recompute == "full" else 0.0
+        )
         dims = self._layer_dims(s)
         act -= min(act, fp8_saved_input_bytes(ctx.model, kind, dims, etp))
         if s.recompute == "selective":
@@ -198,14 +202,15 @@ class TermBuilder:
     ) -> tuple[int, float]:
         """(bytes not kept, extra forward microseconds) of one layer under the listed
         `--recompute-modules` other than core_attn (costs/recompute_modules.py); never more
-        than the layer keeps. `moe` reruns the dispatch and combine (moe_terms.moe_comm_us)."""
+        than the layer keeps. `moe` reruns the dispatch and combine (moe_terms.moe_comm_us) and the
+        dispatcher's local sorts (moe_terms.chunk_sort_us)."""
         ctx = self.ctx
         terms = layer_module_terms(
             ctx.model, kind, ctx.job.recompute_modules, dims, ctx.layer_shape(kind, s)[1]
         )
         extra_us = terms.extra_us(ctx.rates.matmul_tflops, ctx.mem_bw_gbs)
-        if terms.reruns_dispatch:
-            extra_us += moe_comm_us(ctx, s)
+        if terms.reruns_dispatch:  # and the all-to-all dispatcher's forward sorts
+            extra_us += moe_comm_us(ctx, s) + chunk_sort_us(ctx, s)[0]
         return min(terms.saved_bytes, act), extra_us
 
     def _swap_attention(self, s: Strategy, act: int, cost: BlockCost) -> tuple[int, float]:
