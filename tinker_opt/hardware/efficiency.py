@@ -92,6 +92,10 @@ def _default_memory() -> EfficiencyCurve:
     return EfficiencyCurve(max_efficiency=0.8, half_size=1e6)
 
 
+OPTIONAL_CURVES = ("matmul_fp8", "attention_fwd", "attention_bwd")
+"""Curves a description may state; one it leaves out falls back to `matmul`."""
+
+
 @dataclass(frozen=True)
 class DeviceEfficiency:
     """The two curves of one device, plus what the fit that produced them says about itself."""
@@ -103,6 +107,14 @@ class DeviceEfficiency:
     matmul_fp8: EfficiencyCurve | None = None
     """Matrix ops in FP8 (size: FLOPs), relative to the FP8 peak; None: the `matmul` curve
     (an assumption, until a fit on FP8 runs gives it)."""
+    attention_fwd: EfficiencyCurve | None = None
+    """The fused attention kernel's forward (flash / cuDNN fused attention; size: its FLOPs as
+    op_trace counts them, QK^T and PV, causal halved), of the peak of its precision; None: the
+    `matmul` curve. Published kernel benchmarks put it below the GEMM rate (see the hardware
+    descriptions' notes), so it is data of the description, not a fraction of `matmul`."""
+    attention_bwd: EfficiencyCurve | None = None
+    """The fused attention kernel's backward (size: its FLOPs, 2.5x the forward's: the scores
+    recomputed, dV, dP, dQ, dK); None: the `matmul` curve."""
     fuse_elementwise: bool = True
     """Time each run of memory-bound ops between two matrix ops as one fused kernel, as the fused
     kernels of Megatron-LM / MindSpeed-LLM run them (op_timing.fused_kernels); false for eager
@@ -113,12 +125,12 @@ class DeviceEfficiency:
     @classmethod
     def from_dict(cls, data: dict[str, Any], origin: str = "hardware file") -> DeviceEfficiency:
         unknown = sorted(
-            set(data) - {"matmul", "memory", "matmul_fp8", "fuse_elementwise", "notes"}
+            set(data) - {"matmul", "memory", *OPTIONAL_CURVES, "fuse_elementwise", "notes"}
         )
         if unknown:
             raise ConfigError(
                 f"{origin}: unknown efficiency key(s) {unknown}; expected matmul, memory, "
-                "matmul_fp8, fuse_elementwise, notes"
+                f"{', '.join(OPTIONAL_CURVES)}, fuse_elementwise, notes"
             )
         defaults = cls()
         return cls(
@@ -128,9 +140,10 @@ class DeviceEfficiency:
             memory=EfficiencyCurve.from_dict(data["memory"])
             if "memory" in data
             else defaults.memory,
-            matmul_fp8=EfficiencyCurve.from_dict(data["matmul_fp8"])
-            if "matmul_fp8" in data
-            else None,
+            **{
+                name: EfficiencyCurve.from_dict(data[name]) if name in data else None
+                for name in OPTIONAL_CURVES
+            },
             fuse_elementwise=bool(data.get("fuse_elementwise", defaults.fuse_elementwise)),
             notes=tuple(str(n) for n in data.get("notes", ())),
         )
@@ -140,10 +153,17 @@ class DeviceEfficiency:
         """The curve FP8 matrix ops run under."""
         return self.matmul_fp8 or self.matmul
 
+    def attention(self, direction: str) -> EfficiencyCurve:
+        """The curve the fused attention kernel runs under in `direction` (`fwd` or `bwd`)."""
+        curve = self.attention_fwd if direction == "fwd" else self.attention_bwd
+        return curve or self.matmul
+
     def to_dict(self) -> dict[str, Any]:
         out = {"matmul": self.matmul.to_dict(), "memory": self.memory.to_dict()}
-        if self.matmul_fp8 is not None:
-            out["matmul_fp8"] = self.matmul_fp8.to_dict()
+        for name in OPTIONAL_CURVES:
+            curve = getattr(self, name)
+            if curve is not None:
+                out[name] = curve.to_dict()
         return out | {"fuse_elementwise": self.fuse_elementwise, "notes": list(self.notes)}
 
 

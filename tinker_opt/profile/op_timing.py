@@ -17,6 +17,12 @@ memory-bound ops between two matrix ops is one kernel: it reads each outside ten
 writes each tensor that is used outside the run once; tensors produced and consumed only inside
 the run never touch memory. That is what a fused kernel saves (Dao et al., "FlashAttention",
 2022, section 2; Megatron's fused softmax), and it pays one launch overhead instead of many.
+
+The fused attention kernel (flash / cuDNN fused attention, which the analytic trace records as
+the CPU flash kernel, `ATTENTION_KERNELS`) is timed under the description's attention curves
+(`efficiency.attention_fwd` / `attention_bwd`) instead of the GEMM curve: published kernel
+benchmarks measure it below the GEMM rate, the backward lower still (the hardware descriptions'
+notes cite them). This module is the one place that choice is made.
 """
 
 from __future__ import annotations
@@ -29,6 +35,18 @@ import numpy as np
 
 from tinker_opt.hardware import HardwareSpec
 
+ATTENTION_KERNELS = {
+    "_scaled_dot_product_flash_attention_for_cpu": "fwd",
+    "_scaled_dot_product_flash_attention_for_cpu_backward": "bwd",
+}
+"""The traced ops that stand for the device's fused attention kernel, and which of its curves
+each runs under (by op, not phase: a recomputed forward inside backward is a forward kernel)."""
+
+
+def attention_direction(op: object) -> str:
+    """`fwd` / `bwd` if the op (a Kernel or a traced op) is the fused attention kernel, else ''."""
+    return getattr(op, "attention", "") or ATTENTION_KERNELS.get(getattr(op, "name", ""), "")
+
 
 class OpLike(Protocol):
     flops: int
@@ -37,6 +55,7 @@ class OpLike(Protocol):
 
 
 class TracedOp(OpLike, Protocol):
+    name: str
     phase: str
     reads: tuple[tuple[int, int], ...]
     writes: tuple[tuple[int, int], ...]
@@ -51,6 +70,19 @@ class Kernel:
     bytes_moved: int
     precision: str
     num_ops: int = 1
+    attention: str = ""
+    """`fwd` / `bwd` for the fused attention kernel's directions (ATTENTION_KERNELS), else ''."""
+
+    @classmethod
+    def of_op(cls, op: TracedOp) -> Kernel:
+        """The kernel of one op run alone."""
+        return cls(
+            op.phase,
+            op.flops,
+            op.bytes_moved,
+            op.precision,
+            attention=attention_direction(op),
+        )
 
 
 def _runs(ops: Sequence[TracedOp]) -> list[list[int]]:
@@ -98,11 +130,7 @@ def _fused_bytes(
 def fused_kernels(ops: Sequence[TracedOp], fuse: bool = True) -> list[Kernel]:
     """The kernels a device runs for the traced ops (one per op when `fuse` is off)."""
     if not fuse:
-        return [
-            Kernel(op.phase, op.flops, op.bytes_moved, op.precision)
-            for op in ops
-            if op.flops > 0 or op.bytes_moved > 0
-        ]
+        return [Kernel.of_op(op) for op in ops if op.flops > 0 or op.bytes_moved > 0]
     readers: dict[int, set[int]] = {}
     first_writer: dict[int, int] = {}
     for index, op in enumerate(ops):
@@ -114,7 +142,7 @@ def fused_kernels(ops: Sequence[TracedOp], fuse: bool = True) -> list[Kernel]:
     for run in _runs(ops):
         first = ops[run[0]]
         if len(run) == 1:
-            kernels.append(Kernel(first.phase, first.flops, first.bytes_moved, first.precision))
+            kernels.append(Kernel.of_op(first))
         else:
             kernels.append(
                 Kernel(
@@ -138,6 +166,9 @@ class OpArrays:
     """Peak matrix rate of each op's precision on the target device."""
     fp8: np.ndarray | None = None
     """Which ops run in FP8 (timed under the FP8 matmul curve); None: none."""
+    attention: np.ndarray | None = None
+    """Each op's fused-attention direction (`fwd`, `bwd`, or '' for none; Kernel.attention);
+    None: no attention kernel."""
 
     @classmethod
     def from_ops(cls, ops: Iterable[OpLike], hardware: HardwareSpec) -> OpArrays:
@@ -149,6 +180,7 @@ class OpArrays:
                 [hardware.peak_flops_per_us(op.precision) for op in ops], dtype=float
             ),
             fp8=np.array([op.precision == "fp8" for op in ops], dtype=bool),
+            attention=np.array([attention_direction(op) for op in ops], dtype=object),
         )
 
     def __len__(self) -> int:
@@ -157,11 +189,17 @@ class OpArrays:
 
 def compute_times_us(ops: OpArrays, hardware: HardwareSpec) -> np.ndarray:
     """Each op's time if it were compute-bound (zero for ops without FLOPs); FP8 ops under the
-    FP8 matmul curve (profile/fp8.py)."""
+    FP8 matmul curve (profile/fp8.py), the fused attention kernel under its direction's curve."""
     eff = hardware.efficiency
     times = eff.matmul.time_us(ops.flops, ops.peak_flops_per_us)
     if ops.fp8 is not None and ops.fp8.any():
         times = np.where(ops.fp8, eff.fp8_matmul.time_us(ops.flops, ops.peak_flops_per_us), times)
+    if ops.attention is not None:
+        for direction in ("fwd", "bwd"):
+            mask = ops.attention == direction
+            if mask.any():
+                curve = eff.attention(direction)
+                times = np.where(mask, curve.time_us(ops.flops, ops.peak_flops_per_us), times)
     return times
 
 

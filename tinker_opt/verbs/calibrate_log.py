@@ -53,16 +53,18 @@ def _slowed_links(data: dict[str, Any], factor: float) -> None:
 def _fitted_description(
     hardware, scale: float, comm: float | None, fit, sources: list[str]
 ) -> tuple[dict, bool]:
-    """The description's JSON with every curve (matmul, memory, FP8 matmul where the description
-    has one) `scale` times slower, every link `comm` times slower where the logs determine it,
-    and whether a cap was hit."""
-    from tinker_opt.hardware.efficiency import slowed
+    """The description's JSON with every curve (matmul, memory, and the FP8 matmul and attention
+    curves where the description has them) `scale` times slower, every link `comm` times slower
+    where the logs determine it, and whether a cap was hit."""
+    from tinker_opt.hardware.efficiency import OPTIONAL_CURVES, slowed
 
-    matmul, capped_matmul = slowed(hardware.efficiency.matmul, scale)
-    memory, capped_memory = slowed(hardware.efficiency.memory, scale)
-    fp8 = hardware.efficiency.matmul_fp8
-    matmul_fp8, capped_fp8 = slowed(fp8, scale) if fp8 is not None else (None, False)
-    efficiency = replace(hardware.efficiency, matmul=matmul, memory=memory, matmul_fp8=matmul_fp8)
+    curves, capped = {}, False
+    for name in ("matmul", "memory", *OPTIONAL_CURVES):
+        curve = getattr(hardware.efficiency, name)
+        if curve is not None:
+            curves[name], hit = slowed(curve, scale)
+            capped = capped or hit
+    efficiency = replace(hardware.efficiency, **curves)
     links = (
         f", link bandwidths divided and latencies multiplied by {comm:.4f}"
         if comm is not None
@@ -85,7 +87,7 @@ def _fitted_description(
         "comm_scale": comm,
         "num_samples": fit.num_samples,
     }
-    return data, capped_matmul or capped_memory or capped_fp8
+    return data, capped
 
 
 def paired_scripts(logs: list[Path], scripts: list[str]) -> list[str | None]:
