@@ -90,7 +90,7 @@ def run_all_analytic(script: Path, tmp_path: Path, *options: str) -> tuple[dict,
         script, tmp_path, "--device", "analytic", "--hardware", "910b",
         "--num-npus-per-node", "16", "--memory-limit", "57000", *options,
     )  # fmt: skip
-    return summary, next((folder / "configs").glob("*rank1*.sh"))
+    return summary, next((folder / "configs").glob("*-rank1_*.sh"))
 
 
 def write_synthetic_profile(folder: Path, script: Path = EXAMPLE) -> Path:

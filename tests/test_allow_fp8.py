@@ -73,7 +73,7 @@ def test_tuned_script_carries_the_fp8_flags(fp8_run):
     """The rank-1 script reads back in FP8 (hybrid, delayed) with the ranked strategy; its
     16-bit flag stays."""
     summary, folder, _, _ = fp8_run
-    text = next((folder / "configs").glob("*rank1*.sh")).read_text()
+    text = next((folder / "configs").glob("*-rank1_*.sh")).read_text()
     assert "--fp8-format hybrid" in text and "--bf16" in text and "--fp8-recipe" not in text
     info = read_script_text(text)
     assert (info.model.fp8_format, info.model.fp8_recipe) == ("hybrid", "delayed")
