@@ -135,7 +135,8 @@ def test_solvers_agree_with_zero_in_the_space(cost_model):
         for evaluation in result.top:
             s = evaluation.strategy
             if cost_model.job.recompute_all and s.recompute == "full":
-                assert s.recompute_num_layers == max(s.stage_layers(cost_model.model.num_layers))
+                # Every layer of each chunk: Megatron's block count is per virtual stage.
+                assert s.recompute_num_layers == max(s.chunk_layers(cost_model.model.num_layers))
 
 
 def test_sharding_makes_a_tight_limit_feasible():
