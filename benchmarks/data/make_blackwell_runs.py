@@ -15,6 +15,8 @@ own), GPT3-175B (its Model TFLOP/s cell is empty in the 25.04 table) and Nemotro
 import json
 from pathlib import Path
 
+from llama_shapes import llama
+
 B200 = {
     "id": "dgx_b200",
     "name": "NVIDIA DGX B200 (8x B200 180GB, NVLink5, 8x400 Gb/s IB per node)",
@@ -76,18 +78,9 @@ NEMO_2504 = {
     "config_via": NEMO2_RECIPE,
 }
 
-LLAMA3_8B = {
-    "name": "LLaMA-3-8B", "arch": "llama", "layers": 32, "hidden": 4096, "heads": 32,
-    "kv_heads": 8, "head_dim": 128, "ffn": 14336, "vocab": 128256, "seq": 8192,
-}  # fmt: skip
-LLAMA3_70B = {
-    "name": "LLaMA-3-70B", "arch": "llama", "layers": 80, "hidden": 8192, "heads": 64,
-    "kv_heads": 8, "head_dim": 128, "ffn": 28672, "vocab": 128256, "seq": 8192,
-}  # fmt: skip
-LLAMA31_405B = {
-    "name": "LLaMA-3.1-405B", "arch": "llama", "layers": 126, "hidden": 16384, "heads": 128,
-    "kv_heads": 8, "head_dim": 128, "ffn": 53248, "vocab": 128256, "seq": 8192,
-}  # fmt: skip
+LLAMA3_8B = llama("llama3_8b")
+LLAMA3_70B = llama("llama3_70b")
+LLAMA31_405B = llama("llama31_405b")
 SPLIT_405B = ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
 """126 layers do not split over pp x vp = 64 or pp 16 x vp 4 = 64 stages; with the embedding and
 the loss counted as layers (Megatron-LM arguments.py validate_args) 128 do. Stated for the

@@ -6,6 +6,8 @@ what is stated vs inferred (the TFLOPS-derived iteration times computed here, fo
 
 import json
 
+from llama_shapes import llama
+
 H100 = {
     "id": "h100_dgx_ref",
     "name": "NVIDIA DGX H100 (8x H100-SXM 80GB, NVLink4, 8x400 Gb/s IB per node)",
@@ -384,72 +386,10 @@ NEMO_SRC = {
     "path": "docs/source/performance/performance_summary.md (Pretraining, NeMo 24.07, DGX-H100, FP8)",
     "commit": "070a0bb168d405d653b9734c0017cf5078e77c0d",
 }
-LLAMA = {
-    "llama2_7b": dict(
-        name="LLaMA-2-7B",
-        layers=32,
-        hidden=4096,
-        heads=32,
-        kv_heads=32,
-        ffn=11008,
-        vocab=32000,
-        seq=4096,
-    ),
-    "llama2_13b": dict(
-        name="LLaMA-2-13B",
-        layers=40,
-        hidden=5120,
-        heads=40,
-        kv_heads=40,
-        ffn=13824,
-        vocab=32000,
-        seq=4096,
-    ),
-    "llama2_70b": dict(
-        name="LLaMA-2-70B",
-        layers=80,
-        hidden=8192,
-        heads=64,
-        kv_heads=8,
-        ffn=28672,
-        vocab=32000,
-        seq=4096,
-    ),
-    "llama3_8b": dict(
-        name="LLaMA-3-8B",
-        layers=32,
-        hidden=4096,
-        heads=32,
-        kv_heads=8,
-        ffn=14336,
-        vocab=128256,
-        seq=8192,
-    ),
-    "llama3_70b": dict(
-        name="LLaMA-3-70B",
-        layers=80,
-        hidden=8192,
-        heads=64,
-        kv_heads=8,
-        ffn=28672,
-        vocab=128256,
-        seq=8192,
-    ),
-    "llama31_405b": dict(
-        name="LLaMA-3.1-405B",
-        layers=126,
-        hidden=16384,
-        heads=128,
-        kv_heads=8,
-        ffn=53248,
-        vocab=128256,
-        seq=8192,
-    ),
-}
 
 
 def dense(rid, key, n, gbs, tp, pp, cp, vpp, tok, src, config, extra=(), note=""):
-    m = dict(LLAMA[key], arch="llama", head_dim=LLAMA[key]["hidden"] // LLAMA[key]["heads"])
+    m = llama(key)
     dp = n // (tp * pp * cp)
     rows.append(
         {
