@@ -71,6 +71,12 @@ class PublishedRun:
         return self.model.get("arch") in ("llama", "mixtral")
 
     @property
+    def ran(self) -> bool:
+        """The run ran: it has a measured time, or its source states it ran (`measured.ran`, the
+        quote: e.g. a vendor's model list marking the script tested) without giving a time."""
+        return self.iteration_time_s is not None or bool(self.measured.get("ran"))
+
+    @property
     def iteration_time_s(self) -> float | None:
         """Measured seconds per iteration: `iteration_time_s`, else the published `step_time_s`,
         else gbs * seq / (n_devices * tokens_per_s_per_device) (the runs file's stated rule)."""

@@ -14,15 +14,9 @@ smallest full-model scale of each table; proxy scales with fewer layers are left
 import json
 from pathlib import Path
 
-from llama_shapes import llama
-
-H100 = {
-    "id": "h100_dgx_ref",
-    "name": "NVIDIA DGX H100 (8x H100-SXM 80GB, NVLink4, 8x400 Gb/s IB per node)",
-    "peak_bf16_tflops": 989,
-    "peak_fp8_tflops": 1979,
-    "hbm_gb": 80,
-}
+from memory_rows import NEMOTRON_FLAGS, llama31, nemotron, row
+from mindspeed_memory_rows import mindspeed_mixtral22_32k
+from nemo2_memory_rows import nemo2_rows
 
 DGXC = "NVIDIA/dgxc-benchmarking"
 COMMIT = "143b90dd91f9be958fed4773ae95d941a3356a82"
@@ -43,13 +37,14 @@ NEMO1_NOTE = (
     "unless the row says so, distributed optimizer with overlapped grad / param sync, sequence "
     "parallel and userbuffers tp overlap for tp > 1, flash attention, fused cross entropy"
 )
-APEX_REMAINDERS = ["--use-precision-aware-optimizer", "--main-params-dtype fp16"]
+APEX_REMAINDERS = ["--use-precision-aware-optimizer"]
 """NeMo 1's distributed_fused_adam with fp32 state and bf16 weights keeps no fp32 master copy but
 Apex's 16-bit remainders (NeMo nlp/models/language_modeling/megatron_base_model.py
 setup_optimization: store_params False, store_param_remainders True unless fp8_params; Apex
-contrib/optimizers/distributed_fused_adam.py): 2 B per parameter of the shard, written as
-Megatron's 2-byte master dtype (the same bytes). Gradients stay fp32 (no grad_sync_dtype: Apex's
-default is the state dtype)."""
+contrib/optimizers/distributed_fused_adam.py): 2 B per parameter of the shard, the bytes of
+Megatron-Core's remainders, which `--use-precision-aware-optimizer` with fp32 dtypes keeps for
+bf16 training (specs.OptimizerPrecision.param_remainders). Gradients stay fp32 (no
+grad_sync_dtype: Apex's default is the state dtype)."""
 APEX_BF16 = ["--use-precision-aware-optimizer", "--main-grads-dtype bf16",
              "--main-params-dtype bf16", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]  # fmt: skip
 """The Nemotron-4 configs' optim (dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml:
@@ -62,88 +57,6 @@ SELECTIVE = "selective (activations_checkpoint_granularity selective: core atten
 
 def source(path, config):
     return {"repo": DGXC, "path": path, "commit": COMMIT, "config_via": config}
-
-
-def row(run_id, src, model, n, gbs, mbs, tp, pp, cp, vp, step, precision, note, extra=(), **kw):
-    """One row: the run's layout and step time; `kw` sets strategy fields (moe ones, recompute)."""
-    fp8 = precision == "fp8"
-    strategy = {
-        "tp": tp,
-        "pp": pp,
-        "cp": cp,
-        "vpp": vp,
-        "mbs": mbs,
-        "gbs": gbs,
-        "dp": n // (tp * pp * cp),
-        "sp": tp > 1,
-        "precision": precision,
-        "fp8_param_gather": fp8,
-        "recompute": "none (activations_checkpoint_granularity null)",
-        "distributed_optimizer": True,
-        "optimizer": "distributed optimizer, overlap_grad_sync, overlap_param_sync",
-        "tp_comm_overlap": "ub_tp_comm_overlap true" if tp > 1 else "false",
-        "flash_attn": True,
-        "fused": ["cross-entropy-loss-fusion"],
-        "framework": "NeMo (Megatron-Core)",
-        "extra_flags": ["--transformer-impl transformer_engine", *extra],
-        **kw,
-    }
-    return {
-        "id": run_id,
-        "category": "memory_h100",
-        "source": src,
-        "hardware": H100,
-        "model": model,
-        "strategy": strategy,
-        "n_devices": n,
-        "measured": {"step_time_s": step},
-        "stated_vs_inferred": note,
-        "flags": {
-            "moe": "moe" in model,
-            "cp_gt_1": cp > 1,
-            "fp8": fp8,
-            "iteration_time_from": "step time",
-        },
-    }
-
-
-def llama31(key, kv_heads=None):
-    m = llama(key)
-    m["name"] = m["name"].replace("LLaMA-3-", "LLaMA-3.1-")
-    if kv_heads:
-        m["kv_heads"] = kv_heads
-    return m
-
-
-NEMOTRON_FLAGS = [
-    "--position-embedding-type rope",
-    "--disable-bias-linear",
-    "--untie-embeddings-and-output-weights",
-    "--attention-dropout 0.0",
-    "--hidden-dropout 0.0",
-    "--cross-entropy-loss-fusion",
-]
-"""Nemotron-4: LayerNorm, squared-ReLU MLP (not gated: the GPT-style writer's GeLU MLP has the
-same shapes and saved tensors), rotary positions, no biases, untied output, no dropout
-(Parmar et al. 2024, "Nemotron-4 15B Technical Report"; NeMo-Framework-Launcher
-nemotron_15b.yaml / nemotron_340b.yaml: bias false, position_embedding_type rope,
-share_embeddings_and_output_weights false, hidden_dropout 0.0). The last occurrence of a flag wins
-(script/launch.py Launch.value), so these override the GPT-style dropout 0.1."""
-
-
-def nemotron(name, layers, hidden, heads, ffn):
-    return {
-        "name": name,
-        "arch": "gpt",
-        "layers": layers,
-        "hidden": hidden,
-        "heads": heads,
-        "kv_heads": 8,
-        "head_dim": hidden // heads,
-        "ffn": ffn,
-        "vocab": 256000,
-        "seq": 4096,
-    }
 
 
 GROK = {
@@ -257,7 +170,7 @@ DOC = {
         "device); written by benchmarks/data/make_memory_runs.py. Each row names its source and "
         "says what is stated and what is inferred ([inferred] / [derived] / ASSUMPTION)."
     ),
-    "runs": runs(),
+    "runs": runs() + nemo2_rows() + [mindspeed_mixtral22_32k()],
 }
 
 if __name__ == "__main__":

@@ -111,7 +111,8 @@ FLAGS: tuple[Flag, ...] = (
            "dist-opt; MindSpeed docs/features/reuse-fp32-param.md)", "--reuse-fp32-param"),
     *_rows("job", "precision-aware optimizer: gradient buffer, master weights and Adam moments in the given "
            "dtypes (Megatron-LM; specs.OptimizerPrecision)", "--use-precision-aware-optimizer", "--main-grads-dtype",
-           "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--grad-reduce-in-bf16"),
+           "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--grad-reduce-in-bf16",
+           "--no-store-param-remainders", "--store-param-remainders"),
     *_rows("job", "fp16 training: gradient buffer in fp32 instead of fp16 (bf16 training always does; "
            "Megatron-LM arguments.py)", "--accumulate-allreduce-grads-in-fp32"),
     *_rows("job", "MLP activation output dropped and recomputed in the backward (MindSpeed; costs/recompute.py)",
