@@ -62,6 +62,10 @@ class ModelSpec:
     MindSpeed's `--use-fused-*` flags, or Megatron-Core's Transformer Engine defaults
     (script/reader.py `_te_kernels`). They save fewer tensors than the reference ops
     (profile/kernels.py FUSED_SAVES)."""
+    te_cross_entropy: bool = False
+    """The loss is Transformer Engine's cross entropy (`--cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te`): it keeps the logits in their own dtype, not an fp32 softmax
+    (costs/loss_terms.py)."""
     attention_dropout: float = 0.1
     hidden_dropout: float = 0.1
     add_bias_linear: bool = True

@@ -174,8 +174,9 @@ FLAGS: tuple[Flag, ...] = (
            "--moe-router-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion"),
     *_rows("not modelled", "fused cross entropy: native keeps the unfused one's fp32 softmax (memory as priced; "
            "Megatron-LM core/fusions/fused_cross_entropy.py), its fewer elementwise passes and one tp all-reduce "
-           "are not; impl te keeps the logits' own dtype instead (TE pytorch/triton/cross_entropy.py)",
-           "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl"),
+           "are not", "--cross-entropy-loss-fusion"),
+    *_rows("model", "impl te: the loss keeps the logits in their own dtype, not the fp32 softmax (TE "
+           "pytorch/cross_entropy.py; costs/loss_terms.py)", "--cross-entropy-fusion-impl"),
     *_rows("not modelled", "optimizer states and step on the host (Megatron-LM HybridDeviceOptimizer)",
            "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d"),
     *_rows("not modelled", "CUDA graphs: launch overhead removed, graph memory pools kept", "--cuda-graph-impl",
