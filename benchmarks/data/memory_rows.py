@@ -2,21 +2,7 @@
 hardware objects, the H100 row builder with NeMo's settings as defaults, and the model shapes."""
 
 from llama_shapes import llama
-
-H100 = {
-    "id": "h100_dgx_ref",
-    "name": "NVIDIA DGX H100 (8x H100-SXM 80GB, NVLink4, 8x400 Gb/s IB per node)",
-    "peak_bf16_tflops": 989,
-    "peak_fp8_tflops": 1979,
-    "hbm_gb": 80,
-}
-
-B910 = {
-    "id": "ascend_910b_atlas_a2",
-    "name": "Huawei Ascend 910B (8 NPUs/node)",
-    "peak_bf16_tflops": 354,
-    "hbm_gb": 64,
-}
+from run_devices import H100, nemo_strategy
 
 
 def _time_from(measured) -> str:
@@ -30,24 +16,8 @@ def row(run_id, src, model, n, gbs, mbs, tp, pp, cp, vp, measured, precision, no
     row's `measured` object); `kw` sets strategy fields (moe ones, recompute, optimizer text)."""
     fp8 = precision == "fp8"
     strategy = {
-        "tp": tp,
-        "pp": pp,
-        "cp": cp,
-        "vpp": vp,
-        "mbs": mbs,
-        "gbs": gbs,
-        "dp": n // (tp * pp * cp),
-        "sp": tp > 1,
-        "precision": precision,
+        **nemo_strategy(n, gbs, mbs, tp, pp, cp, vp, precision, extra),
         "fp8_param_gather": fp8,
-        "recompute": "none (activations_checkpoint_granularity null)",
-        "distributed_optimizer": True,
-        "optimizer": "distributed optimizer, overlap_grad_sync, overlap_param_sync",
-        "tp_comm_overlap": "ub_tp_comm_overlap true" if tp > 1 else "false",
-        "flash_attn": True,
-        "fused": ["cross-entropy-loss-fusion"],
-        "framework": "NeMo (Megatron-Core)",
-        "extra_flags": ["--transformer-impl transformer_engine", *extra],
         **kw,
     }
     return {

@@ -1,27 +1,11 @@
 """The MindSpeed-LLM row of memory_runs.json: Mixtral-8x22B at 32K context on 64 Ascend 910B NPUs
 (a script its model list marks as tested), in the row shape of heldout_runs.json."""
 
-from memory_rows import B910
+from llama_shapes import mixtral_8x22b
+from run_devices import B910
 
-MIXTRAL22_32K = {
-    "name": "Mixtral-8x22B",
-    "arch": "mixtral",
-    "layers": 56,
-    "hidden": 6144,
-    "heads": 48,
-    "kv_heads": 8,
-    "head_dim": 128,
-    "ffn": None,
-    "vocab": 32000,
-    "seq": 32768,
-    "moe": {
-        "num_experts": 8,
-        "topk": 2,
-        "moe_ffn": 16384,
-        "first_k_dense": 0,
-        "shared_experts": {"count": 0, "ffn_total": 0},
-    },
-}
+MIXTRAL22_32K = mixtral_8x22b(vocab=32000, seq=32768)
+"""The script's model: --vocab-size 32000, --seq-length 32768 (Mixtral-8x22B's shape otherwise)."""
 MS_SCRIPT = "examples/mcore/mixtral/pretrain_mixtral_8x22b_32k_ptd.sh"
 MS_FLAGS = [
     "--use-mcore-models",
