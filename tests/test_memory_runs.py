@@ -54,3 +54,20 @@ def test_nemotron_rows_read_as_nemotron_4():
     assert not m.add_bias_linear and m.untie_embeddings_and_output_weights
     assert (m.attention_dropout, m.hidden_dropout, m.num_query_groups) == (0.0, 0.0, 8)
     assert info.train.strategy.recompute == "selective"
+
+
+def test_a_row_whose_source_says_it_ran_counts_as_ran():
+    """`measured.ran` without a time: ran (the memory check holds it to its device), no time."""
+    run = RUNS["mindspeed_mixtral_8x22b_32k_64npu_tp8_pp4_cp2"]
+    assert run.ran and run.iteration_time_s is None
+    assert RUNS["dgxc2409_llama31_8b_bf16_8gpu_cp2"].ran
+
+
+def test_validator_passes_reuse_fp32_param():
+    """MindSpeed's --reuse-fp32-param reaches the cost model's job options, as simulate's do."""
+    from validate_published import read_run
+
+    run = RUNS["mindspeed_mixtral_8x22b_32k_64npu_tp8_pp4_cp2"]
+    _, strategy, _, job = read_run(run, launch_script(run))
+    assert job.reuse_fp32_param
+    assert (strategy.tp, strategy.pp, strategy.cp, strategy.vpp) == (8, 4, 2, 7)
