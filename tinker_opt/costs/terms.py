@@ -28,6 +28,7 @@ from tinker_opt.costs.fp8_activation import fp8_saved_input_bytes
 from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
 from tinker_opt.costs.grad_accumulation import unfused_accumulation_us
 from tinker_opt.costs.layer_comm import layer_comm_us
+from tinker_opt.costs.moe_host import moe_host_wait_us
 from tinker_opt.costs.moe_terms import chunk_sort_us, moe_comm_us
 from tinker_opt.costs.profile_table import BlockCost
 from tinker_opt.costs.recompute import activation_function_terms
@@ -135,6 +136,10 @@ class TermBuilder:
         # The all-to-all dispatcher's local sort / unsort copies (moe_terms.chunk_sort_us).
         sort_fwd, sort_bwd = chunk_sort_us(ctx, s) if kind == "moe" else (0.0, 0.0)
         compute += pace_fwd + pace_bwd + sort_fwd + sort_bwd
+        gpu_fwd = cost.fwd_us + pace_fwd + sort_fwd + fwd_comm
+        gpu_bwd = cost.bwd_us + pace_bwd + sort_bwd + bwd_comm
+        host_fwd, host_bwd = moe_host_wait_us(ctx, kind, s, gpu_fwd, gpu_bwd)
+        compute += host_fwd + host_bwd
         if not ctx.job.gradient_accumulation_fusion:
             compute += unfused_accumulation_us(
                 cost.param_count, ctx.bpe, ctx.grad_bytes, ctx.mem_bw_gbs
@@ -150,7 +155,9 @@ class TermBuilder:
         )
         act = (cost.selective_activation_bytes if selective else cost.activation_bytes) + pace_bytes
         recompute_us = (
-            cost.fwd_us + pace_fwd + sort_fwd + fwd_comm if s.recompute == "full" else 0.0
+            cost.fwd_us + pace_fwd + sort_fwd + host_fwd + fwd_comm
+            if s.recompute == "full"
+            else 0.0
         )
         dims = self._layer_dims(s)
         act -= min(act, fp8_saved_input_bytes(ctx.model, kind, dims, etp))
