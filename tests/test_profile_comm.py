@@ -7,9 +7,9 @@ from tinker_opt.profile.store import COMM_OPS
 
 
 def test_sizes_and_groups():
-    """Sizes run 64 KiB x 4^i up to the maximum; groups 2, 4, ... up to the process count."""
+    """Sizes run 64 KiB x 4^i up to the maximum; groups 2, 4, ... up to the process count, and the count itself."""
     assert comm_sizes(1 << 20) == (65536, 262144, 1048576)
-    assert group_sizes(8) == [2, 4, 8] and group_sizes(6) == [2, 4]
+    assert group_sizes(8) == [2, 4, 8] and group_sizes(6) == [2, 4, 6]
 
 
 def test_gloo_measures_every_collective():

@@ -1,4 +1,4 @@
-"""Command line: profile | search | simulate | all, plus inspect, apply, calibrate and check.
+"""Command line: profile | search | simulate | all, plus inspect, apply, calibrate, check and profile-comm.
 
 This module only parses and prints; the verbs' work is in the verbs package. The settings options of
 profile, search, simulate and all come from config.TABLE (`with_settings`): kebab-case plus
@@ -462,6 +462,23 @@ def check(
         f"iterations used: {result['iterations_used']} ({result['steady_state_rule']})",
         highlight=False,
     )
+
+
+@app.command(name="profile-comm")
+@with_settings("profile-comm")
+def profile_comm(given: dict[str, Any], config_path: Path | None = CONFIG_OPT) -> None:
+    """Time the collectives of the cluster: launch with torchrun on every node (--no-python
+    tinker-opt profile-comm ...), or run it alone for this node's devices."""
+    settings = config.resolve("comm", given, config.load_config_file(config_path))
+    outcome = verbs.run_profile_comm(settings)
+    if outcome.error is not None:
+        if outcome.say_error:
+            sys.stderr.write(f"error: profile-comm stopped: {' '.join(outcome.error.split())}\n")
+        raise typer.Exit(2)
+    for note in outcome.notes:
+        err_console.print(f"not measured: {note}", markup=False, highlight=False)
+    if outcome.folder is not None:
+        console.print(f"communication profile: [bold]{outcome.folder}[/bold]")
 
 
 def main() -> None:
