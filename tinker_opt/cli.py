@@ -396,8 +396,24 @@ def calibrate(
     log: list[Path] | None = LOG_OPT,
     skip_first: int = SKIP_FIRST_OPT,
     num_npus_per_node: int | None = NPUS_OPT,
+    comm: Path | None = typer.Option(
+        None, "--comm", help="A comm.csv of profile-comm: fit the description's links to it."
+    ),
 ) -> None:
-    """Fit a hardware description to a measured profile, or (--log) to the iteration times of runs."""
+    """Fit a hardware description to a measured profile, (--log) to the iteration times of runs,
+    or (--comm) to the collectives of profile-comm."""
+    if comm is not None:
+        from tinker_opt.emit.comm_tables import comm_links_table, comm_residuals_table
+
+        if log or source:
+            raise ConfigError("calibrate --comm takes no profile folder and no --log; pass one")
+        report = verbs.run_calibrate_comm(comm, hardware, output)
+        for warning in report["warnings"]:
+            err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}", highlight=False)
+        console.print(comm_links_table(report))
+        console.print(comm_residuals_table(report))
+        console.print(f"wrote {report['output']}")
+        return
     if not log:
         if not source or len(source) > 1:
             raise ConfigError("calibrate needs one profiled-data folder, or --log LOG [SCRIPT]")

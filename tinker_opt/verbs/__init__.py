@@ -8,10 +8,12 @@ return; nothing here prints. Heavy imports (torch, solvers) happen inside the fu
 is a change here alone.
 
 One module per verb (profile, search with all, simulate, scripts: inspect / apply / calibrate,
-check, calibrate_log: calibrate --log, profile_comm: profile-comm) and
+check, calibrate_log: calibrate --log, calibrate_comm: calibrate --comm, profile_comm:
+profile-comm) and
 common.py for what they share; the package exports the verbs cli.py calls.
 """
 
+from tinker_opt.verbs.calibrate_comm import run_calibrate_comm
 from tinker_opt.verbs.calibrate_log import run_calibrate_log
 from tinker_opt.verbs.check import DeviceChoice, run_check
 from tinker_opt.verbs.common import Log, Progress, job_options
@@ -32,6 +34,7 @@ __all__ = [
     "run_all",
     "run_apply",
     "run_calibrate",
+    "run_calibrate_comm",
     "run_calibrate_log",
     "run_check",
     "run_inspect",
