@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -135,3 +136,58 @@ def test_a_rank_alone_times_out_with_one_line(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "could not join the 2 ranks within 3 s" in lines[0]
+
+
+def _alpha_beta(rows: pd.DataFrame, op: str, size: int):
+    """The relative least-squares (latency, 1 / bandwidth) line through measured rows of one op,
+    computed here on its own: time = steps x latency + traffic x bytes / bandwidth."""
+    from tinker_opt.comm_cost import latency_steps, traffic_factor
+
+    t = rows["time_us"].to_numpy(float)
+    design = np.column_stack(
+        [np.full(len(t), latency_steps(op, size)), traffic_factor(op, size) * rows["bytes"] / 1e3]
+    )
+    latency, inverse = np.linalg.lstsq(design / t[:, None], np.ones(len(t)), rcond=None)[0]
+    return lambda nbytes: (
+        latency_steps(op, size) * latency + traffic_factor(op, size) * nbytes / 1e3 * inverse
+    )
+
+
+def test_calibrated_description_prices_the_measured_rate(cluster_run, tmp_path):
+    """calibrate --comm on the run: the description prices a 2-node all-reduce (and all-to-all) at
+    the rate measured, as the profile folder's own comm.csv does; search accepts the description."""
+    from cli_support import invoke_cli, write_synthetic_profile
+
+    from tinker_opt.costs.comm_model import CommModel, GroupPlacement
+    from tinker_opt.hardware import comm_table, load_hardware
+    from tinker_opt.profile.store import read_comm_csv
+
+    mine = tmp_path / "mine.json"
+    done = invoke_cli("calibrate", "--comm", str(cluster_run / "comm.csv"))
+    assert done.returncode != 0  # --hardware and -o are required
+    done = invoke_cli(
+        "calibrate", "--comm", str(cluster_run / "comm.csv"), "--hardware", "a100-80gb", "-o", str(mine)
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "inter_node" in done.stdout and "all_reduce" in done.stdout
+    spec = load_hardware(mine)
+    described = CommModel(comm_table(spec, max_group_size=8), hardware=spec)
+    comm = read_comm_csv(cluster_run / "comm.csv")
+    direct = CommModel(comm)  # the measured folder's comm.csv, used as is
+    two_nodes = GroupPlacement("inter_node", 1, 2)
+    for op in ("all_reduce", "all_to_all"):
+        rows = comm[(comm["op"] == op) & (comm["scope"] == "inter_node")]
+        line = _alpha_beta(rows, op, 2)
+        slope, intercept = np.polyfit(rows["bytes"], rows["time_us"], 1)  # comm_model._fit_rows
+        for nbytes in rows["bytes"]:
+            priced = described.time_us(op, 2, two_nodes, nbytes)
+            assert priced == pytest.approx(line(nbytes), rel=0.01)
+            on_folder = direct.time_us(op, 2, "inter_node", nbytes)
+            assert on_folder == pytest.approx(max(intercept, 0) + slope * nbytes, rel=0.01)
+    profile = write_synthetic_profile(tmp_path / "profiled-data-llama-tiny-test")
+    found = invoke_cli(
+        "search", "--profiled-data-path", str(profile), "--hardware", str(mine),
+        "--global-batch-size", "16", "--num-nodes", "2", "--num-npus-per-node", "2",
+        "--output-dir", str(tmp_path / "results"), "--top-k", "2", "--time-limit", "20", "--quiet",
+    )  # fmt: skip
+    assert found.returncode == 0, found.stderr

@@ -67,6 +67,8 @@ COLLECTIVE_LIBRARIES = ("nccl", "hccl")
 """Libraries whose algorithms comm_cost.spanning_time_us models (NCCL on GPUs, HCCL on Ascend)."""
 DEFAULT_COMM_SIZES = tuple(64 * 1024 * 4**i for i in range(7))
 """64 KiB ... 256 MiB, the sizes the measured communication profile uses too."""
+COMM_MAX_GROUP = 64
+"""comm.csv group sizes computed from a description go up to this (the formulas hold for any size)."""
 
 
 @dataclass(frozen=True)
