@@ -24,7 +24,7 @@ script, analytic A100) on 512 x 8, gbs 2048; DeepSeek-V3-671B (MindSpeed-LLM scr
 910B) on 32 x 16 (its A3 layout), the script's gbs; GPT-3-175B on 2048 x 8 = 16,384 devices, gbs
 8192; DeepSeek-V3-671B (the Megatron-MoE-ModelZoo script, analytic H100) on its own 128 x 8 and
 gbs 8192. The first three and the DeepSeek-V3 910B profile are issue 30's table (the default).
-Writes benchmarks/results/<out>.{md,csv}.
+Writes benchmarks/results/<out>.{md,csv} and <out>_answers.json (each tree's answers).
 """
 
 from __future__ import annotations
@@ -189,6 +189,8 @@ class Bench:
         self.trees, self.work, self.repeat, self.timeout_s = trees, work, repeat, timeout_s
         self.rows: list[dict] = []
         self.first: dict[str, dict] = {}
+        self.answers: dict[str, dict[str, dict]] = {}
+        """{case: {tree: answers}}: written beside the tables (<out>_answers.json)."""
 
     def _row(self, case: str, label: str, found: dict) -> dict:
         row = dict.fromkeys(COLUMNS, "")
@@ -219,6 +221,7 @@ class Bench:
         found = _best(tree, args, work, self.repeat, self.timeout_s)
         if "error" not in found:
             answers = _answers(found.pop("out"))
+            self.answers.setdefault(case[0], {})[label] = answers
             first = self.first.setdefault(case[0], answers)
             keys = ("status", "objective_ms", "top", "picks")
             found |= {k: answers[k] for k in ("status", "objective_ms", "solve_time_s")}
@@ -309,6 +312,8 @@ def main() -> None:
         f"{commits}. {args.note}"
     )
     write_tables(bench.rows, args.out, note)
+    answers = json.dumps(bench.answers, indent=1, sort_keys=True)
+    (RESULTS / f"{args.out}_answers.json").write_text(answers + "\n")
 
 
 if __name__ == "__main__":
