@@ -14,7 +14,7 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
                     "matmul_fp8": CURVE},                           # optional: FP8 GEMMs (of fp8 peak)
      "nics_per_node": int,                                          # optional, network tiers below
      "domain": {"size": int, "bandwidth_gbs": float, "latency_us": float},   # optional
-     "collectives": "nccl" | "hccl",                                # optional, default nccl
+     "collectives": "nccl" | "hccl" | "rccl",                       # optional, default nccl
      "fused_attention": bool,                       # optional, default true: TE's fused attention
      "sources": [...], "assumptions": [...]}
 
@@ -62,8 +62,10 @@ DEFAULT_HOST_LINK_GBS = 25.0
 """Device<->host copy bandwidth per device and direction when a hardware file gives none.
 ASSUMPTION: a PCIe 4.0/5.0 x16 class link (32/64 GB/s peak) shared by the devices on its switch,
 about 25 GB/s achieved per device; used only for `--swap-optimizer` traffic."""
-COLLECTIVE_LIBRARIES = ("nccl", "hccl")
-"""Libraries whose algorithms comm_cost.spanning_time_us models (NCCL on GPUs, HCCL on Ascend)."""
+COLLECTIVE_LIBRARIES = ("nccl", "hccl", "rccl")
+"""Libraries whose algorithms comm_cost.spanning_time_us models (NCCL on NVIDIA GPUs, HCCL on
+Ascend, RCCL on AMD Instinct: NCCL's source ported to ROCm, ROCm/rccl README.md, priced with
+NCCL's algorithms)."""
 DEFAULT_COMM_SIZES = tuple(64 * 1024 * 4**i for i in range(7))
 """64 KiB ... 256 MiB, the sizes the measured communication profile uses too."""
 
