@@ -70,6 +70,9 @@ class HardwareRates:
     """Dense matmul peak in the training precision (recomputed module GEMMs, costs/recompute_modules.py)."""
     accelerator: str = "cuda"
     """cuda | npu: the framework's context and communication buffers (framework_memory.py)."""
+    fixed_us_per_microbatch: float = 0.0
+    """Fixed time per micro-batch and stage (HardwareSpec.fixed_ms_per_microbatch, fitted by
+    calibrate --log): added to every stage's micro-batch time (stage_terms.py)."""
 
     @classmethod
     def of(cls, hardware: HardwareSpec | None, device_kind: str | None = None) -> HardwareRates:
@@ -83,4 +86,5 @@ class HardwareRates:
             host_link_gbs=hardware.host_link_gbs or DEFAULT_HOST_LINK_GBS,
             matmul_tflops=hardware.peak_tflops.get("bf16") or DEFAULT_MATMUL_TFLOPS,
             accelerator=accelerator,
+            fixed_us_per_microbatch=1e3 * hardware.fixed_ms_per_microbatch,
         )

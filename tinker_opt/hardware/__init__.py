@@ -16,6 +16,7 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
      "domain": {"size": int, "bandwidth_gbs": float, "latency_us": float},   # optional
      "collectives": "nccl" | "hccl" | "rccl",                       # optional, default nccl
      "fused_attention": bool,                       # optional, default true: TE's fused attention
+     "fixed_ms_per_microbatch": float,              # optional, default 0: fitted by calibrate --log
      "sources": [...], "assumptions": [...]}
 
     CURVE = {"max_efficiency": float, "half_size": float}      # eff(x) = max * x / (x + half)
@@ -124,11 +125,21 @@ class HardwareSpec:
     fused_attention: bool = True
     """Transformer Engine's FlashAttention / cuDNN fused attention run here (sm80+); False: TE
     falls back to unfused attention, which keeps the s x s scores (V100)."""
+    fixed_ms_per_microbatch: float = 0.0
+    """Host / latency time per micro-batch and pipeline stage that does not shrink with the work
+    (launches, data loading, schedule bookkeeping): 0 in the shipped descriptions; `calibrate
+    --log` fits it from two or more logs of jobs of different size (verbs/calibrate_log.py) and
+    the cost model adds it to every stage's micro-batch time (costs/stage_terms.py)."""
     sources: list[Any] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._check_network()
+        if self.fixed_ms_per_microbatch < 0:
+            raise ConfigError(
+                f"hardware '{self.name}' needs fixed_ms_per_microbatch >= 0, got "
+                f"{self.fixed_ms_per_microbatch}"
+            )
         if isinstance(self.efficiency, dict):  # accept the JSON form as well
             object.__setattr__(self, "efficiency", DeviceEfficiency.from_dict(self.efficiency))
         if (
@@ -207,6 +218,7 @@ class HardwareSpec:
                 host_link_gbs=float(data.get("host_link_gbs", DEFAULT_HOST_LINK_GBS)),
                 **_network_fields(data),
                 fused_attention=bool(data.get("fused_attention", True)),
+                fixed_ms_per_microbatch=float(data.get("fixed_ms_per_microbatch", 0.0)),
                 sources=list(data.get("sources", [])),
                 assumptions=list(data.get("assumptions", [])),
             )
@@ -262,6 +274,11 @@ class HardwareSpec:
             "efficiency": self.efficiency.to_dict(),
             **self._network_dict(),
             **({} if self.fused_attention else {"fused_attention": False}),
+            **(
+                {"fixed_ms_per_microbatch": self.fixed_ms_per_microbatch}
+                if self.fixed_ms_per_microbatch
+                else {}
+            ),
             "sources": list(self.sources),
             "assumptions": list(self.assumptions),
         }

@@ -182,6 +182,19 @@ def _measured(log: TrainingLog, steady: SteadyState, info) -> dict[str, Any]:
     }
 
 
+def job_size(info) -> dict[str, Any]:
+    """What makes two jobs of one machine differ in size (not in layout): the model's shape
+    and the tokens per iteration (calibrate --log fits a fixed cost only across sizes)."""
+    model = info.model
+    return {
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "ffn_hidden_size": model.ffn_hidden_size,
+        "num_experts": model.num_experts,
+        "tokens_per_iteration": info.train.global_batch_size * model.seq_length,
+    }
+
+
 def stage_of(rank: int, world: int, pp: int) -> int:
     """The pipeline stage of a rank: Megatron's default order tp-cp-ep-dp-pp puts pp outermost
     (megatron/core/parallel_state.py, order "tp-cp-ep-dp-pp"), so stage = rank // (world / pp)."""
@@ -218,7 +231,11 @@ def run_check(
     }
     result = {
         "log": {"source": log.source, "form": log.form},
-        "job": {"source": job.source, "strategy": job.info.train.strategy.to_dict()},
+        "job": {
+            "source": job.source,
+            "strategy": job.info.train.strategy.to_dict(),
+            "size": job_size(job.info),
+        },
         "iterations_used": [r.iteration for r in steady.used],
         "iterations_dropped": list(steady.dropped),
         "steady_state_rule": steady.rule,
