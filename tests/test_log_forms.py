@@ -134,3 +134,11 @@ def test_no_whole_time_names_the_line(tmp_path):
     with pytest.raises(LogError, match=r"stopped at line \d+: '.*iteration +10/") as info:
         steady_state(log)
     assert "\n" not in str(info.value)
+
+
+def test_mindspeed_fsdp2_lines():
+    """MindSpeed-LLM FSDP2's lines (its guide's excerpt): times, and the GB peaks as MB."""
+    log = read_log(LOGS / "excerpts" / "mindspeed-fsdp2-guide.txt")
+    assert [r.time_ms for r in log.iterations] == [7827.39, 1331.74, 981.08]
+    assert max(m.max_allocated_mb for m in log.memory) == pytest.approx(19.07 * 1024)
+    assert max(m.max_reserved_mb for m in log.memory) == pytest.approx(22.43 * 1024)

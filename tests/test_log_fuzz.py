@@ -33,6 +33,7 @@ TEXT_LOGS = [
     LOGS / "kisti-v100x4-gpt345m-tp4-main202409" / "log.txt",
     LOGS / "kisti-v100x4-gpt345m-tp4-core050" / "log.txt",
     LOGS / "excerpts" / "megatron-issue756-mixtral-h100x16.txt",
+    LOGS / "excerpts" / "mindspeed-fsdp2-guide.txt",
 ]
 JSON_LOGS = [
     LOGS / "ms-ci-llama2-l8-tp8-coc-910b" / "log.txt",

@@ -8,7 +8,9 @@ same line with ` mem usages: F |` after the elapsed time: 1 - free / total devic
 torch.cuda.mem_get_info), megatron/training/utils.py `report_memory` (`[Rank R] (after N
 iterations) memory (MB) | allocated: A | max allocated: B | reserved: C | max reserved: D`, the
 last field without a closing bar) and megatron/training/arguments.py `_print_args` (`  name
-..... value` lines between `---- arguments ----` and `---- end of arguments ----`).
+..... value` lines between `---- arguments ----` and `---- end of arguments ----`); MindSpeed-LLM
+FSDP2 prints the Megatron iteration line behind `INFO [date] >>` with two decimals and its
+memory peaks in GB on it (`max_memory_allocated(GB): X | max_memory_reserved(GB): Y |`).
 
 Lines as users have them: with a `[date time]` stamp (newer Megatron-LM prints one before
 `iteration`), with a launcher's prefix (`0:` from `srun -l`, `[default0]:` from torchrun
@@ -39,6 +41,9 @@ the KISTI core_r0.5.0 log has two reports on each of two lines)."""
 _MEMORY_FIELD = re.compile(
     r"\|\s*(max allocated|allocated|max reserved|reserved):\s*" + _NUMBER + r"(?=(\s*\||\s*$))"
 )
+_FSDP2_MEMORY = re.compile(r"max_memory_(allocated|reserved)\(GB\):\s*" + _NUMBER + r"\s*\|")
+"""MindSpeed-LLM FSDP2's fields on the iteration line (`max_memory_allocated(GB): 19.07 |`, the
+historical peak, max over all ranks: mindspeed_llm fsdp2 training monitor, GB = 2**30 bytes)."""
 _MEMORY_KEYS = {
     "allocated": "allocated_mb",
     "max allocated": "max_allocated_mb",
@@ -121,8 +126,27 @@ def _memory(match: re.Match) -> MemoryReport:
     return MemoryReport(rank=int(match.group(1)), after_iterations=int(match.group(2)), **values)
 
 
+def _fsdp2_memory(line: str) -> list[MemoryReport]:
+    """The FSDP2 iteration line's peaks as one report of no named rank (the max over ranks)."""
+    fields = {kind: float(value) * 1024 for kind, value in _FSDP2_MEMORY.findall(line)}
+    number = _ITERATION.search(line)
+    if not fields or number is None:
+        return []
+    return [
+        MemoryReport(
+            rank=None,
+            after_iterations=int(number.group(1)),
+            max_allocated_mb=fields.get("allocated"),
+            max_reserved_mb=fields.get("reserved"),
+        )
+    ]
+
+
 def memory_reports(line: str) -> list[MemoryReport]:
-    """Every rank's memory report on the line (several where prints are glued)."""
+    """Every rank's memory report on the line (several where prints are glued), and the peaks
+    MindSpeed-LLM FSDP2 prints on its iteration lines."""
+    if "max_memory_" in line:
+        return _fsdp2_memory(line)
     if "memory (MB)" not in line:
         return []
     return [_memory(match) for match in _MEMORY.finditer(line)]
