@@ -24,8 +24,11 @@ MACHINES = {
     "h100-80gb": ("mlm-ci-gpt7b-tp1pp4vpp-h100", "mlm-ci-gpt7b-tp4pp1-h100"),
     "gb200-nvl72": ("mlm-ci-gpt7b-tp1pp4vpp-gb200", "mlm-ci-gpt7b-tp4pp1-gb200"),
     "v100-32gb": ("kisti-v100x4-gpt345m-tp4-main202409", "kisti-v100x4-gpt345m-tp4-core050"),
-    "910b": ("ms-ci-llama2-l8-tp8-coc-910b",),
+    "910b": ("ms-ci-llama2-l8-tp8-coc-910b", "ms-ci-llama2-7b-tp2pp4vpp2-swap-910b"),
 }
+
+BOTH = ("910b",)
+"""Machines whose logs are jobs of different size: also fitted on all their logs together."""
 
 
 def _pair(folder: str) -> tuple[Path, str | None]:
@@ -68,6 +71,26 @@ def _row(folder: str, hardware: str, before: dict, after: dict | None, source: s
     return "| " + " | ".join(cells) + " |"
 
 
+def _calibrated(hardware: str, folders: list[str], out: Path) -> DeviceChoice:
+    """The description `calibrate --log` fits on `folders` (one script per log)."""
+    pairs = [_pair(folder) for folder in folders]
+    scripts = [script for _, script in pairs if script]
+    device = DeviceChoice(device="analytic", hardware=hardware)
+    run_calibrate_log([log for log, _ in pairs], scripts, device, out, skip_first=1)
+    return DeviceChoice(device="analytic", hardware=str(out))
+
+
+def _both_rows(hardware: str, folders: tuple[str, ...], scratch: Path) -> None:
+    """Rows of the logs checked on the description fitted on all of them (device + fixed time
+    where the jobs differ in size): what two logs determine, not a carry."""
+    both = _calibrated(hardware, list(folders), scratch / f"{hardware}-all.json")
+    for folder in folders:
+        log, script = _pair(folder)
+        before = run_check(log, script, DeviceChoice(device="analytic", hardware=hardware))[0]
+        after = run_check(log, script, both)[0]
+        print(_row(folder, hardware, before, after, "all logs of the machine"), flush=True)
+
+
 def main() -> None:
     print(
         "| log | device | measured ms | predicted ms before | after calibration | measured "
@@ -84,12 +107,11 @@ def main() -> None:
                 if not others:
                     print(_row(folder, hardware, before, None, "(no other log of this machine)"))
                     continue
-                other_log, other_script = _pair(others[0])
-                out = Path(scratch) / f"{hardware}-{others[0]}.json"
-                scripts = [other_script] if other_script else []
-                run_calibrate_log([other_log], scripts, device, out, skip_first=1)
-                after = run_check(log, script, DeviceChoice(device="analytic", hardware=str(out)))
-                print(_row(folder, hardware, before, after[0], others[0]), flush=True)
+                carried = _calibrated(hardware, others[:1], Path(scratch) / f"{others[0]}.json")
+                after = run_check(log, script, carried)[0]
+                print(_row(folder, hardware, before, after, others[0]), flush=True)
+            if hardware in BOTH:
+                _both_rows(hardware, folders, Path(scratch))
 
 
 if __name__ == "__main__":

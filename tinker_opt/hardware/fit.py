@@ -272,11 +272,14 @@ def fit_factors(
 
 def well_conditioned(columns: Sequence[Sequence[float]], measured_ms: Sequence[float]) -> bool:
     """Whether the logs determine a factor per column: the smallest singular value of the
-    relative design is above MIN_COMM_CONDITION times the largest (columns too alike across the
-    logs, e.g. two logs of one job, determine only their sum)."""
+    relative design, each column scaled to unit length (a column's unit, ms of device time or
+    iteration ms per ms of fixed time, says nothing of its direction), is above
+    MIN_COMM_CONDITION times the largest (columns too alike across the logs, e.g. two logs of
+    one job, determine only their sum)."""
     measured = np.asarray(measured_ms, dtype=float)
     design = np.column_stack([np.asarray(c, dtype=float) for c in columns]) / measured[:, None]
-    if design.shape[0] < design.shape[1]:
+    if design.shape[0] < design.shape[1] or not np.all(np.linalg.norm(design, axis=0) > 0):
         return False
+    design = design / np.linalg.norm(design, axis=0)
     singular = np.linalg.svd(design, compute_uv=False)
     return bool(singular[-1] > MIN_COMM_CONDITION * singular[0])
