@@ -372,6 +372,11 @@ HARDWARE_OPT = typer.Option(None, "--hardware", help="Hardware description (name
 SKIP_FIRST_OPT = typer.Option(
     1, "--skip-first", help="Logged iteration records to drop as start-up (steady-state rule)."
 )
+LOG_RUN_OPT = typer.Option(
+    None,
+    "--log-run",
+    help="Which run of a log holding several (1 = the first; default: the last complete one).",
+)
 NPUS_OPT = typer.Option(
     None,
     "--num-npus-per-node",
@@ -454,6 +459,7 @@ def check(
     ),
     hardware: str | None = HARDWARE_OPT,
     skip_first: int = SKIP_FIRST_OPT,
+    log_run: int | None = LOG_RUN_OPT,
     num_npus_per_node: int | None = NPUS_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -467,7 +473,7 @@ def check(
         num_npus_per_node=num_npus_per_node,
     )
     result, warnings = verbs.run_check(
-        log, str(script) if script else None, choice, skip_first=skip_first
+        log, str(script) if script else None, choice, skip_first=skip_first, log_run=log_run
     )
     for warning in warnings:
         err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}", highlight=False)

@@ -120,6 +120,9 @@ class SplitCoefficients:
     """Some block cost was interpolated in the micro-batch size."""
     uniform: bool = False
     """The model has one layer kind (then every layer costs the same by construction)."""
+    fixed_ns_per_microbatch: int = 0
+    """The description's fixed time per micro-batch, included in every stage_time_ns (for the
+    breakdown's fixed_ms; HardwareSpec.fixed_ms_per_microbatch)."""
     stage_mask_bytes: np.ndarray | None = None
     """The attention-mask part of stage_static_bytes (Tinker folders; None: no mask)."""
     schedule: str = "1f1b"

@@ -327,14 +327,18 @@ def _stage_breakdown(s: int, st: StageCost, v: int) -> StageBreakdown:
 
 
 def _breakdown(c: SplitCoefficients, stages: list[StageCost]) -> dict[str, float]:
-    """Iteration time split so that the parts add up: m x the slowest stage, bubble, tail."""
+    """Iteration time split so that the parts add up: m x the slowest stage, bubble, tail;
+    `fixed_ms` is the description's fitted fixed time per micro-batch (m of them on the
+    slowest stage: HardwareSpec.fixed_ms_per_microbatch), taken out of compute_ms."""
     v, m = c.vpp, c.num_microbatches
+    fixed_ms = m * c.fixed_ns_per_microbatch / NS_PER_MS
     slow = max(stages, key=lambda st: st.time_ns)
     tail = max(stages, key=lambda st: st.tail_ns)
     # What the schedule adds to m x the slowest stage and the tail (1F1B: sum - max).
     bubble_x_v = c.iteration_time_ns_x_v(stages) - v * (m * slow.time_ns + tail.tail_ns)
     return {
-        "compute_ms": m * (slow.time_ns - slow.comm_ns - slow.recompute_ns) / NS_PER_MS,
+        "compute_ms": m * (slow.time_ns - slow.comm_ns - slow.recompute_ns) / NS_PER_MS - fixed_ms,
+        "fixed_ms": fixed_ms,
         "recompute_ms": m * slow.recompute_ns / NS_PER_MS,
         "comm_ms": m * slow.comm_ns / NS_PER_MS,
         "bubble_ms": bubble_x_v / v / NS_PER_MS,

@@ -66,7 +66,8 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
     # SP, else an all-reduce of the input gradient backward: one pair either way.
     head_comm = ctx.tp_pair_us(s, act) if tp_comm else 0.0
     p2p_us, p2p_hidden_us = _p2p_us(ctx, s)
-    time = np.full(p, p2p_us, dtype=float)
+    # The description's fitted fixed time per micro-batch (calibrate --log; 0 unless fitted).
+    time = np.full(p, p2p_us + ctx.rates.fixed_us_per_microbatch, dtype=float)
     comm = np.full(p, p2p_us, dtype=float)
     first_params, last_params = emb.param_count, norm.param_count + _head_params(ctx, s, head)
     emb_comm += unit_exposed_us(ctx, s, first_params)  # ZeRO 2/3 units (zero_terms.py)
@@ -113,6 +114,7 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
         "stage_inflight_x_v": _inflight(s, v, num_micro),
         "stage_tail_ns": tail,
         "stage_tail_sync_ns": tail_sync,
+        "fixed_ns_per_microbatch": round(1e3 * ctx.rates.fixed_us_per_microbatch),
         "estimated": emb.estimated or norm.estimated or head.estimated,
     }
 
