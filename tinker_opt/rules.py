@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod, assert_never
 from tinker_opt.errors import StrategyError
 from tinker_opt.knobs import knob_message
+from tinker_opt.layer_stack import dualpipev_layer_list, dualpipev_message
 from tinker_opt.specs import ClusterSpec, ModelSpec
 from tinker_opt.strategy import Strategy
 
@@ -301,11 +302,12 @@ def _rule_schedule(
     docs/features/dualpipev.md and megatron_moe/megatron-moe-fb-overlap.md, "使用约束")."""
     num_micro = gbs // (s.mbs * s.dp)
     if s.schedule == "dualpipev":
-        if s.pp < 2 or model.num_layers % (2 * s.pp):
-            return f"dualpipev needs pp >= 2 and num_layers ({model.num_layers}) a multiple of 2*pp ({2 * s.pp})"
-        if num_micro < 2 * s.pp:
-            return f"dualpipev needs at least 2*pp ({2 * s.pp}) micro-batches per pipeline, got {num_micro}"
-        if s.cp > 1 or s.num_layer_list is not None or s.overlap_grad_reduce:
+        message = dualpipev_message(model.num_layers, model.noop_layers, s.pp, num_micro)
+        if message:
+            return message
+        padded = dualpipev_layer_list(model.num_layers, model.noop_layers, s.pp)
+        listed = s.num_layer_list is not None and s.num_layer_list != padded
+        if s.cp > 1 or listed or s.overlap_grad_reduce:
             return (
                 "dualpipev excludes context parallelism, a num_layer_list and overlap_grad_reduce"
             )
@@ -380,7 +382,7 @@ def _layer_split_message(s: Strategy, num_layers: int, form: str = "free") -> st
     if min(s.num_layer_list) < 0 or min(s.stage_layers(num_layers)) < 1:
         return f"every pipeline stage needs at least one layer; num_layer_list is {list(s.num_layer_list)}"
     if s.per_virtual_stage:
-        return None if form == "free" else virtual_form_message(s)
+        return None if form == "free" or s.dualpipev else virtual_form_message(s)
     return layer_form_message(tuple(s.num_layer_list), form)
 
 
@@ -403,13 +405,30 @@ def _recompute_count_message(s: Strategy, num_layers: int) -> str | None:
     if s.recompute != Recompute.FULL:
         return None
     r = s.recompute_num_layers
-    chunk_max = max(s.chunk_layers(num_layers)) if s.vpp > 1 else max(s.stage_layers(num_layers))
+    chunked = s.vpp > 1 or s.dualpipev
+    chunk_max = max(s.chunk_layers(num_layers) if chunked else s.stage_layers(num_layers))
     if s.recompute_method == RecomputeMethod.BLOCK and r is not None and r >= 1:
         return None
     if r is None or not 1 <= r <= chunk_max:
         return (
             f"full recompute needs recompute_num_layers between 1 and the layers of the largest "
             f"stage chunk ({chunk_max}), got {r}"
+        )
+    return None
+
+
+def _dualpipev_split_message(s: Strategy, model: ModelSpec) -> str | None:
+    """DualPipeV's split is the framework's own (the even split of the padded stack over its
+    2 * pp chunks, layer_stack.dualpipev_layer_list): with noop layers that leave its chunks
+    unequal, the strategy must say their computing layers."""
+    if not s.dualpipev:
+        return None
+    padded = dualpipev_layer_list(model.num_layers, model.noop_layers, s.pp)
+    if padded is not None and s.num_layer_list != padded:
+        return (
+            f"dualpipev over {model.num_layers} layers with noop layers "
+            f"{list(model.noop_layers)} computes {list(padded)} layers per chunk; "
+            "give that num_layer_list (simulate SCRIPT maps the script's split to it)"
         )
     return None
 
@@ -427,9 +446,10 @@ def check_strategy(
     `framework` the version-dependent facts (the script's, else recent versions').
     """
     check_outer(strategy, model, cluster.num_devices, global_batch_size, framework)
-    for message in (
-        _layer_split_message(strategy, model.num_layers, framework.layer_form),
-        _recompute_count_message(strategy, model.num_layers),
-    ):
-        if message:
-            raise StrategyError(message)
+    message = (
+        _dualpipev_split_message(strategy, model)
+        or _layer_split_message(strategy, model.num_layers, framework.layer_form)
+        or _recompute_count_message(strategy, model.num_layers)
+    )
+    if message:
+        raise StrategyError(message)

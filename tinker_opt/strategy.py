@@ -25,6 +25,7 @@ from tinker_opt.choices import (
     choice,
 )
 from tinker_opt.errors import StrategyError
+from tinker_opt.layer_stack import num_chunks, rank_chunks, stage_totals
 
 RECOMPUTE_KINDS = tuple(kind.value for kind in Recompute)
 RECOMPUTE_METHODS = tuple(method.value for method in RecomputeMethod)
@@ -156,27 +157,32 @@ class Strategy:
             self._check_layer_list()
 
     def _check_layer_list(self) -> None:
-        """One count per pipeline stage, or per virtual stage; the latter collapsed to per-rank
-        totals when each rank's chunks are equal (one split, one spelling)."""
+        """One count per pipeline stage, or per chunk (virtual stage, or DualPipeV's V: the
+        computing layers its noop padding leaves, layer_stack.dualpipev_layer_list); the
+        virtual form collapsed to per-rank totals when each rank's chunks are equal (one split,
+        one spelling)."""
         layers = self.num_layer_list
         assert layers is not None
-        if len(layers) not in (self.pp, self.pp * self.vpp):
-            per_virtual = f" or pp*vpp ({self.pp * self.vpp})" if self.vpp > 1 else ""
+        chunks = num_chunks(self.pp, self.vpp, self.dualpipev)
+        if len(layers) not in (self.pp, chunks):
+            per_chunk = f" or its {chunks} chunks" if chunks > self.pp else ""
             raise StrategyError(
-                f"num_layer_list has {len(layers)} entries but pp is {self.pp}{per_virtual}; "
+                f"num_layer_list has {len(layers)} entries but pp is {self.pp}{per_chunk}; "
                 "give one layer count per pipeline stage"
             )
-        if self.vpp > 1 and len(layers) == self.pp * self.vpp:
-            chunks = [layers[s :: self.pp] for s in range(self.pp)]
-            if all(len(set(rank)) == 1 for rank in chunks):
-                totals = tuple(sum(rank) for rank in chunks)
+        if self.vpp > 1 and len(layers) == chunks:
+            ranks = [layers[s :: self.pp] for s in range(self.pp)]
+            if all(len(set(rank)) == 1 for rank in ranks):
+                totals = tuple(sum(rank) for rank in ranks)
                 object.__setattr__(self, "num_layer_list", totals)
 
     @property
     def per_virtual_stage(self) -> bool:
-        """The layer list gives one count per virtual stage (pp * vpp entries, vpp > 1)."""
+        """The layer list gives one count per chunk (pp * vpp entries with vpp > 1, or DualPipeV's
+        2 * pp)."""
         layers = self.num_layer_list
-        return layers is not None and self.vpp > 1 and len(layers) == self.pp * self.vpp
+        chunks = num_chunks(self.pp, self.vpp, self.dualpipev)
+        return layers is not None and chunks > self.pp and len(layers) == chunks
 
     @property
     def dist_opt(self) -> bool:
@@ -201,9 +207,10 @@ class Strategy:
         return self.tp if self.etp is None else self.etp
 
     def stage_layers(self, num_layers: int) -> tuple[int, ...]:
-        """Layers of each pipeline stage: `num_layer_list`, or the even split."""
+        """Layers of each pipeline stage: `num_layer_list` (a per-chunk one summed over each
+        rank's chunks, layer_stack.rank_chunks), or the even split."""
         if self.per_virtual_stage and self.num_layer_list is not None:
-            return tuple(sum(self.num_layer_list[s :: self.pp]) for s in range(self.pp))
+            return stage_totals(self.num_layer_list, self.pp, self.vpp, self.dualpipev)
         if self.num_layer_list is not None:
             return tuple(self.num_layer_list)
         if num_layers % self.pp:
@@ -214,17 +221,24 @@ class Strategy:
         return (num_layers // self.pp,) * self.pp
 
     def chunk_layers(self, num_layers: int) -> tuple[int, ...]:
-        """Layers of each virtual stage in Megatron's order (chunk j of rank s at j * pp + s):
-        the per-virtual-stage list, else each rank's layers split evenly over its vpp chunks."""
+        """Layers of each chunk in layer order (interleaved: chunk j of rank s at j * pp + s;
+        DualPipeV: rank s holds s and 2 pp - 1 - s, layer_stack.rank_chunks): the per-chunk
+        list, else each rank's layers split evenly over its chunks."""
         if self.per_virtual_stage and self.num_layer_list is not None:
             return tuple(self.num_layer_list)
         stages = self.stage_layers(num_layers)
-        if any(n % self.vpp for n in stages):
+        per_rank = 2 if self.dualpipev else self.vpp
+        if any(n % per_rank for n in stages):
             raise StrategyError(
-                f"with vpp {self.vpp} every stage's layer count must be a multiple of it "
-                f"(Megatron splits a rank's layers evenly over its chunks); stages are {list(stages)}"
+                f"with {per_rank} chunks per rank every stage's layer count must be a multiple "
+                f"of it (the framework splits a rank's layers evenly over its chunks); stages "
+                f"are {list(stages)}"
             )
-        return tuple(stages[s] // self.vpp for _ in range(self.vpp) for s in range(self.pp))
+        out = [0] * num_chunks(self.pp, self.vpp, self.dualpipev)
+        for s, total in enumerate(stages):
+            for k in rank_chunks(self.pp, self.vpp, self.dualpipev, s):
+                out[k] = total // per_rank
+        return tuple(out)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of ARCHITECTURE.md, keys in schema order; `dist_opt` is written as the

@@ -268,11 +268,8 @@ def evaluation_of(
     """Evaluation of a split of an outer configuration (the integers of `stage_costs`)."""
     if strategy.recompute == "full" and r < 1:
         raise StrategyError("full recompute needs recompute_num_layers >= 1")
-    chunks = (
-        strategy.chunk_layers(c.num_layers)
-        if strategy.vpp > 1 and strategy.num_layer_list is not None
-        else None
-    )
+    listed = strategy.num_layer_list is not None
+    chunks = strategy.chunk_layers(c.num_layers) if listed and c.vpp > 1 else None
     stages = c.stage_costs(layers, r, chunks)
     total_x_v = c.iteration_time_ns_x_v(stages)
     v = c.vpp
