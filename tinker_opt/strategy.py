@@ -1,9 +1,11 @@
 """Strategy: one point of the parallel-strategy space, with its JSON schema.
 
 The JSON keys are fixed by ARCHITECTURE.md ("File formats and machine-readable interfaces"):
-`tp, pp, dp, cp, cp_algo, ep, etp, sp, vpp, dist_opt, mbs, recompute, recompute_method,
-recompute_num_layers, num_layer_list, zero`, then the overlap switches (OVERLAP_KEYS, declared in
-the knob registry, knobs.py). `zero` is the one ZeRO field; `dist_opt` is its derived key.
+`tp, pp, dp, cp, cp_algo, ep, etp, sp, vpp, mbs, recompute, recompute_method,
+recompute_num_layers, num_layer_list, dualpipev, moe_fb_overlap, zero`, then the overlap switches
+(OVERLAP_KEYS, declared in the knob registry, knobs.py). `zero` is the one ZeRO field; the
+distributed optimizer is the read-only property `dist_opt`, read from older files (LEGACY_KEYS)
+and never written.
 `vpp` counts virtual chunks per pipeline rank (1 = plain 1F1B); `num_layer_list` is None for an
 even split; knobs that do not apply are None (an overlap knob left None where it applies means
 "keep the script's setting" to the writer).
@@ -39,7 +41,6 @@ STRATEGY_KEYS = (
     "etp",
     "sp",
     "vpp",
-    "dist_opt",
     "mbs",
     "recompute",
     "recompute_method",
@@ -55,6 +56,9 @@ STRATEGY_KEYS = (
     "overlap_param_gather_with_optimizer_step",
     "delay_wgrad_compute",
 )
+LEGACY_KEYS = ("dist_opt",)
+"""Keys older files carry and `from_dict` still reads, never written: `dist_opt` is the derived
+`Strategy.dist_opt` (zero >= 1), one fact with `zero`."""
 OVERLAP_KEYS = STRATEGY_KEYS[STRATEGY_KEYS.index("overlap_grad_reduce") :]
 """Communication-overlap switches, the last keys (declared in the knob registry, knobs.py)."""
 ZERO_LEVELS = (0, 1, 2, 3)
@@ -241,8 +245,8 @@ class Strategy:
         return tuple(out)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of ARCHITECTURE.md, keys in schema order; `dist_opt` is written as the
-        derived key (zero >= 1) that the frozen Strategy schema and older readers expect."""
+        """The JSON object of ARCHITECTURE.md, keys in schema order, one field per fact: `zero`
+        and no `dist_opt` (the property, zero >= 1)."""
         out = {key: getattr(self, key) for key in STRATEGY_KEYS}
         for key, value in out.items():
             if isinstance(value, StrEnum):
@@ -258,7 +262,7 @@ class Strategy:
             data = data["best"]
         if "strategy" in data and isinstance(data["strategy"], dict):
             data = data["strategy"]
-        unknown = sorted(set(data) - set(STRATEGY_KEYS))
+        unknown = sorted(set(data) - set(STRATEGY_KEYS) - set(LEGACY_KEYS))
         if unknown:
             raise StrategyError(
                 f"unknown strategy key(s) {unknown}; expected some of {list(STRATEGY_KEYS)}"
@@ -269,8 +273,8 @@ class Strategy:
                 values[flag] = bool(values[flag])
         if "num_layer_list" in values:
             values["num_layer_list"] = tuple(int(n) for n in values["num_layer_list"])
-        if "dist_opt" in values:
-            values["zero"] = zero_from_dist_opt(values.pop("dist_opt"), values.get("zero"))
+        if data.get("dist_opt") is not None:
+            values["zero"] = zero_from_dist_opt(data["dist_opt"], values.get("zero"))
         return cls(**values)
 
     def replace(self, **changes: Any) -> Strategy:
