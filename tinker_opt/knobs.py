@@ -99,6 +99,8 @@ class Knob:
     has it (the search leaves it None, "keep the script's setting") and never chosen."""
     companions: tuple[str, ...] = ()
     """Flags that only mean something with it on: the writer removes them with it."""
+    effect: str = ""
+    """What it changes, in words: the README flag table's row of its flags (script/flags.py)."""
     source: str = ""
 
     @property
@@ -111,10 +113,12 @@ class Knob:
 # fmt: off
 OVERLAP_KNOBS: tuple[Knob, ...] = (
     Knob(key="overlap_grad_reduce", spellings=(_spell("--overlap-grad-reduce", (0, 9, 2), (0, 0)),),
+         effect="gradient reduce in buckets under the last backward (last bucket exposed)",
          source="NVIDIA/Megatron-LM megatron/training/arguments.py"),
     Knob(key="overlap_param_gather", spellings=(_spell("--overlap-param-gather", (0, 9, 3), (0, 0)),),
          exists=lambda c: c.dist_opt, accepts=lambda c: c.dist_opt,
          needs="the distributed optimizer (dist_opt, zero >= 1)", requires=("overlap_grad_reduce",),
+         effect="parameter all-gather under the next forward (dist-opt; first bucket exposed)",
          source="Megatron-LM arguments.py: 'Must use --overlap-param-gather with --overlap-grad-reduce'; "
                 "'Must use --overlap-param-gather-with-optimizer-step with --overlap-param-gather'"),
     Knob(key="overlap_moe_comm", spellings=(_spell("--moe-alltoall-overlap-comm", (2, 0, 0), None),
@@ -122,6 +126,7 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe,
          needs="a MoE model; it applies to MoE models only and this model has no experts",
          excludes=("tp_comm_overlap",), pays_off=lambda c: c.ep > 1,
+         effect="MoE all-to-all: backward one hidden behind the weight gradients",
          source="Ascend/MindSpeed mindspeed/features_manager/moe/moe_alltoall_overlap.py validate_args "
                 "(incompatible_check use_ascend_mc2)"),
     Knob(key="tp_comm_overlap", spellings=(_spell("--use-ascend-mc2", (2, 2, 0), None),
@@ -130,6 +135,8 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          exists=lambda c: c.tp > 1, accepts=lambda c: c.tp > 1 and c.sp,
          needs="tp > 1 with sequence parallelism", companions=("--tp-comm-overlap-cfg",),
          pays_off=lambda c: c.tp > 1 and c.sp,
+         effect="TP communication fused into the matmuls in tp chunks (MC2 on Ascend, TE userbuffers "
+                "on GPUs): one chunk exposed, the rest hidden behind the matmul",
          source="Ascend/MindSpeed docs/zh/features/mc2.md; Megatron-LM arguments.py (tp_comm_overlap)"),
     # ASSUMPTION: the first versions (Megatron-LM core 0.9; MindSpeed-LLM 2.1.0, on a core that has it).
     Knob(key="overlap_param_gather_with_optimizer_step",
@@ -137,6 +144,7 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          exists=lambda c: c.dist_opt, accepts=lambda c: c.dist_opt and c.vpp > 1,
          needs="the distributed optimizer and a virtual pipeline (vpp > 1)",
          requires=("overlap_param_gather",), priced=False,
+         effect="first parameter all-gather under the optimizer step (dist-opt, vpp > 1)",
          source="Megatron-LM arguments.py: 'Must use --overlap-param-gather-with-optimizer-step with "
                 "--overlap-param-gather', '... only supported with interleaved pipeline parallelism'"),
     # ASSUMPTION: Megatron-LM core 0.14, the release of --overlap-moe-expert-parallel-comm it needs;
@@ -145,6 +153,7 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe,
          needs="a MoE model; it delays the expert weight gradients", requires=("overlap_moe_comm",),
          priced=False,
+         effect="expert weight gradients delayed behind the MoE all-to-all (with its overlap)",
          source="Megatron-LM megatron/core/transformer/transformer_config.py: "
                 "'overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute'"),
 )

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tinker_opt.knobs import OVERLAP_KNOBS
 from tinker_opt.script.launch import Launch
 
 TREATMENTS = (
@@ -63,6 +64,17 @@ def _rows(treatment: str, effect: str, *names: str) -> tuple[Flag, ...]:
     return tuple(Flag(name, treatment, effect) for name in names)
 
 
+def _knob_rows() -> tuple[Flag, ...]:
+    """The switches of the knob registry (knobs.OVERLAP_KNOBS): read into the Strategy, priced as
+    the part that cannot hide (costs/overlap.py) and searched, or `not priced` where the registry
+    says so; one row per spelling, the registry's words."""
+    return tuple(
+        Flag(flag, "strategy" if knob.priced else "strategy, not priced", knob.effect)
+        for knob in OVERLAP_KNOBS
+        for flag in knob.flags
+    )
+
+
 # A table: one row per line reads better than the formatter's layout.
 # fmt: off
 FLAGS: tuple[Flag, ...] = (
@@ -85,20 +97,8 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("strategy", "micro-batch size", "--micro-batch-size"),
     *_rows("strategy", "activation recompute (selective or full, method, layer count)", "--recompute-granularity",
            "--recompute-activations", "--recompute-method", "--recompute-num-layers"),
-    # Communication overlap: read, priced as the part that cannot hide (costs/overlap.py), searched.
-    *_rows("strategy", "gradient reduce in buckets under the last backward (last bucket exposed)",
-           "--overlap-grad-reduce"),
-    *_rows("strategy", "parameter all-gather under the next forward (dist-opt; first bucket exposed)",
-           "--overlap-param-gather"),
-    *_rows("strategy", "MoE all-to-all: backward one hidden behind the weight gradients",
-           "--moe-alltoall-overlap-comm", "--overlap-moe-expert-parallel-comm"),
-    *_rows("strategy", "TP communication fused into the matmuls in tp chunks (MC2 on Ascend, TE userbuffers "
-           "on GPUs): one chunk exposed, the rest hidden behind the matmul", "--use-ascend-mc2", "--use-mc2",
-           "--tp-comm-overlap"),
-    *_rows("strategy, not priced", "first parameter all-gather under the optimizer step (dist-opt, vpp > 1)",
-           "--overlap-param-gather-with-optimizer-step"),
-    *_rows("strategy, not priced", "expert weight gradients delayed behind the MoE all-to-all (with its overlap)",
-           "--delay-wgrad-compute"),
+    # Communication overlap: the knob registry's switches.
+    *_knob_rows(),
     # The job.
     *_rows("job", "batch", "--global-batch-size"),
     *_rows("job", "checkpoint loading / fine-tuning (memory of a full tune, conversion warnings)", "--load",
