@@ -156,6 +156,14 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          effect="expert weight gradients delayed behind the MoE all-to-all (with its overlap)",
          source="Megatron-LM megatron/core/transformer/transformer_config.py: "
                 "'overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute'"),
+    # ASSUMPTION: Megatron-LM core 0.10, the first release read with the shared-expert stream; no
+    # MindSpeed-LLM example found. Megatron also needs shared experts and the alltoall dispatcher
+    # (transformer_config.py); the cost term prices nothing without shared experts.
+    Knob(key="moe_shared_expert_overlap", spellings=(_spell("--moe-shared-expert-overlap", None, (0, 10)),),
+         exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe,
+         needs="a MoE model with shared experts", pays_off=lambda c: c.ep > 1,
+         effect="MoE dispatch / combine all-to-all hidden behind the shared expert's compute (costs/overlap.py)",
+         source="NVIDIA/Megatron-LM megatron/core/transformer/moe/shared_experts.py (shared expert stream)"),
 )
 # fmt: on
 """The communication-overlap switches, in Strategy schema order (strategy.OVERLAP_KEYS)."""

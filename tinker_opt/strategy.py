@@ -55,6 +55,7 @@ STRATEGY_KEYS = (
     "tp_comm_overlap",
     "overlap_param_gather_with_optimizer_step",
     "delay_wgrad_compute",
+    "moe_shared_expert_overlap",
 )
 LEGACY_KEYS = ("dist_opt",)
 """Keys older files carry and `from_dict` still reads, never written: `dist_opt` is the derived
@@ -132,6 +133,8 @@ class Strategy:
     delay_wgrad_compute: bool | None = None
     """`--delay-wgrad-compute`: expert weight gradients delayed behind the all-to-all; MoE only,
     with the MoE all-to-all overlap (read and written back, not priced)."""
+    moe_shared_expert_overlap: bool | None = None
+    """`--moe-shared-expert-overlap`: the shared expert's compute hides the MoE all-to-all; MoE only."""
 
     def __post_init__(self) -> None:
         if self.zero not in ZERO_LEVELS or isinstance(self.zero, bool):

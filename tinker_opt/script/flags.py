@@ -197,7 +197,6 @@ FLAGS: tuple[Flag, ...] = (
            "--moe-router-padding-for-fp8", "--moe-router-padding-for-quantization",
            "--reuse-grad-buf-for-mxfp8-param-ag"),
     *_rows("not modelled", "further communication overlap", "--use-cp-send-recv-overlap",
-           "--moe-shared-expert-overlap",
            "--moe-allgather-overlap-comm"),
     *_rows("not modelled", "MoE routing (drop policy, load-balancing loss, grouped routing)", "--moe-token-drop-policy",
            "--noisy_gate_policy", "--moe-router-load-balancing-type", "--moe-router-num-groups",
