@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from tinker_opt.knobs import KNOBS, KnobContext, knob_message
 from tinker_opt.script import versions
-from tinker_opt.script.reader import ScriptInfo, p2p_overlap
+from tinker_opt.script.reader import ScriptInfo
+from tinker_opt.script.train_args import p2p_overlap
 from tinker_opt.strategy import Strategy
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scripts"

@@ -21,7 +21,7 @@ from tinker_opt.rules import (
 )
 from tinker_opt.script import versions
 from tinker_opt.script.pipeline_layout import LAYOUT_FLAG
-from tinker_opt.script.reader import ScriptInfo, p2p_overlap
+from tinker_opt.script.reader import ScriptInfo
 from tinker_opt.script.strategy_args import (
     DEFAULT_CP_ALGO,
     OVERLAP_FLAGS,
@@ -30,6 +30,7 @@ from tinker_opt.script.strategy_args import (
     VPP_SIZE_FLAGS,
     zero_backend,
 )
+from tinker_opt.script.train_args import p2p_overlap
 from tinker_opt.script.versions import CP_ALGO_SINCE, VersionRange, flag_allowed
 from tinker_opt.solve.space import SEARCHED_CP_ALGOS, SearchSpace
 from tinker_opt.strategy import Strategy

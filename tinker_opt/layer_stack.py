@@ -14,6 +14,8 @@ on ranks in two orders; every rule, cost term, reader and writer asks this modul
   chunk 2p - 1 - r on rank r (Ascend/MindSpeed mindspeed/core/pipeline_parallel/dualpipev/
   dualpipev_chunks.py get_transformer_layer_offset: the first chunk starts at r * L / (2p), the
   second at L - (r + 1) * L / (2p)). `rank_chunks` is that one mapping.
+* **Layer forms.** Which per-stage counts a framework can write (LAYER_FORMS: any list, first
+  and last free, or even), one rule the split solvers, `simulate` and the writer share.
 * **Embedding and loss.** Megatron's `--account-for-embedding/loss-in-pipeline-split` count each
   as one layer of the split (script/pipeline_layout.py accounted_split reads them); MTP layers
   sit with the loss (DualPipeV: on rank 0, costs/units.head_stage).
@@ -111,3 +113,41 @@ def dualpipev_even(num_layers: int, noop_layers: Sequence[int], pp: int) -> bool
     computing layers even over 2 * pp chunks). With noop padding that leaves them unequal the V is
     priced as written (`simulate`, a search's `current`) but not searched."""
     return num_layers % (2 * pp) == 0 and dualpipev_layer_list(num_layers, noop_layers, pp) is None
+
+
+LAYER_FORMS = ("free", "first_last", "even")
+"""Per-stage layer counts a framework can write. `free`: any list (MindSpeed-LLM `--num-layer-list`,
+mindspeed_llm/training/arguments.py). `first_last`: the first and last stages free, the middle ones
+equal (Megatron-LM `--decoder-first-pipeline-num-layers` / `--decoder-last-pipeline-num-layers`,
+megatron/training/arguments.py, which split the rest evenly). `even`: num_layers / pp each."""
+
+
+def layer_form_message(layers: tuple[int, ...], form: str) -> str | None:
+    """Why a framework with layer form `form` cannot write per-stage counts `layers`; None if it can.
+    The one rule the split solvers, `simulate` and the script writer share."""
+    if form == "free" or len(set(layers)) <= 1:
+        return None
+    if form == "even":
+        return (
+            f"this framework version can only split the layers evenly over the stages; "
+            f"num_layer_list {list(layers)} is uneven"
+        )
+    if len(set(layers[1:-1])) > 1:
+        return (
+            f"Megatron-LM can only give the first and last stages their own layer counts; "
+            f"num_layer_list {list(layers)} has unequal middle stages"
+        )
+    return None
+
+
+def form_allows(layers, form: str) -> bool:
+    """layer_form_message(layers, form) is None (for filters over candidate splits)."""
+    return layer_form_message(tuple(layers), form) is None
+
+
+def virtual_form_message(layers: Sequence[int] | None) -> str:
+    """Why a framework without per-virtual-stage layouts cannot write this split."""
+    return (
+        f"num_layer_list {list(layers or ())} gives each virtual stage its own layer count, "
+        "which only Megatron-LM's --pipeline-model-parallel-layout can say"
+    )
