@@ -153,7 +153,7 @@ def install_kernels(module: torch.nn.Module, kernels: KernelSet | None) -> dict[
         if op is None:
             continue
         impl = kernels.impls[op] if kernels is not None else REFERENCE[op]
-        sub.kernel = impl
+        setattr(sub, "kernel", impl)  # noqa: B010 (an attribute torch's Module type does not declare)
         used[op] = impl.name
     if kernels is not None and "mc2" in kernels.requested and used:
         used["mc2"] = kernels.impls["mc2"].name

@@ -309,7 +309,7 @@ def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
     model["micro_batch_size"] = info.train.micro_batch_size
     model["global_batch_size"] = info.train.global_batch_size
     fw = info.train.framework
-    framework = {
+    framework: dict[str, Any] = {
         "flavour": fw.flavour,
         "version": fw.version,
         "version_range": info.version_range.describe(),
