@@ -198,3 +198,25 @@ def test_moe_shared_expert_overlap_is_read_priced_searched_and_written():
     plain = Strategy(dp=4, ep=2, overlap_moe_comm=False, **{key: False})
     times = [costs.evaluate(plain.replace(**{key: on})).iteration_time_ms for on in (False, True)]
     assert times[1] < times[0]
+
+
+def test_choice_knobs_name_real_fields_flags_and_versions():
+    """Each record of knobs.CHOICE_KNOBS (vpp, the schedule, fb-overlap, recompute kind / method /
+    count / modules, ZeRO, cp algorithm, dispatcher, FP8) names a field of its home, flags the
+    flag table knows, a StrEnum where it is a choice, and the version table holds its versions."""
+    import dataclasses
+
+    from tinker_opt.choices import StrEnum
+    from tinker_opt.knobs import CHOICE_KNOBS
+    from tinker_opt.specs import ModelSpec, TrainSpec
+
+    homes = {"strategy": Strategy, "model": ModelSpec, "job": TrainSpec}
+    for knob in CHOICE_KNOBS:
+        fields = {f.name for f in dataclasses.fields(homes[knob.home])}
+        assert knob.key in fields, knob.key
+        assert all(flag in flags.BY_NAME for flag in knob.flags), knob.flags
+        assert knob.kind in (int, bool, str) or issubclass(knob.kind, StrEnum), knob.key
+        for spelling in knob.spellings:
+            if spelling.since:
+                assert versions.FLAG_SINCE[spelling.flag] == spelling.since
+    assert versions.FLAG_SINCE["--schedules-method"] == {"mindspeed": (2, 0, 0), "megatron": None}

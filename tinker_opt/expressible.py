@@ -350,8 +350,8 @@ def fsdp2_search_space(info: ScriptInfo, base: SearchSpace | None = None) -> Sea
         layer_form="even",
         etp_follows_tp=True,
         zero_levels=(2, 3),
-        recompute=("none", "full"),
-        recompute_methods=("block",),
+        recompute=(Recompute.NONE, Recompute.FULL),
+        recompute_methods=(RecomputeMethod.BLOCK,),
         overlaps=None,
         cp_algos=("ulysses_cp_algo", "megatron_cp_algo"),
     )

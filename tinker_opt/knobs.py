@@ -21,6 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tinker_opt.choices import (
+    CpAlgo,
+    Dispatcher,
+    Recompute,
+    RecomputeMethod,
+    RecomputeModule,
+    Schedule,
+)
 from tinker_opt.strategy import Strategy
 
 Version = tuple[int, ...]
@@ -206,9 +214,91 @@ LAYOUT_KNOBS: tuple[LayoutKnob, ...] = (
 
 LAYOUT: dict[str, LayoutKnob] = {knob.key: knob for knob in LAYOUT_KNOBS}
 
+
+@dataclass(frozen=True, kw_only=True)
+class ChoiceKnob:
+    """A knob that is more than a switch or one size: a choice (its StrEnum, choices.py), a count,
+    a stage or a schedule, possibly spelled by several flags. Its record says where it lives, its
+    flags per framework and version (the version table reads them), its type, where its rules are
+    checked and where it is priced, and whether the search chooses it. Its reader, writer and
+    rules are still code in the modules named (ARCHITECTURE.md, "The knob registry")."""
+
+    key: str
+    """The field: of the Strategy (`home` "strategy"), the ModelSpec ("model") or TrainSpec ("job")."""
+    spellings: tuple[Spelling, ...]
+    kind: type
+    """The value's type: a StrEnum of choices.py for a choice, else int or bool."""
+    rules: str
+    """Where its validity rules are (module.function)."""
+    priced: str
+    """Where the cost model prices it."""
+    searched: bool
+    """Whether the search chooses it (else it is read and written back as the script has it)."""
+    home: str = "strategy"
+    source: str = "NVIDIA/Megatron-LM megatron/training/arguments.py"
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return tuple(spelling.flag for spelling in self.spellings)
+
+
+# Versions as for the switches: MindSpeed-LLM's first examples with the flag, Megatron-LM's core
+# release (reference/script-conventions.md); `_spell_always`: every version of both families.
+# fmt: off
+CHOICE_KNOBS: tuple[ChoiceKnob, ...] = (
+    ChoiceKnob(key="vpp", kind=int, searched=True,
+               spellings=(_spell("--num-layers-per-virtual-pipeline-stage", (0, 9, 2), (0, 0)),
+                          _spell_always("--virtual-pipeline-model-parallel-size"),
+                          _spell("--num-virtual-stages-per-pipeline-rank", None, (0, 13))),
+               rules="rules._rule_vpp, rules.interleaved_pipeline_message, layer_stack (chunks)",
+               priced="costs/pipeline.py (v chunks per rank), costs/coefficients.py _chunk_bounds"),
+    ChoiceKnob(key="dualpipev", kind=Schedule, searched=True,
+               spellings=(_spell("--schedules-method", (2, 0, 0), None),),
+               rules="rules._rule_schedule, layer_stack.dualpipev_message (the padded layer count)",
+               priced="costs/pipeline.py, costs/stage_terms.py dualpipev_inflight_x_v",
+               source="Ascend/MindSpeed mindspeed/features_manager/pipeline_parallel/dualpipev_feature.py"),
+    ChoiceKnob(key="moe_fb_overlap", kind=bool, searched=True,
+               spellings=(_spell("--moe-fb-overlap", (2, 0, 0), None),),
+               rules="rules._rule_schedule", priced="costs/layer_comm.py (overlap.fb_overlap_exposed)",
+               source="Ascend/MindSpeed docs/features/megatron_moe/megatron-moe-fb-overlap.md"),
+    ChoiceKnob(key="recompute", kind=Recompute, searched=True,
+               spellings=(_spell_always("--recompute-granularity"), _spell_always("--recompute-activations")),
+               rules="rules._rule_recompute_kind", priced="costs/terms.py, costs/recompute.py"),
+    ChoiceKnob(key="recompute_method", kind=RecomputeMethod, searched=True,
+               spellings=(_spell_always("--recompute-method"),),
+               rules="rules._recompute_count_message", priced="costs/recompute.py chunk_plan"),
+    ChoiceKnob(key="recompute_num_layers", kind=int, searched=True,
+               spellings=(_spell_always("--recompute-num-layers"),),
+               rules="rules._recompute_count_message", priced="costs/recompute.py chunk_plan"),
+    ChoiceKnob(key="zero", kind=int, searched=True,
+               spellings=(_spell_always("--use-distributed-optimizer"), _spell_always("--zero-stage"),
+                          _spell_always("--use-megatron-fsdp")),
+               rules="strategy.ZERO_LEVELS", priced="costs/zero_terms.py, costs/data_parallel.py"),
+    ChoiceKnob(key="cp_algo", kind=CpAlgo, searched=True,
+               spellings=(_spell("--context-parallel-algo", (0, 9, 3), None),),
+               rules="rules._rule_cp, cp_rules", priced="costs/cp_terms.py",
+               source="Ascend/MindSpeed mindspeed/features_manager/context_parallel/context_parallel_feature.py"),
+    ChoiceKnob(key="recompute_modules", kind=RecomputeModule, searched=False, home="job",
+               spellings=(_spell_always("--recompute-modules"),),
+               rules="script/recompute_args.recompute_modules", priced="costs/recompute_modules.py"),
+    ChoiceKnob(key="moe_token_dispatcher_type", kind=Dispatcher, searched=False, home="model",
+               spellings=(_spell_always("--moe-token-dispatcher-type"),),
+               rules="rules._rule_schedule (fb-overlap needs alltoall)", priced="costs/moe_terms.py"),
+    ChoiceKnob(key="fp8_format", kind=str, searched=True, home="model",
+               spellings=(_spell_always("--fp8-format"),),
+               rules="specs.ModelSpec", priced="costs/fp8_terms.py, costs/fp8_activation.py",
+               source="NVIDIA/Megatron-LM arguments.py; searched by `search --allow-fp8` (verbs/precision.py)"),
+)
+# fmt: on
+"""The knobs with more than one setting that one flag spells (their readers, writers and rules
+are still the modules named in each record)."""
+
+CHOICES: dict[str, ChoiceKnob] = {knob.key: knob for knob in CHOICE_KNOBS}
+
 KNOBS: dict[str, Knob] = {knob.key: knob for knob in OVERLAP_KNOBS}
 assert len(KNOBS) == len(OVERLAP_KNOBS), "a knob is declared twice"
-assert not set(KNOBS) & set(LAYOUT), "a knob is declared twice"
+assert len(CHOICES) == len(CHOICE_KNOBS), "a knob is declared twice"
+assert not (set(KNOBS) & set(LAYOUT) or set(CHOICES) & (set(KNOBS) | set(LAYOUT))), "declared twice"
 
 
 def flag_versions() -> tuple[dict[str, dict[str, Version | None]], dict[str, dict[str, Version]]]:
@@ -216,6 +306,7 @@ def flag_versions() -> tuple[dict[str, dict[str, Version | None]], dict[str, dic
     has none)."""
     spellings = [spelling for knob in KNOBS.values() for spelling in knob.spellings]
     spellings += [knob.spelling for knob in LAYOUT_KNOBS]
+    spellings += [spelling for knob in CHOICE_KNOBS for spelling in knob.spellings]
     since = {spelling.flag: dict(spelling.since) for spelling in spellings if spelling.since}
     until = {spelling.flag: dict(spelling.until) for spelling in spellings if spelling.until}
     return since, until

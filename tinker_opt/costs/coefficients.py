@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from tinker_opt.choices import Recompute, RecomputeMethod
 from tinker_opt.costs.pipeline import pipeline_x_v
 from tinker_opt.costs.recompute import chunk_plan
 from tinker_opt.costs.split_rules import SplitRules
@@ -166,9 +167,9 @@ class SplitCoefficients:
     @property
     def method(self) -> str | None:
         """Megatron's `--recompute-method` (`block` or `uniform`) with full recompute, else None."""
-        if self.outer.recompute != "full":
+        if self.outer.recompute != Recompute.FULL:
             return None
-        return self.outer.recompute_method or "block"
+        return self.outer.recompute_method or RecomputeMethod.BLOCK
 
     @property
     def checkpoint_bytes(self) -> int:
@@ -199,7 +200,7 @@ class SplitCoefficients:
                 for name in _PREFIXED:
                     total[name] += pre[name][end] - pre[name][start]
                 recompute_ns += pre["layer_recompute_ns"][cut] - pre["layer_recompute_ns"][start]
-                if method == "uniform":
+                if method == RecomputeMethod.UNIFORM:
                     rc_input += plan.checkpoints * self.checkpoint_bytes
                 else:
                     rc_input += pre["layer_input_bytes"][cut] - pre["layer_input_bytes"][start]
