@@ -82,15 +82,9 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
         s,
         ((0, first_params, 0), (last, last_params, 0), (last, mtp["params"], mtp["expert_params"])),
     )
-    layer_costs = [ctx.cost(ctx.layer_block[k], s, *ctx.layer_shape(k, s)) for k in set(ctx.kinds)]
-    layer_transient = max(cost.transient_bytes for cost in layer_costs)
     # Tinker's attention mask: one seq^2 tensor per stage (Tinker itself adds it per layer).
     static += ctx.attention_mask_bytes
-    transient = np.full(p, layer_transient, dtype=np.int64)
-    transient[0] = max(transient[0], emb.transient_bytes)
-    transient[last] = max(transient[last], norm.transient_bytes, head.transient_bytes)
-    unit = max([cost.param_count for cost in layer_costs] + [first_params, last_params])
-    transient += gathered_bytes(s, unit, ctx.bpe)  # ZeRO 2/3: gathered units and their gradients
+    transient = _stage_transient(ctx, s, (emb, norm, head), max(first_params, last_params))
     # The final norm, head (the loss's fp32 softmax) and MTP modules run in the rank's last chunk,
     # whose backward follows its forward at once: their activations are held for one micro-batch
     # at a time, however many chunk micro-batches the rank holds (Megatron's interleaved schedule,
@@ -117,6 +111,20 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
         "fixed_ns_per_microbatch": round(1e3 * ctx.rates.fixed_us_per_microbatch),
         "estimated": emb.estimated or norm.estimated or head.estimated,
     }
+
+
+def _stage_transient(ctx: TermContext, s: Strategy, edges, edge_params: int) -> np.ndarray:
+    """Per stage the largest transient of its blocks (the layers' everywhere, the embedding's on
+    the first stage, the final norm's and head's on the head stage; `edges` is those three) plus
+    the ZeRO 2/3 gathered unit and its gradient (zero_terms.gathered_bytes)."""
+    emb, norm, head = edges
+    last = head_stage(s)
+    layer_costs = [ctx.cost(ctx.layer_block[k], s, *ctx.layer_shape(k, s)) for k in set(ctx.kinds)]
+    transient = np.full(s.pp, max(cost.transient_bytes for cost in layer_costs), dtype=np.int64)
+    transient[0] = max(transient[0], emb.transient_bytes)
+    transient[last] = max(transient[last], norm.transient_bytes, head.transient_bytes)
+    unit = max([cost.param_count for cost in layer_costs] + [edge_params])
+    return transient + gathered_bytes(s, unit, ctx.bpe)
 
 
 def _edge_param_bytes(ctx: TermContext, s: Strategy, parts) -> tuple[np.ndarray, ...]:
