@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import sys
 import tempfile
@@ -52,6 +53,7 @@ from published_runs import (
 from validate_published import Profiles, cost_model_for, evaluate_all, read_run
 
 from tinker_opt.profile.space import SpaceLimits
+from tinker_opt.script.reader import read_script_text
 
 DATA = Path(__file__).resolve().parent / "data"
 VTRAIN_FILE = DATA / "vtrain_ground_truth_single.csv"
@@ -138,7 +140,9 @@ def vtrain_runs(path: Path = VTRAIN_FILE) -> list[PublishedRun]:
                     hardware_name="A100 (vTrain single node)",
                     n_devices=gpus,
                     measured={"iteration_time_s": float(row[10]) / 1e3},
-                    category="vtrain",
+                    # "dense": launch_script writes no --use-flash-attn (Megatron-DeepSpeed's
+                    # fused softmax, as vTrain's model runs it).
+                    category="dense",
                 )
             )
     return runs
@@ -146,7 +150,7 @@ def vtrain_runs(path: Path = VTRAIN_FILE) -> list[PublishedRun]:
 
 def label(run: PublishedRun) -> str:
     """A vTrain strategy in a few characters (tp, pp, dp, mbs); a published row by its id."""
-    if run.category != "vtrain":
+    if not run.run_id.startswith("vtrain"):
         return run.run_id
     s = run.strategy
     return f"t{s['tp']}p{s['pp']}d{run.n_devices // (s['tp'] * s['pp'])}m{s['mbs']}"
@@ -175,7 +179,12 @@ def vtrain_times(runs: list[PublishedRun], profiles: Profiles) -> list[float]:
     analytic profile per model shape."""
     times = []
     for run in runs:
-        model, strategy, _, job = read_run(run, launch_script(run))
+        text = launch_script(run)
+        model, strategy, _, job = read_run(run, text)
+        # The gradient buffer's dtype as `simulate` reads it: fp16 training without
+        # --accumulate-allreduce-grads-in-fp32 reduces fp16 gradients (script/reader.py).
+        precision = read_script_text(text, f"{run.run_id}.sh").train.optimizer_precision
+        job = dataclasses.replace(job, optimizer_precision=precision)
         hardware = hardware_for(run)
         name = f"{model.num_layers}L{model.hidden_size}h"
         folder = profiles.folder(name, model, VTRAIN_LIMITS, hardware)

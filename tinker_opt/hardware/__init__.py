@@ -8,6 +8,7 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
                      "fp8": float},                                 # fp8 only where the device has it
      "memory_bandwidth_gbs": float,
      "host_link_gbs": float,                                        # optional, device<->host copy
+     "host_us_per_op": float,                                       # optional, host time per operator
      "intra_node": {"bandwidth_gbs": float, "latency_us": float},   # per device, one direction,
      "inter_node": {"bandwidth_gbs": float, "latency_us": float},   # achievable (efficiency applied)
      "efficiency": {"matmul": CURVE, "memory": CURVE, "notes": [...],
@@ -58,6 +59,17 @@ __all__ = [
 ]
 
 HARDWARE_DIR = Path(__file__).parent
+DEFAULT_HOST_US_PER_OP = 15.0
+"""Host time to issue one operator of an eager PyTorch training step (Python, the dispatcher,
+autograd, the kernel launch) when a hardware file gives none (costs/fixed_costs.py). Holistic
+Trace Analysis gives the CPU cost of a kernel launch as "usually between 5-20 microseconds"
+(facebookresearch/HolisticTraceAnalysis docs/source/features/cuda_kernel_launch_stats.rst).
+ASSUMPTION: 15 us, in the upper half of that range, since Megatron's Python layer code (module
+calls, autograd functions, the RNG tracker) runs around each operator. Check: vTrain's
+Megatron-DeepSpeed GPT layer on A100 (hidden 1024, tp 1, micro-batch 1, full recompute: 210
+traced operators per layer and micro-batch) takes ~3.3 ms per layer and micro-batch where its GPU
+work is ~1.5 ms (benchmarks/data/vtrain_ground_truth_single.csv, 8 GPUs, global batch 128, micro-batch
+1 against 4): ~16 us per operator. The one figure a calibration from logs scales."""
 DEFAULT_HOST_LINK_GBS = 25.0
 """Device<->host copy bandwidth per device and direction when a hardware file gives none.
 ASSUMPTION: a PCIe 4.0/5.0 x16 class link (32/64 GB/s peak) shared by the devices on its switch,
@@ -111,6 +123,8 @@ class HardwareSpec:
     efficiency: DeviceEfficiency = field(default_factory=DeviceEfficiency)
     host_link_gbs: float = DEFAULT_HOST_LINK_GBS
     """Achieved device<->host copy bandwidth per device and direction (swap-optimizer traffic)."""
+    host_us_per_op: float = DEFAULT_HOST_US_PER_OP
+    """Host time to issue one operator of the training step (costs/fixed_costs.py)."""
     nics_per_node: int | None = None
     """Network cards per node, each `inter_node` fast; None: one per device."""
     domain_size: int | None = None
@@ -203,6 +217,7 @@ class HardwareSpec:
                 inter_node=LinkSpec(**data["inter_node"]),
                 efficiency=DeviceEfficiency.from_dict(data.get("efficiency", {}), origin),
                 host_link_gbs=float(data.get("host_link_gbs", DEFAULT_HOST_LINK_GBS)),
+                host_us_per_op=float(data.get("host_us_per_op", DEFAULT_HOST_US_PER_OP)),
                 **_network_fields(data),
                 fused_attention=bool(data.get("fused_attention", True)),
                 sources=list(data.get("sources", [])),
@@ -255,6 +270,7 @@ class HardwareSpec:
             "peak_tflops": dict(self.peak_tflops),
             "memory_bandwidth_gbs": self.memory_bandwidth_gbs,
             "host_link_gbs": self.host_link_gbs,
+            "host_us_per_op": self.host_us_per_op,
             "intra_node": _link_dict(self.intra_node),
             "inter_node": _link_dict(self.inter_node),
             "efficiency": self.efficiency.to_dict(),

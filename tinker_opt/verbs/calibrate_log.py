@@ -25,7 +25,9 @@ from tinker_opt.verbs.check import DeviceChoice, run_check
 
 DEVICE_TERMS = ("compute_ms", "recompute_ms", "bubble_ms", "optimizer_ms")
 """Breakdown terms (costs/evaluate.py _breakdown) that run at the device's efficiency."""
-FIXED_TERMS = ("comm_ms", "dp_sync_ms")
+FIXED_TERMS = ("comm_ms", "dp_sync_ms", "host_ms")
+"""The rest: exposed communication, and the host's issue time above the GPU's (costs/fixed_costs.py;
+not the device's efficiency, so kept out of the device scale)."""
 
 
 def _split(result: dict[str, Any]) -> tuple[float, float, float]:
