@@ -12,8 +12,9 @@ from model_support import cluster, dense_model, solvers_agree, synthetic_profile
 
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.costs.fixed_costs import layer_host_time, tp_collectives_per_pass
+from tinker_opt.costs.inputs import HardwareRates
 from tinker_opt.costs.profile_table import BlockCost
-from tinker_opt.hardware import DEFAULT_HOST_US_PER_OP, load_hardware
+from tinker_opt.hardware import DEFAULT_HOST_OP_US, load_hardware
 from tinker_opt.solve.space import SearchSpace
 from tinker_opt.strategy import Strategy
 
@@ -22,7 +23,9 @@ PER_OP = 10.0
 
 def _ctx(tp_comm_in_times: bool = False) -> SimpleNamespace:
     return SimpleNamespace(
-        rates=SimpleNamespace(host_us_per_op=PER_OP), tp_comm_in_times=tp_comm_in_times
+        rates=SimpleNamespace(host_op_us=PER_OP),
+        tp_comm_in_times=tp_comm_in_times,
+        model=SimpleNamespace(is_moe=False),
     )
 
 
@@ -38,7 +41,7 @@ def test_host_above_gpu_is_exposed_per_pass():
     """Forward: 50 ops x 10 us = 500 us against 200 us of GPU: 300 us exposed; backward: 100 ops
     = 1000 us against 1500 us: hidden. A full recompute reruns the forward's 300 us."""
     s = Strategy(tp=1, pp=1, dp=1, mbs=1, recompute="full")
-    host = layer_host_time(_ctx(), s, _cost(200.0, 1500.0, 50, 100), 0.0, 0.0)
+    host = layer_host_time(_ctx(), "layer", s, _cost(200.0, 1500.0, 50, 100), 0.0, 0.0)
     assert host.exposed_us == pytest.approx(300.0)
     assert host.recompute_exposed_us == pytest.approx(300.0)
     no_recompute = layer_host_time(
@@ -50,14 +53,14 @@ def test_host_above_gpu_is_exposed_per_pass():
 def test_gpu_work_hides_the_host():
     """A large layer (GPU time above the host's) pays nothing: large jobs are priced as before."""
     s = Strategy(tp=1, pp=1, dp=1, mbs=1)
-    host = layer_host_time(_ctx(), s, _cost(5000.0, 10000.0, 50, 100), 0.0, 0.0)
+    host = layer_host_time(_ctx(), "layer", s, _cost(5000.0, 10000.0, 50, 100), 0.0, 0.0)
     assert host.exposed_us == 0.0
 
 
 def test_profiles_without_op_counts_pay_nothing():
     """Measured and Tinker rows carry no op count: their block times ran with the host in them."""
     s = Strategy(tp=1, pp=1, dp=1, mbs=1)
-    assert layer_host_time(_ctx(), s, _cost(1.0, 1.0, 0, 0), 0.0, 0.0).exposed_us == 0.0
+    assert layer_host_time(_ctx(), "layer", s, _cost(1.0, 1.0, 0, 0), 0.0, 0.0).exposed_us == 0.0
 
 
 def test_tensor_parallel_collectives_are_issued_by_the_host_and_run_on_the_gpu():
@@ -68,17 +71,16 @@ def test_tensor_parallel_collectives_are_issued_by_the_host_and_run_on_the_gpu()
     assert tp_collectives_per_pass(_ctx(), s.replace(sp=True)) == 4
     assert tp_collectives_per_pass(_ctx(), s.replace(tp=1)) == 0
     assert tp_collectives_per_pass(_ctx(tp_comm_in_times=True), s) == 0
-    host = layer_host_time(_ctx(), s, _cost(100.0, 100.0, 10, 10), 20.0, 20.0)
+    host = layer_host_time(_ctx(), "layer", s, _cost(100.0, 100.0, 10, 10), 20.0, 20.0)
     assert host.exposed_us == pytest.approx(2 * ((10 + 2) * PER_OP - 120.0))
 
 
-def test_hardware_descriptions_carry_the_host_cost_per_op():
-    """Every shipped description has the figure (the default where its file gives none), and a
-    description's own value round-trips through its JSON form."""
-    hardware = load_hardware("a100-40gb")
-    assert hardware.host_us_per_op == DEFAULT_HOST_US_PER_OP
-    changed = dataclasses.replace(hardware, host_us_per_op=7.5)
-    assert type(hardware).from_dict(changed.to_dict()).host_us_per_op == 7.5
+def test_every_description_prices_the_host():
+    """A description that states no `host_op_us` prices the default; one that does, its own."""
+    a100 = load_hardware("a100-40gb")
+    assert a100.host_op_us is None
+    assert HardwareRates.of(a100).host_op_us == DEFAULT_HOST_OP_US
+    assert HardwareRates.of(dataclasses.replace(a100, host_op_us=7.5)).host_op_us == 7.5
 
 
 def _host_bound_profile(model):

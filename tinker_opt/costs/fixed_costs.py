@@ -8,7 +8,7 @@ the stretch takes the host's time (Holistic Trace Analysis, facebookresearch/Hol
 docs/source/features/cuda_kernel_launch_stats.rst: "short GPU kernels ... the CPU is the
 bottleneck"). So per layer and micro-batch each pass costs
 
-    max(GPU time of the pass, host ops of the pass x host_us_per_op)
+    max(GPU time of the pass, host ops of the pass x host_op_us)
 
 and the term is the part above the GPU time, `exposed = max(0, host - gpu)`: zero for layers
 whose GPU work hides the host (large models), so large jobs are priced as before.
@@ -23,8 +23,9 @@ whose GPU work hides the host (large models), so large jobs are priced as before
 * A full-recompute layer reruns its forward inside the backward (Megatron's
   `CheckpointFunction`): its host time again, exposed the same way.
 * GPU time of a pass: the block's time plus its exposed collectives (NCCL kernels run on the GPU).
-* `host_us_per_op`: the hardware description's (hardware/__init__.py DEFAULT_HOST_US_PER_OP and
-  its source); the one figure a calibration from logs scales.
+* `host_op_us`: the hardware description's (hardware/__init__.py DEFAULT_HOST_OP_US and its
+  source where the file states none); the one figure a calibration from logs scales. The MoE
+  layers' wait for the host (costs/moe_host.py) uses the same figure with its own operator count.
 
 The exposed host time is a breakdown part of the Evaluation (`host_ms`, costs/evaluate.py) and
 part of the layer time the solvers' coefficients hold (costs/terms.py), so `cpsat = milp = enum`.
@@ -61,12 +62,18 @@ def tp_collectives_per_pass(ctx: TermContext, s: Strategy) -> int:
 
 
 def layer_host_time(
-    ctx: TermContext, s: Strategy, cost: BlockCost, fwd_comm_us: float, bwd_comm_us: float
+    ctx: TermContext,
+    kind: str,
+    s: Strategy,
+    cost: BlockCost,
+    fwd_comm_us: float,
+    bwd_comm_us: float,
 ) -> HostTime:
-    """Exposed host time of one layer per micro-batch (module docstring)."""
-    if not (cost.fwd_host_ops or cost.bwd_host_ops):
+    """Exposed host time of one layer of `kind` per micro-batch (module docstring); MoE layers
+    are priced by costs/moe_host.py (their host sync and expert operators), not here."""
+    if not (cost.fwd_host_ops or cost.bwd_host_ops) or (kind == "moe" and ctx.model.is_moe):
         return HostTime(0.0, 0.0)
-    per_op = ctx.rates.host_us_per_op
+    per_op = ctx.rates.host_op_us
     collectives = tp_collectives_per_pass(ctx, s)
     host_fwd = (cost.fwd_host_ops + collectives) * per_op
     host_bwd = (cost.bwd_host_ops + collectives) * per_op

@@ -8,7 +8,7 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
                      "fp8": float},                                 # fp8 only where the device has it
      "memory_bandwidth_gbs": float,
      "host_link_gbs": float,                                        # optional, device<->host copy
-     "host_us_per_op": float,                                       # optional, host time per operator
+     "host_op_us": float,                    # optional: host time to issue one eager operator
      "intra_node": {"bandwidth_gbs": float, "latency_us": float},   # per device, one direction,
      "inter_node": {"bandwidth_gbs": float, "latency_us": float},   # achievable (efficiency applied)
      "efficiency": {"matmul": CURVE, "memory": CURVE, "notes": [...],
@@ -59,7 +59,7 @@ __all__ = [
 ]
 
 HARDWARE_DIR = Path(__file__).parent
-DEFAULT_HOST_US_PER_OP = 15.0
+DEFAULT_HOST_OP_US = 15.0
 """Host time to issue one operator of an eager PyTorch training step (Python, the dispatcher,
 autograd, the kernel launch) when a hardware file gives none (costs/fixed_costs.py). Holistic
 Trace Analysis gives the CPU cost of a kernel launch as "usually between 5-20 microseconds"
@@ -123,8 +123,10 @@ class HardwareSpec:
     efficiency: DeviceEfficiency = field(default_factory=DeviceEfficiency)
     host_link_gbs: float = DEFAULT_HOST_LINK_GBS
     """Achieved device<->host copy bandwidth per device and direction (swap-optimizer traffic)."""
-    host_us_per_op: float = DEFAULT_HOST_US_PER_OP
-    """Host time to issue one operator of the training step (costs/fixed_costs.py)."""
+    host_op_us: float | None = None
+    """Host (CPU) time to issue one eager PyTorch operator: Python, dispatcher and launch
+    (costs/fixed_costs.py, costs/moe_host.py); None: the file states none, DEFAULT_HOST_OP_US
+    applies."""
     nics_per_node: int | None = None
     """Network cards per node, each `inter_node` fast; None: one per device."""
     domain_size: int | None = None
@@ -155,6 +157,10 @@ class HardwareSpec:
         if self.host_link_gbs <= 0:
             raise ConfigError(
                 f"hardware '{self.name}' needs host_link_gbs > 0, got {self.host_link_gbs}"
+            )
+        if self.host_op_us is not None and self.host_op_us < 0:
+            raise ConfigError(
+                f"hardware '{self.name}' needs host_op_us >= 0, got {self.host_op_us}"
             )
 
     def _check_network(self) -> None:
@@ -217,7 +223,7 @@ class HardwareSpec:
                 inter_node=LinkSpec(**data["inter_node"]),
                 efficiency=DeviceEfficiency.from_dict(data.get("efficiency", {}), origin),
                 host_link_gbs=float(data.get("host_link_gbs", DEFAULT_HOST_LINK_GBS)),
-                host_us_per_op=float(data.get("host_us_per_op", DEFAULT_HOST_US_PER_OP)),
+                host_op_us=float(data["host_op_us"]) if "host_op_us" in data else None,
                 **_network_fields(data),
                 fused_attention=bool(data.get("fused_attention", True)),
                 sources=list(data.get("sources", [])),
@@ -270,7 +276,7 @@ class HardwareSpec:
             "peak_tflops": dict(self.peak_tflops),
             "memory_bandwidth_gbs": self.memory_bandwidth_gbs,
             "host_link_gbs": self.host_link_gbs,
-            "host_us_per_op": self.host_us_per_op,
+            **({} if self.host_op_us is None else {"host_op_us": self.host_op_us}),
             "intra_node": _link_dict(self.intra_node),
             "inter_node": _link_dict(self.inter_node),
             "efficiency": self.efficiency.to_dict(),
