@@ -45,7 +45,7 @@ def test_host_above_gpu_is_exposed_per_pass():
     assert host.exposed_us == pytest.approx(300.0)
     assert host.recompute_exposed_us == pytest.approx(300.0)
     no_recompute = layer_host_time(
-        _ctx(), s.replace(recompute="none"), _cost(200.0, 1500.0, 50, 100), 0.0, 0.0
+        _ctx(), "layer", s.replace(recompute="none"), _cost(200.0, 1500.0, 50, 100), 0.0, 0.0
     )
     assert no_recompute.recompute_exposed_us == 0.0
 
