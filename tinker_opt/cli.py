@@ -1,4 +1,4 @@
-"""Command line: profile | search | simulate | all, plus inspect, apply, calibrate and check.
+"""Command line: profile | search | simulate | all, plus inspect, apply, calibrate, check and profile-comm.
 
 This module only parses and prints; the verbs' work is in the verbs package. The settings options of
 profile, search, simulate and all come from config.TABLE (`with_settings`): kebab-case plus
@@ -11,6 +11,7 @@ becomes one line on stderr and exit 2. tests/test_cli_surface.py freezes the res
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import json
 import sys
@@ -396,8 +397,24 @@ def calibrate(
     log: list[Path] | None = LOG_OPT,
     skip_first: int = SKIP_FIRST_OPT,
     num_npus_per_node: int | None = NPUS_OPT,
+    comm: Path | None = typer.Option(
+        None, "--comm", help="A comm.csv of profile-comm: fit the description's links to it."
+    ),
 ) -> None:
-    """Fit a hardware description to a measured profile, or (--log) to the iteration times of runs."""
+    """Fit a hardware description to a measured profile, (--log) to the iteration times of runs,
+    or (--comm) to the collectives of profile-comm."""
+    if comm is not None:
+        from tinker_opt.emit.comm_tables import comm_links_table, comm_residuals_table
+
+        if log or source:
+            raise ConfigError("calibrate --comm takes no profile folder and no --log; pass one")
+        report = verbs.run_calibrate_comm(comm, hardware, output)
+        for warning in report["warnings"]:
+            err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}", highlight=False)
+        console.print(comm_links_table(report))
+        console.print(comm_residuals_table(report))
+        console.print(f"wrote {report['output']}")
+        return
     if not log:
         if not source or len(source) > 1:
             raise ConfigError("calibrate needs one profiled-data folder, or --log LOG [SCRIPT]")
@@ -464,8 +481,27 @@ def check(
     )
 
 
+@app.command(name="profile-comm")
+@with_settings("profile-comm")
+def profile_comm(given: dict[str, Any], config_path: Path | None = CONFIG_OPT) -> None:
+    """Time the collectives of the cluster: launch with torchrun on every node (--no-python
+    tinker-opt profile-comm ...), or run it alone for this node's devices."""
+    settings = config.resolve("comm", given, config.load_config_file(config_path))
+    outcome = verbs.run_profile_comm(settings)
+    if outcome.error is not None:
+        if outcome.say_error:
+            sys.stderr.write(f"error: profile-comm stopped: {' '.join(outcome.error.split())}\n")
+        raise typer.Exit(2)
+    for note in outcome.notes:
+        err_console.print(f"not measured: {note}", markup=False, highlight=False)
+    if outcome.folder is not None:
+        console.print(f"communication profile: [bold]{outcome.folder}[/bold]")
+
+
 def main() -> None:
-    """Console entry point: one-line errors for user mistakes, exit code 2."""
+    """Console entry point: one-line errors for user mistakes, exit code 2. The process ends
+    here, so its objects are frozen out of the garbage collector: the collection at exit would
+    walk every object of the search (a few hundred ms on 2 cores; issue 30)."""
     try:
         app()
     except TinkerError as exc:
@@ -475,6 +511,8 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
+    finally:
+        gc.freeze()
 
 
 if __name__ == "__main__":

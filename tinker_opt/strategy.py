@@ -260,7 +260,17 @@ class Strategy:
         return cls(**values)
 
     def replace(self, **changes: Any) -> Strategy:
-        return dataclasses.replace(self, **changes)
+        """This strategy with `changes`, checked like a new one (`__post_init__`). As
+        `dataclasses.replace`, without building every field's keyword argument: the search
+        space lists tens of thousands of strategies this way (issue 30)."""
+        unknown = changes.keys() - _FIELD_NAMES
+        if unknown:
+            raise TypeError(f"Strategy has no field {sorted(unknown)[0]!r}")
+        new = object.__new__(Strategy)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        new.__post_init__()
+        return new
 
     def label(self) -> str:
         """A short human-readable name, e.g. `tp2-pp4-dp2-sp-do-mbs2-rc_full4`."""
@@ -297,3 +307,7 @@ class Strategy:
         if self.num_layer_list is not None:
             parts.append("L" + "_".join(str(n) for n in self.num_layer_list))
         return "-".join(parts)
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Strategy))
+"""The fields `Strategy.replace` may change."""

@@ -8,6 +8,7 @@ import numpy as np
 from tinker_opt.costs import overlap
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, sync_us, tail_slope_us
 from tinker_opt.costs.layer_comm import layer_comm_us
+from tinker_opt.costs.loss_terms import te_loss_saving_bytes
 from tinker_opt.costs.term_context import TermContext
 from tinker_opt.costs.units import chunks_per_rank, head_stage, m_tokens, ns_array
 from tinker_opt.costs.zero_terms import gathered_bytes, unit_exposed_us
@@ -55,6 +56,8 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
     emb = ctx.cost("embedding", s)
     norm = ctx.cost("final_norm", s)
     head = ctx.cost("head", s)
+    # TE's cross entropy keeps the logits in their dtype, not the fp32 softmax (loss_terms.py).
+    head_act = max(head.activation_bytes - te_loss_saving_bytes(ctx.model, s, ctx.bpe), 0)
     act = m_tokens(m, s) * m.hidden_size * ctx.bpe
     tp_comm = s.tp > 1 and not ctx.tp_comm_in_times  # Tinker's block times include them
     # Vocab-parallel embedding: all-reduce (reduce-scatter with SP) of its output, forward only.
@@ -70,7 +73,7 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
     head_comm += unit_exposed_us(ctx, s, last_params)
     time[0] += emb.fwd_us + emb.bwd_us + emb_comm
     comm[0] += emb_comm
-    mtp = _mtp_terms(ctx, s, norm, head)
+    mtp = _mtp_terms(ctx, s, norm, head, head_act)
     time[last] += norm.fwd_us + norm.bwd_us + head.fwd_us + head.bwd_us + head_comm + mtp["time_us"]
     comm[last] += head_comm + mtp["comm_us"]
     static, optimizer, grad = _edge_param_bytes(
@@ -93,7 +96,7 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
     # megatron/core/pipeline_parallel/schedules.py: the last virtual stage's forward is
     # followed by its backward in the steady state). With 1F1B that one is the stage's in-flight
     # micro-batch, so only the interleaved and DualPipeV counts change.
-    transient[last] += norm.activation_bytes + head.activation_bytes + mtp["act_bytes"]
+    transient[last] += norm.activation_bytes + head_act + mtp["act_bytes"]
     act_bytes = np.zeros(p, dtype=np.int64)
     act_bytes[0] += emb.activation_bytes
     tail, tail_sync = _stage_tails(ctx, s, first_params, last_params + mtp["params"])
@@ -126,7 +129,7 @@ def _edge_param_bytes(ctx: TermContext, s: Strategy, parts) -> tuple[np.ndarray,
     return static, optimizer, grad
 
 
-def _mtp_terms(ctx: TermContext, s: Strategy, norm, head) -> dict:
+def _mtp_terms(ctx: TermContext, s: Strategy, norm, head, head_act: int) -> dict:
     """The multi-token-prediction modules on the stage of the output layer (`--mtp-num-layers`).
 
     Each MTP module is one more decoder layer (of the model's last layer kind), two norms, a
@@ -150,7 +153,7 @@ def _mtp_terms(ctx: TermContext, s: Strategy, norm, head) -> dict:
         "comm_us": k * comm,
         "params": k * dense,
         "expert_params": k * layer.expert_param_count,
-        "act_bytes": k * (layer.activation_bytes + head.activation_bytes),
+        "act_bytes": k * (layer.activation_bytes + head_act),
     }
 
 

@@ -11,6 +11,7 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
      "host_op_us": float,                    # optional: host time to issue one eager operator
      "intra_node": {"bandwidth_gbs": float, "latency_us": float},   # per device, one direction,
      "inter_node": {"bandwidth_gbs": float, "latency_us": float},   # achievable (efficiency applied)
+                   # a link may add "ops": {op: {"bandwidth_gbs", "latency_us"}} (calibrate --comm)
      "efficiency": {"matmul": CURVE, "memory": CURVE, "notes": [...],
                     "matmul_fp8": CURVE},                           # optional: FP8 GEMMs (of fp8 peak)
      "nics_per_node": int,                                          # optional, network tiers below
@@ -36,7 +37,6 @@ device). `collectives` names the library whose algorithms price a group that lea
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +56,7 @@ __all__ = [
     "comm_table",
     "load_hardware",
     "shipped_hardware",
+    "write_hardware_json",
 ]
 
 HARDWARE_DIR = Path(__file__).parent
@@ -78,6 +79,8 @@ COLLECTIVE_LIBRARIES = ("nccl", "hccl")
 """Libraries whose algorithms comm_cost.spanning_time_us models (NCCL on GPUs, HCCL on Ascend)."""
 DEFAULT_COMM_SIZES = tuple(64 * 1024 * 4**i for i in range(7))
 """64 KiB ... 256 MiB, the sizes the measured communication profile uses too."""
+COMM_MAX_GROUP = 64
+"""comm.csv group sizes computed from a description go up to this (the formulas hold for any size)."""
 
 
 @dataclass(frozen=True)
@@ -91,14 +94,28 @@ class LinkSpec:
     A2): `bandwidth_gbs` is over all of them, and a group of g devices of the node reaches its
     peers over the g - 1 links between them only; None: a switch (NVSwitch), every group gets
     the whole bandwidth."""
+    ops: tuple[tuple[str, float, float], ...] = ()
+    """Per-collective (op, bandwidth_gbs, latency_us) where a measurement fitted them
+    (`calibrate --comm`: an all-to-all reaches another bus bandwidth than a ring all-reduce on
+    the same link); the JSON form is `"ops": {op: {"bandwidth_gbs", "latency_us"}}`. An op not
+    listed runs at the link's own figures."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.ops, dict):  # the JSON form
+            object.__setattr__(self, "ops", _op_links(self.ops))
         if self.bandwidth_gbs <= 0 or self.latency_us < 0:
             raise ConfigError(
                 f"link bandwidth must be > 0 and latency >= 0, got {self.bandwidth_gbs}, {self.latency_us}"
             )
         if self.mesh_links is not None and self.mesh_links < 1:
             raise ConfigError(f"mesh_links must be a positive link count, got {self.mesh_links}")
+
+    def for_op(self, op: str) -> LinkSpec:
+        """The link as `op` runs on it: its own fitted figures where `ops` lists it."""
+        for name, bandwidth_gbs, latency_us in self.ops:
+            if name == op:
+                return LinkSpec(bandwidth_gbs, latency_us, self.mesh_links)
+        return self
 
     def group_bandwidth_gbs(self, group_size: int) -> float:
         """Bandwidth per device and direction inside a group of `group_size` devices of one node:
@@ -292,13 +309,33 @@ class HardwareSpec:
         if self.nics_per_node is not None:
             out["nics_per_node"] = self.nics_per_node
         if self.domain_size is not None:
-            out["domain"] = {"size": self.domain_size, **dataclasses.asdict(self.domain_link)}
+            out["domain"] = {"size": self.domain_size, **_link_dict(self.domain_link)}
         return out
 
 
 def _link_dict(link: LinkSpec) -> dict[str, Any]:
-    """A link as the hardware file writes it (`mesh_links` only where it is set)."""
-    return {k: v for k, v in dataclasses.asdict(link).items() if k != "mesh_links" or v is not None}
+    """A link as the hardware file writes it (`mesh_links` and `ops` only where they are set)."""
+    out: dict[str, Any] = {"bandwidth_gbs": link.bandwidth_gbs, "latency_us": link.latency_us}
+    if link.mesh_links is not None:
+        out["mesh_links"] = link.mesh_links
+    if link.ops:
+        out["ops"] = {op: {"bandwidth_gbs": bw, "latency_us": lat} for op, bw, lat in link.ops}
+    return out
+
+
+def _op_links(ops: dict[str, Any]) -> tuple[tuple[str, float, float], ...]:
+    """The JSON `ops` of a link as LinkSpec.ops, each op a known collective with a positive rate."""
+    links = []
+    for op, figures in ops.items():
+        if op not in COMM_OPS:
+            raise ConfigError(f"link ops: unknown collective {op!r}; expected one of {COMM_OPS}")
+        bandwidth_gbs, latency_us = float(figures["bandwidth_gbs"]), float(figures["latency_us"])
+        if bandwidth_gbs <= 0 or latency_us < 0:
+            raise ConfigError(
+                f"link ops: {op} needs bandwidth > 0 and latency >= 0, got {bandwidth_gbs}, {latency_us}"
+            )
+        links.append((str(op), bandwidth_gbs, latency_us))
+    return tuple(links)
 
 
 def _network_fields(data: dict[str, Any]) -> dict[str, Any]:
@@ -312,6 +349,15 @@ def _network_fields(data: dict[str, Any]) -> dict[str, Any]:
         fields["domain_size"] = int(domain.pop("size"))
         fields["intra_domain"] = LinkSpec(**domain) if domain else None
     return fields
+
+
+def write_hardware_json(data: dict[str, Any], path: str | Path) -> Path:
+    """Write a hardware description (a calibration's result) that load_hardware reads back;
+    what cannot load is refused."""
+    from tinker_opt.io_utils import write_text_atomic
+
+    HardwareSpec.from_dict(data, origin="calibrated description")
+    return write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")
 
 
 def shipped_hardware() -> list[str]:
@@ -358,7 +404,8 @@ def comm_table(
             )
             for group in groups:
                 for nbytes in sizes:
-                    bandwidth = link.group_bandwidth_gbs(group)  # a mesh: g - 1 links
-                    time_us = collective_time_us(op, group, nbytes, bandwidth, link.latency_us)
+                    op_link = link.for_op(op)
+                    bandwidth = op_link.group_bandwidth_gbs(group)  # a mesh: g - 1 links
+                    time_us = collective_time_us(op, group, nbytes, bandwidth, op_link.latency_us)
                     rows.append((op, group, scope, nbytes, round(time_us, 3)))
     return pd.DataFrame(rows, columns=["op", "group_size", "scope", "bytes", "time_us"])

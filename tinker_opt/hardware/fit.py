@@ -164,15 +164,19 @@ def fit_link(
     group_sizes: Sequence[int],
     nbytes: Sequence[float],
     times_us: Sequence[float],
+    shares: Sequence[float] | None = None,
 ) -> tuple[float, float, FitResult]:
-    """Latency (us) and bandwidth (GB/s) of one network level from measured collectives."""
+    """Latency (us) and bandwidth (GB/s) of one network level from measured collectives.
+
+    `shares`: the fraction of the link each measurement's group gets, as the cost model prices
+    it (a full mesh's (g - 1) / mesh_links, the network cards per device; default 1)."""
     steps = np.array(
         [latency_steps(o, g) for o, g in zip(ops, group_sizes, strict=True)], dtype=float
     )
     traffic = np.array(
         [traffic_factor(o, g) * b for o, g, b in zip(ops, group_sizes, nbytes, strict=True)],
         dtype=float,
-    )
+    ) / np.asarray(shares if shares is not None else [1.0] * len(steps), dtype=float)
     t = np.asarray(times_us, dtype=float)
     keep = (t > 0) & (traffic > 0)
     if keep.sum() < 2:

@@ -111,7 +111,8 @@ FLAGS: tuple[Flag, ...] = (
            "dist-opt; MindSpeed docs/features/reuse-fp32-param.md)", "--reuse-fp32-param"),
     *_rows("job", "precision-aware optimizer: gradient buffer, master weights and Adam moments in the given "
            "dtypes (Megatron-LM; specs.OptimizerPrecision)", "--use-precision-aware-optimizer", "--main-grads-dtype",
-           "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--grad-reduce-in-bf16"),
+           "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--grad-reduce-in-bf16",
+           "--no-store-param-remainders", "--store-param-remainders"),
     *_rows("job", "fp16 training: gradient buffer in fp32 instead of fp16 (bf16 training always does; "
            "Megatron-LM arguments.py)", "--accumulate-allreduce-grads-in-fp32"),
     *_rows("job", "MLP activation output dropped and recomputed in the backward (MindSpeed; costs/recompute.py)",
@@ -173,8 +174,9 @@ FLAGS: tuple[Flag, ...] = (
            "--moe-router-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion"),
     *_rows("not modelled", "fused cross entropy: native keeps the unfused one's fp32 softmax (memory as priced; "
            "Megatron-LM core/fusions/fused_cross_entropy.py), its fewer elementwise passes and one tp all-reduce "
-           "are not; impl te keeps the logits' own dtype instead (TE pytorch/triton/cross_entropy.py)",
-           "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl"),
+           "are not", "--cross-entropy-loss-fusion"),
+    *_rows("model", "impl te: the loss keeps the logits in their own dtype, not the fp32 softmax (TE "
+           "pytorch/cross_entropy.py; costs/loss_terms.py)", "--cross-entropy-fusion-impl"),
     *_rows("not modelled", "optimizer states and step on the host (Megatron-LM HybridDeviceOptimizer)",
            "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d"),
     *_rows("not modelled", "CUDA graphs: launch overhead removed, graph memory pools kept", "--cuda-graph-impl",

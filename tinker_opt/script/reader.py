@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tinker_opt.errors import ConfigError, ScriptError
+from tinker_opt.errors import ScriptError
 from tinker_opt.script import versions
 from tinker_opt.script.expand import Expansion, Scalar, expand_script
 from tinker_opt.script.flags import (
@@ -36,10 +36,11 @@ from tinker_opt.script.model_args import (
     script_num_layers,
     unpriced_model_warnings,
 )
+from tinker_opt.script.optimizer_args import optimizer_precision
 from tinker_opt.script.recompute_args import recompute_modules
 from tinker_opt.script.shell import ShellSyntaxError
 from tinker_opt.script.strategy_args import read_strategy
-from tinker_opt.specs import FrameworkInfo, ModelSpec, OptimizerPrecision, TrainSpec
+from tinker_opt.specs import FrameworkInfo, ModelSpec, TrainSpec
 
 # Flags and names only MindSpeed-LLM / ModelLink scripts use (Megatron-LM has none of them).
 _MINDSPEED_MARKERS = re.compile(
@@ -320,34 +321,11 @@ def _train_spec(
         reuse_fp32_param=launch.has("--reuse-fp32-param"),
         swap_attention=launch.has("--swap-attention"),
         gradient_accumulation_fusion=not launch.has("--no-gradient-accumulation-fusion"),
-        optimizer_precision=_optimizer_precision(launch),
+        optimizer_precision=optimizer_precision(launch),
         ulysses_degree_in_cp=int_value(launch, "--ulysses-degree-in-cp"),
         recompute_modules=recompute_modules(launch),
         **_activation_recompute(launch, version_range),
     )
-
-
-def _optimizer_precision(launch) -> OptimizerPrecision:
-    """The precision-aware optimizer's dtypes (they apply only with its switch, Megatron-LM);
-    `--grad-reduce-in-bf16` keeps the gradient buffer in bf16 with or without it. fp16 training
-    keeps it in fp16 unless `--accumulate-allreduce-grads-in-fp32`: Megatron's gradient buffer
-    has the parameters' dtype without grad_reduce_in_fp32 (megatron/core/distributed/
-    param_and_grad_buffer.py), which arguments.py forces on only for bf16."""
-    bf16_grads = launch.has("--grad-reduce-in-bf16")
-    fp16_grads = launch.has("--fp16") and not launch.has("--accumulate-allreduce-grads-in-fp32")
-    if not launch.has("--use-precision-aware-optimizer"):
-        if bf16_grads or fp16_grads:
-            return OptimizerPrecision(main_grads="bf16" if bf16_grads else "fp16")
-        return OptimizerPrecision()
-    try:
-        return OptimizerPrecision(
-            main_grads="bf16" if bf16_grads else launch.value("--main-grads-dtype") or "fp32",
-            main_params=launch.value("--main-params-dtype") or "fp32",
-            exp_avg=launch.value("--exp-avg-dtype") or "fp32",
-            exp_avg_sq=launch.value("--exp-avg-sq-dtype") or "fp32",
-        )
-    except ConfigError as exc:
-        raise ScriptError(f"the script's optimizer dtypes are inconsistent: {exc}") from None
 
 
 def read_script_text(

@@ -43,13 +43,14 @@ LINK_KEYS = ("intra_node", "inter_node", "domain")
 
 
 def _slowed_links(data: dict[str, Any], factor: float) -> None:
-    """Every link of the description's JSON `factor` times slower, in place: bandwidth / factor,
+    """Every link of the description's JSON (and its per-op figures) `factor` times slower, in
+    place: bandwidth / factor,
     latency x factor (time = steps x latency + traffic / bandwidth, comm_cost)."""
     for key in LINK_KEYS:
         if key in data:
-            link = data[key]
-            link["bandwidth_gbs"] = link["bandwidth_gbs"] / factor
-            link["latency_us"] = link["latency_us"] * factor
+            for link in (data[key], *data[key].get("ops", {}).values()):
+                link["bandwidth_gbs"] = link["bandwidth_gbs"] / factor
+                link["latency_us"] = link["latency_us"] * factor
 
 
 def _fitted_description(
@@ -112,9 +113,8 @@ def run_calibrate_log(
 ) -> dict[str, Any]:
     """Fit, write the description to `output`, check every log again; returns the report.
     `scripts`: as `paired_scripts` takes them."""
-    from tinker_opt.hardware import load_hardware
+    from tinker_opt.hardware import load_hardware, write_hardware_json
     from tinker_opt.hardware.fit import fit_time_scales
-    from tinker_opt.profile.calibrate import write_hardware_json
 
     if not device.hardware:
         raise ConfigError("calibrate --log needs --hardware NAME (the description to fit)")

@@ -85,8 +85,8 @@ def _apply_fsdp2(
 
 def run_calibrate(profile_dir: Path, hardware: str, output: Path) -> Path:
     """Fit a hardware description to a measured profile and write it as JSON to `output`."""
-    from tinker_opt.hardware import load_hardware
-    from tinker_opt.profile.calibrate import calibrate, write_hardware_json
+    from tinker_opt.hardware import load_hardware, write_hardware_json
+    from tinker_opt.profile.calibrate import calibrate
     from tinker_opt.profile.store import load_profiled_data
 
     write_hardware_json(calibrate(load_profiled_data(profile_dir), load_hardware(hardware)), output)
