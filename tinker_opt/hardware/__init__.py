@@ -61,6 +61,17 @@ __all__ = [
 ]
 
 HARDWARE_DIR = Path(__file__).parent
+DEFAULT_HOST_OP_US = 15.0
+"""Host time to issue one operator of an eager PyTorch training step (Python, the dispatcher,
+autograd, the kernel launch) when a hardware file gives none (costs/fixed_costs.py). Holistic
+Trace Analysis gives the CPU cost of a kernel launch as "usually between 5-20 microseconds"
+(facebookresearch/HolisticTraceAnalysis docs/source/features/cuda_kernel_launch_stats.rst).
+ASSUMPTION: 15 us, in the upper half of that range, since Megatron's Python layer code (module
+calls, autograd functions, the RNG tracker) runs around each operator. Check: vTrain's
+Megatron-DeepSpeed GPT layer on A100 (hidden 1024, tp 1, micro-batch 1, full recompute: 210
+traced operators per layer and micro-batch) takes ~3.3 ms per layer and micro-batch where its GPU
+work is ~1.5 ms (benchmarks/data/vtrain_ground_truth_single.csv, 8 GPUs, global batch 128, micro-batch
+1 against 4): ~16 us per operator. The one figure a calibration from logs scales."""
 DEFAULT_HOST_LINK_GBS = 25.0
 """Device<->host copy bandwidth per device and direction when a hardware file gives none.
 ASSUMPTION: a PCIe 4.0/5.0 x16 class link (32/64 GB/s peak) shared by the devices on its switch,
@@ -133,8 +144,9 @@ class HardwareSpec:
     host_link_gbs: float = DEFAULT_HOST_LINK_GBS
     """Achieved device<->host copy bandwidth per device and direction (swap-optimizer traffic)."""
     host_op_us: float | None = None
-    """Host (CPU) time to issue one eager PyTorch operator: Python, dispatcher and launch; None:
-    host time is not priced (costs/moe_host.py)."""
+    """Host (CPU) time to issue one eager PyTorch operator: Python, dispatcher and launch
+    (costs/fixed_costs.py, costs/moe_host.py); None: the file states none, DEFAULT_HOST_OP_US
+    applies."""
     nics_per_node: int | None = None
     """Network cards per node, each `inter_node` fast; None: one per device."""
     domain_size: int | None = None
