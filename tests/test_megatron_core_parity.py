@@ -7,8 +7,8 @@ weights. All in fp32 on the CPU; in bf16 the GPT-style bytes too (the LLaMA-styl
 bytes differ on the CPU only: torch's composite CPU rms_norm, which megatron-core's local spec
 calls, keeps two fp32 copies that the fused device kernels do not).
 
-The LLaMA-style layer runs the materialised attention on both sides: megatron-core's local spec
-has no flash attention (that is the Transformer Engine spec, CUDA only). The MoE layer's routing
+The LLaMA-style and MoE layers run the materialised attention on both sides: megatron-core's local
+spec has no flash attention (that is the Transformer Engine spec, CUDA only). The MoE layer's routing
 differs by design (the reference dispatches a fixed balanced permutation so that its timings do not
 depend on random routing), so its output is compared with the routed experts zeroed (attention,
 norms, shared expert and residuals); its saved bytes are compared as they are (each token goes
@@ -70,23 +70,29 @@ REFERENCE_TO_MCORE = {
 }
 
 
+def _copy_experts(experts, target) -> None:
+    """Routed experts' stacked [E', h, f] weights, transposed, into megatron-core's experts one by
+    one: each group of a SequentialExperts holds the experts after the previous groups'."""
+    groups = getattr(experts, "local", [experts])
+    first = 0
+    for group in groups:
+        for which, stacked in (("linear_fc1", group.fc1), ("linear_fc2", group.fc2)):
+            for e in range(stacked.shape[0]):
+                name = f"layer.mlp.experts.local_experts.{first + e}.{which}.weight"
+                target[name].copy_(stacked[e].t())
+        first += group.num_experts
+
+
 def _copy_weights(reference, mcore) -> None:
     """The reference block's weights into megatron-core's layer (same layouts: QKV interleaved per
     query group, SwiGLU's fc1 as [gate; up]); routed experts transposed from the stacked form."""
     target = dict(mcore.module.named_parameters())
     with torch.no_grad():
         for name, param in reference.module.named_parameters():
-            if name.startswith("mlp.experts."):
-                stacked = param if name.endswith("fc1") or name.endswith("fc2") else None
-                if stacked is None:
-                    continue
-                which = "linear_fc1" if name.endswith("fc1") else "linear_fc2"
-                for e in range(stacked.shape[0]):
-                    target[f"layer.mlp.experts.local_experts.{e}.{which}.weight"].copy_(
-                        stacked[e].t()
-                    )
-                continue
-            target[REFERENCE_TO_MCORE[name]].copy_(param)
+            if not name.startswith("mlp.experts."):
+                target[REFERENCE_TO_MCORE[name]].copy_(param)
+        if hasattr(reference.module.mlp, "experts"):
+            _copy_experts(reference.module.mlp.experts, target)
 
 
 @pytest.mark.parametrize("style", sorted(MODELS))
@@ -119,7 +125,9 @@ def test_same_forward_output_given_the_same_weights(style):
 
 
 def _moe():
-    return replace(moe_model(seq=64, hidden=64, experts=4), num_layers=1, first_k_dense_replace=0)
+    """One MoE layer with the materialised attention on both sides (as the LLaMA-style layer)."""
+    model = moe_model(seq=64, hidden=64, experts=4)
+    return replace(model, num_layers=1, first_k_dense_replace=0, use_flash_attn=False)
 
 
 def test_moe_same_parameter_count():
