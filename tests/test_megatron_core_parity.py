@@ -11,8 +11,9 @@ The LLaMA-style and MoE layers run the materialised attention on both sides: meg
 spec has no flash attention (that is the Transformer Engine spec, CUDA only). The MoE layer's routing
 differs by design (the reference dispatches a fixed balanced permutation so that its timings do not
 depend on random routing), so its output is compared with the routed experts zeroed (attention,
-norms, shared expert and residuals); its saved bytes are compared as they are (each token goes
-to top-k experts on both sides, so the byte total does not depend on which).
+norms, shared expert and residuals) and with megatron-core's router made to choose the reference's
+experts (everything); its saved bytes are compared as they are (each token goes to top-k experts
+on both sides, so the byte total does not depend on which).
 """
 
 from __future__ import annotations
@@ -189,3 +190,28 @@ def test_moe_same_output_of_the_dense_path():
     torch.manual_seed(1)
     (x,) = reference.make_inputs()
     torch.testing.assert_close(mcore.module(x), reference.module(x), rtol=1e-4, atol=1e-5)
+
+
+def test_moe_same_output_given_the_same_routing(monkeypatch):
+    """With megatron-core's router choosing the experts the reference's fixed routing chooses
+    (`MoE.choice`, with the same top-k softmax probabilities), both MoE layers compute the same
+    output, routed experts included: dispatch, probabilities in the activation, unpermute."""
+    reference, mcore = _pair(_moe(), "layer.moe")
+    _copy_weights(reference, mcore)
+    choice = reference.module.mlp.choice
+
+    def routing(self, logits, padding_mask=None):
+        logits = logits.view(-1, logits.shape[-1])  # [s, b, E] -> [T, E], as Router.routing
+        top = torch.softmax(logits.float(), dim=-1).topk(choice.shape[1], dim=-1).values
+        probs = torch.zeros_like(logits).scatter(1, choice, top.type_as(logits))
+        return probs, torch.zeros_like(logits, dtype=torch.bool).scatter(1, choice, True)
+
+    monkeypatch.setattr(type(mcore.module.layer.mlp.router), "routing", routing)
+    torch.manual_seed(1)
+    (x,) = reference.make_inputs()
+    routed = reference.module(x)
+    torch.testing.assert_close(mcore.module(x), routed, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():  # the routed experts contribute: zeroing them changes the output
+        for p in reference.module.mlp.experts.parameters():
+            p.zero_()
+    assert not torch.allclose(reference.module(x), routed, rtol=1e-4, atol=1e-5)
