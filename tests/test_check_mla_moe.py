@@ -48,7 +48,8 @@ def test_the_job_is_read_as_it_ran(result):
 def test_peak_memory_within_ten_percent(result):
     """The max over stages and the last stage (the measured rank's) both within 10 % of the
     measured peak. Before the fused softmax held what its kernel holds (tp_emulation.py) the
-    layers' backward transient was 9.8 GB instead of 1.9 GB: 64,570 MB predicted (+18 %)."""
+    layers' backward transient was 9.8 GB instead of 1.9 GB: 64,683 MB predicted (+18 %), the
+    last stage 60,778 MB (+11 %)."""
     assert abs(result["error"]["peak_allocated_mb"]) < 0.10
     last = result["predicted"]["stages"][-1]["allocated_mb"]
     assert abs(last / MEASURED_MB - 1) < 0.10
