@@ -170,9 +170,8 @@ def dense_param_count(c: dict) -> tuple[int, int, int]:
     return total, layer, embed
 
 
-def hand_check(work: Path) -> list[str]:
-    """simulate --detail's memory split for ZeRO 0-3 (Qwen3-8B, 16 NPUs, tp 1, dp 16) against the formula."""
-    script = FSDP2 / "pretrain_qwen3_8b_4k_fsdp2_A3.sh"
+def _hand_profile(script: Path, work: Path) -> Path:
+    """The analytic 910B profile of `script` at tp 1, mbs 1 (the hand check's shard shape)."""
     prof = work / "hand-prof"
     proc = tinker(
         "profile",
@@ -190,7 +189,38 @@ def hand_check(work: Path) -> list[str]:
         "--quiet",
     )
     assert proc.returncode == 0, proc.stderr
-    folder = next(prof.iterdir())
+    return next(prof.iterdir())
+
+
+def _simulated_stage(script: Path, folder: Path, work: Path, zero: int, devices: int) -> dict:
+    """`simulate --json`'s first stage for tp 1, dp = devices, mbs 1 under ZeRO `zero`."""
+    strategy = work / f"z{zero}.json"
+    strategy.write_text(json.dumps({"tp": 1, "dp": devices, "zero": zero, "mbs": 1}))
+    proc = tinker(
+        "simulate",
+        str(script),
+        "--profiled-data-path",
+        str(folder),
+        "--strategy",
+        str(strategy),
+        "--num-nodes",
+        "1",
+        "--num-npus-per-node",
+        str(devices),
+        "--memory-limit",
+        "1000000",
+        "--global-batch-size",
+        str(GBS),
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["stages"][0]
+
+
+def hand_check(work: Path) -> list[str]:
+    """simulate --detail's memory split for ZeRO 0-3 (Qwen3-8B, 16 NPUs, tp 1, dp 16) against the formula."""
+    script = FSDP2 / "pretrain_qwen3_8b_4k_fsdp2_A3.sh"
+    folder = _hand_profile(script, work)
     config = json.loads((FSDP2 / "models" / "Qwen3-8B" / "config.json").read_text())
     total, layer, embed = dense_param_count(config)
     n = 16
@@ -210,29 +240,7 @@ def hand_check(work: Path) -> list[str]:
     ]
     base = None
     for zero in (0, 1, 2, 3):
-        strategy = work / f"z{zero}.json"
-        strategy.write_text(
-            json.dumps({"tp": 1, "dp": n, "zero": zero, "dist_opt": zero >= 1, "mbs": 1})
-        )
-        proc = tinker(
-            "simulate",
-            str(script),
-            "--profiled-data-path",
-            str(folder),
-            "--strategy",
-            str(strategy),
-            "--num-nodes",
-            "1",
-            "--num-npus-per-node",
-            "16",
-            "--memory-limit",
-            "1000000",
-            "--global-batch-size",
-            str(GBS),
-            "--json",
-        )
-        assert proc.returncode == 0, proc.stderr
-        stage = json.loads(proc.stdout)["stages"][0]
+        stage = _simulated_stage(script, folder, work, zero, n)
         w, g, o = (x / MiB for x in expected[zero])
         base = stage["transient_mb"] if base is None else base  # T0, the ZeRO-0 run's
         tr = base + gathered[zero] / MiB

@@ -57,8 +57,9 @@ def test_full_plan_is_about_one_billion_parameters(validate):
 
 def test_mixed_precision_adam_keeps_18_bytes_per_parameter(validate):
     """bf16 weight + fp32 main_grad + fp32 master + two fp32 Adam moments, and the bf16 grad freed."""
+    trainer = sys.modules["device_trainer"]  # imported by validate_device.py
     layer = torch.nn.Linear(16, 8, bias=False).to(torch.bfloat16)
-    optimizer = validate.MixedPrecisionAdam(list(layer.parameters()))
+    optimizer = trainer.MixedPrecisionAdam(list(layer.parameters()))
     layer(torch.randn(4, 16, dtype=torch.bfloat16)).sum().backward()
     optimizer.step()
     weight = layer.weight

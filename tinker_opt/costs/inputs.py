@@ -68,6 +68,9 @@ class HardwareRates:
     """Host <-> device copies (the swap optimizer)."""
     matmul_tflops: float = DEFAULT_MATMUL_TFLOPS
     """Dense matmul peak in the training precision (recomputed module GEMMs, costs/recompute_modules.py)."""
+    host_op_us: float = 0.0
+    """Host time to issue one eager operator (hardware `host_op_us`; 0: not priced,
+    costs/moe_host.py)."""
     accelerator: str = "cuda"
     """cuda | npu: the framework's context and communication buffers (framework_memory.py)."""
 
@@ -82,5 +85,6 @@ class HardwareRates:
             memory_bandwidth_gbs=hardware.memory_bandwidth_gbs or DEFAULT_MEMORY_BANDWIDTH_GBS,
             host_link_gbs=hardware.host_link_gbs or DEFAULT_HOST_LINK_GBS,
             matmul_tflops=hardware.peak_tflops.get("bf16") or DEFAULT_MATMUL_TFLOPS,
+            host_op_us=hardware.host_op_us or 0.0,
             accelerator=accelerator,
         )

@@ -28,6 +28,7 @@ from tinker_opt.costs.fp8_activation import fp8_saved_input_bytes
 from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
 from tinker_opt.costs.grad_accumulation import unfused_accumulation_us
 from tinker_opt.costs.layer_comm import layer_comm_us
+from tinker_opt.costs.moe_host import moe_host_wait_us
 from tinker_opt.costs.moe_terms import chunk_sort_us, moe_comm_us
 from tinker_opt.costs.profile_table import BlockCost
 from tinker_opt.costs.recompute import activation_function_terms
@@ -130,15 +131,9 @@ class TermBuilder:
         selective = s.recompute == "selective" and "core_attn" in ctx.job.recompute_modules
         dense_params = cost.param_count - cost.expert_param_count
         share = overlap.matmul_share(ctx.model, s.tp, m_tokens(ctx.model, s), dense_params)
-        pace_fwd, pace_bwd, pace_bytes = unaligned_extra(ctx, s, cost, share)
+        extra_fwd, extra_bwd, pace_bytes = self._extra_us(kind, s, cost, share, fwd_comm, bwd_comm)
         compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
-        # The all-to-all dispatcher's local sort / unsort copies (moe_terms.chunk_sort_us).
-        sort_fwd, sort_bwd = chunk_sort_us(ctx, s) if kind == "moe" else (0.0, 0.0)
-        compute += pace_fwd + pace_bwd + sort_fwd + sort_bwd
-        if not ctx.job.gradient_accumulation_fusion:
-            compute += unfused_accumulation_us(
-                cost.param_count, ctx.bpe, ctx.grad_bytes, ctx.mem_bw_gbs
-            )
+        compute += extra_fwd + extra_bwd
         bwd_comm += layer_exposed_us(
             ctx, s, dense_params, cost.expert_param_count, cost.fwd_us, cost.bwd_us
         )
@@ -149,9 +144,7 @@ class TermBuilder:
             overlap.exposed(gather_us, cost.fwd_us) if s.overlap_param_gather else gather_us
         )
         act = (cost.selective_activation_bytes if selective else cost.activation_bytes) + pace_bytes
-        recompute_us = (
-            cost.fwd_us + pace_fwd + sort_fwd + fwd_comm if s.recompute == "full" else 0.0
-        )
+        recompute_us = cost.fwd_us + extra_fwd + fwd_comm if s.recompute == "full" else 0.0
         dims = self._layer_dims(s)
         act -= min(act, fp8_saved_input_bytes(ctx.model, kind, dims, etp))
         if s.recompute == "selective":
@@ -185,6 +178,34 @@ class TermBuilder:
             "tail_sync": to_ns(sync_us),
             "estimated": cost.estimated,
         }
+
+    def _extra_us(
+        self,
+        kind: str,
+        s: Strategy,
+        cost: BlockCost,
+        share: float,
+        fwd_comm: float,
+        bwd_comm: float,
+    ) -> tuple[float, float, int]:
+        """(forward, backward) microseconds a layer adds to its profiled block per micro-batch,
+        and the bytes the pacing keeps: the unaligned-pace extra (unaligned_extra), the
+        all-to-all dispatcher's local sort / unsort copies (moe_terms.chunk_sort_us), the MoE
+        layer's wait for the host (moe_host.moe_host_wait_us, beyond all of the GPU time before
+        it) and, backward, the weight-gradient add of --no-gradient-accumulation-fusion."""
+        ctx = self.ctx
+        pace_fwd, pace_bwd, pace_bytes = unaligned_extra(ctx, s, cost, share)
+        sort_fwd, sort_bwd = chunk_sort_us(ctx, s) if kind == "moe" else (0.0, 0.0)
+        fwd, bwd = pace_fwd + sort_fwd, pace_bwd + sort_bwd
+        host_fwd, host_bwd = moe_host_wait_us(
+            ctx, kind, s, cost.fwd_us + fwd + fwd_comm, cost.bwd_us + bwd + bwd_comm
+        )
+        fwd, bwd = fwd + host_fwd, bwd + host_bwd
+        if not ctx.job.gradient_accumulation_fusion:
+            bwd += unfused_accumulation_us(
+                cost.param_count, ctx.bpe, ctx.grad_bytes, ctx.mem_bw_gbs
+            )
+        return fwd, bwd, pace_bytes
 
     def _layer_dims(self, s: Strategy) -> LayerDims:
         """The per-rank sizes of the analytic activation rules (one micro-batch, one cp rank)."""

@@ -8,6 +8,7 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
                      "fp8": float},                                 # fp8 only where the device has it
      "memory_bandwidth_gbs": float,
      "host_link_gbs": float,                                        # optional, device<->host copy
+     "host_op_us": float,                    # optional: host time to issue one eager operator
      "intra_node": {"bandwidth_gbs": float, "latency_us": float},   # per device, one direction,
      "inter_node": {"bandwidth_gbs": float, "latency_us": float},   # achievable (efficiency applied)
      "efficiency": {"matmul": CURVE, "memory": CURVE, "notes": [...],
@@ -111,6 +112,9 @@ class HardwareSpec:
     efficiency: DeviceEfficiency = field(default_factory=DeviceEfficiency)
     host_link_gbs: float = DEFAULT_HOST_LINK_GBS
     """Achieved device<->host copy bandwidth per device and direction (swap-optimizer traffic)."""
+    host_op_us: float | None = None
+    """Host (CPU) time to issue one eager PyTorch operator: Python, dispatcher and launch; None:
+    host time is not priced (costs/moe_host.py)."""
     nics_per_node: int | None = None
     """Network cards per node, each `inter_node` fast; None: one per device."""
     domain_size: int | None = None
@@ -141,6 +145,10 @@ class HardwareSpec:
         if self.host_link_gbs <= 0:
             raise ConfigError(
                 f"hardware '{self.name}' needs host_link_gbs > 0, got {self.host_link_gbs}"
+            )
+        if self.host_op_us is not None and self.host_op_us < 0:
+            raise ConfigError(
+                f"hardware '{self.name}' needs host_op_us >= 0, got {self.host_op_us}"
             )
 
     def _check_network(self) -> None:
@@ -203,6 +211,7 @@ class HardwareSpec:
                 inter_node=LinkSpec(**data["inter_node"]),
                 efficiency=DeviceEfficiency.from_dict(data.get("efficiency", {}), origin),
                 host_link_gbs=float(data.get("host_link_gbs", DEFAULT_HOST_LINK_GBS)),
+                host_op_us=float(data["host_op_us"]) if "host_op_us" in data else None,
                 **_network_fields(data),
                 fused_attention=bool(data.get("fused_attention", True)),
                 sources=list(data.get("sources", [])),
@@ -255,6 +264,7 @@ class HardwareSpec:
             "peak_tflops": dict(self.peak_tflops),
             "memory_bandwidth_gbs": self.memory_bandwidth_gbs,
             "host_link_gbs": self.host_link_gbs,
+            **({} if self.host_op_us is None else {"host_op_us": self.host_op_us}),
             "intra_node": _link_dict(self.intra_node),
             "inter_node": _link_dict(self.inter_node),
             "efficiency": self.efficiency.to_dict(),

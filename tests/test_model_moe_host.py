@@ -1,0 +1,72 @@
+"""The MoE layer's wait for the host (costs/moe_host.py): hand-computed host operators and the
+wait beyond the GPU time; the solvers keep agreeing with it priced."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from model_support import HARDWARE, cluster, moe_model, solvers_agree, synthetic_profile
+
+from tinker_opt.costs.evaluate import CostModel
+from tinker_opt.costs.moe_host import host_ops, moe_host_wait_us
+from tinker_opt.hardware import HardwareSpec
+from tinker_opt.solve.space import SearchSpace
+from tinker_opt.strategy import Strategy
+
+MODEL = moe_model(num_layers=4, hidden=1024, heads=16, experts=16, seq=2048, topk=8)
+PROFILE = synthetic_profile(MODEL, tps=(1, 2), cps=(1,), eps=(1, 2, 4, 8), mbss=(1, 2))
+
+
+def _cost(host_op_us: float | None) -> CostModel:
+    hardware = dataclasses.replace(HARDWARE, host_op_us=host_op_us)
+    return CostModel.from_profile(PROFILE, MODEL, cluster(1, 8, 60000), 32, hardware=hardware)
+
+
+def test_host_operators_grow_with_the_local_experts():
+    """16 experts over ep 2 = 8 local: forward 47 + 4 x 8 = 79, backward 84 + 10 x 8 = 164;
+    ep 8 = 2 local: 55 and 104."""
+    ctx = _cost(20.0).context
+    assert host_ops(ctx, Strategy(tp=1, pp=1, dp=8, ep=2, etp=1)) == (79, 164)
+    assert host_ops(ctx, Strategy(tp=1, pp=1, dp=8, ep=8, etp=1)) == (55, 104)
+
+
+def test_the_wait_is_host_time_beyond_the_gpu_time():
+    """At 20 us per operator, ep 2: host 1580 us forward, 3280 us backward. Against 1000 us of
+    GPU forward the layer waits 580 us; 5000 us of GPU backward hide the host's 3280 us."""
+    ctx = _cost(20.0).context
+    s = Strategy(tp=1, pp=1, dp=8, ep=2, etp=1)
+    fwd, bwd = moe_host_wait_us(ctx, "moe", s, 1000.0, 5000.0)
+    assert fwd == pytest.approx(79 * 20.0 - 1000.0)
+    assert bwd == 0.0
+    assert moe_host_wait_us(ctx, "dense", s, 0.0, 0.0) == (0.0, 0.0)
+
+
+def test_no_wait_without_a_host_figure():
+    """A description without `host_op_us` prices no host time (ASSUMPTION: none stated)."""
+    ctx = _cost(None).context
+    s = Strategy(tp=1, pp=1, dp=8, ep=2, etp=1)
+    assert moe_host_wait_us(ctx, "moe", s, 0.0, 0.0) == (0.0, 0.0)
+
+
+def test_evaluate_adds_the_wait_where_the_host_is_slower():
+    """A slow host (1 ms per operator) lengthens the iteration, more with more local experts."""
+    s2 = Strategy(tp=1, pp=1, dp=8, ep=2, etp=1)
+    s8 = Strategy(tp=1, pp=1, dp=8, ep=8, etp=1)
+    fast, slow = _cost(None), _cost(1000.0)
+    extra2 = slow.evaluate(s2).iteration_time_ms - fast.evaluate(s2).iteration_time_ms
+    extra8 = slow.evaluate(s8).iteration_time_ms - fast.evaluate(s8).iteration_time_ms
+    assert extra2 > extra8 > 0
+
+
+def test_hardware_file_round_trips_host_op_us():
+    """`host_op_us` is read from and written back to the description's JSON."""
+    spec = dataclasses.replace(HARDWARE, host_op_us=12.5)
+    assert HardwareSpec.from_dict(spec.to_dict()).host_op_us == 12.5
+    assert "host_op_us" not in HARDWARE.to_dict()
+
+
+def test_solvers_agree_with_the_host_wait():
+    """cpsat = milp = enum = brute force with a host that binds some strategies and not others."""
+    space = SearchSpace(max_mbs=2, tp=(1, 2), cp=(1,), ep=(1, 2, 4, 8))
+    solvers_agree(_cost(30.0), space)  # binds ep 1-4, not ep 8
