@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from published_flags import training_flags
 from published_moe import moe_run
 
 from tinker_opt.hardware import HardwareSpec, load_hardware, shipped_hardware
@@ -68,6 +69,12 @@ class PublishedRun:
     def is_llama(self) -> bool:
         """LLaMA-style layers (RMSNorm, SwiGLU, rotary, no biases): LLaMA and Mixtral rows."""
         return self.model.get("arch") in ("llama", "mixtral")
+
+    @property
+    def ran(self) -> bool:
+        """The run ran: it has a measured time, or its source states it ran (`measured.ran`, the
+        quote: e.g. a vendor's model list marking the script tested) without giving a time."""
+        return self.iteration_time_s is not None or bool(self.measured.get("ran"))
 
     @property
     def iteration_time_s(self) -> float | None:
@@ -199,30 +206,6 @@ def hardware_for(run: PublishedRun, override: str | None = None) -> HardwareSpec
     return load_hardware(name)
 
 
-def recompute_flags(strategy: dict[str, Any]) -> list[str]:
-    kind = strategy.get("recompute", "none")
-    if kind == "selective":
-        return ["--recompute-granularity selective"]
-    if kind == "full":
-        # Korthikanti et al. 2022 checkpoint every transformer layer: Megatron's standard full
-        # recompute, `--recompute-method uniform --recompute-num-layers 1`, as published.
-        return [
-            "--recompute-granularity full",
-            "--recompute-method uniform",
-            "--recompute-num-layers 1",
-        ]
-    return []
-
-
-FP8_FLAGS = ("--fp8-format hybrid", "--fp8-recipe delayed", "--fp8-amax-history-len 1024",
-             "--fp8-amax-compute-algo max", "--fp8-param-gather")  # fmt: skip
-"""How the FP8 rows trained: NeMo's GPT-3 175B FP8 recipe (NVIDIA/dgxc-benchmarking
-nemo_megatron/gpt3_175b_hydra.yaml: fp8 true, fp8_hybrid true, fp8_amax_history_len 1024,
-fp8_amax_compute_algo max, fp8_wgrad true, fp8_params true), as Megatron-LM's flags
-(megatron/training/arguments.py _add_transformer_engine_args: --fp8-format hybrid = E4M3 forward,
-E5M2 backward; fp8_params = --fp8-param-gather)."""
-
-
 def model_flags(run: PublishedRun) -> list[str]:
     """The network: GPT-style (LayerNorm, GeLU, learned positions, dropout 0.1) or LLaMA-style."""
     m, s = run.model, run.strategy
@@ -332,21 +315,6 @@ def parallel_flags(run: PublishedRun) -> list[str]:
         # optim_grads_params is the same sharding in Megatron-LM's flags.
         flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]
     return flags + s.get("extra_flags", [])  # MoE rows: published_moe.py
-
-
-def training_flags(run: PublishedRun) -> list[str]:
-    """Batch sizes, precision (bf16 / fp16, plus the FP8 recipe of FP8 rows) and recompute."""
-    s = run.strategy
-    precision = s.get("precision", "bf16")
-    flags = [
-        f"--micro-batch-size {s['mbs']}",
-        f"--global-batch-size {s['gbs']}",
-        "--bf16" if precision == "fp8" else f"--{precision}",
-        *(FP8_FLAGS if precision == "fp8" else ()),
-        "--train-iters 100",
-        "--lr 6.0e-5",
-    ]
-    return flags + recompute_flags(s)
 
 
 def launch_script(run: PublishedRun) -> str:

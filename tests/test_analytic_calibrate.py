@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from tests.profile_support import gpt_model
-from tinker_opt.hardware import EfficiencyCurve, LinkSpec, load_hardware
+from tinker_opt.hardware import EfficiencyCurve, LinkSpec, load_hardware, write_hardware_json
 from tinker_opt.profile.analytic import analytic_profile
-from tinker_opt.profile.calibrate import calibrate, write_hardware_json
+from tinker_opt.profile.calibrate import calibrate
 from tinker_opt.profile.runner import MeasureSettings, run_profile
 from tinker_opt.profile.space import SpaceLimits
 from tinker_opt.profile.store import load_profiled_data

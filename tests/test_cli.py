@@ -69,9 +69,9 @@ def test_search_writes_results_folder(search_run):
         assert subprocess.run(["bash", "-n", str(config)]).returncode == 0, config
     assert (search_run / "search.log").read_text().strip()
     for picture in (
-        "best_stages.png",
-        "best_schedule.png",
-        "candidates_time_vs_memory.png",
+        "best_stages.svg",
+        "best_schedule.svg",
+        "candidates_time_vs_memory.svg",
         "report.html",
     ):
         assert (search_run / picture).stat().st_size > 0, picture
@@ -432,9 +432,9 @@ def test_all_end_to_end_on_cpu(tmp_path):
     assert {"current", "speedup_vs_current", "picks", "pareto"} <= set(summary)
     assert len(list((results / "configs").glob("*-pick_*.sh"))) == len(summary["picks"])
     for name in (
-        "best_stages.png",
-        "best_schedule.png",
-        "candidates_time_vs_memory.png",
+        "best_stages.svg",
+        "best_schedule.svg",
+        "candidates_time_vs_memory.svg",
         "report.html",
     ):
         assert (results / name).stat().st_size > 0, name

@@ -68,7 +68,7 @@ def test_every_setting_has_both_spellings_on_its_verbs():
             assert "--" + item.key.replace("_", "-") in spellings and "--" + item.key in spellings
 
 
-def test_the_eight_verbs():
+def test_the_nine_verbs():
     """The verbs a user can call."""
     assert list(typer.main.get_command(app).commands) == [
         "profile",
@@ -79,6 +79,7 @@ def test_the_eight_verbs():
         "apply",
         "calibrate",
         "check",
+        "profile-comm",
     ]
 
 

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
+from xml.etree import ElementTree
 
 import numpy as np
 import pytest
@@ -17,10 +18,10 @@ from rich.console import Console
 
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.emit.results import (
-    CANDIDATES_PNG,
+    CANDIDATES_SVG,
     REPORT_HTML,
-    SCHEDULE_PNG,
-    STAGES_PNG,
+    SCHEDULE_SVG,
+    STAGES_SVG,
     write_results_folder,
 )
 from tinker_opt.emit.schedule import pipeline_ops
@@ -30,7 +31,18 @@ from tinker_opt.script.reader import read_script
 from tinker_opt.solve.picks import pareto_front
 from tinker_opt.strategy import Strategy
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+def _svg_shapes(data: bytes) -> dict[str, int]:
+    """{SVG element name: count} of a picture; ElementTree raises on a file that is not XML."""
+    root = ElementTree.fromstring(data)
+    assert root.tag == f"{SVG_NS}svg"
+    counts: dict[str, int] = {}
+    for element in root.iter():
+        name = element.tag.removeprefix(SVG_NS)
+        counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +118,20 @@ class _Page(HTMLParser):
         self.text.append(data)
 
 
-def test_folder_has_the_three_pictures_and_the_page(folder):
-    for name in (STAGES_PNG, SCHEDULE_PNG, CANDIDATES_PNG):
-        assert (folder / name).read_bytes().startswith(PNG_MAGIC), name
+def test_folder_has_the_three_pictures_and_the_page(folder, evaluations):
+    """Each picture is an SVG drawing with its boxes, markers and words."""
+    shapes = {
+        name: _svg_shapes((folder / name).read_bytes())
+        for name in (STAGES_SVG, SCHEDULE_SVG, CANDIDATES_SVG)
+    }
+    # the best's and the current strategy's stages, a box per non-zero part, and the legend boxes
+    assert shapes[STAGES_SVG]["rect"] > 2 * 4 and shapes[STAGES_SVG]["text"] > 10
+    # one box per operation of the schedule (2 p m v of them, plus recomputes), a legend
+    ops, _, _ = pipeline_ops(evaluations[0], 64)
+    assert shapes[SCHEDULE_SVG]["rect"] >= len(ops)
+    # a circle per evaluated strategy and per Pareto point, a star per pick, the current's cross
+    assert shapes[CANDIDATES_SVG]["circle"] >= len(evaluations)
+    assert shapes[CANDIDATES_SVG]["polygon"] >= 2
     assert (folder / REPORT_HTML).stat().st_size > 0
 
 
@@ -131,7 +154,8 @@ def test_report_parses_and_links_nothing_outside_the_folder(folder):
     images = [link for link in page.links if link.startswith("data:")]
     assert len(images) == 3
     for image in images:
-        assert base64.b64decode(image.split(",", 1)[1]).startswith(PNG_MAGIC)
+        assert image.startswith("data:image/svg+xml;base64,")
+        assert _svg_shapes(base64.b64decode(image.split(",", 1)[1]))["text"] > 0
     local = [link for link in page.links if not link.startswith("data:")]
     assert local, "the tuned scripts are linked"
     for link in local:

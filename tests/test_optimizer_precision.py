@@ -30,10 +30,13 @@ PROFILE = synthetic_profile(MODEL, tps=(1,), cps=(1,), mbss=(1,))
 
 def test_reader_takes_the_dtypes_only_with_the_switch():
     """The dtypes apply with --use-precision-aware-optimizer (the DeepSeek-V3 recipe's bf16
-    moments); without the switch they stay fp32, as in Megatron."""
+    moments; bf16 training keeps the fp32 master as 16-bit remainders, 2 + 2 + 2 B); without the
+    switch they stay fp32, as in Megatron."""
     tuned = read_script_text(SCRIPT.format(flags=BF16_STATES), "a.sh").train.optimizer_precision
-    assert tuned == OptimizerPrecision(main_grads="bf16", exp_avg="bf16", exp_avg_sq="bf16")
-    assert (tuned.grad_bytes, tuned.state_bytes) == (2, 8)
+    assert tuned == OptimizerPrecision(
+        main_grads="bf16", exp_avg="bf16", exp_avg_sq="bf16", param_remainders=True
+    )
+    assert (tuned.grad_bytes, tuned.state_bytes) == (2, 6)
     ignored = BF16_STATES.replace("--use-precision-aware-optimizer ", "")
     plain = read_script_text(SCRIPT.format(flags=ignored), "b.sh").train.optimizer_precision
     assert (plain.grad_bytes, plain.state_bytes) == (4, 12)
@@ -75,3 +78,23 @@ def test_bf16_states_and_gradients_shrink_memory_and_the_reduce():
     assert np.allclose(bf16.layer_optimizer_bytes, fp32.layer_optimizer_bytes * 8 / 12, atol=1)
     assert np.array_equal(bf16.layer_grad_bytes * 2, fp32.layer_grad_bytes)
     assert (bf16.layer_tail_ns < fp32.layer_tail_ns).all()
+
+
+@pytest.mark.parametrize(
+    ("flags", "state_bytes"),
+    [
+        ("--use-precision-aware-optimizer", 2 + 4 + 4),
+        ("--use-precision-aware-optimizer --no-store-param-remainders", 4 + 4 + 4),
+        ("--use-precision-aware-optimizer --main-params-dtype fp16", 2 + 4 + 4),
+        ("--use-precision-aware-optimizer --fp8-format hybrid --fp8-recipe delayed", 2 + 4 + 4),
+        ("--use-precision-aware-optimizer --fp8-format hybrid --fp8-recipe tensorwise", 4 + 4 + 4),
+    ],
+)
+def test_master_weights_kept_as_remainders(flags, state_bytes):
+    """Megatron-Core's store_param_remainders (default on): with bf16 training, fp32 main params
+    and no FP8 or delayed-scaling FP8 the master weight is its 16-bit remainder (2 B) beside the
+    bf16 weight (optimizer_config.py use_precision_aware_optimizer_no_fp8_or_ds_fp8;
+    distrib_optimizer.py int16 master_param); `--no-store-param-remainders` and current-scaling
+    FP8 keep 4 B."""
+    info = read_script_text(SCRIPT.format(flags=flags), "r.sh")
+    assert info.train.optimizer_precision.state_bytes == state_bytes

@@ -7,9 +7,9 @@ from tinker_opt.profile.store import COMM_OPS
 
 
 def test_sizes_and_groups():
-    """Sizes run 64 KiB x 4^i up to the maximum; groups 2, 4, ... up to the process count."""
+    """Sizes run 64 KiB x 4^i up to the maximum; groups 2, 4, ... up to the process count, and the count itself."""
     assert comm_sizes(1 << 20) == (65536, 262144, 1048576)
-    assert group_sizes(8) == [2, 4, 8] and group_sizes(6) == [2, 4]
+    assert group_sizes(8) == [2, 4, 8] and group_sizes(6) == [2, 4, 6]
 
 
 def test_gloo_measures_every_collective():
@@ -32,3 +32,24 @@ def test_single_process_measures_nothing():
     """With one process there is nothing to measure, and the note says why."""
     frame, notes = measure_comm(backend="gloo", device_kind="cpu", num_procs=1, max_bytes=65536)
     assert frame.empty and "fewer than 2" in notes[0]
+
+
+def test_profile_comm_without_torchrun_measures_this_node(tmp_path, monkeypatch):
+    """profile-comm outside torchrun: this node's processes (2 on the CPU), intra-node rows, the
+    topology of one node in meta.json."""
+    from cli_support import invoke_cli
+
+    from tinker_opt.profile.meta import read_meta
+    from tinker_opt.profile.store import read_comm_csv
+
+    monkeypatch.delenv("RANK", raising=False)
+    done = invoke_cli(
+        "profile-comm", "--output-dir", str(tmp_path), "--device", "cpu",
+        "--max-bytes", "65536", "--warmup", "0", "--repeats", "1",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    comm = read_comm_csv(tmp_path / "comm.csv")
+    assert set(comm["scope"]) == {"intra_node"} and set(comm["group_size"]) == {2}
+    assert set(comm["op"]) == set(COMM_OPS) and not (tmp_path / "comm_world.csv").exists()
+    topology = read_meta(tmp_path).extra["comm_profile"]["topology"]
+    assert topology["num_nodes"] == 1 and topology["devices_per_node"] == 2

@@ -80,8 +80,8 @@ def test_folder_contents(tmp_path):
     assert summary["best"]["strategy"]["tp"] == 2
     assert len(list((folder / "configs").glob("*.sh"))) == 2
     assert (folder / "search.log").read_text().startswith("line one")
-    assert (folder / "best_stages.png").stat().st_size > 0
-    assert (folder / "candidates_time_vs_memory.png").stat().st_size > 0
+    assert (folder / "best_stages.svg").stat().st_size > 0
+    assert (folder / "candidates_time_vs_memory.svg").stat().st_size > 0
 
 
 def test_failure_leaves_no_folder(tmp_path):

@@ -2,11 +2,12 @@
 
 `TABLE` lists every setting once: its key (Tinker's snake_case spelling), kind, default, unit,
 help and the sections (verbs) that take it. From it follow
-* the JSON config loader (Tinker's three sections `profile`, `search`, `simulate`; Tinker's own
-  example config, every key present and many `null`, loads unchanged: `null` means "not set"),
+* the JSON config loader (Tinker's three sections `profile`, `search`, `simulate`, and `comm` for
+  `profile-comm`; Tinker's own example config, every key present and many `null`, loads
+  unchanged: `null` means "not set"),
 * the typer options of each verb (cli.py: `--kebab-case` and Tinker's `--snake_case`), and
-* one frozen dataclass per section (`ProfileSettings`, `SearchSettings`, `SimulateSettings`), so
-  a mistyped setting name is an AttributeError, never a silent None.
+* one frozen dataclass per section (`ProfileSettings`, `SearchSettings`, `SimulateSettings`,
+  `CommSettings`), so a mistyped setting name is an AttributeError, never a silent None.
 Precedence: built-in default < config file < command line, resolved in `resolve`. An unknown key,
 a wrong type or a missing required value is a one-line `ConfigError` naming the key.
 Adding a setting is one `_s(...)` line in `TABLE`.
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinker_opt.errors import ConfigError
 
-SECTIONS = ("profile", "search", "simulate")
+SECTIONS = ("profile", "search", "simulate", "comm")
 
 
 def _to_int(value: Any) -> int:
@@ -159,7 +160,7 @@ def _s(
     )
 
 
-P, S, M = "profile", "search", "simulate"
+P, S, M, C = "profile", "search", "simulate", "comm"
 # A table: one row per line reads better than the formatter's layout.
 # fmt: off
 TABLE = (
@@ -184,6 +185,14 @@ TABLE = (
     _s("devices", "int", None, "Local devices to profile on at once, one worker process each (default: every device; 1 on the CPU; with --device analytic: tracing processes, default every CPU).", P, positive=True),
     _s("blocks", "str", "reference", "Decoder-layer source: reference | megatron-core (needs the megatron extra).", P),
     _s("moe_load_imbalance", "float", 1.25, "MoE, dropless routing: tokens the busiest EP rank computes / the mean (profile/shape.py expert_load; --moe-router-force-load-balancing in the script means 1).", P, positive=True),
+    # profile-comm: the collectives of the user's cluster, under torchrun (or on this node)
+    _s("output_dir", "str", "./comm_profile", "Folder that receives comm.csv, comm_world.csv, meta.json and profile-comm.log (rank 0 writes).", C),
+    _s("device", "str", "auto", "Device of the ranks: auto | npu (hccl) | cuda (nccl) | cpu (gloo).", C),
+    _s("max_bytes", "int", None, "Largest buffer of a collective (sizes 64 KiB x 4^i up to it; default 256 MiB, 16 MiB on the CPU).", C, unit="bytes", positive=True),
+    _s("warmup", "int", 2, "Untimed calls of each collective and size.", C),
+    _s("repeats", "int", 5, "Timed calls of each collective and size (median reported).", C, positive=True),
+    _s("timeout", "float", 300, "Longest wait of a rank (joining, a collective, a barrier) before the run stops with an error.", C, unit="s", positive=True),
+    _s("devices", "int", None, "Without torchrun: processes on this node (default: every device; 2 on the CPU).", C, positive=True),
     # search and simulate
     _s("profiled_data_path", "str", None, "Profiled-data folder (a bare name is looked up under ./profiled_data).", f"{S} {M}"),
     _s("pretrain_script_path_search", "str", None, "Script to rewrite into tuned configs (default: the profiled one).", S),
@@ -275,20 +284,24 @@ if TYPE_CHECKING:  # built at run time from TABLE: the type checker sees their a
     ProfileSettings = Any
     SearchSettings = Any
     SimulateSettings = Any
+    CommSettings = Any
 else:
     ProfileSettings = _settings_class("profile")
     SearchSettings = _settings_class("search")
     SimulateSettings = _settings_class("simulate")
+    CommSettings = _settings_class("comm")
 SETTINGS_CLASSES: dict[str, type] = {
     "profile": ProfileSettings,
     "search": SearchSettings,
     "simulate": SimulateSettings,
+    "comm": CommSettings,
 }
 VERB_SECTIONS: dict[str, tuple[str, ...]] = {
     "profile": (P,),
     "search": (S,),
     "simulate": (M,),
     "all": (P, S),
+    "profile-comm": (C,),
 }
 """The sections whose options each verb takes; `all` composes profile's and search's."""
 VERB_OWN_KEYS: dict[str, frozenset[str]] = {
@@ -308,7 +321,7 @@ def verb_options(verb: str) -> tuple[Setting, ...]:
 
 
 def load_config_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
-    """Read and check a three-section JSON config; returns {section: {key: value}} without nulls."""
+    """Read and check a sectioned JSON config (config.SECTIONS); returns {section: {key: value}} without nulls."""
     if path is None:
         return {}
     file = Path(path)

@@ -62,6 +62,10 @@ class ModelSpec:
     MindSpeed's `--use-fused-*` flags, or Megatron-Core's Transformer Engine defaults
     (script/reader.py `_te_kernels`). They save fewer tensors than the reference ops
     (profile/kernels.py FUSED_SAVES)."""
+    te_cross_entropy: bool = False
+    """The loss is Transformer Engine's cross entropy (`--cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te`): it keeps the logits in their own dtype, not an fp32 softmax
+    (costs/loss_terms.py)."""
     attention_dropout: float = 0.1
     hidden_dropout: float = 0.1
     add_bias_linear: bool = True
@@ -239,6 +243,8 @@ class ModelSpec:
 
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+REMAINDER_BYTES = 2
+"""The low 16 bits of an fp32 master weight whose high 16 bits are the bf16 weight (int16)."""
 
 
 @dataclass(frozen=True)
@@ -254,9 +260,17 @@ class OptimizerPrecision:
     main_params: str = "fp32"
     exp_avg: str = "fp32"
     exp_avg_sq: str = "fp32"
+    param_remainders: bool = False
+    """The fp32 master weights are kept as their low 16 bits beside the bf16 weights (2 B, not 4):
+    Megatron-Core's `store_param_remainders` (default True; megatron/core/optimizer/
+    optimizer_config.py; distrib_optimizer.py keeps `master_param` as int16 when it is on and
+    bf16 is trained with the precision-aware optimizer, main params fp32, no FP8 or delayed-scaling
+    FP8: `use_precision_aware_optimizer_no_fp8_or_ds_fp8`; TE's FusedAdam >= 2.1 stores them).
+    The reader decides it (script/reader.py _optimizer_precision)."""
 
     def __post_init__(self) -> None:
-        for name, value in dataclasses.asdict(self).items():
+        for name in ("main_grads", "main_params", "exp_avg", "exp_avg_sq"):
+            value = getattr(self, name)
             if value not in DTYPE_BYTES:
                 raise ConfigError(
                     f"{name} dtype must be one of {sorted(DTYPE_BYTES)}, got {value!r}"
@@ -269,8 +283,10 @@ class OptimizerPrecision:
 
     @property
     def state_bytes(self) -> int:
-        """Bytes per parameter of the optimizer states: master weight + exp_avg + exp_avg_sq."""
-        return sum(DTYPE_BYTES[d] for d in (self.main_params, self.exp_avg, self.exp_avg_sq))
+        """Bytes per parameter of the optimizer states: master weight (2 B as remainders) + exp_avg
+        + exp_avg_sq."""
+        master = REMAINDER_BYTES if self.param_remainders else DTYPE_BYTES[self.main_params]
+        return master + sum(DTYPE_BYTES[d] for d in (self.exp_avg, self.exp_avg_sq))
 
 
 @dataclass(frozen=True, kw_only=True)

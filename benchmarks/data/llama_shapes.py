@@ -1,5 +1,5 @@
-"""LLaMA model shapes (Meta's published configs) shared by the run-file generators of this folder
-(make_heldout_runs.py, make_blackwell_runs.py)."""
+"""LLaMA-family model shapes (Meta's and Mistral's published configs) shared by the run-file
+generators of this folder (make_heldout_runs.py, make_blackwell_runs.py, make_memory_runs.py)."""
 
 LLAMA = {
     "llama2_7b": dict(
@@ -69,3 +69,27 @@ def llama(key: str) -> dict:
     """The runs file's `model` object of LLaMA shape `key` (head_dim = hidden / heads)."""
     shape = LLAMA[key]
     return dict(shape, arch="llama", head_dim=shape["hidden"] // shape["heads"])
+
+
+def mixtral_8x22b(*, vocab: int, seq: int) -> dict:
+    """Mixtral-8x22B (56 layers, h 6144, 48 heads, 8 query groups, 8 experts top-2, expert ffn
+    16384) with the run's vocabulary (32000 or the v3 tokenizer's 32768) and sequence length."""
+    return {
+        "name": "Mixtral-8x22B",
+        "arch": "mixtral",
+        "layers": 56,
+        "hidden": 6144,
+        "heads": 48,
+        "kv_heads": 8,
+        "head_dim": 128,
+        "ffn": None,
+        "vocab": vocab,
+        "seq": seq,
+        "moe": {
+            "num_experts": 8,
+            "topk": 2,
+            "moe_ffn": 16384,
+            "first_k_dense": 0,
+            "shared_experts": {"count": 0, "ffn_total": 0},
+        },
+    }

@@ -6,21 +6,8 @@ what is stated vs inferred (the TFLOPS-derived iteration times computed here, fo
 
 import json
 
-from llama_shapes import llama
-
-H100 = {
-    "id": "h100_dgx_ref",
-    "name": "NVIDIA DGX H100 (8x H100-SXM 80GB, NVLink4, 8x400 Gb/s IB per node)",
-    "peak_bf16_tflops": 989,
-    "peak_fp8_tflops": 1979,
-    "hbm_gb": 80,
-}
-B910 = {
-    "id": "ascend_910b_atlas_a2",
-    "name": "Huawei Ascend 910B (8 NPUs/node)",
-    "peak_bf16_tflops": 354,
-    "hbm_gb": 64,
-}
+from llama_shapes import llama, mixtral_8x22b
+from run_devices import B910, H100, nemo_strategy
 
 MZ = "yanring/Megatron-MoE-ModelZoo"
 QWEN_SRC = {
@@ -309,23 +296,7 @@ for rid, tf, routing, extra in (
             },
             "hardware": H100,
             "model": {
-                "name": "Mixtral-8x22B",
-                "arch": "mixtral",
-                "layers": 56,
-                "hidden": 6144,
-                "heads": 48,
-                "kv_heads": 8,
-                "head_dim": 128,
-                "ffn": None,
-                "vocab": 32768,
-                "seq": 4096,
-                "moe": {
-                    "num_experts": 8,
-                    "topk": 2,
-                    "moe_ffn": 16384,
-                    "first_k_dense": 0,
-                    "shared_experts": {"count": 0, "ffn_total": 0},
-                },
+                **mixtral_8x22b(vocab=32768, seq=4096),
                 ("stated"): (
                     "yaml: 56 layers, h 6144, ffn 16384, 48 heads, 8 query groups, 8 experts top-2; vocab "
                     "32768 (Mixtral-8x22B tokenizer) [inferred]"
@@ -390,7 +361,6 @@ NEMO_SRC = {
 
 def dense(rid, key, n, gbs, tp, pp, cp, vpp, tok, src, config, extra=(), note=""):
     m = llama(key)
-    dp = n // (tp * pp * cp)
     rows.append(
         {
             "id": rid,
@@ -398,25 +368,7 @@ def dense(rid, key, n, gbs, tp, pp, cp, vpp, tok, src, config, extra=(), note=""
             "source": dict(src, config_via=config),
             "hardware": H100,
             "model": m,
-            "strategy": {
-                "tp": tp,
-                "pp": pp,
-                "cp": cp,
-                "vpp": vpp,
-                "mbs": 1,
-                "gbs": gbs,
-                "dp": dp,
-                "sp": tp > 1,
-                "precision": "fp8",
-                "recompute": "none (activations_checkpoint_granularity null)",
-                "distributed_optimizer": True,
-                "optimizer": "distributed optimizer, overlap_grad_sync, overlap_param_sync",
-                "tp_comm_overlap": "ub_tp_comm_overlap true" if tp > 1 else "false",
-                "flash_attn": True,
-                "fused": ["cross-entropy-loss-fusion"],
-                "framework": "NeMo (Megatron-Core)",
-                "extra_flags": ["--transformer-impl transformer_engine", *extra],
-            },
+            "strategy": nemo_strategy(n, gbs, 1, tp, pp, cp, vpp, "fp8", extra),
             "n_devices": n,
             "measured": {"tokens_per_s_per_device": tok},
             (

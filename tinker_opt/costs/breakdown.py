@@ -47,8 +47,12 @@ class StageBreakdown:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of summary.json and `simulate --json` (framework keys once known)."""
-        out = dataclasses.asdict(self)
+        out = {name: getattr(self, name) for name in _FIELDS}  # plain values: no deep copy
         for key in ("allocated_mb", "reserved_mb", "device_mb"):
             if out[key] is None:
                 del out[key]
         return out
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(StageBreakdown))
+"""The fields in declaration order (the JSON object's key order, as dataclasses.asdict gives)."""

@@ -156,7 +156,7 @@ class CommModel:
         if sizes:
             nearest = min(sizes, key=lambda g: (abs(np.log2(g) - np.log2(max(group_size, 1))), g))
             return self._fits[(op, scope, nearest)]
-        link = self._scope_links[scope]
+        link = self._scope_links[scope].for_op(op)
         return _Fit(link.latency_us, link.bandwidth_gbs)
 
     def placement(
@@ -190,7 +190,7 @@ class CommModel:
             return collective_time_us(op, size, nbytes, fit.bandwidth_gbs, fit.latency_us)
         if place.tier == "intra_domain":
             assert self.hardware is not None, "a domain tier comes from a hardware description"
-            link = self.hardware.domain_link
+            link = self.hardware.domain_link.for_op(op)
             return collective_time_us(op, size, nbytes, link.bandwidth_gbs, link.latency_us)
         hardware = self.hardware
         net = NodeNetwork(

@@ -8,6 +8,7 @@ import numpy as np
 from tinker_opt.costs import overlap
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, sync_us, tail_slope_us
 from tinker_opt.costs.layer_comm import layer_comm_us
+from tinker_opt.costs.loss_terms import te_loss_saving_bytes
 from tinker_opt.costs.term_context import TermContext
 from tinker_opt.costs.units import chunks_per_rank, head_stage, m_tokens, ns_array
 from tinker_opt.costs.zero_terms import gathered_bytes, unit_exposed_us
@@ -55,6 +56,8 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
     emb = ctx.cost("embedding", s)
     norm = ctx.cost("final_norm", s)
     head = ctx.cost("head", s)
+    # TE's cross entropy keeps the logits in their dtype, not the fp32 softmax (loss_terms.py).
+    head_act = max(head.activation_bytes - te_loss_saving_bytes(ctx.model, s, ctx.bpe), 0)
     act = m_tokens(m, s) * m.hidden_size * ctx.bpe
     tp_comm = s.tp > 1 and not ctx.tp_comm_in_times  # Tinker's block times include them
     # Vocab-parallel embedding: all-reduce (reduce-scatter with SP) of its output, forward only.
@@ -63,14 +66,15 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
     # SP, else an all-reduce of the input gradient backward: one pair either way.
     head_comm = ctx.tp_pair_us(s, act) if tp_comm else 0.0
     p2p_us, p2p_hidden_us = _p2p_us(ctx, s)
-    time = np.full(p, p2p_us, dtype=float)
+    # The description's fitted fixed time per micro-batch (calibrate --log; 0 unless fitted).
+    time = np.full(p, p2p_us + ctx.rates.fixed_us_per_microbatch, dtype=float)
     comm = np.full(p, p2p_us, dtype=float)
     first_params, last_params = emb.param_count, norm.param_count + _head_params(ctx, s, head)
     emb_comm += unit_exposed_us(ctx, s, first_params)  # ZeRO 2/3 units (zero_terms.py)
     head_comm += unit_exposed_us(ctx, s, last_params)
     time[0] += emb.fwd_us + emb.bwd_us + emb_comm
     comm[0] += emb_comm
-    mtp = _mtp_terms(ctx, s, norm, head)
+    mtp = _mtp_terms(ctx, s, norm, head, head_act)
     time[last] += norm.fwd_us + norm.bwd_us + head.fwd_us + head.bwd_us + head_comm + mtp["time_us"]
     comm[last] += head_comm + mtp["comm_us"]
     static, optimizer, grad = _edge_param_bytes(
@@ -78,22 +82,16 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
         s,
         ((0, first_params, 0), (last, last_params, 0), (last, mtp["params"], mtp["expert_params"])),
     )
-    layer_costs = [ctx.cost(ctx.layer_block[k], s, *ctx.layer_shape(k, s)) for k in set(ctx.kinds)]
-    layer_transient = max(cost.transient_bytes for cost in layer_costs)
     # Tinker's attention mask: one seq^2 tensor per stage (Tinker itself adds it per layer).
     static += ctx.attention_mask_bytes
-    transient = np.full(p, layer_transient, dtype=np.int64)
-    transient[0] = max(transient[0], emb.transient_bytes)
-    transient[last] = max(transient[last], norm.transient_bytes, head.transient_bytes)
-    unit = max([cost.param_count for cost in layer_costs] + [first_params, last_params])
-    transient += gathered_bytes(s, unit, ctx.bpe)  # ZeRO 2/3: gathered units and their gradients
+    transient = _stage_transient(ctx, s, (emb, norm, head), max(first_params, last_params))
     # The final norm, head (the loss's fp32 softmax) and MTP modules run in the rank's last chunk,
     # whose backward follows its forward at once: their activations are held for one micro-batch
     # at a time, however many chunk micro-batches the rank holds (Megatron's interleaved schedule,
     # megatron/core/pipeline_parallel/schedules.py: the last virtual stage's forward is
     # followed by its backward in the steady state). With 1F1B that one is the stage's in-flight
     # micro-batch, so only the interleaved and DualPipeV counts change.
-    transient[last] += norm.activation_bytes + head.activation_bytes + mtp["act_bytes"]
+    transient[last] += norm.activation_bytes + head_act + mtp["act_bytes"]
     act_bytes = np.zeros(p, dtype=np.int64)
     act_bytes[0] += emb.activation_bytes
     tail, tail_sync = _stage_tails(ctx, s, first_params, last_params + mtp["params"])
@@ -110,8 +108,23 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
         "stage_inflight_x_v": _inflight(s, v, num_micro),
         "stage_tail_ns": tail,
         "stage_tail_sync_ns": tail_sync,
+        "fixed_ns_per_microbatch": round(1e3 * ctx.rates.fixed_us_per_microbatch),
         "estimated": emb.estimated or norm.estimated or head.estimated,
     }
+
+
+def _stage_transient(ctx: TermContext, s: Strategy, edges, edge_params: int) -> np.ndarray:
+    """Per stage the largest transient of its blocks (the layers' everywhere, the embedding's on
+    the first stage, the final norm's and head's on the head stage; `edges` is those three) plus
+    the ZeRO 2/3 gathered unit and its gradient (zero_terms.gathered_bytes)."""
+    emb, norm, head = edges
+    last = head_stage(s)
+    layer_costs = [ctx.cost(ctx.layer_block[k], s, *ctx.layer_shape(k, s)) for k in set(ctx.kinds)]
+    transient = np.full(s.pp, max(cost.transient_bytes for cost in layer_costs), dtype=np.int64)
+    transient[0] = max(transient[0], emb.transient_bytes)
+    transient[last] = max(transient[last], norm.transient_bytes, head.transient_bytes)
+    unit = max([cost.param_count for cost in layer_costs] + [edge_params])
+    return transient + gathered_bytes(s, unit, ctx.bpe)
 
 
 def _edge_param_bytes(ctx: TermContext, s: Strategy, parts) -> tuple[np.ndarray, ...]:
@@ -126,7 +139,7 @@ def _edge_param_bytes(ctx: TermContext, s: Strategy, parts) -> tuple[np.ndarray,
     return static, optimizer, grad
 
 
-def _mtp_terms(ctx: TermContext, s: Strategy, norm, head) -> dict:
+def _mtp_terms(ctx: TermContext, s: Strategy, norm, head, head_act: int) -> dict:
     """The multi-token-prediction modules on the stage of the output layer (`--mtp-num-layers`).
 
     Each MTP module is one more decoder layer (of the model's last layer kind), two norms, a
@@ -159,7 +172,7 @@ def _mtp_terms(ctx: TermContext, s: Strategy, norm, head) -> dict:
         "comm_us": k * comm,
         "params": k * dense + embedding,
         "expert_params": k * layer.expert_param_count,
-        "act_bytes": k * (layer.activation_bytes + head.activation_bytes),
+        "act_bytes": k * (layer.activation_bytes + head_act),
     }
 
 

@@ -1,4 +1,4 @@
-"""The pictures of a results folder (matplotlib, PNG, no display needed).
+"""The pictures of a results folder, as SVG files (emit/svg.py: no plotting library, no display).
 
 * `plot_stage_breakdown`: per stage, where an iteration goes (compute, recompute, exposed
   communication, pipeline bubble, gradient sync + optimizer) and what memory holds (weights,
@@ -7,21 +7,20 @@
 * `plot_schedule`: the pipeline schedule of a strategy as a timeline (schedule.py).
 * `plot_candidates`: every evaluated strategy's time against memory, the Pareto front, the picks,
   the script's own strategy and the memory limit.
+
+Each picture is drawn once, as text (issue 30: the matplotlib pictures cost more than the search).
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib.patches import Patch
-
 from tinker_opt.emit.schedule import Op, num_microbatches, pipeline_ops
+from tinker_opt.emit.svg import Axes, Svg, draw_axes, legend
 
 TIME_PARTS = (
     ("compute", "tab:blue"),
@@ -39,6 +38,10 @@ MEMORY_PARTS = (
     ("recompute_work_mb", "recompute working set", "tab:brown"),
 )
 OP_COLOURS = {"F": "tab:blue", "B": "tab:green", "R": "tab:orange"}
+MAX_LABELLED_OPS = 600
+"""Beyond this many boxes the micro-batch numbers are left out (they would not be legible)."""
+MAX_STAGE_LABELS = 16
+"""Beyond this many stages every k-th stage is labelled on the x axis."""
 
 
 def stage_time_parts(evaluation: Mapping[str, Any], microbatches: int) -> list[list[float]]:
@@ -64,32 +67,37 @@ def stage_time_parts(evaluation: Mapping[str, Any], microbatches: int) -> list[l
     return parts
 
 
-def _stacked(
-    ax, rows: Sequence[Sequence[float]], colours: Sequence[str], labels: Sequence[str]
-) -> None:
-    index = list(range(len(rows)))
-    bottom = [0.0] * len(rows)
-    for column, colour in enumerate(colours):
-        values = [row[column] for row in rows]
-        ax.bar(index, values, bottom=bottom, color=colour, width=0.7)
-        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    ax.set_xticks(index, labels)
+def _write(svg: Svg, path: Path) -> Path:
+    path.write_text(svg.content(), encoding="utf-8")
+    return path
 
 
-def _limit_line(ax, limit_mb: float, tallest_mb: float) -> None:
+def _stacked(svg: Svg, axes: Axes, rows: Sequence[Sequence[float]], colours: Sequence[str]) -> None:
+    """One stacked bar per row (stage), bottom to top in column order."""
+    for index, row in enumerate(rows):
+        bottom = 0.0
+        for value, fill in zip(row, colours, strict=True):
+            if value > 0:
+                top = axes.y(bottom + value)
+                svg.rect(
+                    axes.x(index - 0.35), top, axes.x(0.7) - axes.x(0), axes.y(bottom) - top, fill
+                )
+            bottom += value
+
+
+def _stage_ticks(evaluation: Mapping[str, Any]) -> list[tuple[float, str]]:
+    stages = evaluation["stages"]
+    step = math.ceil(len(stages) / MAX_STAGE_LABELS)
+    return [(i, f"s{st['stage']}\n{st['layers']}L") for i, st in enumerate(stages) if i % step == 0]
+
+
+def _limit_line(svg: Svg, axes: Axes, limit_mb: float, tallest_mb: float) -> None:
     """The memory limit as a dashed line, or a note when it is far above every bar (the bars stay readable)."""
     if limit_mb <= 4 * tallest_mb:
-        ax.axhline(limit_mb, color="black", linestyle="--", linewidth=1)
-        ax.set_ylim(top=max(ax.get_ylim()[1], 1.05 * limit_mb))
+        y = axes.y(limit_mb)
+        svg.line([(axes.left, y), (axes.left + axes.width, y)], "black", 1, "5,4")
     else:
-        ax.text(
-            0.02,
-            0.95,
-            f"limit {limit_mb:g} MB is off the scale",
-            transform=ax.transAxes,
-            fontsize=8,
-            va="top",
-        )
+        svg.text(axes.left + 8, axes.top + 14, f"limit {limit_mb:g} MB is off the scale", 9)
 
 
 def plot_stage_breakdown(
@@ -103,45 +111,41 @@ def plot_stage_breakdown(
 ) -> Path:
     """Per-stage stacked time and memory of the best strategy, and of the script's own beside it."""
     columns = [("best", best)] + ([("current (the script's own)", current)] if current else [])
-    fig, axes = plt.subplots(
-        2, len(columns), figsize=(5.5 * len(columns) + 2.5, 7.5), squeeze=False, sharey="row"
-    )
+    times = [stage_time_parts(e, num_microbatches(e, global_batch_size)) for _, e in columns]
+    memories = [
+        [[st.get(key, 0.0) for key, _, _ in MEMORY_PARTS] for st in e["stages"]] for _, e in columns
+    ]
+    tallest_mb = max(sum(row) for rows in memories for row in rows)
+    time_top = 1.05 * max(sum(row) for rows in times for row in rows)
+    memory_top = 1.05 * max(tallest_mb, memory_limit_mb if memory_limit_mb <= 4 * tallest_mb else 0)
+    panel, gap, left = 430, 95, 85
+    svg = Svg(left + len(columns) * (panel + gap) + 110, 760)
     for col, (name, evaluation) in enumerate(columns):
-        m = num_microbatches(evaluation, global_batch_size)
-        labels = [f"s{st['stage']}\n{st['layers']}L" for st in evaluation["stages"]]
-        _stacked(axes[0][col], stage_time_parts(evaluation, m), [c for _, c in TIME_PARTS], labels)
-        axes[0][col].set_title(
-            f"{name}: {evaluation['iteration_time_ms']:.1f} ms / iteration\n"
-            f"{_short_label(evaluation)}",
-            fontsize=10,
-        )
-        memory = [[st.get(key, 0.0) for key, _, _ in MEMORY_PARTS] for st in evaluation["stages"]]
-        _stacked(axes[1][col], memory, [c for _, _, c in MEMORY_PARTS], labels)
-        _limit_line(axes[1][col], memory_limit_mb, max(sum(row) for row in memory))
-        axes[1][col].set_title(f"{name}: peak {evaluation['peak_memory_mb']:.0f} MB", fontsize=10)
-    axes[0][0].set_ylabel("time per iteration (ms)")
-    axes[1][0].set_ylabel(f"memory per device (MB), limit {memory_limit_mb:g}")
-    axes[0][-1].legend(
-        handles=[Patch(color=c, label=n) for n, c in reversed(TIME_PARTS)],
-        fontsize=8,
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-    )
-    axes[1][-1].legend(
-        handles=[Patch(color=c, label=n) for _, n, c in reversed(MEMORY_PARTS)]
-        + [plt.Line2D([], [], color="black", linestyle="--", label="memory limit")],
-        fontsize=8,
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-    )
+        x = left + col * (panel + gap)
+        n = len(evaluation["stages"])
+        time_axes = Axes(x, 55, panel, 250, (-0.5, n - 0.5), (0, time_top))
+        memory_axes = Axes(x, 425, panel, 250, (-0.5, n - 0.5), (0, memory_top))
+        ticks = _stage_ticks(evaluation)
+        label = _short_label(evaluation)
+        title = f"{name}: {evaluation['iteration_time_ms']:.1f} ms / iteration\n{label}"
+        draw_axes(svg, time_axes, title=title, x_ticks=ticks, y_label="" if col else _TIME_Y)
+        _stacked(svg, time_axes, times[col], [c for _, c in TIME_PARTS])
+        memory_y = f"memory per device (MB), limit {memory_limit_mb:g}"
+        title = f"{name}: peak {evaluation['peak_memory_mb']:.0f} MB"
+        draw_axes(svg, memory_axes, title=title, x_ticks=ticks, y_label="" if col else memory_y)
+        _stacked(svg, memory_axes, memories[col], [c for _, _, c in MEMORY_PARTS])
+        _limit_line(svg, memory_axes, memory_limit_mb, tallest_mb)
+    right = left + len(columns) * (panel + gap) - gap + 12
+    legend(svg, right, 55, [(n, c, "box") for n, c in reversed(TIME_PARTS)])
+    entries = [(n, c, "box") for _, n, c in reversed(MEMORY_PARTS)]
+    legend(svg, right, 425, [*entries, ("memory limit", "black", "dash")])
     if current is None and current_note:
-        fig.text(
-            0.5, 0.005, f"the script's own strategy: {current_note}"[:160], ha="center", fontsize=8
-        )
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+        note = f"the script's own strategy: {current_note}"[:160]
+        svg.text(svg.width / 2, 752, note, 9, anchor="middle")
+    return _write(svg, path)
+
+
+_TIME_Y = "time per iteration (ms)"
 
 
 def plot_schedule(
@@ -153,11 +157,10 @@ def plot_schedule(
         evaluation, global_batch_size, max_microbatches=max_microbatches
     )
     stages = evaluation["strategy"]["pp"]
-    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.55 * stages))
-    _draw_ops(ax, ops, labels=len(ops) <= MAX_LABELLED_OPS)
-    ax.set_yticks(range(stages), [f"stage {s}" for s in range(stages)])
-    ax.invert_yaxis()
-    ax.set_xlabel("time (ms)")
+    height = 30 * stages
+    svg = Svg(1200, height + 100)
+    end = max(op.end for op in ops) * 1.01
+    axes = Axes(80, 40, 1000, height, (0, end), (stages, 0))
     vpp = evaluation["strategy"]["vpp"]
     kind = "1F1B" if vpp == 1 else f"interleaved 1F1B, {vpp} chunks per stage"
     more = (
@@ -165,62 +168,41 @@ def plot_schedule(
         if shown < total
         else f"all {total} micro-batches"
     )
-    ax.set_title(f"pipeline schedule of the best strategy ({kind}; {more})", fontsize=10)
-    handles = [
-        Patch(color=OP_COLOURS["F"], label="forward"),
-        Patch(color=OP_COLOURS["R"], label="recompute"),
-        Patch(color=OP_COLOURS["B"], label="backward"),
-    ]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    title = f"pipeline schedule of the best strategy ({kind}; {more})"
+    draw_axes(svg, axes, title=title, x_label="time (ms)", y_ticks=False)
+    _draw_ops(svg, axes, ops, labels=len(ops) <= MAX_LABELLED_OPS)
+    for s in range(stages):
+        svg.text(axes.left - 6, axes.y(s + 0.5) + 3, f"stage {s}", 9, anchor="end")
+    entries = [("forward", "F"), ("recompute", "R"), ("backward", "B")]
+    legend(
+        svg, axes.left + axes.width + 12, axes.top, [(n, OP_COLOURS[k], "box") for n, k in entries]
+    )
+    return _write(svg, path)
 
 
-MAX_LABELLED_OPS = 600
-"""Beyond this many boxes the micro-batch numbers are left out (they would not be legible)."""
-
-
-def _draw_ops(ax, ops: Sequence[Op], *, labels: bool) -> None:
-    """The boxes, one collection per (kind, chunk parity, stage): later chunks of an interleaved stage lighter."""
-    groups: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
+def _draw_ops(svg: Svg, axes: Axes, ops: Sequence[Op], *, labels: bool) -> None:
+    """One box per operation (later chunks of an interleaved stage lighter), numbered by
+    micro-batch when there are few enough and the box is wide enough to hold the number."""
     for op in ops:
-        groups.setdefault((op.kind, op.chunk % 2, op.stage), []).append(
-            (op.start, op.end - op.start)
-        )
-    for (
-        kind,
-        odd,
-        stage,
-    ), spans in groups.items():  # one collection per group: fast with thousands of boxes
-        ax.broken_barh(
-            spans,
-            (stage - 0.4, 0.8),
-            facecolors=OP_COLOURS[kind],
-            edgecolor="white",
-            linewidth=0.5,
-            alpha=0.65 if odd else 1.0,
-        )
-    ax.set_xlim(0, max(op.end for op in ops) * 1.01)
-    if labels:
-        for op in ops:
-            ax.text(
-                (op.start + op.end) / 2,
-                op.stage,
-                str(op.microbatch + 1),
-                ha="center",
-                va="center",
-                fontsize=6,
-                color="white",
-                clip_on=True,
-            )
+        x, top = axes.x(op.start), axes.y(op.stage + 0.1)
+        width = axes.x(op.end) - x
+        extra = {"fill_opacity": "0.65"} if op.chunk % 2 else {}
+        svg.rect(x, top, width, axes.y(op.stage + 0.9) - top, OP_COLOURS[op.kind], **extra)
+        if labels and width >= 9:
+            y = axes.y(op.stage + 0.5) + 3
+            svg.text(x + width / 2, y, str(op.microbatch + 1), 7, anchor="middle", fill="white")
 
 
 def _short_label(evaluation: Mapping[str, Any]) -> str:
     from tinker_opt.strategy import Strategy
 
     return Strategy.from_dict(evaluation["strategy"]).replace(num_layer_list=None).label()
+
+
+def _padded(values: Sequence[float]) -> tuple[float, float]:
+    low, high = min(values), max(values)
+    pad = 0.05 * (high - low) or 0.05 * abs(high) or 1.0
+    return low - pad, high + pad
 
 
 def plot_candidates(
@@ -235,82 +217,54 @@ def plot_candidates(
 ) -> Path:
     """Every evaluated strategy's time against memory, with the Pareto front, picks, the ranks of
     the ranked list, the script's own strategy and the limit."""
-    fig, ax = plt.subplots(figsize=(9, 6))
-    ax.scatter(
-        [e["peak_memory_mb"] for e in evaluated],
-        [e["iteration_time_ms"] for e in evaluated],
-        color="tab:blue",
-        alpha=0.35,
-        s=18,
-        label=f"evaluated ({len(evaluated)})",
+    shown = [*evaluated, *picks.values(), *([current] if current is not None else [])]
+    memory = [e["peak_memory_mb"] for e in shown] + [memory_limit_mb]
+    axes = Axes(90, 40, 780, 480, _padded(memory), _padded([e["iteration_time_ms"] for e in shown]))
+    svg = Svg(1110, 600)
+    draw_axes(
+        svg,
+        axes,
+        title="evaluated strategies: time vs memory",
+        x_label="peak memory per device (MB)",
+        y_label="iteration time (ms)",
     )
-    front = sorted(pareto, key=lambda e: e["peak_memory_mb"])
-    ax.step(
-        [e["peak_memory_mb"] for e in front],
-        [e["iteration_time_ms"] for e in front],
-        where="post",
-        color="tab:green",
-        linewidth=1.5,
-        marker="o",
-        markersize=5,
-        label="Pareto front",
-    )
-    for rank, evaluation in enumerate(ranked, start=1):
-        ax.annotate(
-            str(rank),
-            (evaluation["peak_memory_mb"], evaluation["iteration_time_ms"]),
-            textcoords="offset points",
-            xytext=(-4, -11),
-            fontsize=7,
-            color="tab:blue",
-        )
-    _mark_picks(ax, picks)
+
+    def at(e: Mapping[str, Any]) -> tuple[float, float]:
+        return axes.x(e["peak_memory_mb"]), axes.y(e["iteration_time_ms"])
+
+    for e in evaluated:
+        svg.marker(*at(e), "o", 3, "tab:blue", fill_opacity="0.35")
+    front = [at(e) for e in sorted(pareto, key=lambda e: e["peak_memory_mb"])]
+    steps = [p for (x0, y0), (x1, _) in itertools.pairwise(front) for p in ((x0, y0), (x1, y0))]
+    svg.line([*steps, *front[-1:]], "tab:green", 1.5)
+    for point in front:
+        svg.marker(*point, "o", 3.5, "tab:green")
+    for rank, e in enumerate(ranked, start=1):
+        x, y = at(e)
+        svg.text(x - 4, y + 13, str(rank), 7, fill="tab:blue")
+    _mark_picks(svg, picks, at, axes.left + 0.75 * axes.width)
     if current is not None:
-        _mark_current(ax, current)
-    ax.axvline(
-        memory_limit_mb, color="red", linestyle="--", label=f"memory limit {memory_limit_mb:g} MB"
-    )
-    ax.set_xlabel("peak memory per device (MB)")
-    ax.set_ylabel("iteration time (ms)")
-    ax.set_title("evaluated strategies: time vs memory")
-    ax.legend(fontsize=8, loc="upper right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+        svg.marker(*at(current), "x", 7, "tab:red", stroke="black", stroke_width="0.5")
+    x = axes.x(memory_limit_mb)
+    svg.line([(x, axes.top), (x, axes.top + axes.height)], "red", 1.2, "6,4")
+    entries = [
+        (f"evaluated ({len(evaluated)})", "tab:blue", "o"),
+        ("Pareto front", "tab:green", "line"),
+    ]
+    entries += [("picks (named)", "gold", "*")] if picks else []
+    entries += [("current (the script's own)", "tab:red", "x")] if current is not None else []
+    entries += [(f"memory limit {memory_limit_mb:g} MB", "red", "dash")]
+    legend(svg, axes.left + axes.width + 14, axes.top, entries)
+    return _write(svg, path)
 
 
-def _mark_picks(ax, picks: Mapping[str, Mapping[str, Any]]) -> None:
-    """A gold star per distinct pick (picks that are the same strategy share one), named."""
+def _mark_picks(svg: Svg, picks: Mapping[str, Mapping[str, Any]], at, right: float) -> None:
+    """A gold star per distinct pick (picks that are the same strategy share one), named on its
+    right, or on its left when it lies beyond `right` (the name stays inside the picture)."""
     points: dict[tuple[float, float], list[str]] = {}
     for name, evaluation in picks.items():
-        point = (evaluation["peak_memory_mb"], evaluation["iteration_time_ms"])
-        points.setdefault(point, []).append(name)
-    for (memory, time), names in points.items():
-        ax.scatter([memory], [time], s=150, marker="*", color="gold", edgecolor="black", zorder=3)
-        ax.annotate(
-            ", ".join(names),
-            (memory, time),
-            textcoords="offset points",
-            xytext=(8, 6),
-            fontsize=8,
-            zorder=4,
-        )
-    if points:
-        ax.scatter(
-            [], [], s=150, marker="*", color="gold", edgecolor="black", label="picks (named)"
-        )
-
-
-def _mark_current(ax, current: Mapping[str, Any]) -> None:
-    """The script's own strategy: a red cross."""
-    ax.scatter(
-        [current["peak_memory_mb"]],
-        [current["iteration_time_ms"]],
-        s=140,
-        marker="X",
-        color="tab:red",
-        edgecolor="black",
-        zorder=3,
-        label="current (the script's own)",
-    )
+        points.setdefault(at(evaluation), []).append(name)
+    for (x, y), names in points.items():
+        svg.marker(x, y, "*", 9, "gold", stroke="black", stroke_width="0.7")
+        left = x > right
+        svg.text(x - 10 if left else x + 10, y - 7, ", ".join(names), 8, "end" if left else "start")

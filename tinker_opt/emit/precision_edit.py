@@ -45,8 +45,10 @@ def precision_to_write(data: dict[str, Any]) -> dict[str, Any] | None:
 def apply_precision(text: str, precision: Mapping[str, Any] | None) -> str:
     """`text` training in the row's precision: its FP8 flags added where the script has none."""
     flags = fp8_flags(precision)
+    if not flags:
+        return text
     info = read_script_text(text)
-    if not flags or info.model.is_fp8:
+    if info.model.is_fp8:
         return text
     anchors = [arg for arg in info.launch.args if arg.name in PRECISION_FLAGS]
     edit = (

@@ -89,7 +89,8 @@ def _image(folder: Path, name: str, alt: str) -> str:
     if not path.exists():
         return ""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<h3>{escape(alt)}</h3><img alt="{escape(alt)}" src="data:image/png;base64,{data}">'
+    mime = "image/svg+xml" if path.suffix == ".svg" else "image/png"
+    return f'<h3>{escape(alt)}</h3><img alt="{escape(alt)}" src="data:{mime};base64,{data}">'
 
 
 def _inputs(report: SearchReport) -> str:

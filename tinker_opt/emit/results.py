@@ -28,14 +28,14 @@ RESULTS_CSV = "results.csv"
 SUMMARY_JSON = "summary.json"
 SEARCH_LOG = "search.log"
 CONFIGS_DIR = "configs"
-STAGES_PNG = "best_stages.png"
-CANDIDATES_PNG = "candidates_time_vs_memory.png"
-SCHEDULE_PNG = "best_schedule.png"
+STAGES_SVG = "best_stages.svg"
+CANDIDATES_SVG = "candidates_time_vs_memory.svg"
+SCHEDULE_SVG = "best_schedule.svg"
 REPORT_HTML = "report.html"
 PICTURES = (
-    (STAGES_PNG, "per stage: where the time goes and what the memory holds (best vs current)"),
-    (SCHEDULE_PNG, "pipeline schedule of the best strategy"),
-    (CANDIDATES_PNG, "every evaluated strategy: time vs memory"),
+    (STAGES_SVG, "per stage: where the time goes and what the memory holds (best vs current)"),
+    (SCHEDULE_SVG, "pipeline schedule of the best strategy"),
+    (CANDIDATES_SVG, "every evaluated strategy: time vs memory"),
 )
 
 
@@ -224,14 +224,14 @@ def _fill_folder(folder: Path, report: SearchReport, write_script: ScriptWriter 
         )
         current = _current_for_pictures(report)
         note = report.current.get("error") if report.current else "no launch script known"
-        plot_stage_breakdown(best, current, gbs, limit, folder / STAGES_PNG, current_note=note)
-        plot_schedule(best, gbs, folder / SCHEDULE_PNG)
+        plot_stage_breakdown(best, current, gbs, limit, folder / STAGES_SVG, current_note=note)
+        plot_schedule(best, gbs, folder / SCHEDULE_SVG)
         plot_candidates(
             report.evaluated or report.top,
             report.pareto,
             report.picks,
             limit,
-            folder / CANDIDATES_PNG,
+            folder / CANDIDATES_SVG,
             current=current,
             ranked=report.top,
         )

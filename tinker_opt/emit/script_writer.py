@@ -10,6 +10,7 @@ must give exactly the expressible strategy (else ScriptError: the layout is beyo
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from collections.abc import Mapping, Sequence
@@ -106,6 +107,13 @@ def _launcher_field(info: ScriptInfo):
     return None
 
 
+@functools.lru_cache(maxsize=8)
+def _read(text: str) -> ScriptInfo:
+    """`read_script_text` once per text: the rows of a results folder share the script and its
+    cluster edit, so each of those texts is read once, not once per row (issue 30)."""
+    return read_script_text(text)
+
+
 def apply_cluster(
     text: str, nnodes: int, nproc: int, read=read_script_text
 ) -> tuple[str, list[str]]:
@@ -176,11 +184,11 @@ def apply_strategy(
     Megatron core version); without it the script's own flags bound it and the writer is
     permissive. Raises StrategyError when the strategy breaks a rule or needs a missing flag.
     """
-    info = read_script_text(text)
+    info = _read(text)
     vr = versions.resolve(version, text, info.train.framework.flavour)
     target = expressible_strategy(strategy, info, vr, world=nnodes * nproc_per_node)
-    tuned, warnings = apply_cluster(text, nnodes, nproc_per_node)
-    tuned_info = read_script_text(tuned)
+    tuned, warnings = apply_cluster(text, nnodes, nproc_per_node, read=_read)
+    tuned_info = _read(tuned)
     tuned = script_edit.apply_edits(tuned, plan_strategy_edits(tuned, tuned_info, target, vr))
     tuned = with_header(apply_precision(tuned, precision), header)
     check = read_script_text(tuned)

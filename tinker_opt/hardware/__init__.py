@@ -11,12 +11,14 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
      "host_op_us": float,                    # optional: host time to issue one eager operator
      "intra_node": {"bandwidth_gbs": float, "latency_us": float},   # per device, one direction,
      "inter_node": {"bandwidth_gbs": float, "latency_us": float},   # achievable (efficiency applied)
+                   # a link may add "ops": {op: {"bandwidth_gbs", "latency_us"}} (calibrate --comm)
      "efficiency": {"matmul": CURVE, "memory": CURVE, "notes": [...],
                     "matmul_fp8": CURVE},                           # optional: FP8 GEMMs (of fp8 peak)
      "nics_per_node": int,                                          # optional, network tiers below
      "domain": {"size": int, "bandwidth_gbs": float, "latency_us": float},   # optional
-     "collectives": "nccl" | "hccl",                                # optional, default nccl
+     "collectives": "nccl" | "hccl" | "rccl",                       # optional, default nccl
      "fused_attention": bool,                       # optional, default true: TE's fused attention
+     "fixed_ms_per_microbatch": float,              # optional, default 0: fitted by calibrate --log
      "sources": [...], "assumptions": [...]}
 
     CURVE = {"max_efficiency": float, "half_size": float}      # eff(x) = max * x / (x + half)
@@ -36,7 +38,6 @@ device). `collectives` names the library whose algorithms price a group that lea
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,7 @@ __all__ = [
     "comm_table",
     "load_hardware",
     "shipped_hardware",
+    "write_hardware_json",
 ]
 
 HARDWARE_DIR = Path(__file__).parent
@@ -63,10 +65,14 @@ DEFAULT_HOST_LINK_GBS = 25.0
 """Device<->host copy bandwidth per device and direction when a hardware file gives none.
 ASSUMPTION: a PCIe 4.0/5.0 x16 class link (32/64 GB/s peak) shared by the devices on its switch,
 about 25 GB/s achieved per device; used only for `--swap-optimizer` traffic."""
-COLLECTIVE_LIBRARIES = ("nccl", "hccl")
-"""Libraries whose algorithms comm_cost.spanning_time_us models (NCCL on GPUs, HCCL on Ascend)."""
+COLLECTIVE_LIBRARIES = ("nccl", "hccl", "rccl")
+"""Libraries whose algorithms comm_cost.spanning_time_us models (NCCL on NVIDIA GPUs, HCCL on
+Ascend, RCCL on AMD Instinct: NCCL's source ported to ROCm, ROCm/rccl README.md, priced with
+NCCL's algorithms)."""
 DEFAULT_COMM_SIZES = tuple(64 * 1024 * 4**i for i in range(7))
 """64 KiB ... 256 MiB, the sizes the measured communication profile uses too."""
+COMM_MAX_GROUP = 64
+"""comm.csv group sizes computed from a description go up to this (the formulas hold for any size)."""
 
 
 @dataclass(frozen=True)
@@ -80,14 +86,28 @@ class LinkSpec:
     A2): `bandwidth_gbs` is over all of them, and a group of g devices of the node reaches its
     peers over the g - 1 links between them only; None: a switch (NVSwitch), every group gets
     the whole bandwidth."""
+    ops: tuple[tuple[str, float, float], ...] = ()
+    """Per-collective (op, bandwidth_gbs, latency_us) where a measurement fitted them
+    (`calibrate --comm`: an all-to-all reaches another bus bandwidth than a ring all-reduce on
+    the same link); the JSON form is `"ops": {op: {"bandwidth_gbs", "latency_us"}}`. An op not
+    listed runs at the link's own figures."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.ops, dict):  # the JSON form
+            object.__setattr__(self, "ops", _op_links(self.ops))
         if self.bandwidth_gbs <= 0 or self.latency_us < 0:
             raise ConfigError(
                 f"link bandwidth must be > 0 and latency >= 0, got {self.bandwidth_gbs}, {self.latency_us}"
             )
         if self.mesh_links is not None and self.mesh_links < 1:
             raise ConfigError(f"mesh_links must be a positive link count, got {self.mesh_links}")
+
+    def for_op(self, op: str) -> LinkSpec:
+        """The link as `op` runs on it: its own fitted figures where `ops` lists it."""
+        for name, bandwidth_gbs, latency_us in self.ops:
+            if name == op:
+                return LinkSpec(bandwidth_gbs, latency_us, self.mesh_links)
+        return self
 
     def group_bandwidth_gbs(self, group_size: int) -> float:
         """Bandwidth per device and direction inside a group of `group_size` devices of one node:
@@ -126,11 +146,21 @@ class HardwareSpec:
     fused_attention: bool = True
     """Transformer Engine's FlashAttention / cuDNN fused attention run here (sm80+); False: TE
     falls back to unfused attention, which keeps the s x s scores (V100)."""
+    fixed_ms_per_microbatch: float = 0.0
+    """Host / latency time per micro-batch and pipeline stage that does not shrink with the work
+    (launches, data loading, schedule bookkeeping): 0 in the shipped descriptions; `calibrate
+    --log` fits it from two or more logs of jobs of different size (verbs/calibrate_log.py) and
+    the cost model adds it to every stage's micro-batch time (costs/stage_terms.py)."""
     sources: list[Any] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._check_network()
+        if self.fixed_ms_per_microbatch < 0:
+            raise ConfigError(
+                f"hardware '{self.name}' needs fixed_ms_per_microbatch >= 0, got "
+                f"{self.fixed_ms_per_microbatch}"
+            )
         if isinstance(self.efficiency, dict):  # accept the JSON form as well
             object.__setattr__(self, "efficiency", DeviceEfficiency.from_dict(self.efficiency))
         if (
@@ -214,6 +244,7 @@ class HardwareSpec:
                 host_op_us=float(data["host_op_us"]) if "host_op_us" in data else None,
                 **_network_fields(data),
                 fused_attention=bool(data.get("fused_attention", True)),
+                fixed_ms_per_microbatch=float(data.get("fixed_ms_per_microbatch", 0.0)),
                 sources=list(data.get("sources", [])),
                 assumptions=list(data.get("assumptions", [])),
             )
@@ -270,6 +301,11 @@ class HardwareSpec:
             "efficiency": self.efficiency.to_dict(),
             **self._network_dict(),
             **({} if self.fused_attention else {"fused_attention": False}),
+            **(
+                {"fixed_ms_per_microbatch": self.fixed_ms_per_microbatch}
+                if self.fixed_ms_per_microbatch
+                else {}
+            ),
             "sources": list(self.sources),
             "assumptions": list(self.assumptions),
         }
@@ -280,13 +316,33 @@ class HardwareSpec:
         if self.nics_per_node is not None:
             out["nics_per_node"] = self.nics_per_node
         if self.domain_size is not None:
-            out["domain"] = {"size": self.domain_size, **dataclasses.asdict(self.domain_link)}
+            out["domain"] = {"size": self.domain_size, **_link_dict(self.domain_link)}
         return out
 
 
 def _link_dict(link: LinkSpec) -> dict[str, Any]:
-    """A link as the hardware file writes it (`mesh_links` only where it is set)."""
-    return {k: v for k, v in dataclasses.asdict(link).items() if k != "mesh_links" or v is not None}
+    """A link as the hardware file writes it (`mesh_links` and `ops` only where they are set)."""
+    out: dict[str, Any] = {"bandwidth_gbs": link.bandwidth_gbs, "latency_us": link.latency_us}
+    if link.mesh_links is not None:
+        out["mesh_links"] = link.mesh_links
+    if link.ops:
+        out["ops"] = {op: {"bandwidth_gbs": bw, "latency_us": lat} for op, bw, lat in link.ops}
+    return out
+
+
+def _op_links(ops: dict[str, Any]) -> tuple[tuple[str, float, float], ...]:
+    """The JSON `ops` of a link as LinkSpec.ops, each op a known collective with a positive rate."""
+    links = []
+    for op, figures in ops.items():
+        if op not in COMM_OPS:
+            raise ConfigError(f"link ops: unknown collective {op!r}; expected one of {COMM_OPS}")
+        bandwidth_gbs, latency_us = float(figures["bandwidth_gbs"]), float(figures["latency_us"])
+        if bandwidth_gbs <= 0 or latency_us < 0:
+            raise ConfigError(
+                f"link ops: {op} needs bandwidth > 0 and latency >= 0, got {bandwidth_gbs}, {latency_us}"
+            )
+        links.append((str(op), bandwidth_gbs, latency_us))
+    return tuple(links)
 
 
 def _network_fields(data: dict[str, Any]) -> dict[str, Any]:
@@ -300,6 +356,15 @@ def _network_fields(data: dict[str, Any]) -> dict[str, Any]:
         fields["domain_size"] = int(domain.pop("size"))
         fields["intra_domain"] = LinkSpec(**domain) if domain else None
     return fields
+
+
+def write_hardware_json(data: dict[str, Any], path: str | Path) -> Path:
+    """Write a hardware description (a calibration's result) that load_hardware reads back;
+    what cannot load is refused."""
+    from tinker_opt.io_utils import write_text_atomic
+
+    HardwareSpec.from_dict(data, origin="calibrated description")
+    return write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")
 
 
 def shipped_hardware() -> list[str]:
@@ -346,7 +411,8 @@ def comm_table(
             )
             for group in groups:
                 for nbytes in sizes:
-                    bandwidth = link.group_bandwidth_gbs(group)  # a mesh: g - 1 links
-                    time_us = collective_time_us(op, group, nbytes, bandwidth, link.latency_us)
+                    op_link = link.for_op(op)
+                    bandwidth = op_link.group_bandwidth_gbs(group)  # a mesh: g - 1 links
+                    time_us = collective_time_us(op, group, nbytes, bandwidth, op_link.latency_us)
                     rows.append((op, group, scope, nbytes, round(time_us, 3)))
     return pd.DataFrame(rows, columns=["op", "group_size", "scope", "bytes", "time_us"])

@@ -44,7 +44,7 @@ import torch
 from torch._subclasses import FakeTensorMode
 
 import tinker_opt
-from tinker_opt.hardware import HardwareSpec, comm_table
+from tinker_opt.hardware import COMM_MAX_GROUP, HardwareSpec, comm_table
 from tinker_opt.io_utils import write_text_atomic
 from tinker_opt.profile.cpu_on_meta import CpuOnMeta
 from tinker_opt.profile.device import Device, detect_device
@@ -61,8 +61,6 @@ from tinker_opt.profile.subgraphs import Block, build_block, saved_activation_by
 from tinker_opt.specs import ModelSpec
 
 DEVICE_PREFIX = "analytic:"
-COMM_MAX_GROUP = 64
-"""comm.csv group sizes from the description go up to this (the formulas hold for any size)."""
 
 T = TypeVar("T")
 Progress = Callable[[int, int, str], None]

@@ -11,7 +11,6 @@ measured profile to shapes that were not measured (other tp, micro-batch sizes, 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +19,6 @@ from typing import Any
 from tinker_opt.errors import ProfileDataError
 from tinker_opt.hardware import HardwareSpec, LinkSpec
 from tinker_opt.hardware.fit import FitResult, TimedOps, fit_efficiency, fit_link
-from tinker_opt.io_utils import write_text_atomic
 from tinker_opt.profile.analytic import BlockTrace, trace_block
 from tinker_opt.profile.op_timing import OpArrays, fused_kernels
 from tinker_opt.profile.shape import Shape
@@ -142,11 +140,3 @@ def calibrate(
         "scopes_fitted": sorted(link_results),
     }
     return data
-
-
-def write_hardware_json(data: dict[str, Any], path: str | Path) -> Path:
-    """Write a hardware description (e.g. calibrate's result) that load_hardware reads back."""
-    HardwareSpec.from_dict(
-        data, origin="calibrated description"
-    )  # refuse to write what cannot load
-    return write_text_atomic(Path(path), json.dumps(data, indent=2) + "\n")

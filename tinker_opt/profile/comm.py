@@ -1,12 +1,14 @@
-"""Communication profile: collective times with torch.distributed across the local devices.
+"""Communication profile: collective times with torch.distributed, the timing code of every run.
 
-Spawns one process per device (npu: hccl, cuda: nccl; cpu: gloo with several processes) and
-times send/recv, all-reduce, all-gather, reduce-scatter and all-to-all for each group size
-2, 4, ... up to the process count and each buffer size 64 KiB x 4^i up to the maximum
-(comm.csv semantics: `bytes` is one rank's full buffer, the gathered size for all-gather and the
-input of reduce-scatter, as `tinker_opt.comm_cost` counts it). All groups are on this node, so
-every row is `intra_node`; inter-node figures come from a hardware file or the cost model.
-An op the backend lacks (gloo has no reduce-scatter) is left out and named in the log.
+`measure_group` times send/recv, all-reduce, all-gather, reduce-scatter and all-to-all on one
+group for each buffer size 64 KiB x 4^i up to the maximum (comm.csv semantics: `bytes` is one
+rank's full buffer, the gathered size for all-gather and the input of reduce-scatter, as
+`tinker_opt.comm_cost` counts it). Its callers are the ranks of profile/comm_dist.py: under
+torchrun on the user's nodes (`tinker-opt profile-comm`, intra- and inter-node groups), or the
+processes `measure_comm` spawns on this node (npu: hccl, cuda: nccl; cpu: gloo), which set
+torchrun's environment themselves, so there is one implementation. Without torchrun all groups
+are on this node and every row is `intra_node`. An op the backend lacks (gloo has no
+reduce-scatter) is left out and named in the notes.
 """
 
 from __future__ import annotations
@@ -26,29 +28,28 @@ import pandas as pd
 
 from tinker_opt.comm_cost import COMM_OPS
 from tinker_opt.hardware import DEFAULT_COMM_SIZES
+from tinker_opt.profile.comm_groups import group_sizes
 from tinker_opt.profile.store import COMM_COLUMNS, empty_comm
+
+__all__ = ["CommPlan", "comm_sizes", "group_sizes", "measure_comm", "measure_group", "rows_frame"]
 
 
 @dataclass(frozen=True)
 class CommPlan:
-    """What the worker processes measure."""
+    """What the ranks measure."""
 
     backend: str
     device_kind: str
-    num_procs: int
     sizes: tuple[int, ...]
     warmup: int
     repeats: int
-    port: int
+    timeout_s: float = 300.0
+    """Longest wait of any rank (rendezvous, collective, barrier) before the run stops."""
 
 
 def comm_sizes(max_bytes: int) -> tuple[int, ...]:
     """64 KiB, 256 KiB, ... up to max_bytes (at least the smallest)."""
     return tuple(s for s in DEFAULT_COMM_SIZES if s <= max_bytes) or DEFAULT_COMM_SIZES[:1]
-
-
-def group_sizes(num_procs: int) -> list[int]:
-    return [2**i for i in range(1, num_procs.bit_length()) if 2**i <= num_procs]
 
 
 def _free_port() -> int:
@@ -57,23 +58,33 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _setup_device(plan: CommPlan, rank: int):
+def setup_device(device_kind: str, local_rank: int):
+    """The rank's device (its local rank's accelerator) and the buffers' dtype."""
     import torch
 
     torch.set_num_threads(1)
-    if plan.device_kind == "cpu":
+    if device_kind == "cpu":
         return torch.device("cpu"), torch.float32
-    if plan.device_kind == "npu":
+    if device_kind == "npu":
         import torch_npu  # noqa: F401
-    getattr(torch, plan.device_kind).set_device(rank)
-    return torch.device(plan.device_kind, rank), torch.bfloat16
+    getattr(torch, device_kind).set_device(local_rank)
+    return torch.device(device_kind, local_rank), torch.bfloat16
 
 
-def _run_op(op: str, nbytes: int, group, group_size: int, rank: int, device, dtype):
+def sync_fn(kind: str):
+    if kind == "cpu":
+        return lambda: None
+    import torch
+
+    return getattr(torch, kind).synchronize
+
+
+def _run_op(op: str, nbytes: int, group, members: tuple[int, ...], rank: int, device, dtype):
     """One call of `op` on a buffer of `nbytes`; returns a function that repeats it."""
     import torch
     import torch.distributed as dist
 
+    group_size = len(members)
     numel = max(nbytes // torch.tensor([], dtype=dtype).element_size(), group_size)
     numel -= numel % group_size
     full = torch.ones(numel, device=device, dtype=dtype)
@@ -88,14 +99,16 @@ def _run_op(op: str, nbytes: int, group, group_size: int, rank: int, device, dty
         out = torch.empty_like(full)
         return lambda: dist.all_to_all_single(out, full, group=group)
 
-    # send_recv: a ping-pong between ranks 0 and 1, half the round trip per message
+    # send_recv: a ping-pong between the group's two members, half the round trip per message
+    first, second = members
+
     def ping_pong():
-        if rank == 0:
-            dist.send(full, 1)
-            dist.recv(full, 1)
+        if rank == first:
+            dist.send(full, second)
+            dist.recv(full, second)
         else:
-            dist.recv(full, 0)
-            dist.send(full, 0)
+            dist.recv(full, first)
+            dist.send(full, first)
 
     return ping_pong
 
@@ -115,90 +128,64 @@ def _time_us(call, plan: CommPlan, group, sync) -> float:
     return statistics.median(samples)
 
 
-def _measure_group(
-    plan: CommPlan, rank: int, group, group_size: int, device, dtype, sync
-) -> tuple[list, list]:
+def measure_group(
+    plan: CommPlan, members: tuple[int, ...], rank: int, group, device, dtype, sync
+) -> tuple[list[tuple], list[str]]:
+    """(op, group_size, bytes, time_us) rows of this rank in `group`, and the ops it lacks."""
     rows, missing = [], []
+    size = len(members)
     for op in COMM_OPS:
-        if op == "send_recv" and group_size != 2:
+        if op == "send_recv" and size != 2:
             continue
         try:
             for nbytes in plan.sizes:
-                time_us = _time_us(
-                    _run_op(op, nbytes, group, group_size, rank, device, dtype), plan, group, sync
-                )
-                rows.append(
-                    (
-                        op,
-                        group_size,
-                        "intra_node",
-                        nbytes,
-                        round(time_us / (2 if op == "send_recv" else 1), 3),
-                    )
-                )
+                call = _run_op(op, nbytes, group, members, rank, device, dtype)
+                time_us = _time_us(call, plan, group, sync)
+                rows.append((op, size, nbytes, round(time_us / (2 if op == "send_recv" else 1), 3)))
         except (RuntimeError, NotImplementedError, ValueError) as exc:
-            missing.append(f"{op} (group {group_size}): {str(exc).splitlines()[0][:120]}")
+            missing.append(f"{op}: {str(exc).splitlines()[0][:120]}")
     return rows, missing
 
 
-def _worker(rank: int, plan: CommPlan, out_file: str) -> None:
-    """One process of the measurement; rank 0 writes the rows as JSON."""
-    import torch.distributed as dist
-
-    device, dtype = _setup_device(plan, rank)
-    dist.init_process_group(
-        plan.backend,
-        init_method=f"tcp://127.0.0.1:{plan.port}",
-        rank=rank,
-        world_size=plan.num_procs,
-    )
-    sync = _sync_fn(plan.device_kind)
-    rows, missing = [], []
-    try:
-        for group_size in group_sizes(plan.num_procs):
-            group = dist.new_group(list(range(group_size)))
-            if rank < group_size:
-                got, lacks = _measure_group(plan, rank, group, group_size, device, dtype, sync)
-                rows, missing = rows + got, missing + lacks
-            dist.barrier()
-    finally:
-        dist.destroy_process_group()
-    if rank == 0:
-        Path(out_file).write_text(json.dumps({"rows": rows, "missing": missing}), encoding="utf-8")
+def rows_frame(rows: list[tuple], scope: str | None = None) -> pd.DataFrame:
+    """comm.csv rows from every rank's (scope, op, group_size, bytes, time_us, rank): the median
+    over the ranks of each rank's median time (the concurrent groups of a kind and their
+    members), only `scope`'s rows when given."""
+    frame = pd.DataFrame(rows, columns=["scope", "op", "group_size", "bytes", "time_us", "rank"])
+    if scope is not None:
+        frame = frame[frame["scope"] == scope]
+    if frame.empty:
+        return empty_comm()
+    keys = ["op", "group_size", "scope", "bytes"]
+    merged = frame.groupby(keys, as_index=False, sort=True)["time_us"].median()
+    merged["time_us"] = merged["time_us"].round(3)
+    return merged[list(COMM_COLUMNS)].reset_index(drop=True)
 
 
-def _sync_fn(kind: str):
-    if kind == "cpu":
-        return lambda: None
-    import torch
-
-    return getattr(torch, kind).synchronize
-
-
-def _spawn(plan: CommPlan, out_file: str) -> list[subprocess.Popen]:
-    """One `python -m tinker_opt.profile.comm` per rank (no re-import of the caller's __main__)."""
+def _spawn(plan: CommPlan, num_procs: int, out_file: str) -> list[subprocess.Popen]:
+    """One `python -m tinker_opt.profile.comm_dist` per rank with torchrun's environment for one node
+    (no re-import of the caller's __main__)."""
     package_root = str(Path(__file__).resolve().parents[2])
-    env = dict(
+    base = dict(
         os.environ,
         OMP_NUM_THREADS="1",
         PYTHONPATH=os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        WORLD_SIZE=str(num_procs),
+        LOCAL_WORLD_SIZE=str(num_procs),
+        GROUP_RANK="0",
     )
+    plan_json = json.dumps(asdict(plan))
     return [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tinker_opt.profile.comm",
-                str(rank),
-                json.dumps(asdict(plan)),
-                out_file,
-            ],
-            env=env,
+            [sys.executable, "-m", "tinker_opt.profile.comm_dist", plan_json, out_file],
+            env={**base, "RANK": str(rank), "LOCAL_RANK": str(rank)},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for rank in range(plan.num_procs)
+        for rank in range(num_procs)
     ]
 
 
@@ -219,8 +206,9 @@ def _wait(processes: list[subprocess.Popen], timeout_s: float) -> str | None:
         return None
     if any(p.returncode is None or p.returncode < 0 for p in failed):
         return f"communication measurement timed out after {timeout_s:.0f} s"
-    tail = (failed[0].stderr.read() or "").strip().splitlines()
-    return f"communication measurement failed: {tail[-1] if tail else f'exit code {failed[0].returncode}'}"
+    lines = [(p.stderr.read() or "").strip().splitlines() for p in failed]
+    tail = next((line[-1] for line in lines if line), f"exit code {failed[0].returncode}")
+    return f"communication measurement failed: {tail}"
 
 
 def measure_comm(
@@ -233,30 +221,22 @@ def measure_comm(
     repeats: int = 5,
     timeout_s: float = 300.0,
 ) -> tuple[pd.DataFrame, list[str]]:
-    """comm.csv rows measured with `num_procs` processes, and notes on what could not be measured."""
+    """comm.csv rows measured with `num_procs` processes on this node, and notes on what could
+    not be measured."""
     if num_procs < 2:
         return empty_comm(), ["communication not measured: fewer than 2 processes"]
     plan = CommPlan(
         backend=backend,
         device_kind=device_kind,
-        num_procs=num_procs,
         sizes=comm_sizes(max_bytes),
         warmup=warmup,
         repeats=repeats,
-        port=_free_port(),
+        timeout_s=timeout_s,
     )
     with tempfile.TemporaryDirectory(prefix="tinker-opt-comm-") as tmp:
         out_file = os.path.join(tmp, "comm.json")
-        problem = _wait(_spawn(plan, out_file), timeout_s)
+        problem = _wait(_spawn(plan, num_procs, out_file), timeout_s + 30)
         if problem is not None:
             return empty_comm(), [problem]
         result = json.loads(Path(out_file).read_text(encoding="utf-8"))
-    frame = (
-        pd.DataFrame(result["rows"], columns=list(COMM_COLUMNS)) if result["rows"] else empty_comm()
-    )
-    return frame, result["missing"]
-
-
-if __name__ == "__main__":
-    _plan = json.loads(sys.argv[2])
-    _worker(int(sys.argv[1]), CommPlan(**{**_plan, "sizes": tuple(_plan["sizes"])}), sys.argv[3])
+    return rows_frame([tuple(row) for row in result["rows"]]), result["missing"]

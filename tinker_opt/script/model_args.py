@@ -233,6 +233,8 @@ def read_model(launch: Launch, warn: Callable[[str], None]) -> ModelSpec:
         use_flash_attn=launch.has("--use-flash-attn")
         or launch.value("--attention-backend") == "flash",
         fused_kernels=tuple(op for flag, op in FUSED_KERNEL_FLAGS.items() if launch.has(flag)),
+        te_cross_entropy=launch.has("--cross-entropy-loss-fusion")
+        and launch.value("--cross-entropy-fusion-impl") == "te",
         attention_dropout=float_value(launch, "--attention-dropout", 0.1),
         hidden_dropout=float_value(launch, "--hidden-dropout", 0.1),
         add_bias_linear=not launch.has("--disable-bias-linear"),

@@ -281,8 +281,12 @@ def choices(
     launch script's ScriptInfo (None when no script is known). `current_cost_model` prices the
     script's own strategy when it differs from the search's (`search --allow-fp8` ranking FP8
     for a BF16 script: the script's strategy keeps the script's precision)."""
-    ranked = [e.to_dict() for e in result.top]
-    evaluated = [e.to_dict() for e in result.pool] or ranked
+    as_dicts: dict[int, Evaluation] = {}  # each Evaluation written once (top is pool's head)
+    for e in [*result.top, *result.pool]:
+        if id(e) not in as_dicts:
+            as_dicts[id(e)] = e.to_dict()
+    ranked = [as_dicts[id(e)] for e in result.top]
+    evaluated = [as_dicts[id(e)] for e in result.pool] or ranked
     top, _ = fold_near_copies(ranked)
     top = top[:top_k]
     folded = sum(1 for e in ranked if e["iteration_time_ms"] <= top[-1]["iteration_time_ms"]) - len(

@@ -282,6 +282,12 @@ class _Outcome:
 def _solve(
     solver: str, cost_model, in_model, incumbent: Candidate, time_left_s: float, cpus: int
 ) -> _Outcome:
+    """The CP-SAT / MILP model over the configurations the bounds left. When they left the
+    incumbent alone, there is nothing to solve: its split is the exact best of its configuration
+    (stacks.best_split) and every other configuration's lower bound is at least its time, so it
+    is proven optimal without building the model (nor importing the solver: issue 30)."""
+    if list(in_model) == [incumbent.outer]:
+        return _Outcome("optimal", None, None, 1, incumbent.time_ns, 0.0)
     items = [cost_model.coefficients(o) for o in in_model]
     limit = max(time_left_s, 1.0)
     if solver == "cpsat":

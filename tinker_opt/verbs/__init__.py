@@ -8,19 +8,23 @@ return; nothing here prints. Heavy imports (torch, solvers) happen inside the fu
 is a change here alone.
 
 One module per verb (profile, search with all, simulate, scripts: inspect / apply / calibrate,
-check, calibrate_log: calibrate --log) and
+check, calibrate_log: calibrate --log, calibrate_comm: calibrate --comm, profile_comm:
+profile-comm) and
 common.py for what they share; the package exports the verbs cli.py calls.
 """
 
+from tinker_opt.verbs.calibrate_comm import run_calibrate_comm
 from tinker_opt.verbs.calibrate_log import run_calibrate_log
 from tinker_opt.verbs.check import DeviceChoice, run_check
 from tinker_opt.verbs.common import Log, Progress, job_options
 from tinker_opt.verbs.profile import run_profile
+from tinker_opt.verbs.profile_comm import CommProfileOutcome, run_profile_comm
 from tinker_opt.verbs.scripts import run_apply, run_calibrate, run_inspect
 from tinker_opt.verbs.search import RunLog, SearchOutcome, run_all, run_search
 from tinker_opt.verbs.simulate import run_simulate
 
 __all__ = [
+    "CommProfileOutcome",
     "DeviceChoice",
     "Log",
     "Progress",
@@ -30,10 +34,12 @@ __all__ = [
     "run_all",
     "run_apply",
     "run_calibrate",
+    "run_calibrate_comm",
     "run_calibrate_log",
     "run_check",
     "run_inspect",
     "run_profile",
+    "run_profile_comm",
     "run_search",
     "run_simulate",
 ]

@@ -189,6 +189,8 @@ def cost_model_for(profiled, model, cluster: ClusterSpec, global_batch_size: int
     from tinker_opt.costs.job import JobOptions
 
     hardware = hardware_for(settings, profiled)
+    if settings.hardware:
+        profiled = described_comm(profiled, hardware)
     job = (
         job_options(info)
         if info is not None
@@ -203,6 +205,20 @@ def cost_model_for(profiled, model, cluster: ClusterSpec, global_batch_size: int
         inter_node_bandwidth_gbs=settings.inter_node_bandwidth,
         job=job,
     )
+
+
+def described_comm(profiled, hardware):
+    """The profile with its comm.csv recomputed from `hardware` (the --hardware given to search)
+    where the profile's rows were computed from a description (an analytic profile, or `profile
+    --hardware`), so that a description fitted by `calibrate --comm` or `--log` prices the links;
+    measured rows (profile, profile-comm) are kept: they are the machine's own."""
+    from dataclasses import replace
+
+    from tinker_opt.hardware import COMM_MAX_GROUP, comm_table
+
+    if not str(profiled.meta.comm_source or "").startswith("hardware"):
+        return profiled
+    return replace(profiled, comm=comm_table(hardware, max_group_size=COMM_MAX_GROUP))
 
 
 def job_options(info: ScriptInfo):
