@@ -146,7 +146,13 @@ def _mtp_terms(ctx: TermContext, s: Strategy, norm, head, head_act: int) -> dict
     projection h x 2h of the concatenated embedding and hidden state, and the shared output head
     run again (DeepSeek-V3 technical report, arXiv:2412.19437, section 2.2; Megatron-LM
     megatron/core/transformer/multi_token_prediction.py places them on the last pipeline stage).
-    ASSUMPTION: the projection's compute is left out (2 h^2 per token, small beside the layer)."""
+    ASSUMPTION: the projection's compute is left out (2 h^2 per token, small beside the layer).
+
+    A stage with MTP modules that is not the first holds its own copy of the word embeddings
+    (vocab/tp x h, tied to the first stage's): megatron/core/models/gpt/gpt_model.py builds
+    `self.embedding` when `pre_process or mtp_process` (megatron-core 0.16.1, GPTModel.__init__;
+    its sharded_state_dict ties the copy). With tied embeddings that copy is the head's
+    (_head_params), so it is added for untied models only."""
     k = ctx.model.mtp_num_layers
     if not k:
         return {"time_us": 0.0, "comm_us": 0.0, "params": 0, "expert_params": 0, "act_bytes": 0}
@@ -158,10 +164,13 @@ def _mtp_terms(ctx: TermContext, s: Strategy, norm, head, head_act: int) -> dict
     per_module += head.fwd_us + head.bwd_us + comm
     h = ctx.model.hidden_size
     dense = layer.param_count - layer.expert_param_count + 2 * norm.param_count + 2 * h * h // s.tp
+    embedding = 0
+    if ctx.model.untie_embeddings_and_output_weights and head_stage(s) != 0:
+        embedding = ctx.model.vocab_size_for(s.tp) // s.tp * h
     return {
         "time_us": k * per_module,
         "comm_us": k * comm,
-        "params": k * dense,
+        "params": k * dense + embedding,
         "expert_params": k * layer.expert_param_count,
         "act_bytes": k * (layer.activation_bytes + head_act),
     }
