@@ -51,20 +51,14 @@ def _inflight(s: Strategy, v: int, num_micro: int) -> np.ndarray:
 
 def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
     """Stage arrays of SplitCoefficients (keys are its field names) plus `estimated`."""
-    p, v, m = s.pp, chunks_per_rank(s), ctx.model
+    p, v = s.pp, chunks_per_rank(s)
     last = head_stage(s)
     emb = ctx.cost("embedding", s)
     norm = ctx.cost("final_norm", s)
     head = ctx.cost("head", s)
     # TE's cross entropy keeps the logits in their dtype, not the fp32 softmax (loss_terms.py).
     head_act = max(head.activation_bytes - te_loss_saving_bytes(ctx.model, s, ctx.bpe), 0)
-    act = m_tokens(m, s) * m.hidden_size * ctx.bpe
-    tp_comm = s.tp > 1 and not ctx.tp_comm_in_times  # Tinker's block times include them
-    # Vocab-parallel embedding: all-reduce (reduce-scatter with SP) of its output, forward only.
-    emb_comm = ctx.tp_pair_us(s, act) / (2 if s.sp else 1) if tp_comm else 0.0
-    # Column-parallel output layer: all-gather of its input forward + reduce-scatter backward with
-    # SP, else an all-reduce of the input gradient backward: one pair either way.
-    head_comm = ctx.tp_pair_us(s, act) if tp_comm else 0.0
+    emb_comm, head_comm = _edge_tp_comm_us(ctx, s)
     p2p_us, p2p_hidden_us = _p2p_us(ctx, s)
     # The description's fitted fixed time per micro-batch (calibrate --log; 0 unless fitted).
     time = np.full(p, p2p_us + ctx.rates.fixed_us_per_microbatch, dtype=float)
@@ -111,6 +105,17 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
         "fixed_ns_per_microbatch": round(1e3 * ctx.rates.fixed_us_per_microbatch),
         "estimated": emb.estimated or norm.estimated or head.estimated,
     }
+
+
+def _edge_tp_comm_us(ctx: TermContext, s: Strategy) -> tuple[float, float]:
+    """The tensor-parallel collectives of the embedding and the output layer (us a micro-batch)."""
+    if s.tp == 1 or ctx.tp_comm_in_times:  # Tinker's block times include them
+        return 0.0, 0.0
+    act = m_tokens(ctx.model, s) * ctx.model.hidden_size * ctx.bpe
+    # Vocab-parallel embedding: all-reduce (reduce-scatter with SP) of its output, forward only.
+    # Column-parallel output layer: all-gather of its input forward + reduce-scatter backward with
+    # SP, else an all-reduce of the input gradient backward: one pair either way.
+    return ctx.tp_pair_us(s, act) / (2 if s.sp else 1), ctx.tp_pair_us(s, act)
 
 
 def _stage_transient(ctx: TermContext, s: Strategy, edges, edge_params: int) -> np.ndarray:

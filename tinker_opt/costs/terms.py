@@ -144,11 +144,7 @@ class TermBuilder:
             ctx, s, dense_params, cost.expert_param_count, cost.fwd_us, cost.bwd_us
         )
         weights, optimizer = self._static_terms(s, cost)
-        grad_us, gather_us, opt_us = tail_parts_us(ctx, s, dense_params, cost.expert_param_count)
-        gather_us *= fp8_gather_factor(ctx.model)
-        sync_us = (overlap.exposed(grad_us, cost.bwd_us) if s.overlap_grad_reduce else grad_us) + (
-            overlap.exposed(gather_us, cost.fwd_us) if s.overlap_param_gather else gather_us
-        )
+        grad_us, gather_us, opt_us, sync_us = self._tail_us(s, cost, dense_params)
         act = (cost.selective_activation_bytes if selective else cost.activation_bytes) + pace_bytes
         recompute_us = cost.fwd_us + extra_fwd + fwd_comm if s.recompute == Recompute.FULL else 0.0
         # The host's issue time above the GPU's (costs/fixed_costs.py; MoE layers: moe_host.py).
@@ -189,6 +185,18 @@ class TermBuilder:
             "tail_sync": to_ns(sync_us),
             "estimated": cost.estimated,
         }
+
+    def _tail_us(self, s: Strategy, cost, dense_params: int) -> tuple[float, float, float, float]:
+        """The data-parallel tail of one layer (us): its gradient reduce, parameter gather and
+        optimizer step, and the sync part of the first two left exposed by their overlaps."""
+        grad_us, gather_us, opt_us = tail_parts_us(
+            self.ctx, s, dense_params, cost.expert_param_count
+        )
+        gather_us *= fp8_gather_factor(self.ctx.model)
+        sync_us = (overlap.exposed(grad_us, cost.bwd_us) if s.overlap_grad_reduce else grad_us) + (
+            overlap.exposed(gather_us, cost.fwd_us) if s.overlap_param_gather else gather_us
+        )
+        return grad_us, gather_us, opt_us, sync_us
 
     def _extra_us(
         self,
