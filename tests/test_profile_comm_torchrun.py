@@ -176,7 +176,9 @@ def test_calibrated_description_prices_the_measured_rate(cluster_run, tmp_path):
     direct = CommModel(comm)  # the measured folder's comm.csv, used as is
     two_nodes = GroupPlacement("inter_node", 1, 2)
     for op in ("all_reduce", "all_to_all"):
-        rows = comm[(comm["op"] == op) & (comm["scope"] == "inter_node")]
+        rows = comm[
+            (comm["op"] == op) & (comm["scope"] == "inter_node") & (comm["group_size"] == 2)
+        ]
         line = _alpha_beta(rows, op, 2)
         slope, intercept = np.polyfit(rows["bytes"], rows["time_us"], 1)  # comm_model._fit_rows
         for nbytes in rows["bytes"]:
