@@ -257,9 +257,9 @@ def plot_candidates(
 ) -> Path:
     """Every evaluated strategy's time against memory, with the Pareto front, picks, the ranks of
     the ranked list, the script's own strategy and the limit."""
-    with _figure(12.5, 7, path) as fig:
+    with _figure(11, 6.5, path) as fig:
         ax = fig.add_subplot()
-        fig.subplots_adjust(left=0.08, right=0.74, top=0.93, bottom=0.09)
+        fig.subplots_adjust(left=0.09, right=0.76, top=0.93, bottom=0.09)
         memory, time = zip(*map(_point, evaluated), strict=True)
         ax.scatter(
             memory, time, color="tab:blue", alpha=0.35, s=18, label=f"evaluated ({len(evaluated)})"
