@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from tinker_opt.knobs import KNOBS, KnobContext, knob_message
 from tinker_opt.script import versions
-from tinker_opt.script.reader import ScriptInfo, p2p_overlap
+from tinker_opt.script.reader import ScriptInfo
+from tinker_opt.script.train_args import p2p_overlap
 from tinker_opt.strategy import Strategy
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scripts"
@@ -45,6 +46,8 @@ OWNED_FLAGS = {
     "--use-distributed-optimizer",
     "--micro-batch-size",
     "--enable-recompute-layers-per-pp-rank",
+    "--schedules-method",
+    "--moe-fb-overlap",
     "--nnodes",
     "--nproc_per_node",
     "--worker_num",
@@ -55,7 +58,7 @@ OWNED_FLAGS = {
     *(flag for knob in KNOBS.values() for flag in (*knob.flags, *knob.companions)),
 }
 _VALUE = (
-    r"(\d+(,\d+)*|full|selective|block|uniform|\w+_cp_algo|causal|general"
+    r"(\d+(,\d+)*|full|selective|block|uniform|\w+_cp_algo|causal|general|dualpipev"
     r"|core_attn|moe_act|layernorm|mla_up_proj|mlp|moe|shared_experts"  # --recompute-modules
     r"|[EtmL|()*\d]+)"  # a --pipeline-model-parallel-layout string
 )
@@ -149,7 +152,7 @@ def _rest(draw, info, vr, allowed, world, tp, pp, cp, dp, nnodes, nproc):
         etps = [None]
         if allowed("--expert-tensor-parallel-size"):
             etps += [1, tp]
-        elif info.launch.has("--moe-tp-extend-ep"):
+        elif info.launch.has("--moe-tp-extend-ep") and tp > 1:  # at tp 1, etp 1 is the default
             etps.append(1)
         etp = draw(st.sampled_from(etps))
         eff = tp if etp is None else etp

@@ -1,6 +1,8 @@
-"""Every launch script of tests/fixtures/scripts: its own strategy simulates on an analytic profile
-(no "not modelled" refusal: Megatron's `uniform` recompute, MindSpeed's hybrid and unaligned
-Ulysses context parallelism included), and a search over the
+"""Every launch script of tests/fixtures/scripts (the MindSpeed-LLM pretrain scripts we hold, the
+DeepSeek-V3 671B A2 / A3 ones with DualPipeV over noop-padded layers among them): read, an
+analytic profile of its own shard shapes, its own strategy priced as written (no "not modelled"
+refusal: Megatron's `uniform` recompute, MindSpeed's hybrid and unaligned Ulysses context
+parallelism and the DualPipeV V with its noop chunk included), and a search over the
 script's own layout (tp, pp, cp, ep, vpp and micro-batch fixed; recompute kind, method, count,
 distributed optimizer and layer split free, in the layer forms the script's version can write,
 uneven virtual stages included) proves its optimum. The profile holds only the shapes
@@ -75,6 +77,8 @@ def test_own_strategy_simulates_and_search_is_exact(script, tmp_path):
     evaluation = cost_model.evaluate(strategy)
     assert evaluation.iteration_time_ms > 0
     assert evaluation.strategy.recompute_method == strategy.recompute_method
+    assert evaluation.strategy.schedule == strategy.schedule  # priced as written
+    assert sum(stage.layers for stage in evaluation.stages) == cost_model.model.num_layers
     space = SearchSpace(
         layer_form=expressible.layer_form,
         uneven_vpp=expressible.uneven_vpp,

@@ -30,6 +30,9 @@ SHIPPED = (
     "h200-141gb",
     "b200",
     "gb200-nvl72",
+    "mi300x",
+    "mi325x",
+    "mi355x",
 )
 
 
@@ -199,6 +202,9 @@ def test_fit_efficiency_recovers_any_matmul_curve(max_eff: float, half: float) -
         ("h200-141gb", 8, 8, "nccl"),
         ("b200", 8, 8, "nccl"),
         ("gb200-nvl72", 4, 72, "nccl"),
+        ("mi300x", 8, 8, "rccl"),
+        ("mi325x", 8, 8, "rccl"),
+        ("mi355x", 8, 8, "rccl"),
     ],
 )
 def test_todays_descriptions_state_their_network(name, per_node, domain, library) -> None:

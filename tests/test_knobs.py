@@ -162,3 +162,61 @@ def test_delay_wgrad_compute_is_read_checked_and_kept():
     assert versions.FLAG_SINCE["--delay-wgrad-compute"] == {"mindspeed": None, "megatron": (0, 14)}
     kept = apply_strategy(text, s.replace(**{key: None}), nnodes=4, nproc_per_node=8).text
     assert "--delay-wgrad-compute" in kept
+
+
+def test_moe_shared_expert_overlap_is_read_priced_searched_and_written():
+    """The knob added through the registry and its cost term (knobs.py entry, costs/overlap.py):
+    `--moe-shared-expert-overlap` is read on a MoE model, a `strategy` flag in Megatron-LM's
+    versions, searched where the experts span ranks, hides the all-to-all behind the shared
+    expert (never slower, faster with shared experts) and is written back."""
+    import dataclasses
+
+    from model_support import cluster, moe_model, synthetic_profile
+
+    from tinker_opt.costs.evaluate import CostModel
+
+    key, flag = "moe_shared_expert_overlap", "--moe-shared-expert-overlap"
+    text = (FIXTURES / "train_mixtral_8x7b_distributed.sh").read_text()
+    text = text.replace(
+        "--expert-model-parallel-size 8", f"--expert-model-parallel-size 8 \\\n    {flag}"
+    )
+    s = read_script_text(text).train.strategy
+    assert getattr(s, key) is True and overlap_message(s, is_moe=True) is None
+    assert "a MoE model" in overlap_message(s, is_moe=False)
+    assert flags.BY_NAME[flag].treatment == "strategy"
+    assert versions.FLAG_SINCE[flag] == {"mindspeed": None, "megatron": (0, 10)}
+    assert all(choice[key] is True for choice in overlap_choices(s, True, OVERLAP_KEYS))
+    off = apply_strategy(text, s.replace(**{key: False}), nnodes=4, nproc_per_node=8).text
+    assert flag not in off and flag in apply_strategy(text, s, nnodes=4, nproc_per_node=8).text
+
+    model = dataclasses.replace(
+        moe_model(num_layers=4, hidden=512, heads=4, experts=4, seq=512),
+        moe_shared_expert_intermediate_size=1024,
+    )
+    profile = synthetic_profile(model, tps=(1,), cps=(1,), eps=(1, 2), mbss=(1,))
+    costs = CostModel.from_profile(profile, model, cluster(2, 2, 60000), 8)
+    plain = Strategy(dp=4, ep=2, overlap_moe_comm=False, **{key: False})
+    times = [costs.evaluate(plain.replace(**{key: on})).iteration_time_ms for on in (False, True)]
+    assert times[1] < times[0]
+
+
+def test_choice_knobs_name_real_fields_flags_and_versions():
+    """Each record of knobs.CHOICE_KNOBS (vpp, the schedule, fb-overlap, recompute kind / method /
+    count / modules, ZeRO, cp algorithm, dispatcher, FP8) names a field of its home, flags the
+    flag table knows, a StrEnum where it is a choice, and the version table holds its versions."""
+    import dataclasses
+
+    from tinker_opt.choices import StrEnum
+    from tinker_opt.knobs import CHOICE_KNOBS
+    from tinker_opt.specs import ModelSpec, TrainSpec
+
+    homes = {"strategy": Strategy, "model": ModelSpec, "job": TrainSpec}
+    for knob in CHOICE_KNOBS:
+        fields = {f.name for f in dataclasses.fields(homes[knob.home])}
+        assert knob.key in fields, knob.key
+        assert all(flag in flags.BY_NAME for flag in knob.flags), knob.flags
+        assert knob.kind in (int, bool, str) or issubclass(knob.kind, StrEnum), knob.key
+        for spelling in knob.spellings:
+            if spelling.since:
+                assert versions.FLAG_SINCE[spelling.flag] == spelling.since
+    assert versions.FLAG_SINCE["--schedules-method"] == {"mindspeed": (2, 0, 0), "megatron": None}

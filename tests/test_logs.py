@@ -146,7 +146,7 @@ def test_half_written_log_keeps_what_is_complete(tmp_path):
     path.write_text(cut, encoding="utf-8")
     log = read_log(path)
     assert [r.iteration for r in log.iterations] == [10, 20, 30, 40]
-    assert any("without a time skipped" in w for w in log.warnings)
+    assert any("without a whole time skipped" in w for w in log.warnings)
 
 
 def test_mixed_runs_use_the_last_with_a_warning(tmp_path):

@@ -10,6 +10,7 @@ from cli_support import assert_one_line_error, invoke_cli, write_synthetic_profi
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from model_support import cluster, dense_model, moe_model, solvers_agree, synthetic_profile
+from script_support import FIXTURES
 
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.costs.job import JobOptions
@@ -34,10 +35,10 @@ def test_dist_opt_is_read_only_and_follows_zero():
 
 @pytest.mark.parametrize("zero", [0, 1, 2, 3])
 def test_from_dict_round_trips_every_zero_stage(zero):
-    """to_dict -> from_dict keeps the stage; the derived `dist_opt` key is written and agrees."""
+    """to_dict -> from_dict keeps the stage; one field per fact: `zero`, no `dist_opt` key."""
     s = Strategy(tp=2, dp=2, zero=zero)
     data = s.to_dict()
-    assert data["zero"] == zero and data["dist_opt"] is (zero >= 1)
+    assert data["zero"] == zero and "dist_opt" not in data
     assert Strategy.from_dict(data) == s
     assert Strategy.from_dict({"zero": zero}).zero == zero  # no `dist_opt` key: zero alone decides
 
@@ -175,10 +176,30 @@ def test_simulate_takes_every_zero_stage_and_refuses_a_contradiction(tmp_path):
         assert result.returncode == 0, result.stderr
         evaluation = json.loads(result.stdout)
         assert evaluation["strategy"]["zero"] == zero
-        assert evaluation["strategy"]["dist_opt"] is (zero >= 1)
+        assert "dist_opt" not in evaluation["strategy"]
         peaks.append(evaluation["peak_memory_mb"])
     assert peaks == sorted(peaks, reverse=True) and peaks[3] < peaks[0]
     assert_one_line_error(
         invoke_cli(*base, "--dist-opt", "0", "--zero", "2"), "dist_opt false", "zero 2"
     )
     assert_one_line_error(invoke_cli(*base, "--zero", "4"), "zero", "0, 1, 2 or 3")
+
+
+def test_an_edited_inspect_json_round_trips_through_apply(tmp_path):
+    """`inspect --json` carries `zero` and no `dist_opt`; turning the distributed optimizer on by
+    editing `zero` and handing the whole JSON to `apply` writes it, and `inspect` reads it back."""
+    script = FIXTURES / "pretrain_mixtral_8x7b_ptd.sh"
+    printed = json.loads(invoke_cli("inspect", str(script), "--json").stdout)
+    assert printed["strategy"]["zero"] == 0 and "dist_opt" not in printed["strategy"]
+    printed["strategy"]["zero"] = 1
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(printed))
+    out = tmp_path / "tuned.sh"
+    result = invoke_cli("apply", str(script), str(edited), "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "--use-distributed-optimizer" in out.read_text()
+    again = json.loads(invoke_cli("inspect", str(out), "--json").stdout)
+    changed = {k for k, v in again["strategy"].items() if v != printed["strategy"][k]}
+    # Only knobs that exist with the distributed optimizer alone appear (None before, off now).
+    assert changed == {"overlap_param_gather", "overlap_param_gather_with_optimizer_step"}
+    assert all(printed["strategy"][k] is None and again["strategy"][k] is False for k in changed)

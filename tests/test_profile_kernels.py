@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from profile_support import llama_model, moe_model
 
 from tinker_opt.errors import ConfigError
+from tinker_opt.profile import device_kernels
 from tinker_opt.profile import kernels as K
 from tinker_opt.profile.runner import MeasureSettings
 from tinker_opt.profile.shape import Shape
@@ -288,9 +289,9 @@ def test_cuda_flash_sdpa_excludes_the_math_backend(monkeypatch):
         )
         return sdpa(q, k, v, **kwargs)
 
-    monkeypatch.setattr(K.F, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
     q, kv = torch.randn(8, 1, 4, 16), torch.randn(8, 1, 2, 16)
-    out = K._flash_sdpa(q, kv, kv, True, 0.25)
+    out = device_kernels._flash_sdpa(q, kv, kv, True, 0.25)
     assert seen == [(False, True, 2)]
     torch.testing.assert_close(out, K.sdpa_attention(q, kv, kv, True, 0.25))
 

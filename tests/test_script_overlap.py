@@ -77,7 +77,7 @@ def test_overlaps_read_and_inspected():
     assert strategy["overlap_grad_reduce"] is True and strategy["overlap_moe_comm"] is True
     dense = inspect_dict(read_script(FIXTURES / "pretrain_llama2_7b_ptd.sh"))["strategy"]
     assert dense["overlap_moe_comm"] is None
-    assert (dense["overlap_param_gather"] is None) == (not dense["dist_opt"])
+    assert (dense["overlap_param_gather"] is None) == (dense["zero"] == 0)
 
 
 @pytest.mark.parametrize("version, flag", [("2.2.0", "--use-ascend-mc2"), ("2.1.0", "--use-mc2")])

@@ -58,6 +58,25 @@ class RecomputeMethod(StrEnum):
     UNIFORM = "uniform"
 
 
+class RecomputeModule(StrEnum):
+    """A module of Megatron-Core's `--recompute-modules` (selective recompute by module;
+    megatron/core/transformer/transformer_config.py recompute_modules). The reader refuses other
+    names (script/recompute_args.py); each is priced by what it frees and reruns
+    (costs/recompute_modules.py)."""
+
+    CORE_ATTN = "core_attn"
+    MOE_ACT = "moe_act"
+    LAYERNORM = "layernorm"
+    MLA_UP_PROJ = "mla_up_proj"
+    MLP = "mlp"
+    MOE = "moe"
+    SHARED_EXPERTS = "shared_experts"
+
+
+DEFAULT_RECOMPUTE_MODULES = (RecomputeModule.CORE_ATTN.value,)
+"""transformer_config.py: selective granularity without `--recompute-modules` recomputes core_attn."""
+
+
 class CpAlgo(StrEnum):
     """`--context-parallel-algo` (MindSpeed-LLM; Megatron-LM has only the ring): ring attention,
     Ulysses all-to-all, Ulysses groups x ring (hybrid), K/V all-gather. Source: Ascend/MindSpeed

@@ -10,22 +10,33 @@ becomes one line on stderr and exit 2. tests/test_cli_surface.py freezes the res
 
 from __future__ import annotations
 
-import functools
 import gc
-import inspect
 import json
 import sys
-import typing
-from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tinker_opt import config, verbs
+from tinker_opt.cli_options import (
+    CONFIG_OPT,
+    MODEL_CONFIG_HELP,
+    QUIET_OPT,
+    SCRIPT_ARG,
+    script_setting,
+    with_settings,
+)
+from tinker_opt.cli_output import (
+    bar_callback,
+    console,
+    err_console,
+    print_profile_warnings,
+    print_search,
+    progress_bar,
+    run_log,
+)
 from tinker_opt.errors import ConfigError, TinkerError
 
 app = typer.Typer(
@@ -35,146 +46,6 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Find the fastest parallel strategy for a Megatron-LM / MindSpeed-LLM launch script.",
 )
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
-
-
-def _option(item: config.Setting) -> inspect.Parameter:
-    """A setting as a typer option: --kebab-case, Tinker's --snake_case and aliases; "not given" is
-    None (a switch: False), so that config.resolve can apply command line > config file > default."""
-    if item.switch:
-        option = typer.Option(False, *item.flags, help=item.help_text)
-        return inspect.Parameter(
-            item.key, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=bool
-        )
-    kind = {"int": int, "float": float}.get(item.kind, str)
-    option = typer.Option(None, *item.flags, help=item.help_text, show_default=False)
-    return inspect.Parameter(
-        item.key,
-        inspect.Parameter.KEYWORD_ONLY,
-        default=option,
-        annotation=Optional[kind],  # noqa: UP045 (built at run time from a type)
-    )
-
-
-def with_settings(verb: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give a command the options of `verb` from config.TABLE; the command receives them as
-    `given` ({key: value or None}) next to its own parameters. Adding a setting to the table adds
-    the option here, to the config file and to the settings class at once."""
-    items = config.verb_options(verb)
-
-    def wrap(command: Callable[..., None]) -> Callable[..., None]:
-        hints = typing.get_type_hints(command)
-        own = [
-            p.replace(annotation=hints[p.name])
-            for p in inspect.signature(command).parameters.values()
-            if p.name != "given"
-        ]
-        options = [_option(item) for item in items]
-
-        @functools.wraps(command)
-        def run(**kwargs: Any) -> None:
-            given = {item.key: kwargs.pop(item.key) for item in items}
-            given.update(
-                {item.key: True if given[item.key] else None for item in items if item.switch}
-            )
-            command(given=given, **kwargs)
-
-        # own positionals first, then the table's options, then the command's own options
-        positional = [p for p in own if isinstance(p.default, typer.models.ArgumentInfo)]
-        rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p not in positional]
-        params = (
-            [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in positional]
-            + options
-            + rest
-        )
-        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-        run.__annotations__ = {p.name: p.annotation for p in params}
-        del run.__wrapped__  # typer must see the new signature, not the command's
-        return run
-
-    return wrap
-
-
-CONFIG_OPT = typer.Option(
-    None,
-    "--config-path",
-    "--config_path",
-    "--config",
-    help="JSON config with Tinker's profile / search / simulate sections.",
-)
-QUIET_OPT = typer.Option(False, "--quiet", "-q", help="Print only the result paths (for scripts).")
-SCRIPT_ARG = typer.Argument(None, help="The training launch script (.sh).", show_default=False)
-
-
-def _progress(quiet: bool) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        disable=quiet,
-        transient=False,
-    )
-
-
-def _bar_callback(bar: Progress) -> verbs.Progress:
-    task = bar.add_task("profiling blocks", total=None)
-
-    def progress(done: int, total: int, label: str) -> None:
-        bar.update(task, completed=done, total=total, description=f"profiling {label}")
-
-    return progress
-
-
-def _print_profile_warnings(folder: Path) -> None:
-    """The profile's warnings (fused kernels the device lacks) on the terminal, as in profile.log."""
-    from tinker_opt.profile.meta import read_meta
-
-    for warning in (read_meta(folder).kernels or {}).get("warnings", []):
-        err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}", highlight=False)
-
-
-def _run_log(quiet: bool) -> verbs.RunLog:
-    return verbs.RunLog(
-        echo=None if quiet else lambda line: err_console.print(line, markup=False, highlight=False)
-    )
-
-
-def _print_search(outcome: verbs.SearchOutcome, quiet: bool) -> None:
-    from tinker_opt.emit.tables import search_summary
-
-    if quiet:  # the log was not echoed: still show the warnings, then only the path
-        for warning in outcome.warnings:
-            err_console.print(warning, markup=False, highlight=False)
-        console.print(str(outcome.folder))
-        return
-    gap = "" if outcome.gap is None else f", gap {outcome.gap:.2%}"
-    console.print(
-        search_summary(
-            outcome,
-            f"top strategies ({outcome.solver}: {outcome.status}{gap}, "
-            f"{outcome.solve_time_s:.2f} s)",
-        )
-    )
-    console.print(f"results: [bold]{outcome.folder}[/bold]")
-
-
-MODEL_CONFIG_HELP = (
-    "FSDP2 launches: the model's Hugging Face config.json, when model.model_name_or_path "
-    "is not on this machine."
-)
-
-
-def _script(given: dict[str, Any], key: str, positional: Path | None) -> dict[str, Any]:
-    """`given` with the positional script under `key` (the verb's script setting)."""
-    flag = given.get(key)
-    if positional is not None and flag is not None and str(positional) != flag:
-        raise ConfigError(
-            f"two scripts given ('{positional}' and --{key.replace('_', '-')} '{flag}'); pass one"
-        )
-    return {**given, key: str(positional) if positional is not None else flag}
 
 
 @app.command()
@@ -188,12 +59,12 @@ def profile(
     """Measure time and memory of every block and shard shape, and the collectives (profiled-data folder)."""
     settings = config.resolve(
         "profile",
-        _script(given, "pretrain_script_path", script),
+        script_setting(given, "pretrain_script_path", script),
         config.load_config_file(config_path),
     )
-    with _progress(quiet) as bar:
-        folder = verbs.run_profile(settings, progress=_bar_callback(bar))
-    _print_profile_warnings(folder)
+    with progress_bar(quiet) as bar:
+        folder = verbs.run_profile(settings, progress=bar_callback(bar))
+    print_profile_warnings(folder)
     console.print(str(folder) if quiet else f"profiled data: [bold]{folder}[/bold]")
 
 
@@ -215,7 +86,7 @@ def search(
     """Solve for the fastest strategy that fits in memory; write the results folder and tuned scripts."""
     settings = config.resolve(
         "search",
-        _script(given, "pretrain_script_path_search", script),
+        script_setting(given, "pretrain_script_path_search", script),
         config.load_config_file(config_path),
     )
     with (
@@ -223,8 +94,8 @@ def search(
         if not quiet
         else nullcontext()
     ):
-        outcome = verbs.run_search(settings, log=_run_log(quiet))
-    _print_search(outcome, quiet)
+        outcome = verbs.run_search(settings, log=run_log(quiet))
+    print_search(outcome, quiet)
 
 
 @app.command(name="all")
@@ -236,18 +107,18 @@ def all_(
     quiet: bool = QUIET_OPT,
 ) -> None:
     """Profile the script, then search (profile + search in one go; the options of both)."""
-    given = _script(given, "pretrain_script_path", script)
+    given = script_setting(given, "pretrain_script_path", script)
     file_config = config.load_config_file(config_path)
     profile_settings = config.resolve("profile", given, file_config)
     search_settings = config.resolve("search", given, file_config)
-    with _progress(quiet) as bar:
+    with progress_bar(quiet) as bar:
         folder, outcome = verbs.run_all(
-            profile_settings, search_settings, progress=_bar_callback(bar), log=_run_log(quiet)
+            profile_settings, search_settings, progress=bar_callback(bar), log=run_log(quiet)
         )
-    _print_profile_warnings(folder)
+    print_profile_warnings(folder)
     if not quiet:
         console.print(f"profiled data: [bold]{folder}[/bold]")
-    _print_search(outcome, quiet)
+    print_search(outcome, quiet)
 
 
 SIMULATE_SCRIPT_ARG = typer.Argument(
@@ -277,7 +148,7 @@ def simulate(
 
     settings = config.resolve(
         "simulate",
-        _script(given, "pretrain_script_path", script),
+        script_setting(given, "pretrain_script_path", script),
         config.load_config_file(config_path),
     )
     evaluation, warnings = verbs.run_simulate(settings, strategy)
@@ -372,6 +243,11 @@ HARDWARE_OPT = typer.Option(None, "--hardware", help="Hardware description (name
 SKIP_FIRST_OPT = typer.Option(
     1, "--skip-first", help="Logged iteration records to drop as start-up (steady-state rule)."
 )
+LOG_RUN_OPT = typer.Option(
+    None,
+    "--log-run",
+    help="Which run of a log holding several (1 = the first; default: the last complete one).",
+)
 NPUS_OPT = typer.Option(
     None,
     "--num-npus-per-node",
@@ -454,6 +330,7 @@ def check(
     ),
     hardware: str | None = HARDWARE_OPT,
     skip_first: int = SKIP_FIRST_OPT,
+    log_run: int | None = LOG_RUN_OPT,
     num_npus_per_node: int | None = NPUS_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -467,7 +344,7 @@ def check(
         num_npus_per_node=num_npus_per_node,
     )
     result, warnings = verbs.run_check(
-        log, str(script) if script else None, choice, skip_first=skip_first
+        log, str(script) if script else None, choice, skip_first=skip_first, log_run=log_run
     )
     for warning in warnings:
         err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}", highlight=False)

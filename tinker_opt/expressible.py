@@ -21,7 +21,7 @@ from tinker_opt.rules import (
 )
 from tinker_opt.script import versions
 from tinker_opt.script.pipeline_layout import LAYOUT_FLAG
-from tinker_opt.script.reader import ScriptInfo, p2p_overlap
+from tinker_opt.script.reader import ScriptInfo
 from tinker_opt.script.strategy_args import (
     DEFAULT_CP_ALGO,
     OVERLAP_FLAGS,
@@ -30,6 +30,7 @@ from tinker_opt.script.strategy_args import (
     VPP_SIZE_FLAGS,
     zero_backend,
 )
+from tinker_opt.script.train_args import p2p_overlap
 from tinker_opt.script.versions import CP_ALGO_SINCE, VersionRange, flag_allowed
 from tinker_opt.solve.space import SEARCHED_CP_ALGOS, SearchSpace
 from tinker_opt.strategy import Strategy
@@ -349,8 +350,8 @@ def fsdp2_search_space(info: ScriptInfo, base: SearchSpace | None = None) -> Sea
         layer_form="even",
         etp_follows_tp=True,
         zero_levels=(2, 3),
-        recompute=("none", "full"),
-        recompute_methods=("block",),
+        recompute=(Recompute.NONE, Recompute.FULL),
+        recompute_methods=(RecomputeMethod.BLOCK,),
         overlaps=None,
         cp_algos=("ulysses_cp_algo", "megatron_cp_algo"),
     )

@@ -21,6 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tinker_opt.choices import (
+    CpAlgo,
+    Dispatcher,
+    Recompute,
+    RecomputeMethod,
+    RecomputeModule,
+    Schedule,
+)
 from tinker_opt.strategy import Strategy
 
 Version = tuple[int, ...]
@@ -99,6 +107,8 @@ class Knob:
     has it (the search leaves it None, "keep the script's setting") and never chosen."""
     companions: tuple[str, ...] = ()
     """Flags that only mean something with it on: the writer removes them with it."""
+    effect: str = ""
+    """What it changes, in words: the README flag table's row of its flags (script/flags.py)."""
     source: str = ""
 
     @property
@@ -111,10 +121,12 @@ class Knob:
 # fmt: off
 OVERLAP_KNOBS: tuple[Knob, ...] = (
     Knob(key="overlap_grad_reduce", spellings=(_spell("--overlap-grad-reduce", (0, 9, 2), (0, 0)),),
+         effect="gradient reduce in buckets under the last backward (last bucket exposed)",
          source="NVIDIA/Megatron-LM megatron/training/arguments.py"),
     Knob(key="overlap_param_gather", spellings=(_spell("--overlap-param-gather", (0, 9, 3), (0, 0)),),
          exists=lambda c: c.dist_opt, accepts=lambda c: c.dist_opt,
          needs="the distributed optimizer (dist_opt, zero >= 1)", requires=("overlap_grad_reduce",),
+         effect="parameter all-gather under the next forward (dist-opt; first bucket exposed)",
          source="Megatron-LM arguments.py: 'Must use --overlap-param-gather with --overlap-grad-reduce'; "
                 "'Must use --overlap-param-gather-with-optimizer-step with --overlap-param-gather'"),
     Knob(key="overlap_moe_comm", spellings=(_spell("--moe-alltoall-overlap-comm", (2, 0, 0), None),
@@ -122,6 +134,7 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe,
          needs="a MoE model; it applies to MoE models only and this model has no experts",
          excludes=("tp_comm_overlap",), pays_off=lambda c: c.ep > 1,
+         effect="MoE all-to-all: backward one hidden behind the weight gradients",
          source="Ascend/MindSpeed mindspeed/features_manager/moe/moe_alltoall_overlap.py validate_args "
                 "(incompatible_check use_ascend_mc2)"),
     Knob(key="tp_comm_overlap", spellings=(_spell("--use-ascend-mc2", (2, 2, 0), None),
@@ -130,6 +143,8 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          exists=lambda c: c.tp > 1, accepts=lambda c: c.tp > 1 and c.sp,
          needs="tp > 1 with sequence parallelism", companions=("--tp-comm-overlap-cfg",),
          pays_off=lambda c: c.tp > 1 and c.sp,
+         effect="TP communication fused into the matmuls in tp chunks (MC2 on Ascend, TE userbuffers "
+                "on GPUs): one chunk exposed, the rest hidden behind the matmul",
          source="Ascend/MindSpeed docs/zh/features/mc2.md; Megatron-LM arguments.py (tp_comm_overlap)"),
     # ASSUMPTION: the first versions (Megatron-LM core 0.9; MindSpeed-LLM 2.1.0, on a core that has it).
     Knob(key="overlap_param_gather_with_optimizer_step",
@@ -137,6 +152,7 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          exists=lambda c: c.dist_opt, accepts=lambda c: c.dist_opt and c.vpp > 1,
          needs="the distributed optimizer and a virtual pipeline (vpp > 1)",
          requires=("overlap_param_gather",), priced=False,
+         effect="first parameter all-gather under the optimizer step (dist-opt, vpp > 1)",
          source="Megatron-LM arguments.py: 'Must use --overlap-param-gather-with-optimizer-step with "
                 "--overlap-param-gather', '... only supported with interleaved pipeline parallelism'"),
     # ASSUMPTION: Megatron-LM core 0.14, the release of --overlap-moe-expert-parallel-comm it needs;
@@ -145,8 +161,17 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe,
          needs="a MoE model; it delays the expert weight gradients", requires=("overlap_moe_comm",),
          priced=False,
+         effect="expert weight gradients delayed behind the MoE all-to-all (with its overlap)",
          source="Megatron-LM megatron/core/transformer/transformer_config.py: "
                 "'overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute'"),
+    # ASSUMPTION: Megatron-LM core 0.10, the first release read with the shared-expert stream; no
+    # MindSpeed-LLM example found. Megatron also needs shared experts and the alltoall dispatcher
+    # (transformer_config.py); the cost term prices nothing without shared experts.
+    Knob(key="moe_shared_expert_overlap", spellings=(_spell("--moe-shared-expert-overlap", None, (0, 10)),),
+         exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe,
+         needs="a MoE model with shared experts", pays_off=lambda c: c.ep > 1,
+         effect="MoE dispatch / combine all-to-all hidden behind the shared expert's compute (costs/overlap.py)",
+         source="NVIDIA/Megatron-LM megatron/core/transformer/moe/shared_experts.py (shared expert stream)"),
 )
 # fmt: on
 """The communication-overlap switches, in Strategy schema order (strategy.OVERLAP_KEYS)."""
@@ -189,9 +214,91 @@ LAYOUT_KNOBS: tuple[LayoutKnob, ...] = (
 
 LAYOUT: dict[str, LayoutKnob] = {knob.key: knob for knob in LAYOUT_KNOBS}
 
+
+@dataclass(frozen=True, kw_only=True)
+class ChoiceKnob:
+    """A knob that is more than a switch or one size: a choice (its StrEnum, choices.py), a count,
+    a stage or a schedule, possibly spelled by several flags. Its record says where it lives, its
+    flags per framework and version (the version table reads them), its type, where its rules are
+    checked and where it is priced, and whether the search chooses it. Its reader, writer and
+    rules are still code in the modules named (ARCHITECTURE.md, "The knob registry")."""
+
+    key: str
+    """The field: of the Strategy (`home` "strategy"), the ModelSpec ("model") or TrainSpec ("job")."""
+    spellings: tuple[Spelling, ...]
+    kind: type
+    """The value's type: a StrEnum of choices.py for a choice, else int or bool."""
+    rules: str
+    """Where its validity rules are (module.function)."""
+    priced: str
+    """Where the cost model prices it."""
+    searched: bool
+    """Whether the search chooses it (else it is read and written back as the script has it)."""
+    home: str = "strategy"
+    source: str = "NVIDIA/Megatron-LM megatron/training/arguments.py"
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return tuple(spelling.flag for spelling in self.spellings)
+
+
+# Versions as for the switches: MindSpeed-LLM's first examples with the flag, Megatron-LM's core
+# release (reference/script-conventions.md); `_spell_always`: every version of both families.
+# fmt: off
+CHOICE_KNOBS: tuple[ChoiceKnob, ...] = (
+    ChoiceKnob(key="vpp", kind=int, searched=True,
+               spellings=(_spell("--num-layers-per-virtual-pipeline-stage", (0, 9, 2), (0, 0)),
+                          _spell_always("--virtual-pipeline-model-parallel-size"),
+                          _spell("--num-virtual-stages-per-pipeline-rank", None, (0, 13))),
+               rules="rules._rule_vpp, rules.interleaved_pipeline_message, layer_stack (chunks)",
+               priced="costs/pipeline.py (v chunks per rank), costs/coefficients.py _chunk_bounds"),
+    ChoiceKnob(key="dualpipev", kind=Schedule, searched=True,
+               spellings=(_spell("--schedules-method", (2, 0, 0), None),),
+               rules="rules._rule_schedule, layer_stack.dualpipev_message (the padded layer count)",
+               priced="costs/pipeline.py, costs/stage_terms.py dualpipev_inflight_x_v",
+               source="Ascend/MindSpeed mindspeed/features_manager/pipeline_parallel/dualpipev_feature.py"),
+    ChoiceKnob(key="moe_fb_overlap", kind=bool, searched=True,
+               spellings=(_spell("--moe-fb-overlap", (2, 0, 0), None),),
+               rules="rules._rule_schedule", priced="costs/layer_comm.py (overlap.fb_overlap_exposed)",
+               source="Ascend/MindSpeed docs/features/megatron_moe/megatron-moe-fb-overlap.md"),
+    ChoiceKnob(key="recompute", kind=Recompute, searched=True,
+               spellings=(_spell_always("--recompute-granularity"), _spell_always("--recompute-activations")),
+               rules="rules._rule_recompute_kind", priced="costs/terms.py, costs/recompute.py"),
+    ChoiceKnob(key="recompute_method", kind=RecomputeMethod, searched=True,
+               spellings=(_spell_always("--recompute-method"),),
+               rules="rules._recompute_count_message", priced="costs/recompute.py chunk_plan"),
+    ChoiceKnob(key="recompute_num_layers", kind=int, searched=True,
+               spellings=(_spell_always("--recompute-num-layers"),),
+               rules="rules._recompute_count_message", priced="costs/recompute.py chunk_plan"),
+    ChoiceKnob(key="zero", kind=int, searched=True,
+               spellings=(_spell_always("--use-distributed-optimizer"), _spell_always("--zero-stage"),
+                          _spell_always("--use-megatron-fsdp")),
+               rules="strategy.ZERO_LEVELS", priced="costs/zero_terms.py, costs/data_parallel.py"),
+    ChoiceKnob(key="cp_algo", kind=CpAlgo, searched=True,
+               spellings=(_spell("--context-parallel-algo", (0, 9, 3), None),),
+               rules="rules._rule_cp, cp_rules", priced="costs/cp_terms.py",
+               source="Ascend/MindSpeed mindspeed/features_manager/context_parallel/context_parallel_feature.py"),
+    ChoiceKnob(key="recompute_modules", kind=RecomputeModule, searched=False, home="job",
+               spellings=(_spell_always("--recompute-modules"),),
+               rules="script/recompute_args.recompute_modules", priced="costs/recompute_modules.py"),
+    ChoiceKnob(key="moe_token_dispatcher_type", kind=Dispatcher, searched=False, home="model",
+               spellings=(_spell_always("--moe-token-dispatcher-type"),),
+               rules="rules._rule_schedule (fb-overlap needs alltoall)", priced="costs/moe_terms.py"),
+    ChoiceKnob(key="fp8_format", kind=str, searched=True, home="model",
+               spellings=(_spell_always("--fp8-format"),),
+               rules="specs.ModelSpec", priced="costs/fp8_terms.py, costs/fp8_activation.py",
+               source="NVIDIA/Megatron-LM arguments.py; searched by `search --allow-fp8` (verbs/precision.py)"),
+)
+# fmt: on
+"""The knobs with more than one setting that one flag spells (their readers, writers and rules
+are still the modules named in each record)."""
+
+CHOICES: dict[str, ChoiceKnob] = {knob.key: knob for knob in CHOICE_KNOBS}
+
 KNOBS: dict[str, Knob] = {knob.key: knob for knob in OVERLAP_KNOBS}
 assert len(KNOBS) == len(OVERLAP_KNOBS), "a knob is declared twice"
-assert not set(KNOBS) & set(LAYOUT), "a knob is declared twice"
+assert len(CHOICES) == len(CHOICE_KNOBS), "a knob is declared twice"
+assert not (set(KNOBS) & set(LAYOUT) or set(CHOICES) & (set(KNOBS) | set(LAYOUT))), "declared twice"
 
 
 def flag_versions() -> tuple[dict[str, dict[str, Version | None]], dict[str, dict[str, Version]]]:
@@ -199,6 +306,7 @@ def flag_versions() -> tuple[dict[str, dict[str, Version | None]], dict[str, dic
     has none)."""
     spellings = [spelling for knob in KNOBS.values() for spelling in knob.spellings]
     spellings += [knob.spelling for knob in LAYOUT_KNOBS]
+    spellings += [spelling for knob in CHOICE_KNOBS for spelling in knob.spellings]
     since = {spelling.flag: dict(spelling.since) for spelling in spellings if spelling.since}
     until = {spelling.flag: dict(spelling.until) for spelling in spellings if spelling.until}
     return since, until

@@ -11,11 +11,37 @@ ARCHITECTURE.md, "The knob registry").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod, assert_never
+from tinker_opt.cp_rules import (
+    MODELLED_CP_ALGOS,
+    hybrid_ulysses_degree,
+    ulysses_heads_factor,
+    ulysses_heads_message,
+)
 from tinker_opt.errors import StrategyError
+from tinker_opt.framework_rules import LATEST_RULES, FrameworkRules
 from tinker_opt.knobs import knob_message
+from tinker_opt.layer_stack import (
+    LAYER_FORMS,
+    dualpipev_layer_list,
+    dualpipev_message,
+    form_allows,
+    layer_form_message,
+    virtual_form_message,
+)
+
+__all__ = [  # the facts other modules import from here (their homes: the modules above)
+    "LATEST_RULES",
+    "LAYER_FORMS",
+    "MODELLED_CP_ALGOS",
+    "FrameworkRules",
+    "form_allows",
+    "hybrid_ulysses_degree",
+    "layer_form_message",
+    "ulysses_heads_factor",
+    "ulysses_heads_message",
+    "virtual_form_message",
+]
 from tinker_opt.specs import ClusterSpec, ModelSpec
 from tinker_opt.strategy import Strategy
 
@@ -25,99 +51,6 @@ from tinker_opt.strategy import Strategy
 # Sources: ../shared/reference/script-conventions.md section 2 (facts over 1,300 real scripts) and
 # Megatron-LM's own argument checks (arguments.py, parallel_state.py).
 # ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FrameworkRules:
-    """Facts of the target framework version that validity rules depend on (script/versions.py)."""
-
-    overlap_p2p_comm: bool = True
-    """The interleaved schedule overlaps p2p send/recv with compute: on by default since Megatron-LM
-    core_v0.8 / MindSpeed-LLM 2.0.0 (`--no-overlap-p2p-communication` turns it off), off before
-    (`--overlap-p2p-communication` turned it on)."""
-    layer_form: str = "free"
-    """Which per-stage layer counts the framework can be told (LAYER_FORMS)."""
-    unaligned_ulysses: bool = True
-    """Ulysses context parallelism runs with num_attention_heads not a multiple of tp*cp (the
-    uneven head split of MindSpeed's unaligned all-to-all, `ulysses_heads_message`); False
-    where the version lacks it (script/versions.py UNALIGNED_ULYSSES_SINCE)."""
-
-    def __post_init__(self) -> None:
-        if self.layer_form not in LAYER_FORMS:
-            raise ValueError(
-                f"layer_form must be one of {list(LAYER_FORMS)}, got {self.layer_form!r}"
-            )
-
-
-LAYER_FORMS = ("free", "first_last", "even")
-"""Per-stage layer counts a framework can write. `free`: any list (MindSpeed-LLM `--num-layer-list`,
-mindspeed_llm/training/arguments.py). `first_last`: the first and last stages free, the middle ones
-equal (Megatron-LM `--decoder-first-pipeline-num-layers` / `--decoder-last-pipeline-num-layers`,
-megatron/training/arguments.py, which split the rest evenly). `even`: num_layers / pp each."""
-
-
-def layer_form_message(layers: tuple[int, ...], form: str) -> str | None:
-    """Why a framework with layer form `form` cannot write per-stage counts `layers`; None if it can.
-    The one rule the split solvers, `simulate` and the script writer share."""
-    if form == "free" or len(set(layers)) <= 1:
-        return None
-    if form == "even":
-        return (
-            f"this framework version can only split the layers evenly over the stages; "
-            f"num_layer_list {list(layers)} is uneven"
-        )
-    if len(set(layers[1:-1])) > 1:
-        return (
-            f"Megatron-LM can only give the first and last stages their own layer counts; "
-            f"num_layer_list {list(layers)} has unequal middle stages"
-        )
-    return None
-
-
-def form_allows(layers, form: str) -> bool:
-    """layer_form_message(layers, form) is None (for filters over candidate splits)."""
-    return layer_form_message(tuple(layers), form) is None
-
-
-LATEST_RULES = FrameworkRules()
-"""The rules of recent framework versions: the default where the version is not known."""
-
-MODELLED_CP_ALGOS = tuple(
-    algo.value for algo in (CpAlgo.MEGATRON, CpAlgo.ULYSSES, CpAlgo.HYBRID, CpAlgo.KV_ALLGATHER)
-)
-"""Context-parallel algorithms the cost model times (ring, all-to-all, all-to-all inside Ulysses
-groups x ring across them, all-gather of K/V)."""
-
-
-def hybrid_ulysses_degree(cp: int, tp: int, num_heads: int, requested: int | None = None) -> int:
-    """The Ulysses degree u of `hybrid_cp_algo` at context-parallel size cp (ring degree cp / u).
-
-    MindSpeed's rule (Ascend/MindSpeed mindspeed/features_manager/context_parallel/
-    context_parallel_feature.py validate_args; the same in Ascend/MindSpeed-LLM
-    mindspeed_llm/training/arguments.py _validate_cp_args): `--ulysses-degree-in-cp` must be given,
-    divide cp with a ring degree cp / u > 1, and num_attention_heads must be a multiple of u * tp.
-    `requested` (the script's `--ulysses-degree-in-cp`) is used when it obeys that rule at this cp.
-    Otherwise, and when no degree is known, MindSpeed has no default (it refuses the launch);
-    the model then uses the degree the script writer writes (emit/strategy_plan.py): 2 where
-    valid, else 1 (a ring over all cp ranks). ASSUMPTION, not a framework default."""
-    for u in (requested, 2, 1):
-        if u and cp % u == 0 and cp // u > 1 and num_heads % (u * tp) == 0:
-            return u
-    return 1
-
-
-def ulysses_heads_factor(num_heads: int, tp: int, cp: int) -> float:
-    """How much the busiest Ulysses rank exceeds the mean: ceil(a / (t c)) / (a / (t c)).
-
-    MindSpeed's unaligned all-to-all splits the heads of each tp rank unevenly over the cp ranks,
-    the remainder one extra each to the first ranks (Ascend/MindSpeed
-    mindspeed/core/context_parallel/ulysses_context_parallel/unaligned_cp/mapping.py
-    cal_split_sizes / _split / _unaligned_all_to_all; the gather size from
-    ulysses_context_parallel.py DynamicGatherSizeCalculator). The rank with the most heads sets
-    the pace: its attention compute, attention activations and all-to-all volume are the aligned
-    ones times this factor (1.0 when tp*cp divides the heads)."""
-    per_rank = num_heads / (tp * cp)
-    return -(-num_heads // (tp * cp)) / per_rank
 
 
 def _rule_world(
@@ -187,19 +120,6 @@ def _rule_cp(
     # hybrid_cp_algo: a degree obeying MindSpeed's rule always exists (u = 1, the heads being a
     # multiple of tp); which one is used: hybrid_ulysses_degree.
     return None
-
-
-def ulysses_heads_message(num_heads: int, tp: int, cp: int, fw: FrameworkRules) -> str | None:
-    """Ulysses' head rule: num_attention_heads a multiple of tp*cp (Ascend/MindSpeed
-    mindspeed/features_manager/context_parallel/ulysses_context_parallel.py validate_args), except
-    where the version has the unaligned all-to-all (FrameworkRules.unaligned_ulysses,
-    ulysses_heads_factor); even then every rank needs at least one head (heads >= tp*cp)."""
-    if num_heads % (tp * cp) == 0 or (fw.unaligned_ulysses and num_heads >= tp * cp):
-        return None
-    return (
-        f"Ulysses context parallelism needs num_attention_heads ({num_heads}) "
-        f"to be a multiple of tp*cp ({tp * cp})"
-    )
 
 
 def _rule_moe(
@@ -301,11 +221,12 @@ def _rule_schedule(
     docs/features/dualpipev.md and megatron_moe/megatron-moe-fb-overlap.md, "使用约束")."""
     num_micro = gbs // (s.mbs * s.dp)
     if s.schedule == "dualpipev":
-        if s.pp < 2 or model.num_layers % (2 * s.pp):
-            return f"dualpipev needs pp >= 2 and num_layers ({model.num_layers}) a multiple of 2*pp ({2 * s.pp})"
-        if num_micro < 2 * s.pp:
-            return f"dualpipev needs at least 2*pp ({2 * s.pp}) micro-batches per pipeline, got {num_micro}"
-        if s.cp > 1 or s.num_layer_list is not None or s.overlap_grad_reduce:
+        message = dualpipev_message(model.num_layers, model.noop_layers, s.pp, num_micro)
+        if message:
+            return message
+        padded = dualpipev_layer_list(model.num_layers, model.noop_layers, s.pp)
+        listed = s.num_layer_list is not None and s.num_layer_list != padded
+        if s.cp > 1 or listed or s.overlap_grad_reduce:
             return (
                 "dualpipev excludes context parallelism, a num_layer_list and overlap_grad_reduce"
             )
@@ -380,16 +301,8 @@ def _layer_split_message(s: Strategy, num_layers: int, form: str = "free") -> st
     if min(s.num_layer_list) < 0 or min(s.stage_layers(num_layers)) < 1:
         return f"every pipeline stage needs at least one layer; num_layer_list is {list(s.num_layer_list)}"
     if s.per_virtual_stage:
-        return None if form == "free" else virtual_form_message(s)
+        return None if form == "free" or s.dualpipev else virtual_form_message(s.num_layer_list)
     return layer_form_message(tuple(s.num_layer_list), form)
-
-
-def virtual_form_message(s: Strategy) -> str:
-    """Why a framework without per-virtual-stage layouts cannot write this split."""
-    return (
-        f"num_layer_list {list(s.num_layer_list or ())} gives each virtual stage its own layer count, "
-        "which only Megatron-LM's --pipeline-model-parallel-layout can say"
-    )
 
 
 def _recompute_count_message(s: Strategy, num_layers: int) -> str | None:
@@ -403,13 +316,30 @@ def _recompute_count_message(s: Strategy, num_layers: int) -> str | None:
     if s.recompute != Recompute.FULL:
         return None
     r = s.recompute_num_layers
-    chunk_max = max(s.chunk_layers(num_layers)) if s.vpp > 1 else max(s.stage_layers(num_layers))
+    chunked = s.vpp > 1 or s.dualpipev
+    chunk_max = max(s.chunk_layers(num_layers) if chunked else s.stage_layers(num_layers))
     if s.recompute_method == RecomputeMethod.BLOCK and r is not None and r >= 1:
         return None
     if r is None or not 1 <= r <= chunk_max:
         return (
             f"full recompute needs recompute_num_layers between 1 and the layers of the largest "
             f"stage chunk ({chunk_max}), got {r}"
+        )
+    return None
+
+
+def _dualpipev_split_message(s: Strategy, model: ModelSpec) -> str | None:
+    """DualPipeV's split is the framework's own (the even split of the padded stack over its
+    2 * pp chunks, layer_stack.dualpipev_layer_list): with noop layers that leave its chunks
+    unequal, the strategy must say their computing layers."""
+    if not s.dualpipev:
+        return None
+    padded = dualpipev_layer_list(model.num_layers, model.noop_layers, s.pp)
+    if padded is not None and s.num_layer_list != padded:
+        return (
+            f"dualpipev over {model.num_layers} layers with noop layers "
+            f"{list(model.noop_layers)} computes {list(padded)} layers per chunk; "
+            "give that num_layer_list (simulate SCRIPT maps the script's split to it)"
         )
     return None
 
@@ -427,9 +357,10 @@ def check_strategy(
     `framework` the version-dependent facts (the script's, else recent versions').
     """
     check_outer(strategy, model, cluster.num_devices, global_batch_size, framework)
-    for message in (
-        _layer_split_message(strategy, model.num_layers, framework.layer_form),
-        _recompute_count_message(strategy, model.num_layers),
-    ):
-        if message:
-            raise StrategyError(message)
+    message = (
+        _dualpipev_split_message(strategy, model)
+        or _layer_split_message(strategy, model.num_layers, framework.layer_form)
+        or _recompute_count_message(strategy, model.num_layers)
+    )
+    if message:
+        raise StrategyError(message)

@@ -1,9 +1,11 @@
 """Strategy: one point of the parallel-strategy space, with its JSON schema.
 
 The JSON keys are fixed by ARCHITECTURE.md ("File formats and machine-readable interfaces"):
-`tp, pp, dp, cp, cp_algo, ep, etp, sp, vpp, dist_opt, mbs, recompute, recompute_method,
-recompute_num_layers, num_layer_list, zero`, then the overlap switches (OVERLAP_KEYS, declared in
-the knob registry, knobs.py). `zero` is the one ZeRO field; `dist_opt` is its derived key.
+`tp, pp, dp, cp, cp_algo, ep, etp, sp, vpp, mbs, recompute, recompute_method,
+recompute_num_layers, num_layer_list, dualpipev, moe_fb_overlap, zero`, then the overlap switches
+(OVERLAP_KEYS, declared in the knob registry, knobs.py). `zero` is the one ZeRO field; the
+distributed optimizer is the read-only property `dist_opt`, read from older files (LEGACY_KEYS)
+and never written.
 `vpp` counts virtual chunks per pipeline rank (1 = plain 1F1B); `num_layer_list` is None for an
 even split; knobs that do not apply are None (an overlap knob left None where it applies means
 "keep the script's setting" to the writer).
@@ -25,6 +27,7 @@ from tinker_opt.choices import (
     choice,
 )
 from tinker_opt.errors import StrategyError
+from tinker_opt.layer_stack import num_chunks, rank_chunks, stage_totals
 
 RECOMPUTE_KINDS = tuple(kind.value for kind in Recompute)
 RECOMPUTE_METHODS = tuple(method.value for method in RecomputeMethod)
@@ -38,7 +41,6 @@ STRATEGY_KEYS = (
     "etp",
     "sp",
     "vpp",
-    "dist_opt",
     "mbs",
     "recompute",
     "recompute_method",
@@ -53,7 +55,11 @@ STRATEGY_KEYS = (
     "tp_comm_overlap",
     "overlap_param_gather_with_optimizer_step",
     "delay_wgrad_compute",
+    "moe_shared_expert_overlap",
 )
+LEGACY_KEYS = ("dist_opt",)
+"""Keys older files carry and `from_dict` still reads, never written: `dist_opt` is the derived
+`Strategy.dist_opt` (zero >= 1), one fact with `zero`."""
 OVERLAP_KEYS = STRATEGY_KEYS[STRATEGY_KEYS.index("overlap_grad_reduce") :]
 """Communication-overlap switches, the last keys (declared in the knob registry, knobs.py)."""
 ZERO_LEVELS = (0, 1, 2, 3)
@@ -127,6 +133,8 @@ class Strategy:
     delay_wgrad_compute: bool | None = None
     """`--delay-wgrad-compute`: expert weight gradients delayed behind the all-to-all; MoE only,
     with the MoE all-to-all overlap (read and written back, not priced)."""
+    moe_shared_expert_overlap: bool | None = None
+    """`--moe-shared-expert-overlap`: the shared expert's compute hides the MoE all-to-all; MoE only."""
 
     def __post_init__(self) -> None:
         if self.zero not in ZERO_LEVELS or isinstance(self.zero, bool):
@@ -156,27 +164,32 @@ class Strategy:
             self._check_layer_list()
 
     def _check_layer_list(self) -> None:
-        """One count per pipeline stage, or per virtual stage; the latter collapsed to per-rank
-        totals when each rank's chunks are equal (one split, one spelling)."""
+        """One count per pipeline stage, or per chunk (virtual stage, or DualPipeV's V: the
+        computing layers its noop padding leaves, layer_stack.dualpipev_layer_list); the
+        virtual form collapsed to per-rank totals when each rank's chunks are equal (one split,
+        one spelling)."""
         layers = self.num_layer_list
         assert layers is not None
-        if len(layers) not in (self.pp, self.pp * self.vpp):
-            per_virtual = f" or pp*vpp ({self.pp * self.vpp})" if self.vpp > 1 else ""
+        chunks = num_chunks(self.pp, self.vpp, self.dualpipev)
+        if len(layers) not in (self.pp, chunks):
+            per_chunk = f" or its {chunks} chunks" if chunks > self.pp else ""
             raise StrategyError(
-                f"num_layer_list has {len(layers)} entries but pp is {self.pp}{per_virtual}; "
+                f"num_layer_list has {len(layers)} entries but pp is {self.pp}{per_chunk}; "
                 "give one layer count per pipeline stage"
             )
-        if self.vpp > 1 and len(layers) == self.pp * self.vpp:
-            chunks = [layers[s :: self.pp] for s in range(self.pp)]
-            if all(len(set(rank)) == 1 for rank in chunks):
-                totals = tuple(sum(rank) for rank in chunks)
+        if self.vpp > 1 and len(layers) == chunks:
+            ranks = [layers[s :: self.pp] for s in range(self.pp)]
+            if all(len(set(rank)) == 1 for rank in ranks):
+                totals = tuple(sum(rank) for rank in ranks)
                 object.__setattr__(self, "num_layer_list", totals)
 
     @property
     def per_virtual_stage(self) -> bool:
-        """The layer list gives one count per virtual stage (pp * vpp entries, vpp > 1)."""
+        """The layer list gives one count per chunk (pp * vpp entries with vpp > 1, or DualPipeV's
+        2 * pp)."""
         layers = self.num_layer_list
-        return layers is not None and self.vpp > 1 and len(layers) == self.pp * self.vpp
+        chunks = num_chunks(self.pp, self.vpp, self.dualpipev)
+        return layers is not None and chunks > self.pp and len(layers) == chunks
 
     @property
     def dist_opt(self) -> bool:
@@ -201,9 +214,10 @@ class Strategy:
         return self.tp if self.etp is None else self.etp
 
     def stage_layers(self, num_layers: int) -> tuple[int, ...]:
-        """Layers of each pipeline stage: `num_layer_list`, or the even split."""
+        """Layers of each pipeline stage: `num_layer_list` (a per-chunk one summed over each
+        rank's chunks, layer_stack.rank_chunks), or the even split."""
         if self.per_virtual_stage and self.num_layer_list is not None:
-            return tuple(sum(self.num_layer_list[s :: self.pp]) for s in range(self.pp))
+            return stage_totals(self.num_layer_list, self.pp, self.vpp, self.dualpipev)
         if self.num_layer_list is not None:
             return tuple(self.num_layer_list)
         if num_layers % self.pp:
@@ -214,21 +228,28 @@ class Strategy:
         return (num_layers // self.pp,) * self.pp
 
     def chunk_layers(self, num_layers: int) -> tuple[int, ...]:
-        """Layers of each virtual stage in Megatron's order (chunk j of rank s at j * pp + s):
-        the per-virtual-stage list, else each rank's layers split evenly over its vpp chunks."""
+        """Layers of each chunk in layer order (interleaved: chunk j of rank s at j * pp + s;
+        DualPipeV: rank s holds s and 2 pp - 1 - s, layer_stack.rank_chunks): the per-chunk
+        list, else each rank's layers split evenly over its chunks."""
         if self.per_virtual_stage and self.num_layer_list is not None:
             return tuple(self.num_layer_list)
         stages = self.stage_layers(num_layers)
-        if any(n % self.vpp for n in stages):
+        per_rank = 2 if self.dualpipev else self.vpp
+        if any(n % per_rank for n in stages):
             raise StrategyError(
-                f"with vpp {self.vpp} every stage's layer count must be a multiple of it "
-                f"(Megatron splits a rank's layers evenly over its chunks); stages are {list(stages)}"
+                f"with {per_rank} chunks per rank every stage's layer count must be a multiple "
+                f"of it (the framework splits a rank's layers evenly over its chunks); stages "
+                f"are {list(stages)}"
             )
-        return tuple(stages[s] // self.vpp for _ in range(self.vpp) for s in range(self.pp))
+        out = [0] * num_chunks(self.pp, self.vpp, self.dualpipev)
+        for s, total in enumerate(stages):
+            for k in rank_chunks(self.pp, self.vpp, self.dualpipev, s):
+                out[k] = total // per_rank
+        return tuple(out)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of ARCHITECTURE.md, keys in schema order; `dist_opt` is written as the
-        derived key (zero >= 1) that the frozen Strategy schema and older readers expect."""
+        """The JSON object of ARCHITECTURE.md, keys in schema order, one field per fact: `zero`
+        and no `dist_opt` (the property, zero >= 1)."""
         out = {key: getattr(self, key) for key in STRATEGY_KEYS}
         for key, value in out.items():
             if isinstance(value, StrEnum):
@@ -244,7 +265,7 @@ class Strategy:
             data = data["best"]
         if "strategy" in data and isinstance(data["strategy"], dict):
             data = data["strategy"]
-        unknown = sorted(set(data) - set(STRATEGY_KEYS))
+        unknown = sorted(set(data) - set(STRATEGY_KEYS) - set(LEGACY_KEYS))
         if unknown:
             raise StrategyError(
                 f"unknown strategy key(s) {unknown}; expected some of {list(STRATEGY_KEYS)}"
@@ -255,8 +276,8 @@ class Strategy:
                 values[flag] = bool(values[flag])
         if "num_layer_list" in values:
             values["num_layer_list"] = tuple(int(n) for n in values["num_layer_list"])
-        if "dist_opt" in values:
-            values["zero"] = zero_from_dist_opt(values.pop("dist_opt"), values.get("zero"))
+        if data.get("dist_opt") is not None:
+            values["zero"] = zero_from_dist_opt(data["dist_opt"], values.get("zero"))
         return cls(**values)
 
     def replace(self, **changes: Any) -> Strategy:

@@ -24,9 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from tinker_opt.choices import Recompute, RecomputeMethod
 from tinker_opt.costs.pipeline import pipeline_x_v
 from tinker_opt.costs.recompute import chunk_plan
 from tinker_opt.costs.split_rules import SplitRules
+from tinker_opt.layer_stack import num_chunks, rank_chunks
 from tinker_opt.strategy import Strategy
 
 
@@ -120,6 +122,9 @@ class SplitCoefficients:
     """Some block cost was interpolated in the micro-batch size."""
     uniform: bool = False
     """The model has one layer kind (then every layer costs the same by construction)."""
+    fixed_ns_per_microbatch: int = 0
+    """The description's fixed time per micro-batch, included in every stage_time_ns (for the
+    breakdown's fixed_ms; HardwareSpec.fixed_ms_per_microbatch)."""
     stage_mask_bytes: np.ndarray | None = None
     """The attention-mask part of stage_static_bytes (Tinker folders; None: no mask)."""
     schedule: str = "1f1b"
@@ -165,9 +170,9 @@ class SplitCoefficients:
     @property
     def method(self) -> str | None:
         """Megatron's `--recompute-method` (`block` or `uniform`) with full recompute, else None."""
-        if self.outer.recompute != "full":
+        if self.outer.recompute != Recompute.FULL:
             return None
-        return self.outer.recompute_method or "block"
+        return self.outer.recompute_method or RecomputeMethod.BLOCK
 
     @property
     def checkpoint_bytes(self) -> int:
@@ -198,7 +203,7 @@ class SplitCoefficients:
                 for name in _PREFIXED:
                     total[name] += pre[name][end] - pre[name][start]
                 recompute_ns += pre["layer_recompute_ns"][cut] - pre["layer_recompute_ns"][start]
-                if method == "uniform":
+                if method == RecomputeMethod.UNIFORM:
                     rc_input += plan.checkpoints * self.checkpoint_bytes
                 else:
                     rc_input += pre["layer_input_bytes"][cut] - pre["layer_input_bytes"][start]
@@ -275,22 +280,19 @@ def _prefix_sums(c: SplitCoefficients) -> dict[str, list[int]]:
 def _chunk_bounds(
     c: SplitCoefficients, layers: tuple[int, ...], s: int, chunks: tuple[int, ...] | None = None
 ) -> list[tuple[int, int]]:
-    """(start, end) layer positions of stage s's chunks (v per rank, Megatron's interleaving:
-    layer ids run over virtual stage j * p + s in order, pipeline_parallel_layer_layout.py)."""
+    """(start, end) layer positions of stage s's chunks: v per rank in the schedule's order
+    (layer_stack.rank_chunks: Megatron's interleaving, virtual stage j * p + s; DualPipeV's V,
+    chunks s and 2p - 1 - s), from the per-chunk counts `chunks` or the even split."""
     if c.vpp == 1:
         start = sum(layers[:s])
         return [(start, start + layers[s])]
-    if chunks is not None:
-        ends = np.cumsum(chunks).tolist()
-        indices = [j * c.num_stages + s for j in range(c.vpp)]
-        return [(ends[k] - chunks[k], ends[k]) for k in indices]
-    size = c.num_layers // (c.num_stages * c.vpp)
-    if c.schedule == "dualpipev":  # the V: chunks s and 2p - 1 - s
-        back = 2 * c.num_stages - 1 - s
-        return [(s * size, (s + 1) * size), (back * size, (back + 1) * size)]
-    return [
-        ((j * c.num_stages + s) * size, (j * c.num_stages + s + 1) * size) for j in range(c.vpp)
-    ]
+    dualpipev = c.schedule == "dualpipev"
+    indices = rank_chunks(c.num_stages, c.vpp, dualpipev, s)
+    if chunks is None:
+        size = c.num_layers // num_chunks(c.num_stages, c.vpp, dualpipev)
+        chunks = (size,) * num_chunks(c.num_stages, c.vpp, dualpipev)
+    ends = np.cumsum(chunks).tolist()
+    return [(ends[k] - chunks[k], ends[k]) for k in indices]
 
 
 def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act, work_layers) -> StageCost:

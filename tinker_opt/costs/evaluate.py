@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from tinker_opt.choices import Recompute, RecomputeMethod
 from tinker_opt.costs.breakdown import StageBreakdown
 from tinker_opt.costs.coefficients import SplitCoefficients, StageCost
 from tinker_opt.costs.comm_model import CommModel
@@ -181,7 +182,11 @@ class CostModel:
         cached = self._cache.get(outer)
         if cached is not None:
             return cached
-        method = (outer.recompute_method or "block") if outer.recompute == "full" else None
+        method = (
+            (outer.recompute_method or RecomputeMethod.BLOCK)
+            if outer.recompute == Recompute.FULL
+            else None
+        )
         algo = outer.cp_algo if outer.cp > 1 else None
         key = outer
         if (
@@ -216,7 +221,7 @@ class CostModel:
         check_strategy(strategy, self.model, self.cluster, self.global_batch_size)
         coeffs = self.coefficients(strategy)
         layers = strategy.stage_layers(self.model.num_layers)
-        r = strategy.recompute_num_layers if strategy.recompute == "full" else 0
+        r = strategy.recompute_num_layers if strategy.recompute == Recompute.FULL else 0
         evaluation = evaluation_of(
             coeffs,
             strategy,
@@ -249,9 +254,9 @@ class CostModel:
         listed = chunks if chunks is not None else None if even else layers
         return outer.replace(
             num_layer_list=None if listed is None else tuple(int(n) for n in listed),
-            recompute_num_layers=int(r) if outer.recompute == "full" else None,
-            recompute_method=(outer.recompute_method or "block")
-            if outer.recompute == "full"
+            recompute_num_layers=int(r) if outer.recompute == Recompute.FULL else None,
+            recompute_method=(outer.recompute_method or RecomputeMethod.BLOCK)
+            if outer.recompute == Recompute.FULL
             else None,
         )
 
@@ -266,13 +271,10 @@ def evaluation_of(
     num_devices: int,
 ) -> Evaluation:
     """Evaluation of a split of an outer configuration (the integers of `stage_costs`)."""
-    if strategy.recompute == "full" and r < 1:
+    if strategy.recompute == Recompute.FULL and r < 1:
         raise StrategyError("full recompute needs recompute_num_layers >= 1")
-    chunks = (
-        strategy.chunk_layers(c.num_layers)
-        if strategy.vpp > 1 and strategy.num_layer_list is not None
-        else None
-    )
+    listed = strategy.num_layer_list is not None
+    chunks = strategy.chunk_layers(c.num_layers) if listed and c.vpp > 1 else None
     stages = c.stage_costs(layers, r, chunks)
     total_x_v = c.iteration_time_ns_x_v(stages)
     v = c.vpp
@@ -327,14 +329,18 @@ def _stage_breakdown(s: int, st: StageCost, v: int) -> StageBreakdown:
 
 
 def _breakdown(c: SplitCoefficients, stages: list[StageCost]) -> dict[str, float]:
-    """Iteration time split so that the parts add up: m x the slowest stage, bubble, tail."""
+    """Iteration time split so that the parts add up: m x the slowest stage, bubble, tail;
+    `fixed_ms` is the description's fitted fixed time per micro-batch (m of them on the
+    slowest stage: HardwareSpec.fixed_ms_per_microbatch), taken out of compute_ms."""
     v, m = c.vpp, c.num_microbatches
+    fixed_ms = m * c.fixed_ns_per_microbatch / NS_PER_MS
     slow = max(stages, key=lambda st: st.time_ns)
     tail = max(stages, key=lambda st: st.tail_ns)
     # What the schedule adds to m x the slowest stage and the tail (1F1B: sum - max).
     bubble_x_v = c.iteration_time_ns_x_v(stages) - v * (m * slow.time_ns + tail.tail_ns)
     return {
-        "compute_ms": m * (slow.time_ns - slow.comm_ns - slow.recompute_ns) / NS_PER_MS,
+        "compute_ms": m * (slow.time_ns - slow.comm_ns - slow.recompute_ns) / NS_PER_MS - fixed_ms,
+        "fixed_ms": fixed_ms,
         "recompute_ms": m * slow.recompute_ns / NS_PER_MS,
         "comm_ms": m * slow.comm_ns / NS_PER_MS,
         "bubble_ms": bubble_x_v / v / NS_PER_MS,

@@ -73,6 +73,9 @@ class HardwareRates:
     costs/moe_host.py)."""
     accelerator: str = "cuda"
     """cuda | npu: the framework's context and communication buffers (framework_memory.py)."""
+    fixed_us_per_microbatch: float = 0.0
+    """Fixed time per micro-batch and stage (HardwareSpec.fixed_ms_per_microbatch, fitted by
+    calibrate --log): added to every stage's micro-batch time (stage_terms.py)."""
 
     @classmethod
     def of(cls, hardware: HardwareSpec | None, device_kind: str | None = None) -> HardwareRates:
@@ -87,4 +90,5 @@ class HardwareRates:
             matmul_tflops=hardware.peak_tflops.get("bf16") or DEFAULT_MATMUL_TFLOPS,
             host_op_us=hardware.host_op_us or 0.0,
             accelerator=accelerator,
+            fixed_us_per_microbatch=1e3 * hardware.fixed_ms_per_microbatch,
         )

@@ -57,6 +57,12 @@ Rules and their sources:
   warmup and cooldown there is no partner and MindSpeed hides half of it ("warmup/cooldown阶段
   A2A通信50%掩盖，1F1B阶段A2A通信100%掩盖"). Those phases are the (p - 1) first forwards and last
   backwards of rank 0 out of its m (one each without a pipeline): a share min(1, max(p - 1, 1) / m).
+* Shared-expert overlap (`moe_shared_expert_overlap`: Megatron-LM `--moe-shared-expert-overlap`,
+  megatron/core/transformer/moe/shared_experts.py: the shared expert runs on its own stream, its
+  fc1 alongside the token dispatch and its fc2 alongside the combine, in the forward and the
+  backward): exposed = max(0, all-to-all - the shared expert's compute), the shared expert's
+  share of the layer's compute taken as its share of the flops (`shared_expert_share`;
+  ASSUMPTION, as matmul_share). With another MoE overlap on, the smaller exposed part counts.
 * Pipeline send/recv in the interleaved schedule (`TrainSpec.overlap_p2p_comm`, default by version:
   script/versions.py p2p_overlap_default): Megatron posts the next chunk's receive and this chunk's
   send asynchronously and runs the next chunk meanwhile (megatron/core/pipeline_parallel/schedules.py,
@@ -109,3 +115,23 @@ def fb_overlap_exposed(comm_us: float, partner_us: float, edge_share: float) -> 
     cannot cover in the steady phase (module docstring)."""
     steady = exposed(comm_us, partner_us)
     return min(comm_us, edge_share * 0.5 * comm_us + (1.0 - edge_share) * steady)
+
+
+def shared_expert_share(model, tp: int, ep: int, dense_params: int, expert_params: int) -> float:
+    """Share of a MoE layer's compute in its shared expert (the compute the dispatch and combine
+    hide behind under `--moe-shared-expert-overlap`).
+
+    Per token the rank runs its dense parameters (attention, router, shared expert; `dense_params`)
+    and topk experts' parameters (`expert_params` holds num_experts / ep of them); the shared
+    expert holds (3 with SwiGLU, else 2) x hidden x its size / tp. Linear flops 2 x params per
+    token, plus the attention core of matmul_share."""
+    shared = model.moe_shared_expert_intermediate_size or 0
+    if not shared or not model.num_experts:
+        return 0.0
+    shared_params = (3 if model.swiglu else 2) * model.hidden_size * shared / tp
+    routed = model.moe_router_topk * expert_params * ep / model.num_experts
+    linear = dense_params + routed
+    if linear <= 0:
+        return 0.0
+    tokens = model.seq_length  # the share does not depend on the token count
+    return shared_params / linear * matmul_share(model, tp, tokens, int(linear))

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinker_opt.choices import RecomputeMethod
+
 
 @dataclass(frozen=True)
 class ChunkPlan:
@@ -52,7 +54,7 @@ def chunk_plan(method: str | None, n: int, r: int) -> ChunkPlan:
     """The rule of the module docstring for one chunk (method None or r = 0: no full recompute)."""
     if method is None or r <= 0 or n <= 0:
         return ChunkPlan(0, 0, 0)
-    if method == "uniform":
+    if method == RecomputeMethod.UNIFORM:
         return ChunkPlan(n, -(-n // r), min(r, n))
     k = min(r, n)
     return ChunkPlan(k, k, 1)
@@ -61,9 +63,9 @@ def chunk_plan(method: str | None, n: int, r: int) -> ChunkPlan:
 def time_shape(method: str | None, a: int, f: int, r: int) -> tuple[int, int, int]:
     """(low, high, knee) of a homogeneous stage's layer time: low per layer up to `knee` layers,
     high beyond (block: a + f for the first r, a after; uniform: a + f for every layer)."""
-    if method == "uniform":
+    if method == RecomputeMethod.UNIFORM:
         return a + f, a + f, 0
-    if method == "block" and r > 0:
+    if method == RecomputeMethod.BLOCK and r > 0:
         return a + f, a, r
     return a, a, 0
 

@@ -59,20 +59,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tinker_opt.choices import DEFAULT_RECOMPUTE_MODULES, RecomputeModule
 from tinker_opt.profile.shape import expert_load
 
-MEGATRON_MODULES = (
-    "core_attn",
-    "moe_act",
-    "layernorm",
-    "mla_up_proj",
-    "mlp",
-    "moe",
-    "shared_experts",
-)
+MEGATRON_MODULES = tuple(module.value for module in RecomputeModule)
 PRICED_MODULES = frozenset(MEGATRON_MODULES)
-DEFAULT_MODULES = ("core_attn",)
-"""transformer_config.py: selective granularity without `--recompute-modules` recomputes core_attn."""
+DEFAULT_MODULES = DEFAULT_RECOMPUTE_MODULES
 
 
 @dataclass(frozen=True)

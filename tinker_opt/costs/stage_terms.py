@@ -66,7 +66,8 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
     # SP, else an all-reduce of the input gradient backward: one pair either way.
     head_comm = ctx.tp_pair_us(s, act) if tp_comm else 0.0
     p2p_us, p2p_hidden_us = _p2p_us(ctx, s)
-    time = np.full(p, p2p_us, dtype=float)
+    # The description's fitted fixed time per micro-batch (calibrate --log; 0 unless fitted).
+    time = np.full(p, p2p_us + ctx.rates.fixed_us_per_microbatch, dtype=float)
     comm = np.full(p, p2p_us, dtype=float)
     first_params, last_params = emb.param_count, norm.param_count + _head_params(ctx, s, head)
     emb_comm += unit_exposed_us(ctx, s, first_params)  # ZeRO 2/3 units (zero_terms.py)
@@ -81,15 +82,9 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
         s,
         ((0, first_params, 0), (last, last_params, 0), (last, mtp["params"], mtp["expert_params"])),
     )
-    layer_costs = [ctx.cost(ctx.layer_block[k], s, *ctx.layer_shape(k, s)) for k in set(ctx.kinds)]
-    layer_transient = max(cost.transient_bytes for cost in layer_costs)
     # Tinker's attention mask: one seq^2 tensor per stage (Tinker itself adds it per layer).
     static += ctx.attention_mask_bytes
-    transient = np.full(p, layer_transient, dtype=np.int64)
-    transient[0] = max(transient[0], emb.transient_bytes)
-    transient[last] = max(transient[last], norm.transient_bytes, head.transient_bytes)
-    unit = max([cost.param_count for cost in layer_costs] + [first_params, last_params])
-    transient += gathered_bytes(s, unit, ctx.bpe)  # ZeRO 2/3: gathered units and their gradients
+    transient = _stage_transient(ctx, s, (emb, norm, head), max(first_params, last_params))
     # The final norm, head (the loss's fp32 softmax) and MTP modules run in the rank's last chunk,
     # whose backward follows its forward at once: their activations are held for one micro-batch
     # at a time, however many chunk micro-batches the rank holds (Megatron's interleaved schedule,
@@ -113,8 +108,23 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
         "stage_inflight_x_v": _inflight(s, v, num_micro),
         "stage_tail_ns": tail,
         "stage_tail_sync_ns": tail_sync,
+        "fixed_ns_per_microbatch": round(1e3 * ctx.rates.fixed_us_per_microbatch),
         "estimated": emb.estimated or norm.estimated or head.estimated,
     }
+
+
+def _stage_transient(ctx: TermContext, s: Strategy, edges, edge_params: int) -> np.ndarray:
+    """Per stage the largest transient of its blocks (the layers' everywhere, the embedding's on
+    the first stage, the final norm's and head's on the head stage; `edges` is those three) plus
+    the ZeRO 2/3 gathered unit and its gradient (zero_terms.gathered_bytes)."""
+    emb, norm, head = edges
+    last = head_stage(s)
+    layer_costs = [ctx.cost(ctx.layer_block[k], s, *ctx.layer_shape(k, s)) for k in set(ctx.kinds)]
+    transient = np.full(s.pp, max(cost.transient_bytes for cost in layer_costs), dtype=np.int64)
+    transient[0] = max(transient[0], emb.transient_bytes)
+    transient[last] = max(transient[last], norm.transient_bytes, head.transient_bytes)
+    unit = max([cost.param_count for cost in layer_costs] + [edge_params])
+    return transient + gathered_bytes(s, unit, ctx.bpe)
 
 
 def _edge_param_bytes(ctx: TermContext, s: Strategy, parts) -> tuple[np.ndarray, ...]:

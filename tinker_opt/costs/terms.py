@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tinker_opt.choices import Recompute, RecomputeModule
 from tinker_opt.costs import overlap
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.cp_terms import unaligned_extra
@@ -128,7 +129,10 @@ class TermBuilder:
         ep, etp = ctx.layer_shape(kind, s)
         cost = ctx.cost(ctx.layer_block[kind], s, ep, etp)
         fwd_comm, bwd_comm, hidden = layer_comm_us(ctx, kind, s, cost)
-        selective = s.recompute == "selective" and "core_attn" in ctx.job.recompute_modules
+        selective = (
+            s.recompute == Recompute.SELECTIVE
+            and RecomputeModule.CORE_ATTN in ctx.job.recompute_modules
+        )
         dense_params = cost.param_count - cost.expert_param_count
         share = overlap.matmul_share(ctx.model, s.tp, m_tokens(ctx.model, s), dense_params)
         extra_fwd, extra_bwd, pace_bytes = self._extra_us(kind, s, cost, share, fwd_comm, bwd_comm)
@@ -144,10 +148,10 @@ class TermBuilder:
             overlap.exposed(gather_us, cost.fwd_us) if s.overlap_param_gather else gather_us
         )
         act = (cost.selective_activation_bytes if selective else cost.activation_bytes) + pace_bytes
-        recompute_us = cost.fwd_us + extra_fwd + fwd_comm if s.recompute == "full" else 0.0
+        recompute_us = cost.fwd_us + extra_fwd + fwd_comm if s.recompute == Recompute.FULL else 0.0
         dims = self._layer_dims(s)
         act -= min(act, fp8_saved_input_bytes(ctx.model, kind, dims, etp))
-        if s.recompute == "selective":
+        if s.recompute == Recompute.SELECTIVE:
             saved, extra_us = self._module_recompute(kind, s, dims, act)
             act, compute = act - saved, compute + extra_us
         if ctx.job.recompute_activation:
@@ -158,7 +162,7 @@ class TermBuilder:
                 ctx.model, kind, m_tokens(ctx.model, s), s.tp, ctx.bpe, ctx.mem_bw_gbs
             )
             act, compute = act - saved, compute + extra_us
-            recompute_us = recompute_us - extra_us if s.recompute == "full" else 0.0
+            recompute_us = recompute_us - extra_us if s.recompute == Recompute.FULL else 0.0
         if ctx.job.swap_attention:
             saved, extra_us = self._swap_attention(s, act, cost)
             act, compute = act - saved, compute + extra_us
@@ -167,7 +171,7 @@ class TermBuilder:
             "comm": to_ns(fwd_comm + bwd_comm),
             "hidden": to_ns(hidden),
             "tail_hidden": to_ns(grad_us + gather_us + opt_us) - to_ns(sync_us + opt_us),
-            "recompute": to_ns(recompute_us) if s.recompute == "full" else 0,
+            "recompute": to_ns(recompute_us) if s.recompute == Recompute.FULL else 0,
             "static": weights + optimizer,
             "optimizer": optimizer,
             "grad": grad_bytes(ctx, s, dense_params, cost.expert_param_count),

@@ -43,8 +43,10 @@ def check_table(result: dict[str, Any]) -> Table:
 
 def calibration_table(report: dict[str, Any]) -> Table:
     """Per log: measured time, prediction before and after the fit, and both errors."""
-    comm = report.get("comm_scale")
+    comm, fixed = report.get("comm_scale"), report.get("fixed_ms_per_microbatch")
     links = f", communication x {comm:.4f}" if comm is not None else ", communication as described"
+    if fixed is not None:
+        links += f", fixed {fixed:.2f} ms per micro-batch"
     table = Table(title=f"calibrated: device time x {report['time_scale']:.4f}{links}")
     for column in ("log", "measured ms", "before ms", "error", "after ms", "error"):
         table.add_column(column, justify="left" if column == "log" else "right")

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from tinker_opt.choices import CpAlgo, Recompute
+from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod
 from tinker_opt.emit import script_edit
 from tinker_opt.emit.script_writer import apply_cluster, with_header
 from tinker_opt.emit.yaml_edit import set_yaml_values, yaml_scalar
@@ -72,13 +72,17 @@ def fsdp2_target(strategy: Strategy, info: ScriptInfo) -> Strategy:
     if strategy.recompute == Recompute.FULL and (
         strategy.recompute_method,
         strategy.recompute_num_layers,
-    ) not in (("uniform", 1), ("block", layers)):
+    ) not in ((RecomputeMethod.UNIFORM, 1), (RecomputeMethod.BLOCK, layers)):
         raise StrategyError(
             f"full recompute of {strategy.recompute_num_layers} layer(s) "
             f"({strategy.recompute_method}): FSDP2 recomputes every decoder layer or none"
         )
     recompute = (
-        {"recompute": "full", "recompute_method": "block", "recompute_num_layers": layers}
+        {
+            "recompute": Recompute.FULL,
+            "recompute_method": RecomputeMethod.BLOCK,
+            "recompute_num_layers": layers,
+        }
         if strategy.recompute == Recompute.FULL
         else {"recompute": strategy.recompute}
     )

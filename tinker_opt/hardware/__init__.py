@@ -16,8 +16,9 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
                     "matmul_fp8": CURVE},                           # optional: FP8 GEMMs (of fp8 peak)
      "nics_per_node": int,                                          # optional, network tiers below
      "domain": {"size": int, "bandwidth_gbs": float, "latency_us": float},   # optional
-     "collectives": "nccl" | "hccl",                                # optional, default nccl
+     "collectives": "nccl" | "hccl" | "rccl",                       # optional, default nccl
      "fused_attention": bool,                       # optional, default true: TE's fused attention
+     "fixed_ms_per_microbatch": float,              # optional, default 0: fitted by calibrate --log
      "sources": [...], "assumptions": [...]}
 
     CURVE = {"max_efficiency": float, "half_size": float}      # eff(x) = max * x / (x + half)
@@ -64,8 +65,10 @@ DEFAULT_HOST_LINK_GBS = 25.0
 """Device<->host copy bandwidth per device and direction when a hardware file gives none.
 ASSUMPTION: a PCIe 4.0/5.0 x16 class link (32/64 GB/s peak) shared by the devices on its switch,
 about 25 GB/s achieved per device; used only for `--swap-optimizer` traffic."""
-COLLECTIVE_LIBRARIES = ("nccl", "hccl")
-"""Libraries whose algorithms comm_cost.spanning_time_us models (NCCL on GPUs, HCCL on Ascend)."""
+COLLECTIVE_LIBRARIES = ("nccl", "hccl", "rccl")
+"""Libraries whose algorithms comm_cost.spanning_time_us models (NCCL on NVIDIA GPUs, HCCL on
+Ascend, RCCL on AMD Instinct: NCCL's source ported to ROCm, ROCm/rccl README.md, priced with
+NCCL's algorithms)."""
 DEFAULT_COMM_SIZES = tuple(64 * 1024 * 4**i for i in range(7))
 """64 KiB ... 256 MiB, the sizes the measured communication profile uses too."""
 COMM_MAX_GROUP = 64
@@ -143,11 +146,21 @@ class HardwareSpec:
     fused_attention: bool = True
     """Transformer Engine's FlashAttention / cuDNN fused attention run here (sm80+); False: TE
     falls back to unfused attention, which keeps the s x s scores (V100)."""
+    fixed_ms_per_microbatch: float = 0.0
+    """Host / latency time per micro-batch and pipeline stage that does not shrink with the work
+    (launches, data loading, schedule bookkeeping): 0 in the shipped descriptions; `calibrate
+    --log` fits it from two or more logs of jobs of different size (verbs/calibrate_log.py) and
+    the cost model adds it to every stage's micro-batch time (costs/stage_terms.py)."""
     sources: list[Any] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._check_network()
+        if self.fixed_ms_per_microbatch < 0:
+            raise ConfigError(
+                f"hardware '{self.name}' needs fixed_ms_per_microbatch >= 0, got "
+                f"{self.fixed_ms_per_microbatch}"
+            )
         if isinstance(self.efficiency, dict):  # accept the JSON form as well
             object.__setattr__(self, "efficiency", DeviceEfficiency.from_dict(self.efficiency))
         if (
@@ -231,6 +244,7 @@ class HardwareSpec:
                 host_op_us=float(data["host_op_us"]) if "host_op_us" in data else None,
                 **_network_fields(data),
                 fused_attention=bool(data.get("fused_attention", True)),
+                fixed_ms_per_microbatch=float(data.get("fixed_ms_per_microbatch", 0.0)),
                 sources=list(data.get("sources", [])),
                 assumptions=list(data.get("assumptions", [])),
             )
@@ -287,6 +301,11 @@ class HardwareSpec:
             "efficiency": self.efficiency.to_dict(),
             **self._network_dict(),
             **({} if self.fused_attention else {"fused_attention": False}),
+            **(
+                {"fixed_ms_per_microbatch": self.fixed_ms_per_microbatch}
+                if self.fixed_ms_per_microbatch
+                else {}
+            ),
             "sources": list(self.sources),
             "assumptions": list(self.assumptions),
         }

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -239,3 +239,51 @@ def fit_time_scales(
         num_samples=int(keep.sum()),
     )
     return float(scale), (float(comm) if both else None), fit
+
+
+MIN_FACTOR = 0.05
+"""Lower bound of a fitted device or link factor (fit_time_scales's bound)."""
+
+
+def fit_factors(
+    columns: Mapping[str, Sequence[float]],
+    kept_ms: Sequence[float],
+    measured_ms: Sequence[float],
+) -> tuple[dict[str, float], FitResult]:
+    """measured ~ sum(factor[k] * columns[k]) + kept, relative least squares over the logs.
+
+    `columns` are the parts of each log's modelled time a factor scales: `device` (time at the
+    device's efficiency), `comm` (exposed communication) and `fixed` (the iteration time one
+    millisecond of fixed time per micro-batch adds: the factor is then that time in ms, >= 0);
+    `kept_ms` the rest, kept as described. The caller names at most as many columns as logs
+    (verbs/calibrate_log.py chooses them); device and link factors are >= MIN_FACTOR."""
+    measured = np.asarray(measured_ms, dtype=float)
+    names = list(columns)
+    design = np.column_stack([np.asarray(columns[n], dtype=float) for n in names])
+    target = (measured - np.asarray(kept_ms, dtype=float)) / measured
+    design = design / measured[:, None]
+    lower = np.array([0.0 if name == "fixed" else MIN_FACTOR for name in names])
+    values = bounded_lstsq(design, target, lower)
+    rel = np.abs(design @ values - target)
+    fit = FitResult(
+        values=tuple(float(v) for v in values),
+        mean_abs_rel_error=float(rel.mean()),
+        max_abs_rel_error=float(rel.max()),
+        num_samples=len(measured),
+    )
+    return {name: float(v) for name, v in zip(names, values, strict=True)}, fit
+
+
+def well_conditioned(columns: Sequence[Sequence[float]], measured_ms: Sequence[float]) -> bool:
+    """Whether the logs determine a factor per column: the smallest singular value of the
+    relative design, each column scaled to unit length (a column's unit, ms of device time or
+    iteration ms per ms of fixed time, says nothing of its direction), is above
+    MIN_COMM_CONDITION times the largest (columns too alike across the logs, e.g. two logs of
+    one job, determine only their sum)."""
+    measured = np.asarray(measured_ms, dtype=float)
+    design = np.column_stack([np.asarray(c, dtype=float) for c in columns]) / measured[:, None]
+    if design.shape[0] < design.shape[1] or not np.all(np.linalg.norm(design, axis=0) > 0):
+        return False
+    design = design / np.linalg.norm(design, axis=0)
+    singular = np.linalg.svd(design, compute_uv=False)
+    return bool(singular[-1] > MIN_COMM_CONDITION * singular[0])

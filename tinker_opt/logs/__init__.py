@@ -8,7 +8,9 @@ turns an argument dump into a launch line the script reader understands.
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from pathlib import Path
 
 from tinker_opt.errors import LogError
@@ -53,15 +55,39 @@ def _read_json(text: str, source: str) -> TrainingLog:
     )
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def _read_text(path: Path) -> str:
+    """The file's text: gzip-compressed or not (by its magic bytes, whatever its name), any
+    line ends (str.splitlines reads \\r\\n and \\r), undecodable bytes replaced."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        data = path.read_bytes()
     except OSError as exc:
         raise LogError(f"cannot read log {path}: {exc.strerror}") from None
+    if data.startswith(GZIP_MAGIC):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            # A compressed log cut while being written: keep what decompresses.
+            data = _gunzip_prefix(data, path, exc)
+    return data.decode("utf-8-sig", errors="replace")
 
 
-def read_log(path: str | Path) -> TrainingLog:
-    """The training log at `path` in whichever form it is; a LogError when it is none of them."""
+def _gunzip_prefix(data: bytes, path: Path, exc: Exception) -> bytes:
+    """What a cut gzip stream decompresses to; a LogError when nothing does."""
+    try:
+        text = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data)
+    except zlib.error:
+        text = b""
+    if not text:
+        raise LogError(f"log {path} is gzip-compressed but does not decompress ({exc})")
+    return text
+
+
+def read_log(path: str | Path, run: int | None = None) -> TrainingLog:
+    """The training log at `path` in whichever form it is; a LogError when it is none of them.
+    `run`: which run of a text log holding several (1-based; default the last complete one)."""
     path = Path(path)
     if not path.exists():
         raise LogError(f"log {path} not found; pass a training log file or TensorBoard folder")
@@ -75,7 +101,7 @@ def read_log(path: str | Path) -> TrainingLog:
     if text.lstrip().startswith("{"):
         return _read_json(text, source)
     if megatron_text.looks_like(text):
-        return megatron_text.read_megatron_text(text, source)
+        return megatron_text.read_megatron_text(text, source, run)
     if nemo_text.looks_like(text):
         return nemo_text.read_nemo_text(text, source)
     raise LogError(f"{path} is not a training log: no iteration times found (forms: {FORMS})")

@@ -24,6 +24,8 @@ class Iteration:
     """Iterations of the interval whose optimizer step was skipped (fp16 loss-scale overflow)."""
     interval: int = 1
     """Iterations the line averages over (the difference to the previous logged iteration)."""
+    memory_used_fraction: float | None = None
+    """ROCm/Megatron-LM's `mem usages` (1 - free / total device memory after the interval)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,3 +54,5 @@ class TrainingLog:
     """Megatron's argument dump (`name ....... value`), None when the log has none."""
     warnings: tuple[str, ...] = field(default=())
     """What was skipped or assumed while reading (truncated lines, earlier runs, ...)."""
+    stopped_at: str | None = None
+    """The first iteration line that could not be read (`line N: text`), None when all were."""

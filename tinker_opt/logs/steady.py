@@ -38,6 +38,11 @@ class SteadyState:
 def steady_state(log: TrainingLog, skip_first: int = DEFAULT_SKIP_FIRST) -> SteadyState:
     """Apply the rule above; a LogError when no iteration is left."""
     records = log.iterations
+    if not records and log.stopped_at:
+        raise LogError(
+            f"{log.source}: no iteration line holds a whole time ({log.form}); stopped at "
+            f"{log.stopped_at}: no `elapsed time per iteration (ms): X |` field"
+        )
     if not records:
         raise LogError(f"{log.source} holds no iteration time ({log.form}); is it a training log?")
     if skip_first < 0:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tinker_opt.knobs import OVERLAP_KNOBS
 from tinker_opt.script.launch import Launch
 
 TREATMENTS = (
@@ -63,6 +64,17 @@ def _rows(treatment: str, effect: str, *names: str) -> tuple[Flag, ...]:
     return tuple(Flag(name, treatment, effect) for name in names)
 
 
+def _knob_rows() -> tuple[Flag, ...]:
+    """The switches of the knob registry (knobs.OVERLAP_KNOBS): read into the Strategy, priced as
+    the part that cannot hide (costs/overlap.py) and searched, or `not priced` where the registry
+    says so; one row per spelling, the registry's words."""
+    return tuple(
+        Flag(flag, "strategy" if knob.priced else "strategy, not priced", knob.effect)
+        for knob in OVERLAP_KNOBS
+        for flag in knob.flags
+    )
+
+
 # A table: one row per line reads better than the formatter's layout.
 # fmt: off
 FLAGS: tuple[Flag, ...] = (
@@ -85,20 +97,8 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("strategy", "micro-batch size", "--micro-batch-size"),
     *_rows("strategy", "activation recompute (selective or full, method, layer count)", "--recompute-granularity",
            "--recompute-activations", "--recompute-method", "--recompute-num-layers"),
-    # Communication overlap: read, priced as the part that cannot hide (costs/overlap.py), searched.
-    *_rows("strategy", "gradient reduce in buckets under the last backward (last bucket exposed)",
-           "--overlap-grad-reduce"),
-    *_rows("strategy", "parameter all-gather under the next forward (dist-opt; first bucket exposed)",
-           "--overlap-param-gather"),
-    *_rows("strategy", "MoE all-to-all: backward one hidden behind the weight gradients",
-           "--moe-alltoall-overlap-comm", "--overlap-moe-expert-parallel-comm"),
-    *_rows("strategy", "TP communication fused into the matmuls in tp chunks (MC2 on Ascend, TE userbuffers "
-           "on GPUs): one chunk exposed, the rest hidden behind the matmul", "--use-ascend-mc2", "--use-mc2",
-           "--tp-comm-overlap"),
-    *_rows("strategy, not priced", "first parameter all-gather under the optimizer step (dist-opt, vpp > 1)",
-           "--overlap-param-gather-with-optimizer-step"),
-    *_rows("strategy, not priced", "expert weight gradients delayed behind the MoE all-to-all (with its overlap)",
-           "--delay-wgrad-compute"),
+    # Communication overlap: the knob registry's switches.
+    *_knob_rows(),
     # The job.
     *_rows("job", "batch", "--global-batch-size"),
     *_rows("job", "checkpoint loading / fine-tuning (memory of a full tune, conversion warnings)", "--load",
@@ -199,21 +199,22 @@ FLAGS: tuple[Flag, ...] = (
            "--moe-router-padding-for-fp8", "--moe-router-padding-for-quantization",
            "--reuse-grad-buf-for-mxfp8-param-ag"),
     *_rows("not modelled", "further communication overlap", "--use-cp-send-recv-overlap",
-           "--moe-shared-expert-overlap",
            "--moe-allgather-overlap-comm"),
     *_rows("not modelled", "MoE routing (drop policy, load-balancing loss, grouped routing)", "--moe-token-drop-policy",
            "--noisy_gate_policy", "--moe-router-load-balancing-type", "--moe-router-num-groups",
            "--moe-router-group-topk", "--moe-router-score-function", "--moe-router-enable-expert-bias",
-           "--moe-router-topk-scaling-factor", "--moe-router-dtype", "--moe-router-pre-softmax"),
+           "--moe-router-topk-scaling-factor", "--moe-router-dtype", "--moe-router-pre-softmax", "--n-group",
+           "--topk-group", "--routed-scaling-factor", "--router-gating-in-fp32", "--seq-aux"),
     *_rows("not modelled", "small per-layer extras not in the profiled layer", "--qk-layernorm", "--add-qkv-bias",
            "--spec", "--no-masked-softmax-fusion",
-           "--attention-softmax-in-fp32", "--use-glm-rope", "--variable-seq-lengths", "--post-norm"),
+           "--attention-softmax-in-fp32", "--use-glm-rope", "--variable-seq-lengths", "--post-norm",
+           "--reset-attention-mask"),
     # Known, and without effect on the time or memory of a training step.
     *_rows("no effect", "data, tokenizer and prompts", "--data-path", "--split", "--data-impl", "--tokenizer-type",
            "--tokenizer-name-or-path", "--tokenizer-model", "--tokenizer-not-use-fast", "--vocab-file",
            "--merge-file", "--prompt-type", "--is-instruction-dataset", "--stage", "--no-shared-storage",
            "--mock-data", "--data-cache-path", "--no-mmap-bin-files", "--num-workers", "--tiktoken-pattern",
-           "--no-create-attention-mask-in-dataloader"),
+           "--no-create-attention-mask-in-dataloader", "--reset-position-ids"),
     *_rows("no effect", "logging, evaluation and checkpoints", "--log-interval", "--eval-interval", "--eval-iters",
            "--save", "--save-interval", "--tensorboard-dir", "--no-load-optim", "--no-load-rng", "--no-save-optim",
            "--no-save-rng", "--lora-load", "--distributed-backend", "--ai-framework", "--DDP-impl",
@@ -238,7 +239,8 @@ FLAGS: tuple[Flag, ...] = (
            "--fp8-amax-compute-algo", "--apply-layernorm-1p"),
     *_rows("no effect", "position-embedding and norm constants", "--max-position-embeddings", "--rotary-base",
            "--rotary-percent", "--no-position-embedding", "--norm-epsilon", "--pad-vocab-size-to",
-           "--beta-fast", "--beta-slow", "--rope-scaling-factor", "--rope-scaling-mscale",
+           "--beta-fast", "--beta-slow", "--rope-scaling-beta-fast", "--rope-scaling-beta-slow",
+           "--rope-scaling-factor", "--rope-scaling-mscale",
            "--rope-scaling-mscale-all-dim", "--rope-scaling-original-max-position-embeddings",
            "--rope-scaling-type", "--cp-attention-mask-type", "--rotary-scaling-factor", "--mscale",
            "--mscale-all-dim", "--rotary-seq-len-interpolation-factor"),

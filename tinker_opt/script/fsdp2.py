@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from tinker_opt.choices import CpAlgo
+from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod
 from tinker_opt.errors import ScriptError, StrategyError
 from tinker_opt.script.expand import Field, field_text
 from tinker_opt.script.hf_config import load_hf_config, model_from_hf_config
@@ -263,8 +263,8 @@ def _recompute(config: Fsdp2Config, num_layers: int, warn: Callable[[str], None]
     modules = recompute_modules(config)
     if LAYERS in modules:
         return {
-            "recompute": "full",
-            "recompute_method": "block",
+            "recompute": Recompute.FULL,
+            "recompute_method": RecomputeMethod.BLOCK,
             "recompute_num_layers": num_layers,
         }
     parts = [m for m in modules if m.startswith(LAYERS + ".")]
@@ -273,7 +273,7 @@ def _recompute(config: Fsdp2Config, num_layers: int, warn: Callable[[str], None]
             f"parallel.recompute_modules {parts} recompute part of each decoder layer: read as selective "
             "recompute, priced as Megatron's core-attention recompute (the projections' recompute is left out)"
         )
-        return {"recompute": "selective"}
+        return {"recompute": Recompute.SELECTIVE}
     warn(
         f"parallel.recompute_modules {modules} name no decoder layer ({LAYERS}); read as no recompute"
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tinker_opt.layer_stack import computing_chunks
 from tinker_opt.strategy import Strategy
 
 
@@ -40,6 +41,8 @@ def strategy_for_script(
     """The strategy as the script must say it: with noop layers, an explicit layer list that counts them."""
     if not noop_layers or strategy.pp == 1 or strategy.vpp > 1:
         return strategy
+    if strategy.dualpipev:  # the V's chunks are the even split of the padded stack
+        return strategy.replace(num_layer_list=None)
     full = script_stage_layers(stage_layers, noop_layers, layers_in_script)
     even = len(set(full)) == 1
     return strategy.replace(num_layer_list=None if even else full)
@@ -53,17 +56,15 @@ def computing_layer_strategy(
     strategy_for_script). MindSpeed-LLM pads the stack with noop layers so that the script's
     `--num-layers` splits evenly (GLM-4.5-Air: 48 = 46 + noop 1,47 over pp 4 is 12 script layers
     per stage, 11, 12, 12, 11 of them computing). With virtual stages each chunk keeps its
-    computing layers, in Megatron's layer order (a per-virtual-stage list)."""
+    computing layers, in Megatron's layer order (a per-virtual-stage list); so do DualPipeV's
+    2 * pp chunks in its V (layer_stack.rank_chunks; DeepSeek-V3's rank 0 computes 4 + 1)."""
     if not noop_layers or strategy.pp == 1:
         return strategy
-    if strategy.num_layer_list is None and layers_in_script % (strategy.pp * strategy.vpp):
+    chunks = 2 if strategy.dualpipev else strategy.vpp
+    if strategy.num_layer_list is None and layers_in_script % (strategy.pp * chunks):
         return strategy  # the rules name the uneven split
-    sizes = strategy.chunk_layers(layers_in_script)
-    noop, counts, start = set(noop_layers), [], 0
-    for size in sizes:
-        counts.append(sum(1 for index in range(start, start + size) if index not in noop))
-        start += size
-    return strategy.replace(num_layer_list=None if len(set(counts)) == 1 else tuple(counts))
+    counts = computing_chunks(strategy.chunk_layers(layers_in_script), noop_layers)
+    return strategy.replace(num_layer_list=None if len(set(counts)) == 1 else counts)
 
 
 def strategy_to_write(data: dict[str, Any], info) -> Strategy:

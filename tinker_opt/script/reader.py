@@ -31,15 +31,12 @@ from tinker_opt.script.fsdp2 import (
 )
 from tinker_opt.script.launch import Launch, find_launch
 from tinker_opt.script.model_args import (
-    int_value,
     read_model,
     script_num_layers,
     unpriced_model_warnings,
 )
-from tinker_opt.script.optimizer_args import optimizer_precision
-from tinker_opt.script.recompute_args import recompute_modules
 from tinker_opt.script.shell import ShellSyntaxError
-from tinker_opt.script.strategy_args import read_strategy
+from tinker_opt.script.train_args import train_spec
 from tinker_opt.specs import FrameworkInfo, ModelSpec, TrainSpec
 
 # Flags and names only MindSpeed-LLM / ModelLink scripts use (Megatron-LM has none of them).
@@ -50,7 +47,6 @@ _MINDSPEED_MARKERS = re.compile(
     r"--reuse-fp32-param|--moe-permutation-async-comm|pretrain_llama\.py|--prompt-type|"
     r"--is-instruction-dataset|--moe-tp-extend-ep|npu"
 )
-_LORA_FLAGS = ("--lora-r", "--lora-alpha", "--lora-target-modules")
 _SIZE_RE = re.compile(r"^(\d+(?:point\d+|\.\d+)?|\d+x\d+(?:point\d+)?)([bmt])$", re.I)
 _NAME_PREFIXES = {
     "pretrain",
@@ -179,57 +175,6 @@ def _cluster(launch: Launch, expansion: Expansion, warn) -> tuple[int, int]:
     return nodes or 1, local or 1
 
 
-def _is_full_tune(name: str, launch: Launch) -> bool:
-    """File name with "tune" and "full", a posttrain entry, or --finetune; LoRA is not a full tune."""
-    stem = name.lower()
-    entry = launch.entry_source.rsplit("/", 1)[-1]
-    tune = (
-        ("tune" in stem and "full" in stem)
-        or entry.startswith(("posttrain", "postrain"))
-        or launch.has("--finetune")
-    )
-    return tune and not any(launch.has(flag) for flag in _LORA_FLAGS)
-
-
-SWAP_OPTIMIZER_TIMES_DEFAULT = 16
-"""MindSpeed's default `--swap-optimizer-times` (mindspeed/features_manager/optimizer/swap_optimizer_feature.py)."""
-
-
-def _swap_optimizer_times(launch: Launch) -> int | None:
-    """The chunk count of `--swap-optimizer` (None when the script does not swap the optimizer)."""
-    if not launch.has("--swap-optimizer"):
-        return None
-    times = int_value(launch, "--swap-optimizer-times", SWAP_OPTIMIZER_TIMES_DEFAULT)
-    if times < 1:
-        raise ScriptError(
-            f"--swap-optimizer-times is {times}; give a positive chunk count (MindSpeed's default is 16)"
-        )
-    return times
-
-
-def p2p_overlap(launch: Launch, version_range: versions.VersionRange) -> bool:
-    """`--no-overlap-p2p-communication` / `--overlap-p2p-communication`, else the version's default."""
-    if launch.has("--no-overlap-p2p-communication"):
-        return False
-    return launch.has("--overlap-p2p-communication") or versions.p2p_overlap_default(version_range)
-
-
-def _activation_recompute(launch: Launch, version_range: versions.VersionRange) -> dict:
-    """MindSpeed's activation-function recompute, where the script's version has the flag."""
-    flag = "--recompute-activation-function"
-    if not launch.has(flag) or not versions.flag_allowed(flag, version_range):
-        return {}
-    layers = int_value(launch, "--recompute-activation-function-num-layers")
-    if layers is not None and layers < 1:
-        raise ScriptError(
-            f"--recompute-activation-function-num-layers is {layers}; give a positive layer count"
-        )
-    return {
-        "recompute_activation_function": True,
-        "recompute_activation_function_num_layers": layers,
-    }
-
-
 def prediction_warnings(launch: Launch, model: ModelSpec, *, fsdp2: bool = False) -> list[str]:
     """What the prediction leaves out, for the terminal, search.log and summary.json: the flags
     read but not priced, the flags the reader does not know (each once, in a warning of their
@@ -287,47 +232,6 @@ def _read_fsdp2(
     )
 
 
-def _train_spec(
-    name, launch, model, nodes: int, local: int, flavour: str, total: int, version_range, warn
-):
-    """The TrainSpec of a Megatron-style launch: strategy, batch, framework and the job flags."""
-    strategy = read_strategy(
-        launch,
-        world=nodes * local,
-        total_layers=total,
-        is_moe=model.is_moe,
-        megatron=flavour == "megatron",
-        warn=warn,
-        mtp_layers=model.mtp_num_layers,
-    )
-    framework = FrameworkInfo(
-        flavour=flavour,
-        version=version_range.describe() if version_range.exact else None,
-        launcher=launch.launcher,
-        entry=launch.entry_source,
-    )
-    mbs = int_value(launch, "--micro-batch-size", 1)
-    return TrainSpec(
-        micro_batch_size=mbs,
-        nnodes=nodes,
-        nproc_per_node=local,
-        strategy=strategy,
-        global_batch_size=int_value(launch, "--global-batch-size", mbs * strategy.dp),
-        framework=framework,
-        is_full_tune=_is_full_tune(name, launch),
-        loads_checkpoint=launch.has("--load"),
-        swap_optimizer_times=_swap_optimizer_times(launch),
-        overlap_p2p_comm=p2p_overlap(launch, version_range),
-        reuse_fp32_param=launch.has("--reuse-fp32-param"),
-        swap_attention=launch.has("--swap-attention"),
-        gradient_accumulation_fusion=not launch.has("--no-gradient-accumulation-fusion"),
-        optimizer_precision=optimizer_precision(launch),
-        ulysses_degree_in_cp=int_value(launch, "--ulysses-degree-in-cp"),
-        recompute_modules=recompute_modules(launch),
-        **_activation_recompute(launch, version_range),
-    )
-
-
 def read_script_text(
     text: str,
     name: str = "script.sh",
@@ -362,7 +266,7 @@ def read_script_text(
     total = script_num_layers(launch)
     version_range = versions.resolve(None, text, flavour)
     warnings.extend(prediction_warnings(launch, model))
-    train = _train_spec(name, launch, model, nodes, local, flavour, total, version_range, warn)
+    train = train_spec(name, launch, model, nodes, local, flavour, total, version_range, warn)
     return ScriptInfo(
         path=path,
         text=text,
@@ -405,7 +309,7 @@ def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
     model["micro_batch_size"] = info.train.micro_batch_size
     model["global_batch_size"] = info.train.global_batch_size
     fw = info.train.framework
-    framework = {
+    framework: dict[str, Any] = {
         "flavour": fw.flavour,
         "version": fw.version,
         "version_range": info.version_range.describe(),

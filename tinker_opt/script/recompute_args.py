@@ -3,7 +3,7 @@ costs/recompute_modules.py)."""
 
 from __future__ import annotations
 
-from tinker_opt.costs.recompute_modules import MEGATRON_MODULES
+from tinker_opt.choices import RecomputeModule
 from tinker_opt.errors import ScriptError
 from tinker_opt.script.expand import field_text
 from tinker_opt.script.launch import Launch
@@ -16,10 +16,11 @@ def recompute_modules(launch: Launch) -> tuple[str, ...] | None:
     if arg is None:
         return None
     names = tuple(word for value in arg.values for word in field_text(value).split())
-    unknown = [name for name in names if name not in MEGATRON_MODULES]
+    known = tuple(module.value for module in RecomputeModule)
+    unknown = [name for name in names if name not in known]
     if unknown:
         raise ScriptError(
             f"--recompute-modules names {', '.join(unknown)}; Megatron-Core knows "
-            f"{', '.join(MEGATRON_MODULES)}"
+            f"{', '.join(known)}"
         )
     return names

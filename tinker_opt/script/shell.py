@@ -14,7 +14,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tinker_opt.script.shell_scan import (
+    ShellSyntaxError,
+    ansi_c_quoted,
+    arith_end,
+    backquote_end,
+    matching,
+)
 from tinker_opt.script.words import Arith, CmdSub, Command, Lit, Param, Word
+
+__all__ = ["ShellSyntaxError", "parse_commands"]
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BRACE_RE = re.compile(
@@ -22,32 +31,14 @@ _BRACE_RE = re.compile(
     r"(?:\[(?P<index>[^\]]*)\])?(?P<rest>.*)$",
     re.S,
 )
-_HEREDOC_RE = re.compile(r"<<(?P<dash>-?)[ \t]*(?P<q>['\"]?)(?P<word>[A-Za-z_][\w.-]*)(?P=q)")
 _BLANK = " \t\r"
 _WORD_END = set(" \t\r\n;&|<>()")
 _SPECIAL_PARAMS = "@*#?$!-0123456789"
-_ANSI_C_ESCAPES = {
-    "n": "\n",
-    "t": "\t",
-    "r": "\r",
-    "\\": "\\",
-    "'": "'",
-    '"': '"',
-    "e": "\x1b",
-    "a": "\a",
-    "b": "\b",
-    "f": "\f",
-    "v": "\v",
-}
 
 
 @dataclass
 class _State:
     heredocs: list[tuple[str, bool]] = field(default_factory=list)
-
-
-class ShellSyntaxError(ValueError):
-    """The text is not bash this lexer can follow (unterminated quote, ...)."""
 
 
 class _Lexer:
@@ -111,6 +102,7 @@ class _Lexer:
 
     def _redirection(self) -> None:
         match = re.match(r"<<<|<<-|<<|>>|>&|<&|&>|>\||<>|>|<", self.text[self.pos :])
+        assert match is not None, "called at a redirection operator (_at_word_start)"
         op = match.group(0)
         self.pos += len(op)
         while self.pos < len(self.text) and self.text[self.pos] in _BLANK:
@@ -209,7 +201,7 @@ class _Lexer:
         elif ch == '"':
             self._double_quoted(parts)
         elif ch == "`":
-            end = self._backquote_end(pos)
+            end = backquote_end(self.text, pos)
             parts.append(CmdSub(pos, end, quoted))
             self.pos = end
         else:
@@ -251,36 +243,23 @@ class _Lexer:
         if self.pos > run_start:
             parts.append(Lit(self.text[run_start : self.pos], run_start, self.pos, True))
 
-    def _backquote_end(self, pos: int) -> int:
-        i = pos + 1
-        while i < len(self.text):
-            if self.text[i] == "\\":
-                i += 2
-                continue
-            if self.text[i] == "`":
-                return i + 1
-            i += 1
-        raise ShellSyntaxError(
-            f"unterminated backquote at line {self.text.count(chr(10), 0, pos) + 1}"
-        )
-
     def _dollar(self, parts: list, quoted: bool) -> None:
         text, pos = self.text, self.pos
         nxt = text[pos + 1 : pos + 2]
         if text.startswith("$((", pos):
-            end = self._arith_end(pos)
+            end = arith_end(self.text, pos)
             parts.append(Arith(text[pos + 3 : end - 2], pos, end, quoted))
             self.pos = end
         elif nxt == "(":
-            end = self._matching(pos + 1, "(", ")")
+            end = matching(self.text, pos + 1, "(", ")")
             parts.append(CmdSub(pos, end, quoted))
             self.pos = end
         elif nxt == "{":
-            end = self._matching(pos + 1, "{", "}")
+            end = matching(self.text, pos + 1, "{", "}")
             parts.append(self._brace_param(pos, end, quoted))
             self.pos = end
         elif nxt == "'" and not quoted:
-            parts.append(self._ansi_c_quoted(pos))
+            parts.append(ansi_c_quoted(self.text, pos))
             self.pos = parts[-1].end + 1
         elif nxt and (nxt in _SPECIAL_PARAMS):
             parts.append(Param(nxt, pos, pos + 2, quoted))
@@ -293,77 +272,6 @@ class _Lexer:
             else:
                 parts.append(Lit("$", pos, pos + 1, quoted))
                 self.pos = pos + 1
-
-    def _ansi_c_quoted(self, pos: int) -> Lit:
-        """`$'...'` at pos: backslash escapes (`\\'` included) are decoded, the rest is literal."""
-        text = self.text
-        out: list[str] = []
-        i = pos + 2
-        while i < len(text) and text[i] != "'":
-            if text[i] == "\\" and i + 1 < len(text):
-                out.append(_ANSI_C_ESCAPES.get(text[i + 1], "\\" + text[i + 1]))
-                i += 2
-            else:
-                out.append(text[i])
-                i += 1
-        if i >= len(text):
-            raise ShellSyntaxError(
-                f"unterminated $' quote at line {text.count(chr(10), 0, pos) + 1}"
-            )
-        return Lit("".join(out), pos + 2, i, True)
-
-    def _arith_end(self, pos: int) -> int:
-        depth = 0
-        i = pos + 3
-        while i < len(self.text):
-            ch = self.text[i]
-            if ch == "(":
-                depth += 1
-            elif ch == ")":
-                if depth == 0 and self.text[i + 1 : i + 2] == ")":
-                    return i + 2
-                depth -= 1
-            i += 1
-        raise ShellSyntaxError(f"unterminated $(( at line {self.text.count(chr(10), 0, pos) + 1}")
-
-    def _matching(self, open_pos: int, opener: str, closer: str) -> int:
-        """Offset just past the `closer` matching text[open_pos], skipping quotes."""
-        depth = 0
-        i = open_pos
-        text = self.text
-        while i < len(text):
-            ch = text[i]
-            if ch == "\\":
-                i += 2
-                continue
-            if ch == "'" and opener == "(":
-                i = text.find("'", i + 1) + 1 or len(text)
-                continue
-            if ch == "<" and opener == "(" and _HEREDOC_RE.match(text, i):
-                i = self._past_heredoc_body(i)
-                continue
-            if ch == opener:
-                depth += 1
-            elif ch == closer:
-                depth -= 1
-                if depth == 0:
-                    return i + 1
-            i += 1
-        line = text.count("\n", 0, open_pos) + 1
-        raise ShellSyntaxError(f"unterminated ${opener} at line {line}")
-
-    def _past_heredoc_body(self, pos: int) -> int:
-        """For a heredoc opened at pos inside `$(...)`: the offset after its body's last line."""
-        match = _HEREDOC_RE.match(self.text, pos)
-        delimiter, strip_tabs = match.group("word"), bool(match.group("dash"))
-        line_end = self.text.find("\n", match.end())
-        while line_end >= 0:
-            start = line_end + 1
-            line_end = self.text.find("\n", start)
-            line = self.text[start : len(self.text) if line_end < 0 else line_end].rstrip("\r")
-            if (line.lstrip("\t") if strip_tabs else line) == delimiter:
-                return len(self.text) if line_end < 0 else line_end
-        return len(self.text)
 
     def _brace_param(self, pos: int, end: int, quoted: bool) -> Param:
         inner_start = pos + 2

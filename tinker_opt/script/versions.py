@@ -32,9 +32,7 @@ _LATEST = (999,)
 _KNOB_SINCE, _KNOB_UNTIL = flag_versions()
 # Flag -> first version that has it, per family (absent: every version has it).
 FLAG_SINCE: dict[str, dict[str, tuple[int, ...] | None]] = {
-    "--context-parallel-algo": {MINDSPEED: (0, 9, 3), MEGATRON: None},
     "--moe-tp-extend-ep": {MINDSPEED: (2, 0, 0), MEGATRON: None},
-    "--num-layers-per-virtual-pipeline-stage": {MINDSPEED: (0, 9, 2), MEGATRON: (0, 0)},
     "--num-layer-list": {MINDSPEED: (0, 9, 1), MEGATRON: None},
     "--decoder-first-pipeline-num-layers": {MINDSPEED: None, MEGATRON: (0, 10)},
     "--decoder-last-pipeline-num-layers": {MINDSPEED: None, MEGATRON: (0, 10)},
@@ -42,14 +40,12 @@ FLAG_SINCE: dict[str, dict[str, tuple[int, ...] | None]] = {
     # "Main adds"; the evidence table below dates them to 0.13). ASSUMPTION: MindSpeed-LLM never
     # (one tests/poc script on master only; its --num-layer-list refuses a virtual pipeline).
     "--pipeline-model-parallel-layout": {MINDSPEED: None, MEGATRON: (0, 13)},
-    "--num-virtual-stages-per-pipeline-rank": {MINDSPEED: None, MEGATRON: (0, 13)},
     "--account-for-embedding-in-pipeline-split": {MINDSPEED: None, MEGATRON: (0, 13)},
     "--account-for-loss-in-pipeline-split": {MINDSPEED: None, MEGATRON: (0, 13)},
-    # The strategy knobs' flags (overlap switches, layout sizes): declared with each knob (knobs.py).
+    # The knobs' flags (overlap switches, layout sizes, vpp, the schedule, fb-overlap, the cp
+    # algorithm): declared with each knob (knobs.py).
     **_KNOB_SINCE,
-    # MindSpeed-LLM 2.0.0: first release whose examples use them (reference/script-conventions.md).
-    "--schedules-method": {MINDSPEED: (2, 0, 0), MEGATRON: None},
-    "--moe-fb-overlap": {MINDSPEED: (2, 0, 0), MEGATRON: None},
+    # MindSpeed-LLM: first release whose examples use them (reference/script-conventions.md).
     "--overlap-p2p-communication": {MINDSPEED: (0, 9, 1), MEGATRON: (0, 0)},
     "--no-overlap-p2p-communication": {MINDSPEED: (2, 0, 0), MEGATRON: (0, 8)},
     "--recompute-activation-function": {MINDSPEED: (1, 0, 0), MEGATRON: None},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tinker_opt.choices import Recompute, RecomputeMethod
 from tinker_opt.costs.pipeline import pipeline_x_v
 from tinker_opt.solve.form_split import form_equalities
 from tinker_opt.solve.layer_bounds import bound_terms, upper_caps
@@ -27,7 +28,7 @@ def cpsat_uniform(
     for s, t in form_equalities(c):  # the framework's layer form (form_split.py)
         model.add(n[s] == n[t]).only_enforce_if(x)
     r, choice, bound_term = cpsat_recompute(stack, model, cp_model, x, factor, i, upper)
-    uniform = c.method == "uniform"
+    uniform = c.method == RecomputeMethod.UNIFORM
     rs = [0] * p
     if uniform:  # every layer recomputed; the memory of the chosen r caps n_s (costs/recompute.py)
         rs = n
@@ -35,7 +36,7 @@ def cpsat_uniform(
             caps_r = memory_caps(c, k, value)
             for s in range(p):
                 model.add(n[s] <= int(caps_r[s])).only_enforce_if(y)
-    elif c.outer.recompute == "full":
+    elif c.outer.recompute == Recompute.FULL:
         rs = [model.new_int_var(0, int(caps[s]), f"rs{i}_{s}") for s in range(p)]  # min(r, n_s)
         for s in range(p):
             model.add_min_equality(rs[s], [r, n[s]])
@@ -66,7 +67,7 @@ def cpsat_uniform(
 
     def decode(value) -> Split:
         layers = tuple(int(value(v)) for v in n)
-        rr = min(int(value(r)), max(layers)) if c.outer.recompute == "full" else 0
+        rr = min(int(value(r)), max(layers)) if c.outer.recompute == Recompute.FULL else 0
         return Split(layers, rr, c.time_ns_x_v(layers, rr))
 
     decode.hint = lambda split: [
@@ -106,7 +107,7 @@ def cpsat_mixed(
     def decode(value) -> Split:
         cuts = [0] + [int(value(v)) for v in bd[1:-1]] + [L]
         layers = tuple(cuts[s + 1] - cuts[s] for s in range(p))
-        rr = min(int(value(r)), max(layers)) if c.outer.recompute == "full" else 0
+        rr = min(int(value(r)), max(layers)) if c.outer.recompute == Recompute.FULL else 0
         return Split(layers, rr, c.time_ns_x_v(layers, rr))
 
     decode.hint = lambda split: [
@@ -133,8 +134,8 @@ def _element_reader(model, prefix: dict[str, list[int]], i: int):
 def _cpsat_mixed_stage(c, model, at, s: int, bd: list, n: list, r, choice: dict, x, i: int):
     """Stage s of a mixed stack: its recompute end, memory row and (time, tail) expressions."""
     L, p = c.num_layers, c.num_stages
-    full = c.outer.recompute == "full"
-    uniform = c.method == "uniform"
+    full = c.outer.recompute == Recompute.FULL
+    uniform = c.method == RecomputeMethod.UNIFORM
     cut = bd[s]
     if full:
         rs = model.new_int_var(0, L - p + 1, f"rs{i}_{s}")  # min(r, n_s)
@@ -177,7 +178,7 @@ def cpsat_recompute(stack: Stack, model, cp_model, x, factor: int, i: int, upper
     Linking each r to its own bound is what makes the relaxation tight: the memory usually forces
     r well above 1 and then every stage pays min(r, n_s), which a relaxation of the min alone
     does not see. Values whose bound exceeds the incumbent (`upper`) cannot be chosen."""
-    if stack.c.outer.recompute != "full":
+    if stack.c.outer.recompute != Recompute.FULL:
         return 0, {}, factor * stack.lower_bound_x_v() * x
     every = stack.recompute_bounds()
     bounds = {r: b for r, b in every.items() if upper is None or factor * b <= upper}

@@ -18,6 +18,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
 
+from tinker_opt.choices import Recompute
 from tinker_opt.rules import form_allows
 from tinker_opt.solve.layer_split import Split, recompute_range
 from tinker_opt.solve.stacks import best_split
@@ -172,9 +173,9 @@ def brute_force(cost_model, outers: Sequence[Strategy]) -> list[Candidate]:
         for layers, chunks in _brute_splits(coeffs):
             largest = max(chunks) if chunks is not None else max(layers) // coeffs.vpp
             counts = recompute_range(coeffs)
-            if coeffs.outer.recompute == "full":
+            if coeffs.outer.recompute == Recompute.FULL:
                 counts = range(1, largest + 1)
-            if coeffs.recompute_all and coeffs.outer.recompute == "full":
+            if coeffs.recompute_all and coeffs.outer.recompute == Recompute.FULL:
                 counts = [largest]  # every layer of each chunk, whatever the split
             for r in counts:
                 if r > largest:

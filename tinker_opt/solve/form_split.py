@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tinker_opt.choices import Recompute
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.pipeline import pipeline_x_v
 
@@ -125,5 +126,9 @@ def best_form_split(
             value = int(objective[j, index[j]])
             if value < BIG and (best is None or value < best[0]):
                 layers = tuple(int(n) for n in rows[index[j]])
-                best = (value, layers, min(r, max(layers)) if c.outer.recompute == "full" else 0)
+                best = (
+                    value,
+                    layers,
+                    min(r, max(layers)) if c.outer.recompute == Recompute.FULL else 0,
+                )
     return best

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tinker_opt.choices import RecomputeMethod
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.layer_split import recompute_range
 from tinker_opt.solve.row_split import row_tables
@@ -28,7 +29,7 @@ def least_memory_split(
     memory is block's with every layer recomputed (costs/recompute.py), so the same formulas
     serve. With uneven virtual stages the least-memory list of virtual_split.py's family; None
     when the family is empty (p v - 2 > L)."""
-    uniform = c.method == "uniform"
+    uniform = c.method == RecomputeMethod.UNIFORM
     r = recompute_range(c)[-1]
     p, L = c.num_stages, c.num_layers
     if stack_of(c).uneven_virtual():

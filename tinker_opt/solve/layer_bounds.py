@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tinker_opt.choices import RecomputeMethod
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.pipeline import pipeline_bound_x_v
 from tinker_opt.costs.recompute import piecewise
@@ -29,7 +30,7 @@ from tinker_opt.solve.layer_split import (
 def caps_by_r(c: SplitCoefficients, k: Scalars, rs: np.ndarray) -> np.ndarray:
     """(len(rs), p): memory_caps of each recompute count in `rs` (one array expression)."""
     rs = np.asarray(rs, dtype=np.int64)
-    if c.method != "uniform":
+    if c.method != RecomputeMethod.UNIFORM:
         return (
             np.stack([memory_caps(c, k, int(r)) for r in rs])
             if len(rs) < 2
@@ -84,7 +85,9 @@ def count_tables(c: SplitCoefficients, k: Scalars, rs: np.ndarray):
     kk = c.stage_inflight_x_v.astype(np.int64)[None, :, None]
     fixed = c.stage_static_bytes[None, :, None] + kk * c.stage_act_bytes[None, :, None]
     recomputed = np.minimum(r, n)
-    if c.method == "uniform":  # ceil(n / r) group inputs, a min(r, n)-layer working set
+    if (
+        c.method == RecomputeMethod.UNIFORM
+    ):  # ceil(n / r) group inputs, a min(r, n)-layer working set
         memory = (
             fixed
             + k.w * n
@@ -95,7 +98,7 @@ def count_tables(c: SplitCoefficients, k: Scalars, rs: np.ndarray):
     else:  # block (r = 0: none): the first min(r, n) layers keep their input, one layer's working set
         work = np.where(recomputed > 0, c.work_bytes, 0)
         memory = fixed + k.w * n + work + kk * (k.inp * recomputed + k.act * (n - recomputed))
-        time = k.a * n + (k.f * recomputed if c.method == "block" else 0 * n)
+        time = k.a * n + (k.f * recomputed if c.method == RecomputeMethod.BLOCK else 0 * n)
     time = time + c.stage_time_ns[None, :, None]
     tail = np.broadcast_to(k.alpha * n + c.stage_tail_ns[None, :, None], memory.shape)
     return time, tail, (n > 0) & (memory <= c.memory_limit_bytes)
@@ -105,7 +108,7 @@ def loosest_caps(c: SplitCoefficients, k: Scalars) -> np.ndarray:
     """Per stage, the most layers it can hold under any recompute count: block's largest r (most
     recompute, least memory); uniform's memory is not monotone in r (fewer checkpoints, larger
     working set, costs/recompute.py), so the largest cap over every r."""
-    if c.method == "uniform":
+    if c.method == RecomputeMethod.UNIFORM:
         return caps_by_r(c, k, np.array(recompute_range(c))).max(axis=0)
     return memory_caps(c, k, recompute_range(c)[-1])
 

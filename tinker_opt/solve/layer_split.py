@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinker_opt.choices import Recompute, RecomputeMethod
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
 from tinker_opt.costs.recompute import caps_from_memory, piecewise, time_shape, uniform_stage_memory
@@ -69,7 +70,7 @@ class Scalars:
 
 def recompute_range(c: SplitCoefficients) -> range:
     """Candidate recompute counts: 0 without full recompute, else 1 .. the largest chunk."""
-    if c.outer.recompute != "full":
+    if c.outer.recompute != Recompute.FULL:
         return range(0, 1)
     chunk_max = (
         c.num_layers - c.num_stages + 1 if c.vpp == 1 else c.num_layers // (c.num_stages * c.vpp)
@@ -85,7 +86,9 @@ def shape_of(c: SplitCoefficients, k: Scalars, r: int) -> tuple[int, int, int]:
 def memory_caps(c: SplitCoefficients, k: Scalars, r: int) -> np.ndarray:
     """Largest layer count each stage can hold under the memory limit with recompute count r."""
     kk = c.stage_inflight_x_v.astype(np.int64)
-    if c.method == "uniform":  # ceil(n / r) checkpoints and a min(r, n)-layer working set
+    if (
+        c.method == RecomputeMethod.UNIFORM
+    ):  # ceil(n / r) checkpoints and a min(r, n)-layer working set
         n = np.arange(c.num_layers + 1)
         memory = uniform_stage_memory(
             n,
@@ -159,7 +162,7 @@ def best_free_split(c: SplitCoefficients, k: Scalars) -> Split | None:
         incumbent = best.time_ns_x_v if best else INF
         if c.vpp == 1 and lower_bound_for_r(c, k, r) >= incumbent:
             continue
-        if c.vpp == 1 and c.method == "uniform":
+        if c.vpp == 1 and c.method == RecomputeMethod.UNIFORM:
             # uniform: the time does not depend on r, so an r whose caps are no looser than an
             # earlier r's admits no better split.
             caps = memory_caps(c, k, r)
@@ -201,7 +204,7 @@ def best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
     n = np.full(p, c.num_layers // p, dtype=np.int64)
     chunk = c.num_layers // (p * v)
     kk = c.stage_inflight_x_v
-    if c.method == "uniform":
+    if c.method == RecomputeMethod.UNIFORM:
         # Every layer recomputed; per chunk ceil(chunk / r) group inputs in flight and one group of
         # min(r, chunk) layers live while recomputed (recompute.chunk_plan; coefficients.stage_costs).
         mem_x_v = v * (k.w * n + c.stage_static_bytes + min(r, chunk) * c.work_bytes) + kk * (

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from tinker_opt.choices import Recompute
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve import milp_rows
 from tinker_opt.solve.outcome import SolverOutcome, common_scale
@@ -138,7 +139,7 @@ def _milp_recompute(problem, pulp, stack: Stack, x, i: int):
     """(r, bound term, {r: y_r}): r = sum_r r y_r over value binaries y_r (sum = x_i), each linked
     to its valid bound (Stack.recompute_bounds) in bound = sum_r bound(r) y_r; without full
     recompute r is None and bound = lower_bound(i) x_i."""
-    if stack.c.outer.recompute != "full":
+    if stack.c.outer.recompute != Recompute.FULL:
         return None, stack.lower_bound_x_v() * x, {}
     bounds = stack.recompute_bounds()
     y = {value: problem.add_variable(f"y{i}_{value}", 0, 1, pulp.LpBinary) for value in bounds}

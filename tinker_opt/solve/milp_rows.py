@@ -5,6 +5,7 @@ positions. stacks.py calls them; every row is zero when the configuration's x_i 
 
 from __future__ import annotations
 
+from tinker_opt.choices import Recompute, RecomputeMethod
 from tinker_opt.costs.pipeline import pipeline_x_v
 from tinker_opt.solve.form_split import form_equalities
 from tinker_opt.solve.layer_bounds import bound_terms, upper_caps
@@ -22,7 +23,7 @@ def milp_uniform(stack: UniformStack, problem, pulp, x, i: int, r, r_choice: dic
     c, k = stack.c, stack.k
     L, p = c.num_layers, c.num_stages
     caps = upper_caps(c, k)
-    full = c.outer.recompute == "full"
+    full = c.outer.recompute == Recompute.FULL
     r_hi = max(stack.recompute_bounds()) if full else 0  # the largest r (big-M of min(r, n_s))
     add = problem.add_variable
     n = [add(f"n{i}_{s}", 0, int(caps[s]), pulp.LpInteger) for s in range(p)]  # layers of stage s
@@ -34,7 +35,7 @@ def milp_uniform(stack: UniformStack, problem, pulp, x, i: int, r, r_choice: dic
     problem.addConstraint(pulp.lpSum(n) == L * x, f"layers{i}")
     for s, t in form_equalities(c):  # the framework's layer form (form_split.py)
         problem.addConstraint(n[s] == n[t], f"form{i}_{s}_{t}")
-    uniform = c.method == "uniform"
+    uniform = c.method == RecomputeMethod.UNIFORM
     caps_of_r = {value: memory_caps(c, k, value) for value in r_choice} if uniform else {}
     times = []
     for s in range(p):
@@ -73,7 +74,7 @@ def milp_mixed(stack: MixedStack, problem, pulp, x, i: int, r, r_choice: dict):
     Returns (v * T expression, decoder)."""
     c = stack.c
     L, p = c.num_layers, c.num_stages
-    full = c.outer.recompute == "full"
+    full = c.outer.recompute == Recompute.FULL
     r_hi = max(stack.recompute_bounds()) if full else 0
     one_hot = _one_hot_maker(problem, pulp, x)
     bd = [{0: x}] + [one_hot(f"z{i}_{j}", range(j, L - p + j + 1)) for j in range(1, p)] + [{L: x}]
@@ -95,7 +96,9 @@ def milp_mixed(stack: MixedStack, problem, pulp, x, i: int, r, r_choice: dict):
         problem.addConstraint(n_s >= x, f"n_min{i}_{s}")
         rs = _milp_min(problem, pulp, r, n_s, r_hi, L - p + 1, f"{i}_{s}") if full else None
         cut = bd[s]
-        if c.method == "uniform":  # every layer recomputed: the recomputed range ends at the end
+        if (
+            c.method == RecomputeMethod.UNIFORM
+        ):  # every layer recomputed: the recomputed range ends at the end
             cut = bd[s + 1]
         elif full:
             cut = one_hot(f"w{i}_{s}", range(0, L + 1))  # b_s + min(r, n_s)
@@ -144,14 +147,14 @@ def _milp_mixed_memory(
     kk = int(c.stage_inflight_x_v[s])
     fixed = int(c.stage_static_bytes[s] + kk * c.stage_act_bytes[s])
     static = span("layer_static_bytes", bd[s], bd[s + 1])
-    if c.method == "uniform":
+    if c.method == RecomputeMethod.UNIFORM:
         # ceil(n_s / r) group inputs (r g_s >= n_s for the chosen r) and a min(r, n_s)-layer
         # working set (costs/recompute.py).
         groups = problem.add_variable(f"g{i}_{s}", 0, L, pulp.LpInteger)
         for value, y in r_choice.items():
             problem.addConstraint(value * groups >= n_s - L * (x - y), f"groups{i}_{s}_{value}")
         return static + kk * c.checkpoint_bytes * groups + c.work_bytes * rs + fixed * x
-    fixed += c.work_bytes if c.outer.recompute == "full" else 0
+    fixed += c.work_bytes if c.outer.recompute == Recompute.FULL else 0
     # Recomputed layers keep their input only, the others their activations.
     return (
         static

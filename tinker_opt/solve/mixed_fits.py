@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinker_opt.choices import RecomputeMethod
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.solve.layer_split import recompute_range
 from tinker_opt.solve.mixed_split import fits_each, memory_parts, span, stage_limits
@@ -40,7 +41,7 @@ def fit_counts(c: SplitCoefficients) -> np.ndarray:
     """The recompute counts feasibility tries (v = 1): every one with `uniform` (none uses the
     least memory everywhere), else the largest (the most recompute uses the least memory)."""
     counts = recompute_range(c)
-    return np.array(counts if c.method == "uniform" else [counts[-1]], dtype=np.int64)
+    return np.array(counts if c.method == RecomputeMethod.UNIFORM else [counts[-1]], dtype=np.int64)
 
 
 def fits_many(cs: list[SplitCoefficients]) -> list[bool]:
@@ -133,7 +134,9 @@ def _length_extremes(batch: Batch, rs: np.ndarray):
         least = np.where(inside, x, x.max()).min(axis=1)[:, None, :]
         return least, np.where(inside, x, x.min()).max(axis=1)[:, None, :]
 
-    if batch.method == "uniform":  # only the static bytes depend on where the range starts
+    if (
+        batch.method == RecomputeMethod.UNIFORM
+    ):  # only the static bytes depend on where the range starts
         least, largest = extremes(span(batch, "layer_static_bytes", b, e))
         _, work, per_micro = memory_parts(batch, rs[None, :, None], np.zeros((1, 1, 1), int), n)
         return (least, work, per_micro), (largest, work, per_micro)

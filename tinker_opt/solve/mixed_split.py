@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tinker_opt.choices import Recompute, RecomputeMethod
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
 
@@ -65,7 +66,7 @@ def memory_parts(c: Any, r, b: np.ndarray, e: np.ndarray):
     L = c.num_layers
     n = np.maximum(e - b, 0)
     static = span(c, "layer_static_bytes", b, e)
-    if c.method == "uniform":
+    if c.method == RecomputeMethod.UNIFORM:
         return (
             static,
             np.minimum(r, n) * c.work_bytes,
@@ -147,7 +148,11 @@ def _tables(c: SplitCoefficients, r):
     e = np.arange(L + 1)[None, :]
     n = np.maximum(e - b, 0)
     # End of the recomputed layers of [b, e): all of them with uniform, the first r with block.
-    cut = np.maximum(e, b) if c.method == "uniform" else np.minimum(b + np.minimum(r, n), L)
+    cut = (
+        np.maximum(e, b)
+        if c.method == RecomputeMethod.UNIFORM
+        else np.minimum(b + np.minimum(r, n), L)
+    )
     base_time = span(c, "layer_time_ns", b, e) + span(c, "layer_recompute_ns", b, cut)
     base_tail = span(c, "layer_tail_ns", b, e)
     static, work, per_micro = (x[..., None, :, :] for x in memory_parts(c, r, b, e))
@@ -304,10 +309,10 @@ def cheap_bound(c: SplitCoefficients) -> int:
     layers' total time and tail (max >= mean), each stage holds at least its cheapest layer and,
     with full recompute, recomputes at least one layer."""
     p = c.num_stages
-    full = c.outer.recompute == "full"
+    full = c.outer.recompute == Recompute.FULL
     least_rc = int(c.layer_recompute_ns.min()) if full else 0
     sum_lb = int(c.layer_time_ns.sum() + c.stage_time_ns.sum()) + p * least_rc
-    if c.method == "uniform":  # every layer is recomputed
+    if c.method == RecomputeMethod.UNIFORM:  # every layer is recomputed
         sum_lb = int(c.layer_time_ns.sum() + c.layer_recompute_ns.sum() + c.stage_time_ns.sum())
     max_lb = max(-(-sum_lb // p), int((c.stage_time_ns + c.layer_time_ns.min() + least_rc).max()))
     tails = int(c.layer_tail_ns.sum() + c.stage_tail_ns.sum())

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tinker_opt.choices import Recompute, RecomputeMethod
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.pipeline import pipeline_x_v
 from tinker_opt.solve.layer_split import Split
@@ -44,7 +45,7 @@ def _plan(c: SplitCoefficients, n: np.ndarray, r: int | np.ndarray):
     zero = np.zeros_like(n)
     if c.method is None or not np.any(np.asarray(r) > 0):
         return zero, zero, zero
-    if c.method == "uniform":
+    if c.method == RecomputeMethod.UNIFORM:
         return n, np.where(n > 0, -(-n // r), 0), np.minimum(r, n)
     return np.minimum(r, n), zero, (n > 0).astype(np.int64)
 
@@ -85,7 +86,7 @@ def _memory(c: SplitCoefficients, rows: np.ndarray, spans) -> np.ndarray:
     kept = span("layer_act_bytes") - span("layer_act_bytes", cut)
     saved = (
         checkpoints * c.checkpoint_bytes
-        if c.method == "uniform"
+        if c.method == RecomputeMethod.UNIFORM
         else span("layer_input_bytes", cut)
     )
     return (
@@ -124,7 +125,7 @@ def row_objective(
 def _lowest_r(c: SplitCoefficients, rows: np.ndarray) -> int | np.ndarray:
     """Each row's smallest recompute count: 0 without full recompute, 1 with it, the row's
     largest chunk where full recompute covers every layer of a chunk (recompute_all)."""
-    if c.outer.recompute != "full":
+    if c.outer.recompute != Recompute.FULL:
         return 0
     return rows.max(axis=1)[:, None] if c.recompute_all else 1
 
@@ -146,13 +147,15 @@ def rows_feasible(c: SplitCoefficients, rows: np.ndarray) -> bool:
     if c.method is None:
         return bool(row_fits(c, rows, 0).any())
     most = rows.max(axis=1)[:, None]
-    if c.method == "uniform" and not c.recompute_all:
+    if c.method == RecomputeMethod.UNIFORM and not c.recompute_all:
         largest = int(rows.max())
         return any(
             bool(uniform_fits(c, rows, np.arange(lo, min(lo + COUNT_BATCH, largest + 1))).any())
             for lo in range(1, largest + 1, COUNT_BATCH)
         )
-    if c.method == "uniform" or bool((c.layer_input_bytes <= c.layer_act_bytes).all()):
+    if c.method == RecomputeMethod.UNIFORM or bool(
+        (c.layer_input_bytes <= c.layer_act_bytes).all()
+    ):
         return bool(row_fits(c, rows, most).any())
     return best_row(c, rows) is not None
 
@@ -194,13 +197,15 @@ def _first_fits(c: SplitCoefficients, rows: np.ndarray) -> tuple[np.ndarray, np.
     best of the row, since the time grows with r. A count above a row's largest chunk repeats
     its largest (and `uniform` refuses it), so the scan stops there."""
     largest = rows.max(axis=1)
-    if c.outer.recompute == "full" and c.recompute_all:
+    if c.outer.recompute == Recompute.FULL and c.recompute_all:
         value, fits = row_objective(c, rows, largest[:, None])
         return np.where(fits, value, BIG), np.where(fits, largest, 0)
     best = np.full(len(rows), BIG, dtype=np.int64)
     best_r = np.zeros(len(rows), dtype=np.int64)
     open_rows = np.ones(len(rows), dtype=bool)
-    counts = range(1, int(largest.max()) + 1) if c.outer.recompute == "full" else range(0, 1)
+    counts = (
+        range(1, int(largest.max()) + 1) if c.outer.recompute == Recompute.FULL else range(0, 1)
+    )
     for r in counts:
         value, fits = row_objective(c, rows, r)
         fits &= open_rows & (r <= largest)

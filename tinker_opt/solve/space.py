@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from tinker_opt.choices import CpAlgo, Recompute
 from tinker_opt.errors import ConfigError
 from tinker_opt.knobs import search_choices
+from tinker_opt.layer_stack import dualpipev_even
 from tinker_opt.rules import LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES
 from tinker_opt.strategy import (
     OVERLAP_KEYS,
@@ -221,6 +222,10 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
                 vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, recompute_method=method, **knobs
             )
             for choice in schedule_choices(candidate, space):
+                if choice.dualpipev and not dualpipev_even(
+                    model.num_layers, model.noop_layers, choice.pp
+                ):
+                    continue
                 if all(rule(choice, model, num_devices, gbs) is None for rule in OUTER_RULES):
                     yield choice
 

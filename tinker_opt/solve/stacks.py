@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from tinker_opt.choices import Recompute, RecomputeMethod
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
 from tinker_opt.solve.form_split import (
@@ -224,11 +225,13 @@ class UniformStack(Stack):
             # uniform's memory is not monotone in r: some r's caps must admit a split of the form
             caps = (
                 caps_by_r(c, k, np.array(recompute_range(c)))
-                if c.method == "uniform"
+                if c.method == RecomputeMethod.UNIFORM
                 else loosest_caps(c, k)
             )
             return feasible_under_caps(caps, c.num_layers, c.layer_form)
-        if c.method == "uniform":  # no r uses the least memory everywhere: some r must fit
+        if (
+            c.method == RecomputeMethod.UNIFORM
+        ):  # no r uses the least memory everywhere: some r must fit
             return bool(packs(caps_by_r(c, k, np.array(recompute_range(c))), c.num_layers).any())
         caps = loosest_caps(c, k)
         return bool(caps.min() >= 1 and caps.sum() >= c.num_layers)
@@ -236,7 +239,7 @@ class UniformStack(Stack):
     def v1_lower_bound(self, *, tight: bool) -> int:
         sum_lb, max_lb, tail_lb = bound_terms(self.c, self.k, tight=tight)
         loose = int(pipeline_bound_x_v(self.c, sum_lb, max_lb, tail_lb))
-        if not tight or self.c.outer.recompute != "full":
+        if not tight or self.c.outer.recompute != Recompute.FULL:
             return loose
         return max(loose, min(self.recompute_bounds().values()))
 
@@ -315,7 +318,7 @@ class MixedStack(Stack):
 
     def least_peak(self, r: int) -> tuple[tuple[int, ...], int]:
         # `uniform` with one layer per group: the least memory of its formulas (recompute.py)
-        return mixed_least_peak_split(self.c, 1 if self.c.method == "uniform" else r)
+        return mixed_least_peak_split(self.c, 1 if self.c.method == RecomputeMethod.UNIFORM else r)
 
     def stage_maxima(self) -> tuple[int, int]:
         c = self.c  # a stage holds at most every layer

@@ -2,16 +2,18 @@
 
 A log gives one number per job, its steady-state iteration time (logs/steady.py), so one log
 determines one parameter: the factor by which the device's ops run slower or faster than the
-description's efficiency curves say; exposed communication is kept as described (one time
-cannot separate it from compute). Two or more logs of different layouts on the machine (their
-communication shares differ, e.g. tp 1 pp 4 and tp 4 pp 1) also determine a communication
-factor: how much slower the links run than described (hardware/fit.py fit_time_scales, least
-squares over the logs, never more parameters than logs). The device factor divides every
-efficiency curve (hardware/efficiency.py slowed), the communication factor divides every link's
-bandwidth and multiplies its latency (`_slowed_links`, so each collective's alpha-beta time,
-comm_cost, scales by it). Every log is then checked again on the fitted description: the
-residuals are measured, not derived (overlap and the costs priced at the raw memory bandwidth
-make the prediction not exactly linear in the factors).
+description's efficiency curves say; exposed communication and fixed time are kept as described
+(one time cannot separate them from compute). Two or more logs also determine a fixed time per
+micro-batch where their jobs differ in size, and a communication factor where their layouts'
+communication shares differ (verbs/log_factors.py; never more factors than logs). The device
+factor divides every efficiency curve (hardware/efficiency.py slowed), the communication factor
+divides every link's bandwidth and multiplies its latency (`_slowed_links`, so each collective's
+alpha-beta time, comm_cost, scales by it), the fixed time is written as the description's
+`fixed_ms_per_microbatch`. The written description is then used for any job on the machine
+(`check LOG2 --hardware calibrated.json`, `search --hardware calibrated.json`); its
+`calibration.fitted` says which factors were fitted and from which logs. Every log is checked
+again on the fitted description: the residuals are measured, not derived (overlap and the costs
+priced at the raw memory bandwidth make the prediction not exactly linear in the factors).
 """
 
 from __future__ import annotations
@@ -22,19 +24,6 @@ from typing import Any
 
 from tinker_opt.errors import ConfigError
 from tinker_opt.verbs.check import DeviceChoice, run_check
-
-DEVICE_TERMS = ("compute_ms", "recompute_ms", "bubble_ms", "optimizer_ms")
-"""Breakdown terms (costs/evaluate.py _breakdown) that run at the device's efficiency."""
-FIXED_TERMS = ("comm_ms", "dp_sync_ms")
-
-
-def _split(result: dict[str, Any]) -> tuple[float, float, float]:
-    """(device-bound ms, communication ms, measured ms) of one check result."""
-    parts = result["predicted"]["time_breakdown_ms"]
-    device = sum(parts.get(k, 0.0) for k in DEVICE_TERMS)
-    fixed = sum(parts.get(k, 0.0) for k in FIXED_TERMS)
-    return device, fixed, result["measured"]["iteration_time_ms"]
-
 
 LINK_KEYS = ("intra_node", "inter_node", "domain")
 """The links of a hardware file (hardware/__init__.py `_link_dict`, `_network_dict`)."""
@@ -52,7 +41,12 @@ def _slowed_links(data: dict[str, Any], factor: float) -> None:
 
 
 def _fitted_description(
-    hardware, scale: float, comm: float | None, fit, sources: list[str]
+    hardware,
+    scale: float,
+    comm: float | None,
+    fit,
+    sources: list[str],
+    fixed_ms: float | None = None,
 ) -> tuple[dict, bool]:
     """The description's JSON with every curve (matmul, memory, and the FP8 matmul and attention
     curves where the description has them) `scale` times slower, every link `comm` times slower
@@ -71,6 +65,8 @@ def _fitted_description(
         if comm is not None
         else ", links as described"
     )
+    if fixed_ms is not None:
+        links += f", fixed time {fixed_ms:.3f} ms per micro-batch and stage"
     note = (
         f"efficiencies of {hardware.name} divided by {scale:.4f}{links}, fitted by least squares "
         f"to the steady-state iteration times of {fit.num_samples} log(s) "
@@ -82,10 +78,13 @@ def _fitted_description(
     data["efficiency"] = {**efficiency.to_dict(), "notes": [*hardware.efficiency.notes, note]}
     if comm is not None:
         _slowed_links(data, comm)
+    if fixed_ms is not None:
+        data["fixed_ms_per_microbatch"] = fixed_ms
     data["calibration"] = {
         "logs": sources,
         "time_scale": scale,
         "comm_scale": comm,
+        "fixed_ms_per_microbatch": fixed_ms,
         "num_samples": fit.num_samples,
     }
     return data, capped
@@ -106,33 +105,25 @@ def paired_scripts(logs: list[Path], scripts: list[str]) -> list[str | None]:
     return list(scripts)
 
 
-def run_calibrate_log(
-    logs: list[Path], scripts: list[str], device: DeviceChoice, output: Path, *, skip_first: int
-) -> dict[str, Any]:
-    """Fit, write the description to `output`, check every log again; returns the report.
-    `scripts`: as `paired_scripts` takes them."""
-    from tinker_opt.hardware import load_hardware, write_hardware_json
-    from tinker_opt.hardware.fit import fit_time_scales
+def _fixed_slots(pairs, device: DeviceChoice, hardware, base, skip_first: int, scratch: Path):
+    """Per log, the iteration time one more ms of fixed time per micro-batch adds (the job priced
+    again on the description with it: the schedule's count of micro-batch slots)."""
+    from tinker_opt.hardware import write_hardware_json
 
-    if not device.hardware:
-        raise ConfigError("calibrate --log needs --hardware NAME (the description to fit)")
-    device = replace(device, device="analytic", profiled_data_path=None)
-    pairs = list(zip(logs, paired_scripts(logs, scripts), strict=True))
-    before = [run_check(log, script, device, skip_first=skip_first)[0] for log, script in pairs]
-    splits = [_split(result) for result in before]
-    try:
-        scale, comm, fit = fit_time_scales(*zip(*splits, strict=True))
-    except ValueError as exc:
-        raise ConfigError(f"calibrate --log: {exc}") from None
-    hardware = load_hardware(device.hardware)
-    sources = [result["log"]["source"] for result in before]
-    data, capped = _fitted_description(hardware, scale, comm, fit, sources)
-    write_hardware_json(data, output)
-    after_device = replace(device, hardware=str(output))
-    after = [
-        run_check(log, script, after_device, skip_first=skip_first)[0] for log, script in pairs
+    data = hardware.to_dict()
+    data["fixed_ms_per_microbatch"] = hardware.fixed_ms_per_microbatch + 1.0
+    probe = scratch / "probe-fixed.json"
+    write_hardware_json(data, probe)
+    probed = replace(device, hardware=str(probe))
+    return [
+        run_check(log, script, probed, skip_first=skip_first)[0]["predicted"]["iteration_time_ms"]
+        - result["predicted"]["iteration_time_ms"]
+        for (log, script), result in zip(pairs, base, strict=True)
     ]
-    rows = [
+
+
+def _rows(before: list[dict], after: list[dict]) -> list[dict[str, Any]]:
+    return [
         {
             "log": b["log"]["source"],
             "measured_ms": b["measured"]["iteration_time_ms"],
@@ -143,10 +134,52 @@ def run_calibrate_log(
         }
         for b, a in zip(before, after, strict=True)
     ]
+
+
+def run_calibrate_log(
+    logs: list[Path], scripts: list[str], device: DeviceChoice, output: Path, *, skip_first: int
+) -> dict[str, Any]:
+    """Fit (verbs/log_factors.py: the factors the logs determine), write the description to
+    `output`, check every log again; returns the report. `scripts`: as `paired_scripts` takes
+    them."""
+    import tempfile
+
+    from tinker_opt.hardware import load_hardware, write_hardware_json
+    from tinker_opt.verbs.log_factors import fit_logs, sizes_differ, split_of
+
+    if not device.hardware:
+        raise ConfigError("calibrate --log needs --hardware NAME (the description to fit)")
+    device = replace(device, device="analytic", profiled_data_path=None)
+    pairs = list(zip(logs, paired_scripts(logs, scripts), strict=True))
+    before = [run_check(log, script, device, skip_first=skip_first)[0] for log, script in pairs]
+    splits = [split_of(result) for result in before]
+    hardware = load_hardware(device.hardware)
+    sources = [result["log"]["source"] for result in before]
+    with tempfile.TemporaryDirectory(prefix="tinker-calibrate-") as scratch:
+        slots = (
+            _fixed_slots(pairs, device, hardware, before, skip_first, Path(scratch))
+            if sizes_differ(splits)
+            else None
+        )
+    try:
+        factors = fit_logs(splits, sources, slots)
+    except ValueError as exc:
+        raise ConfigError(f"calibrate --log: {exc}") from None
+    data, capped = _fitted_description(
+        hardware, factors.scale, factors.comm, factors.fit, sources, factors.fixed_ms
+    )
+    data["calibration"]["fitted"] = list(factors.fitted)
+    write_hardware_json(data, output)
+    after_device = replace(device, hardware=str(output))
+    after = [
+        run_check(log, script, after_device, skip_first=skip_first)[0] for log, script in pairs
+    ]
     return {
         "output": str(output),
-        "time_scale": scale,
-        "comm_scale": comm,
+        "time_scale": factors.scale,
+        "comm_scale": factors.comm,
+        "fixed_ms_per_microbatch": factors.fixed_ms,
+        "fitted": list(factors.fitted),
         "capped": capped,
-        "logs": rows,
+        "logs": _rows(before, after),
     }

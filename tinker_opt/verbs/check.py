@@ -165,6 +165,10 @@ def _measured(log: TrainingLog, steady: SteadyState, info) -> dict[str, Any]:
         "tokens_per_s_per_device": tokens / (steady.iteration_time_ms / 1e3) / world,
         "tflops_per_device": steady.tflops_per_device,
         **peaks,
+        "device_memory_used_fraction": max(
+            (r.memory_used_fraction for r in steady.used if r.memory_used_fraction is not None),
+            default=None,
+        ),
         "ranks_reporting_memory": sorted({m.rank for m in log.memory if m.rank is not None}),
         "per_rank": [
             {
@@ -175,6 +179,19 @@ def _measured(log: TrainingLog, steady: SteadyState, info) -> dict[str, Any]:
             }
             for m in log.memory
         ],
+    }
+
+
+def job_size(info) -> dict[str, Any]:
+    """What makes two jobs of one machine differ in size (not in layout): the model's shape
+    and the tokens per iteration (calibrate --log fits a fixed cost only across sizes)."""
+    model = info.model
+    return {
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "ffn_hidden_size": model.ffn_hidden_size,
+        "num_experts": model.num_experts,
+        "tokens_per_iteration": info.train.global_batch_size * model.seq_length,
     }
 
 
@@ -197,9 +214,11 @@ def run_check(
     device: DeviceChoice,
     *,
     skip_first: int = DEFAULT_SKIP_FIRST,
+    log_run: int | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """The `check` result (the --json object) and the warnings to show."""
-    log = read_log(log_path)
+    """The `check` result (the --json object) and the warnings to show; `log_run`: which run of
+    a log holding several (default the last complete one)."""
+    log = read_log(log_path, log_run)
     steady = steady_state(log, skip_first)
     job = job_of(log, script, device.num_npus_per_node)
     evaluation, warnings = predict(job.info, device)
@@ -212,7 +231,11 @@ def run_check(
     }
     result = {
         "log": {"source": log.source, "form": log.form},
-        "job": {"source": job.source, "strategy": job.info.train.strategy.to_dict()},
+        "job": {
+            "source": job.source,
+            "strategy": job.info.train.strategy.to_dict(),
+            "size": job_size(job.info),
+        },
         "iterations_used": [r.iteration for r in steady.used],
         "iterations_dropped": list(steady.dropped),
         "steady_state_rule": steady.rule,

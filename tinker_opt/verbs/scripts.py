@@ -14,11 +14,15 @@ from tinker_opt.verbs.common import num_nodes_for, read_json_object
 def run_inspect(
     script: Path, *, model_config: Path | None = None
 ) -> tuple[dict[str, Any], list[str]]:
-    """What the reader takes from a launch script (inspect --json's object) and its warnings."""
+    """What the reader takes from a launch script (inspect --json's object, with the device the
+    script's environment names: script/device_hint.py) and its warnings."""
+    from tinker_opt.script.device_hint import device_hint
     from tinker_opt.script.reader import inspect_dict, read_script
 
     info = read_script(script, model_config=model_config)
-    return inspect_dict(info), list(info.warnings)
+    data = inspect_dict(info)
+    data["device"] = device_hint(info.text).to_dict()
+    return data, list(info.warnings)
 
 
 def run_apply(
