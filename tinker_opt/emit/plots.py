@@ -288,15 +288,7 @@ def plot_candidates(
             )
         _mark_picks(ax, picks)
         if current is not None:
-            ax.scatter(
-                *_point(current),
-                s=140,
-                marker="X",
-                color="tab:red",
-                edgecolor="black",
-                zorder=3,
-                label="current (the script's own)",
-            )
+            _emphasised(ax, [_point(current)], ("X", "tab:red", 140), "current (the script's own)")
         ax.axvline(
             memory_limit_mb,
             color="red",
@@ -318,18 +310,19 @@ def _mark_picks(ax, picks: Mapping[str, Mapping[str, Any]]) -> None:
         points.setdefault(_point(evaluation), []).append(name)
     if not points:
         return
-    memory, time = zip(*points, strict=True)
-    ax.scatter(
-        memory,
-        time,
-        s=150,
-        marker="*",
-        color="gold",
-        edgecolor="black",
-        zorder=3,
-        label="picks (named)",
-    )
+    _emphasised(ax, list(points), ("*", "gold", 150), "picks (named)")
     for point, names in points.items():
         ax.annotate(
             ", ".join(names), point, textcoords="offset points", xytext=(8, 6), fontsize=8, zorder=4
         )
+
+
+def _emphasised(
+    ax, points: Sequence[tuple[float, float]], look: tuple[str, str, float], label: str
+) -> None:
+    """Points drawn above the others in one scatter: (marker, colour, size), outlined in black."""
+    marker, colour, size = look
+    memory, time = zip(*points, strict=True)
+    ax.scatter(
+        memory, time, s=size, marker=marker, color=colour, edgecolor="black", zorder=3, label=label
+    )
