@@ -203,7 +203,7 @@ def synthetic_blocks(
                         ),
                     }
                 )
-    return pd.DataFrame(rows)[list(BLOCK_COLUMNS)]
+    return pd.DataFrame(rows).reindex(columns=list(BLOCK_COLUMNS), fill_value=0)
 
 
 def synthetic_profile(m: ModelSpec, *, inter_node: bool = True, **shapes) -> ProfiledData:

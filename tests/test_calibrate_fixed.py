@@ -25,9 +25,11 @@ torchrun --nnodes 1 --nproc_per_node 8 pretrain_gpt.py \\
     --disable-bias-linear --untie-embeddings-and-output-weights
 """
 JOBS = {
-    "small": {"layers": 4, "hidden": 1024, "heads": 8, "gbs": 32},
-    "large": {"layers": 16, "hidden": 4096, "heads": 32, "gbs": 16},
+    "small": {"layers": 4, "hidden": 8192, "heads": 64, "gbs": 32},
+    "large": {"layers": 16, "hidden": 12288, "heads": 96, "gbs": 16},
 }
+"""Two sizes whose layers keep the GPU busier than the host issues them (costs/fixed_costs.py):
+a host-bound job's time does not follow the device factor, so it cannot determine it."""
 TRUE_SCALE, TRUE_FIXED_MS = 1.4, 3.0
 """The machine the synthetic logs ran on: h100-80gb's ops 1.4 times slower, 3 ms per micro-batch."""
 
@@ -64,24 +66,25 @@ def machine(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
 
 def test_two_sizes_fit_device_and_fixed_time(machine, tmp_path):
     """Two logs of different size on one machine: the device factor and the fixed time come
-    back, both logs then within 2 % (from -76 % and -33 %), and the description says what was
+    back, both logs then within 2 % (from -36 % and -26 %), and the description says what was
     fitted and from which logs. Not exact: dividing the efficiency curves by a factor does not
     scale every device-bound term by it (some are priced at the raw memory bandwidth), so the
-    device factor comes back within 5 %, not to the digit."""
+    device factor comes back within 5 % and the fixed time, a small share of these jobs, within
+    10 %, not to the digit."""
     logs = [machine[name][0] for name in JOBS]
     scripts = [str(machine[name][1]) for name in JOBS]
     out = tmp_path / "calibrated.json"
     report = run_calibrate_log(logs, scripts, DeviceChoice(hardware="h100-80gb"), out, skip_first=1)
     assert report["time_scale"] == pytest.approx(TRUE_SCALE, rel=0.05)
-    assert report["fixed_ms_per_microbatch"] == pytest.approx(TRUE_FIXED_MS, rel=0.05)
+    assert report["fixed_ms_per_microbatch"] == pytest.approx(TRUE_FIXED_MS, rel=0.1)
     assert report["comm_scale"] is None
-    assert all(abs(row["error_before"]) > 0.3 for row in report["logs"])
+    assert all(abs(row["error_before"]) > 0.2 for row in report["logs"])
     assert all(abs(row["error_after"]) < 0.02 for row in report["logs"])
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["fixed_ms_per_microbatch"] == report["fixed_ms_per_microbatch"]
     fitted = " ".join(data["calibration"]["fitted"])
     assert "device time x" in fitted and "fixed time" in fitted and "2 log(s)" in fitted
-    assert load_hardware(out).fixed_ms_per_microbatch == pytest.approx(TRUE_FIXED_MS, rel=0.05)
+    assert load_hardware(out).fixed_ms_per_microbatch == pytest.approx(TRUE_FIXED_MS, rel=0.1)
 
 
 def test_one_log_fits_the_device_only_and_carries_with_the_fixed_time(machine, tmp_path):

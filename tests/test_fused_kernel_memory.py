@@ -6,10 +6,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from tests.profile_support import llama_model
+from tinker_opt.profile.accounting import LiveBytesTracker
 from tinker_opt.profile.analytic import trace_block
 from tinker_opt.profile.shape import Shape
+from tinker_opt.profile.tp_emulation import FusedScaleMaskSoftmax
 from tinker_opt.script.reader import read_script_text
 from tinker_opt.specs import ModelSpec
 
@@ -86,3 +89,34 @@ def test_an_older_meta_without_fused_kernels_is_the_same_model():
     older = {k: v for k, v in model.to_dict().items() if k != "fused_kernels"}
     assert _same_model(older, model)
     assert not _same_model(older, dataclasses.replace(model, fused_kernels=("rmsnorm",)))
+
+
+def _softmax_reference(scores: torch.Tensor, scale: float) -> torch.Tensor:
+    upper = torch.ones(scores.shape[-2:], dtype=torch.bool).triu_(1)
+    return torch.softmax((scores.double() * scale).masked_fill(upper, float("-inf")), dim=-1)
+
+
+def test_fused_softmax_computes_the_causal_softmax_and_its_gradient():
+    """FusedScaleMaskSoftmax (in place, as the fused kernel) against autograd's causal softmax."""
+    torch.manual_seed(0)
+    scores = torch.randn(3, 16, 16, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(3, 16, 16, dtype=torch.float64)
+    reference = _softmax_reference(scores, 0.3)
+    (expected,) = torch.autograd.grad(reference, scores, grad)
+    probs = FusedScaleMaskSoftmax.apply(scores * 1, 0.3, True)  # the bmm's output, dead after
+    (got,) = torch.autograd.grad(probs, scores, grad.clone())
+    torch.testing.assert_close(probs, reference)
+    torch.testing.assert_close(got, expected)
+
+
+def test_fused_softmax_holds_what_the_fused_kernel_holds():
+    """Forward and backward of the causal softmax on 16-bit scores hold the scores, the new 16-bit
+    output and the incoming gradient (plus the s x s bool mask): the fused kernel keeps its fp32
+    math in registers and writes the input gradient over the output gradient. The fp32 form held
+    5 more score-sized tensors (fp32 logits and softmax, 16-bit temporaries in the backward)."""
+    scores = torch.randn(8, 64, 64, dtype=torch.bfloat16, requires_grad=True)
+    size = scores.numel() * scores.element_size()
+    with LiveBytesTracker() as tracker:
+        probs = FusedScaleMaskSoftmax.apply(scores * 1, 0.125, True)
+        probs.backward(torch.ones_like(probs))
+    assert tracker.peak_bytes <= 3 * size + 64 * 64 + 8 * 64 * 4  # + mask + row sums

@@ -7,12 +7,13 @@ weights. All in fp32 on the CPU; in bf16 the GPT-style bytes too (the LLaMA-styl
 bytes differ on the CPU only: torch's composite CPU rms_norm, which megatron-core's local spec
 calls, keeps two fp32 copies that the fused device kernels do not).
 
-The LLaMA-style layer runs the materialised attention on both sides: megatron-core's local spec
-has no flash attention (that is the Transformer Engine spec, CUDA only). The MoE layer's routing
+The LLaMA-style and MoE layers run the materialised attention on both sides: megatron-core's local
+spec has no flash attention (that is the Transformer Engine spec, CUDA only). The MoE layer's routing
 differs by design (the reference dispatches a fixed balanced permutation so that its timings do not
 depend on random routing), so its output is compared with the routed experts zeroed (attention,
-norms, shared expert and residuals); its saved bytes are compared as they are (each token goes
-to top-k experts on both sides, so the byte total does not depend on which).
+norms, shared expert and residuals) and with megatron-core's router made to choose the reference's
+experts (everything); its saved bytes are compared as they are (each token goes to top-k experts
+on both sides, so the byte total does not depend on which).
 """
 
 from __future__ import annotations
@@ -70,23 +71,29 @@ REFERENCE_TO_MCORE = {
 }
 
 
+def _copy_experts(experts, target) -> None:
+    """Routed experts' stacked [E', h, f] weights, transposed, into megatron-core's experts one by
+    one: each group of a SequentialExperts holds the experts after the previous groups'."""
+    groups = getattr(experts, "local", [experts])
+    first = 0
+    for group in groups:
+        for which, stacked in (("linear_fc1", group.fc1), ("linear_fc2", group.fc2)):
+            for e in range(stacked.shape[0]):
+                name = f"layer.mlp.experts.local_experts.{first + e}.{which}.weight"
+                target[name].copy_(stacked[e].t())
+        first += group.num_experts
+
+
 def _copy_weights(reference, mcore) -> None:
     """The reference block's weights into megatron-core's layer (same layouts: QKV interleaved per
     query group, SwiGLU's fc1 as [gate; up]); routed experts transposed from the stacked form."""
     target = dict(mcore.module.named_parameters())
     with torch.no_grad():
         for name, param in reference.module.named_parameters():
-            if name.startswith("mlp.experts."):
-                stacked = param if name.endswith("fc1") or name.endswith("fc2") else None
-                if stacked is None:
-                    continue
-                which = "linear_fc1" if name.endswith("fc1") else "linear_fc2"
-                for e in range(stacked.shape[0]):
-                    target[f"layer.mlp.experts.local_experts.{e}.{which}.weight"].copy_(
-                        stacked[e].t()
-                    )
-                continue
-            target[REFERENCE_TO_MCORE[name]].copy_(param)
+            if not name.startswith("mlp.experts."):
+                target[REFERENCE_TO_MCORE[name]].copy_(param)
+        if hasattr(reference.module.mlp, "experts"):
+            _copy_experts(reference.module.mlp.experts, target)
 
 
 @pytest.mark.parametrize("style", sorted(MODELS))
@@ -119,7 +126,9 @@ def test_same_forward_output_given_the_same_weights(style):
 
 
 def _moe():
-    return replace(moe_model(seq=64, hidden=64, experts=4), num_layers=1, first_k_dense_replace=0)
+    """One MoE layer with the materialised attention on both sides (as the LLaMA-style layer)."""
+    model = moe_model(seq=64, hidden=64, experts=4)
+    return replace(model, num_layers=1, first_k_dense_replace=0, use_flash_attn=False)
 
 
 def test_moe_same_parameter_count():
@@ -181,3 +190,28 @@ def test_moe_same_output_of_the_dense_path():
     torch.manual_seed(1)
     (x,) = reference.make_inputs()
     torch.testing.assert_close(mcore.module(x), reference.module(x), rtol=1e-4, atol=1e-5)
+
+
+def test_moe_same_output_given_the_same_routing(monkeypatch):
+    """With megatron-core's router choosing the experts the reference's fixed routing chooses
+    (`MoE.choice`, with the same top-k softmax probabilities), both MoE layers compute the same
+    output, routed experts included: dispatch, probabilities in the activation, unpermute."""
+    reference, mcore = _pair(_moe(), "layer.moe")
+    _copy_weights(reference, mcore)
+    choice = reference.module.mlp.choice
+
+    def routing(self, logits, padding_mask=None):
+        logits = logits.view(-1, logits.shape[-1])  # [s, b, E] -> [T, E], as Router.routing
+        top = torch.softmax(logits.float(), dim=-1).topk(choice.shape[1], dim=-1).values
+        probs = torch.zeros_like(logits).scatter(1, choice, top.type_as(logits))
+        return probs, torch.zeros_like(logits, dtype=torch.bool).scatter(1, choice, True)
+
+    monkeypatch.setattr(type(mcore.module.layer.mlp.router), "routing", routing)
+    torch.manual_seed(1)
+    (x,) = reference.make_inputs()
+    routed = reference.module(x)
+    torch.testing.assert_close(mcore.module(x), routed, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():  # the routed experts contribute: zeroing them changes the output
+        for p in reference.module.mlp.experts.parameters():
+            p.zero_()
+    assert not torch.allclose(reference.module(x), routed, rtol=1e-4, atol=1e-5)

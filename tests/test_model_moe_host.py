@@ -42,18 +42,19 @@ def test_the_wait_is_host_time_beyond_the_gpu_time():
     assert moe_host_wait_us(ctx, "dense", s, 0.0, 0.0) == (0.0, 0.0)
 
 
-def test_no_wait_without_a_host_figure():
-    """A description without `host_op_us` prices no host time (ASSUMPTION: none stated)."""
-    ctx = _cost(None).context
+def test_no_wait_where_the_host_figure_is_zero():
+    """A description with `host_op_us` 0 prices no host time; one without it prices the default
+    (hardware DEFAULT_HOST_OP_US: every description prices the host, issue 28)."""
     s = Strategy(tp=1, pp=1, dp=8, ep=2, etp=1)
-    assert moe_host_wait_us(ctx, "moe", s, 0.0, 0.0) == (0.0, 0.0)
+    assert moe_host_wait_us(_cost(0.0).context, "moe", s, 0.0, 0.0) == (0.0, 0.0)
+    assert moe_host_wait_us(_cost(None).context, "moe", s, 0.0, 0.0)[0] > 0.0
 
 
 def test_evaluate_adds_the_wait_where_the_host_is_slower():
     """A slow host (1 ms per operator) lengthens the iteration, more with more local experts."""
     s2 = Strategy(tp=1, pp=1, dp=8, ep=2, etp=1)
     s8 = Strategy(tp=1, pp=1, dp=8, ep=8, etp=1)
-    fast, slow = _cost(None), _cost(1000.0)
+    fast, slow = _cost(0.0), _cost(1000.0)
     extra2 = slow.evaluate(s2).iteration_time_ms - fast.evaluate(s2).iteration_time_ms
     extra8 = slow.evaluate(s8).iteration_time_ms - fast.evaluate(s8).iteration_time_ms
     assert extra2 > extra8 > 0

@@ -176,7 +176,8 @@ def test_modelzoo_case_peak(info, tmp_path):
     ).evaluate(s)
     # 112,201 MB before the published run's flags, Megatron-core's routed-expert saved tensors
     # (profile/moe.py) and the fused RMSNorm / SwiGLU that Megatron-Core with Transformer Engine
-    # runs (ModelSpec.fused_kernels); the run fits its 80 GiB H100s.
-    assert peak == pytest.approx(57550, abs=2)
+    # runs (ModelSpec.fused_kernels); the run fits its 80 GiB H100s. 57,550 MB before the
+    # dispatch kept its permute's probabilities, routing map and indices (profile/moe.py).
+    assert peak == pytest.approx(57663, abs=2)
     assert peak < 80 * 1024
     assert without.peak_memory_mb > peak

@@ -69,6 +69,9 @@ class SplitCoefficients:
     (and the selective recompute when selective)."""
     layer_comm_ns: np.ndarray
     """The collective part of layer_time_ns."""
+    layer_host_ns: np.ndarray
+    """The exposed host part of layer_time_ns: the host's issue time above the GPU's
+    (costs/fixed_costs.py; a recomputed forward's is in layer_recompute_ns)."""
     layer_recompute_ns: np.ndarray
     """Extra forward (with its collectives) of a fully recomputed layer."""
     layer_static_bytes: np.ndarray
@@ -252,11 +255,14 @@ class StageCost:
     """Communication per micro-batch hidden behind compute (not in time_ns)."""
     hidden_sync_ns: int = 0
     """Gradient reduce / parameter gather hidden behind the last backward / first forward."""
+    host_ns: int = 0
+    """The exposed host part of time_ns (costs/fixed_costs.py)."""
 
 
 _PREFIXED = (
     "layer_time_ns",
     "layer_comm_ns",
+    "layer_host_ns",
     "layer_hidden_ns",
     "layer_tail_hidden_ns",
     "layer_recompute_ns",
@@ -330,4 +336,5 @@ def _stage_cost(c, s, total, num, num_rc, recompute_ns, rc_input, rc_act, work_l
         mask,
         hidden,
         hidden_sync,
+        total["layer_host_ns"],
     )

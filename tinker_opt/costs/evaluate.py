@@ -339,8 +339,13 @@ def _breakdown(c: SplitCoefficients, stages: list[StageCost]) -> dict[str, float
     # What the schedule adds to m x the slowest stage and the tail (1F1B: sum - max).
     bubble_x_v = c.iteration_time_ns_x_v(stages) - v * (m * slow.time_ns + tail.tail_ns)
     return {
-        "compute_ms": m * (slow.time_ns - slow.comm_ns - slow.recompute_ns) / NS_PER_MS - fixed_ms,
+        "compute_ms": m
+        * (slow.time_ns - slow.comm_ns - slow.recompute_ns - slow.host_ns)
+        / NS_PER_MS
+        - fixed_ms,
         "fixed_ms": fixed_ms,
+        # The host's issue time above the GPU's (costs/fixed_costs.py): not in compute_ms.
+        "host_ms": m * slow.host_ns / NS_PER_MS,
         "recompute_ms": m * slow.recompute_ns / NS_PER_MS,
         "comm_ms": m * slow.comm_ns / NS_PER_MS,
         "bubble_ms": bubble_x_v / v / NS_PER_MS,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tinker_opt.costs.framework_memory import accelerator_of
 from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
-from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS, HardwareSpec
+from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS, DEFAULT_HOST_OP_US, HardwareSpec
 from tinker_opt.profile.meta import ProfileMeta
 from tinker_opt.specs import ClusterSpec, ModelSpec
 
@@ -68,9 +68,9 @@ class HardwareRates:
     """Host <-> device copies (the swap optimizer)."""
     matmul_tflops: float = DEFAULT_MATMUL_TFLOPS
     """Dense matmul peak in the training precision (recomputed module GEMMs, costs/recompute_modules.py)."""
-    host_op_us: float = 0.0
-    """Host time to issue one eager operator (hardware `host_op_us`; 0: not priced,
-    costs/moe_host.py)."""
+    host_op_us: float = DEFAULT_HOST_OP_US
+    """Host time to issue one eager operator (hardware `host_op_us`, DEFAULT_HOST_OP_US where the
+    file states none; 0: not priced): costs/fixed_costs.py, costs/moe_host.py."""
     accelerator: str = "cuda"
     """cuda | npu: the framework's context and communication buffers (framework_memory.py)."""
     fixed_us_per_microbatch: float = 0.0
@@ -88,7 +88,7 @@ class HardwareRates:
             memory_bandwidth_gbs=hardware.memory_bandwidth_gbs or DEFAULT_MEMORY_BANDWIDTH_GBS,
             host_link_gbs=hardware.host_link_gbs or DEFAULT_HOST_LINK_GBS,
             matmul_tflops=hardware.peak_tflops.get("bf16") or DEFAULT_MATMUL_TFLOPS,
-            host_op_us=hardware.host_op_us or 0.0,
+            host_op_us=DEFAULT_HOST_OP_US if hardware.host_op_us is None else hardware.host_op_us,
             accelerator=accelerator,
             fixed_us_per_microbatch=1e3 * hardware.fixed_ms_per_microbatch,
         )

@@ -61,7 +61,7 @@ def moe_host_wait_us(
 ) -> tuple[float, float]:
     """(forward, backward) microseconds one layer of `kind` and micro-batch waits for the host
     beyond its modelled GPU time `gpu_fwd_us` / `gpu_bwd_us` (compute + exposed collectives); 0
-    but for MoE layers, where the description gives no `host_op_us`, or where the profile's block
+    but for MoE layers, where `host_op_us` is 0, or where the profile's block
     times ran the layer for real (Tinker folders)."""
     op_us = ctx.rates.host_op_us
     if op_us <= 0 or kind != "moe" or not ctx.model.is_moe or ctx.ep_comm_in_times:

@@ -28,7 +28,13 @@ PER_MBS_MEASURES = (
     "selective_recompute_us",
 )
 """Measures that scale with the micro-batch size (per micro-batch on one rank)."""
-STATIC_MEASURES = ("param_count", "expert_param_count", "weight_bytes")
+STATIC_MEASURES = (
+    "param_count",
+    "expert_param_count",
+    "weight_bytes",
+    "fwd_host_ops",
+    "bwd_host_ops",
+)
 """Measures that do not depend on the micro-batch size."""
 
 
@@ -48,6 +54,9 @@ class BlockCost:
     selective_recompute_us: float
     estimated: bool
     """True when interpolated / extrapolated from other micro-batch sizes."""
+    fwd_host_ops: int = 0
+    """Operators the host issues for the forward (0: not counted; costs/fixed_costs.py)."""
+    bwd_host_ops: int = 0
 
 
 class BlockTable:
@@ -114,7 +123,7 @@ def _cached_cost(
     rows = table._find(block, tp, sp, cp, ep, etp)
     if rows is None:
         raise ProfileDataError(table.missing_message(block, tp, sp, cp, ep, etp))
-    static = {name: int(rows[name].iloc[0]) for name in STATIC_MEASURES}
+    static = {name: int(rows[name].iloc[0]) if name in rows else 0 for name in STATIC_MEASURES}
     exact = rows[rows["mbs"] == mbs]
     if not exact.empty:
         per_mbs = {name: float(exact[name].iloc[0]) for name in PER_MBS_MEASURES}
@@ -137,6 +146,8 @@ def _cached_cost(
         selective_activation_bytes=round(per_mbs["selective_activation_bytes"]),
         selective_recompute_us=per_mbs["selective_recompute_us"],
         estimated=estimated,
+        fwd_host_ops=static["fwd_host_ops"],
+        bwd_host_ops=static["bwd_host_ops"],
     )
 
 

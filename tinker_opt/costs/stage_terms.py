@@ -51,20 +51,14 @@ def _inflight(s: Strategy, v: int, num_micro: int) -> np.ndarray:
 
 def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
     """Stage arrays of SplitCoefficients (keys are its field names) plus `estimated`."""
-    p, v, m = s.pp, chunks_per_rank(s), ctx.model
+    p, v = s.pp, chunks_per_rank(s)
     last = head_stage(s)
     emb = ctx.cost("embedding", s)
     norm = ctx.cost("final_norm", s)
     head = ctx.cost("head", s)
     # TE's cross entropy keeps the logits in their dtype, not the fp32 softmax (loss_terms.py).
     head_act = max(head.activation_bytes - te_loss_saving_bytes(ctx.model, s, ctx.bpe), 0)
-    act = m_tokens(m, s) * m.hidden_size * ctx.bpe
-    tp_comm = s.tp > 1 and not ctx.tp_comm_in_times  # Tinker's block times include them
-    # Vocab-parallel embedding: all-reduce (reduce-scatter with SP) of its output, forward only.
-    emb_comm = ctx.tp_pair_us(s, act) / (2 if s.sp else 1) if tp_comm else 0.0
-    # Column-parallel output layer: all-gather of its input forward + reduce-scatter backward with
-    # SP, else an all-reduce of the input gradient backward: one pair either way.
-    head_comm = ctx.tp_pair_us(s, act) if tp_comm else 0.0
+    emb_comm, head_comm = _edge_tp_comm_us(ctx, s)
     p2p_us, p2p_hidden_us = _p2p_us(ctx, s)
     # The description's fitted fixed time per micro-batch (calibrate --log; 0 unless fitted).
     time = np.full(p, p2p_us + ctx.rates.fixed_us_per_microbatch, dtype=float)
@@ -113,6 +107,17 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
     }
 
 
+def _edge_tp_comm_us(ctx: TermContext, s: Strategy) -> tuple[float, float]:
+    """The tensor-parallel collectives of the embedding and the output layer (us a micro-batch)."""
+    if s.tp == 1 or ctx.tp_comm_in_times:  # Tinker's block times include them
+        return 0.0, 0.0
+    act = m_tokens(ctx.model, s) * ctx.model.hidden_size * ctx.bpe
+    # Vocab-parallel embedding: all-reduce (reduce-scatter with SP) of its output, forward only.
+    # Column-parallel output layer: all-gather of its input forward + reduce-scatter backward with
+    # SP, else an all-reduce of the input gradient backward: one pair either way.
+    return ctx.tp_pair_us(s, act) / (2 if s.sp else 1), ctx.tp_pair_us(s, act)
+
+
 def _stage_transient(ctx: TermContext, s: Strategy, edges, edge_params: int) -> np.ndarray:
     """Per stage the largest transient of its blocks (the layers' everywhere, the embedding's on
     the first stage, the final norm's and head's on the head stage; `edges` is those three) plus
@@ -146,7 +151,13 @@ def _mtp_terms(ctx: TermContext, s: Strategy, norm, head, head_act: int) -> dict
     projection h x 2h of the concatenated embedding and hidden state, and the shared output head
     run again (DeepSeek-V3 technical report, arXiv:2412.19437, section 2.2; Megatron-LM
     megatron/core/transformer/multi_token_prediction.py places them on the last pipeline stage).
-    ASSUMPTION: the projection's compute is left out (2 h^2 per token, small beside the layer)."""
+    ASSUMPTION: the projection's compute is left out (2 h^2 per token, small beside the layer).
+
+    A stage with MTP modules that is not the first holds its own copy of the word embeddings
+    (vocab/tp x h, tied to the first stage's): megatron/core/models/gpt/gpt_model.py builds
+    `self.embedding` when `pre_process or mtp_process` (megatron-core 0.16.1, GPTModel.__init__;
+    its sharded_state_dict ties the copy). With tied embeddings that copy is the head's
+    (_head_params), so it is added for untied models only."""
     k = ctx.model.mtp_num_layers
     if not k:
         return {"time_us": 0.0, "comm_us": 0.0, "params": 0, "expert_params": 0, "act_bytes": 0}
@@ -158,10 +169,13 @@ def _mtp_terms(ctx: TermContext, s: Strategy, norm, head, head_act: int) -> dict
     per_module += head.fwd_us + head.bwd_us + comm
     h = ctx.model.hidden_size
     dense = layer.param_count - layer.expert_param_count + 2 * norm.param_count + 2 * h * h // s.tp
+    embedding = 0
+    if ctx.model.untie_embeddings_and_output_weights and head_stage(s) != 0:
+        embedding = ctx.model.vocab_size_for(s.tp) // s.tp * h
     return {
         "time_us": k * per_module,
         "comm_us": k * comm,
-        "params": k * dense,
+        "params": k * dense + embedding,
         "expert_params": k * layer.expert_param_count,
         "act_bytes": k * (layer.activation_bytes + head_act),
     }

@@ -25,6 +25,7 @@ from tinker_opt.costs import overlap
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.cp_terms import unaligned_extra
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_us
+from tinker_opt.costs.fixed_costs import layer_host_time
 from tinker_opt.costs.fp8_activation import fp8_saved_input_bytes
 from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
 from tinker_opt.costs.grad_accumulation import unfused_accumulation_us
@@ -84,6 +85,7 @@ class TermBuilder:
             num_microbatches=num_micro,
             layer_time_ns=layer["time"],
             layer_comm_ns=layer["comm"],
+            layer_host_ns=layer["host"],
             layer_recompute_ns=layer["recompute"],
             layer_static_bytes=layer["static"],
             layer_optimizer_bytes=layer["optimizer"],
@@ -142,13 +144,13 @@ class TermBuilder:
             ctx, s, dense_params, cost.expert_param_count, cost.fwd_us, cost.bwd_us
         )
         weights, optimizer = self._static_terms(s, cost)
-        grad_us, gather_us, opt_us = tail_parts_us(ctx, s, dense_params, cost.expert_param_count)
-        gather_us *= fp8_gather_factor(ctx.model)
-        sync_us = (overlap.exposed(grad_us, cost.bwd_us) if s.overlap_grad_reduce else grad_us) + (
-            overlap.exposed(gather_us, cost.fwd_us) if s.overlap_param_gather else gather_us
-        )
+        grad_us, gather_us, opt_us, sync_us = self._tail_us(s, cost, dense_params)
         act = (cost.selective_activation_bytes if selective else cost.activation_bytes) + pace_bytes
         recompute_us = cost.fwd_us + extra_fwd + fwd_comm if s.recompute == Recompute.FULL else 0.0
+        # The host's issue time above the GPU's (costs/fixed_costs.py; MoE layers: moe_host.py).
+        host = layer_host_time(ctx, kind, s, cost, fwd_comm, bwd_comm)
+        compute += host.exposed_us
+        recompute_us += host.recompute_exposed_us
         dims = self._layer_dims(s)
         act -= min(act, fp8_saved_input_bytes(ctx.model, kind, dims, etp))
         if s.recompute == Recompute.SELECTIVE:
@@ -169,6 +171,7 @@ class TermBuilder:
         return {
             "time": to_ns(compute + fwd_comm + bwd_comm),
             "comm": to_ns(fwd_comm + bwd_comm),
+            "host": to_ns(host.exposed_us),
             "hidden": to_ns(hidden),
             "tail_hidden": to_ns(grad_us + gather_us + opt_us) - to_ns(sync_us + opt_us),
             "recompute": to_ns(recompute_us) if s.recompute == Recompute.FULL else 0,
@@ -182,6 +185,18 @@ class TermBuilder:
             "tail_sync": to_ns(sync_us),
             "estimated": cost.estimated,
         }
+
+    def _tail_us(self, s: Strategy, cost, dense_params: int) -> tuple[float, float, float, float]:
+        """The data-parallel tail of one layer (us): its gradient reduce, parameter gather and
+        optimizer step, and the sync part of the first two left exposed by their overlaps."""
+        grad_us, gather_us, opt_us = tail_parts_us(
+            self.ctx, s, dense_params, cost.expert_param_count
+        )
+        gather_us *= fp8_gather_factor(self.ctx.model)
+        sync_us = (overlap.exposed(grad_us, cost.bwd_us) if s.overlap_grad_reduce else grad_us) + (
+            overlap.exposed(gather_us, cost.fwd_us) if s.overlap_param_gather else gather_us
+        )
+        return grad_us, gather_us, opt_us, sync_us
 
     def _extra_us(
         self,

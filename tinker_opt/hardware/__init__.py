@@ -48,6 +48,7 @@ import pandas as pd
 from tinker_opt.comm_cost import COMM_OPS, collective_time_us
 from tinker_opt.errors import ConfigError
 from tinker_opt.hardware.efficiency import DeviceEfficiency, EfficiencyCurve
+from tinker_opt.hardware.links import LinkSpec, link_dict
 
 __all__ = [
     "DeviceEfficiency",
@@ -61,6 +62,17 @@ __all__ = [
 ]
 
 HARDWARE_DIR = Path(__file__).parent
+DEFAULT_HOST_OP_US = 15.0
+"""Host time to issue one operator of an eager PyTorch training step (Python, the dispatcher,
+autograd, the kernel launch) when a hardware file gives none (costs/fixed_costs.py). Holistic
+Trace Analysis gives the CPU cost of a kernel launch as "usually between 5-20 microseconds"
+(facebookresearch/HolisticTraceAnalysis docs/source/features/cuda_kernel_launch_stats.rst).
+ASSUMPTION: 15 us, in the upper half of that range, since Megatron's Python layer code (module
+calls, autograd functions, the RNG tracker) runs around each operator. Check: vTrain's
+Megatron-DeepSpeed GPT layer on A100 (hidden 1024, tp 1, micro-batch 1, full recompute: 210
+traced operators per layer and micro-batch) takes ~3.3 ms per layer and micro-batch where its GPU
+work is ~1.5 ms (benchmarks/data/vtrain_ground_truth_single.csv, 8 GPUs, global batch 128, micro-batch
+1 against 4): ~16 us per operator. The one figure a calibration from logs scales."""
 DEFAULT_HOST_LINK_GBS = 25.0
 """Device<->host copy bandwidth per device and direction when a hardware file gives none.
 ASSUMPTION: a PCIe 4.0/5.0 x16 class link (32/64 GB/s peak) shared by the devices on its switch,
@@ -73,49 +85,6 @@ DEFAULT_COMM_SIZES = tuple(64 * 1024 * 4**i for i in range(7))
 """64 KiB ... 256 MiB, the sizes the measured communication profile uses too."""
 COMM_MAX_GROUP = 64
 """comm.csv group sizes computed from a description go up to this (the formulas hold for any size)."""
-
-
-@dataclass(frozen=True)
-class LinkSpec:
-    """One level of the network, per device and direction, as achieved (not the datasheet peak)."""
-
-    bandwidth_gbs: float
-    latency_us: float
-    mesh_links: int | None = None
-    """Direct links per device when a node's devices form a full mesh (HCCS on the Atlas 800T
-    A2): `bandwidth_gbs` is over all of them, and a group of g devices of the node reaches its
-    peers over the g - 1 links between them only; None: a switch (NVSwitch), every group gets
-    the whole bandwidth."""
-    ops: tuple[tuple[str, float, float], ...] = ()
-    """Per-collective (op, bandwidth_gbs, latency_us) where a measurement fitted them
-    (`calibrate --comm`: an all-to-all reaches another bus bandwidth than a ring all-reduce on
-    the same link); the JSON form is `"ops": {op: {"bandwidth_gbs", "latency_us"}}`. An op not
-    listed runs at the link's own figures."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.ops, dict):  # the JSON form
-            object.__setattr__(self, "ops", _op_links(self.ops))
-        if self.bandwidth_gbs <= 0 or self.latency_us < 0:
-            raise ConfigError(
-                f"link bandwidth must be > 0 and latency >= 0, got {self.bandwidth_gbs}, {self.latency_us}"
-            )
-        if self.mesh_links is not None and self.mesh_links < 1:
-            raise ConfigError(f"mesh_links must be a positive link count, got {self.mesh_links}")
-
-    def for_op(self, op: str) -> LinkSpec:
-        """The link as `op` runs on it: its own fitted figures where `ops` lists it."""
-        for name, bandwidth_gbs, latency_us in self.ops:
-            if name == op:
-                return LinkSpec(bandwidth_gbs, latency_us, self.mesh_links)
-        return self
-
-    def group_bandwidth_gbs(self, group_size: int) -> float:
-        """Bandwidth per device and direction inside a group of `group_size` devices of one node:
-        the whole link behind a switch, (g - 1) / mesh_links of it in a full mesh (a
-        point-to-point transfer is a group of 2: one link)."""
-        if self.mesh_links is None:
-            return self.bandwidth_gbs
-        return self.bandwidth_gbs * min(1.0, (max(group_size, 2) - 1) / self.mesh_links)
 
 
 @dataclass(frozen=True)
@@ -133,8 +102,9 @@ class HardwareSpec:
     host_link_gbs: float = DEFAULT_HOST_LINK_GBS
     """Achieved device<->host copy bandwidth per device and direction (swap-optimizer traffic)."""
     host_op_us: float | None = None
-    """Host (CPU) time to issue one eager PyTorch operator: Python, dispatcher and launch; None:
-    host time is not priced (costs/moe_host.py)."""
+    """Host (CPU) time to issue one eager PyTorch operator: Python, dispatcher and launch
+    (costs/fixed_costs.py, costs/moe_host.py); None: the file states none, DEFAULT_HOST_OP_US
+    applies."""
     nics_per_node: int | None = None
     """Network cards per node, each `inter_node` fast; None: one per device."""
     domain_size: int | None = None
@@ -296,8 +266,8 @@ class HardwareSpec:
             "memory_bandwidth_gbs": self.memory_bandwidth_gbs,
             "host_link_gbs": self.host_link_gbs,
             **({} if self.host_op_us is None else {"host_op_us": self.host_op_us}),
-            "intra_node": _link_dict(self.intra_node),
-            "inter_node": _link_dict(self.inter_node),
+            "intra_node": link_dict(self.intra_node),
+            "inter_node": link_dict(self.inter_node),
             "efficiency": self.efficiency.to_dict(),
             **self._network_dict(),
             **({} if self.fused_attention else {"fused_attention": False}),
@@ -316,33 +286,8 @@ class HardwareSpec:
         if self.nics_per_node is not None:
             out["nics_per_node"] = self.nics_per_node
         if self.domain_size is not None:
-            out["domain"] = {"size": self.domain_size, **_link_dict(self.domain_link)}
+            out["domain"] = {"size": self.domain_size, **link_dict(self.domain_link)}
         return out
-
-
-def _link_dict(link: LinkSpec) -> dict[str, Any]:
-    """A link as the hardware file writes it (`mesh_links` and `ops` only where they are set)."""
-    out: dict[str, Any] = {"bandwidth_gbs": link.bandwidth_gbs, "latency_us": link.latency_us}
-    if link.mesh_links is not None:
-        out["mesh_links"] = link.mesh_links
-    if link.ops:
-        out["ops"] = {op: {"bandwidth_gbs": bw, "latency_us": lat} for op, bw, lat in link.ops}
-    return out
-
-
-def _op_links(ops: dict[str, Any]) -> tuple[tuple[str, float, float], ...]:
-    """The JSON `ops` of a link as LinkSpec.ops, each op a known collective with a positive rate."""
-    links = []
-    for op, figures in ops.items():
-        if op not in COMM_OPS:
-            raise ConfigError(f"link ops: unknown collective {op!r}; expected one of {COMM_OPS}")
-        bandwidth_gbs, latency_us = float(figures["bandwidth_gbs"]), float(figures["latency_us"])
-        if bandwidth_gbs <= 0 or latency_us < 0:
-            raise ConfigError(
-                f"link ops: {op} needs bandwidth > 0 and latency >= 0, got {bandwidth_gbs}, {latency_us}"
-            )
-        links.append((str(op), bandwidth_gbs, latency_us))
-    return tuple(links)
 
 
 def _network_fields(data: dict[str, Any]) -> dict[str, Any]:

@@ -203,6 +203,9 @@ def block_row(trace: BlockTrace, hardware: HardwareSpec) -> dict:
         bwd_us_spread=0,
         # Selective recompute reruns the core attention forward inside backward.
         selective_recompute_us=round(phase_times_us(trace.core_ops, hardware)["fwd"]),
+        # Every traced aten op is one the host issues (costs/fixed_costs.py).
+        fwd_host_ops=len(trace.fwd_ops),
+        bwd_host_ops=len(trace.bwd_ops),
         status="ok",
     )
     return row

@@ -10,22 +10,14 @@ a layer is built here for tp = cp = ep = etp = 1 only; other shapes use the refe
 meta.json says so (`source`). What a local-spec layer needs on the CPU, found for megatron-core
 0.16.1 by running a dense (GPT), a GQA + rope + SwiGLU (LLaMA) and a MoE layer forward and backward:
 
-* three CUDA-only allocations, redirected to the CPU (`cpu_redirects`): the default causal mask
-  (`megatron/core/transformer/utils.py`, `get_default_causal_mask`, `device="cuda"`), the global
-  memory buffer that the local `DotProductAttention` uses for its baddbmm output
-  (`megatron/core/utils.py`, `GlobalMemoryBuffer.get_tensor`), the model-parallel RNG tracker that
-  forks CUDA generator states around the attention dropout (`megatron/core/tensor_parallel/random.py`:
-  a tracker whose `fork` keeps the CPU generator);
-* the router's move of its weight to the CUDA device (`megatron/core/transformer/moe/router.py`,
-  `Router.gating`): the same gating without the move;
+* CUDA-only allocations and the device's saved-tensor semantics, redirected on the CPU
+  (profile/mcore_cpu.py, `cpu_redirects`);
 * the all-to-all token dispatcher creates a `torch.cuda.Stream`: on the CPU the all-gather
   dispatcher runs instead (identical with ep = tp = 1: no tokens leave the rank);
 * `te_general_gemm`, undefined without Transformer Engine in `transformer/moe/moe_utils.py`
   (every MoE forward would raise NameError): defined as None;
-* device semantics rather than allocations: `F.dropout` keeps a 1-byte mask as the device kernels do
-  (torch's CPU dropout keeps a 4-byte one) and the softmax keeps its 16-bit output as the fused
-  masked-softmax kernel does (`attention_softmax_in_fp32` off on the CPU), so that saved bytes are
-  the device's.
+* the softmax keeps its 16-bit output as the fused masked-softmax kernel does
+  (`attention_softmax_in_fp32` off on the CPU).
 
 Rotary positions are computed as `GPTModel` does (its `RotaryEmbedding.get_freqs_non_repeated`,
 concatenated, [s, 1, 1, d]) without its move to the CUDA device. Selective recompute is not
@@ -36,7 +28,7 @@ full-save figures.
 from __future__ import annotations
 
 import socket
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -45,6 +37,7 @@ from torch import nn
 
 from tinker_opt.errors import ConfigError
 from tinker_opt.profile.kernels import KernelSet
+from tinker_opt.profile.mcore_cpu import cpu_redirects
 from tinker_opt.profile.shape import Shape
 from tinker_opt.profile.subgraphs import (
     DTYPES,
@@ -87,87 +80,6 @@ def require_megatron() -> str:
 def supports(block: str, shape: Shape) -> bool:
     """Whether the block is built from megatron-core at this shape (a layer of one unsharded rank)."""
     return block in LAYER_BLOCKS and (shape.tp, shape.cp, shape.ep, shape.etp) == (1, 1, 1, 1)
-
-
-class _CpuRngTracker:
-    """Stands in for CudaRNGStatesTracker on the CPU: forks keep the CPU generator."""
-
-    def fork(self, name: str = "model-parallel-rng"):
-        return nullcontext()
-
-    def add(self, name: str, seed: int) -> None:
-        pass
-
-    def get_states(self) -> dict:
-        return {}
-
-    def set_states(self, states: dict) -> None:
-        pass
-
-    def is_initialized(self) -> bool:
-        return True
-
-
-@contextmanager
-def cpu_redirects(device: torch.device):
-    """The three CUDA-only allocations of a local-spec layer, redirected to `device` (module docstring)."""
-    from megatron.core import parallel_state, utils
-    from megatron.core.fusions import fused_softmax
-    from megatron.core.tensor_parallel import random
-    from megatron.core.transformer.moe import router
-
-    saved = (
-        fused_softmax.get_default_causal_mask,
-        utils.GlobalMemoryBuffer.get_tensor,
-        random._CUDA_RNG_STATE_TRACKER,
-        random._CUDA_RNG_STATE_TRACKER_INITIALIZED,
-        parallel_state._GLOBAL_MEMORY_BUFFER,
-        F.dropout,
-        router.Router.gating,
-    )
-
-    def gating(self, x):  # Router.gating without its move of the weights to the CUDA device
-        dtype = {"fp32": torch.float32, "fp64": torch.float64}.get(
-            self.config.moe_router_dtype, x.dtype
-        )
-        return router.router_gating_linear(x, self.weight, self.bias, dtype)
-
-    def fused_dropout(x, p=0.5, training=True, inplace=False):
-        return torch.native_dropout(x, p, True)[0] if training and p > 0 else x
-
-    def causal_mask(sq: int) -> torch.Tensor:
-        return torch.triu(torch.ones(sq, sq, device=device), diagonal=1).bool()
-
-    def get_tensor(self, tensor_shape, dtype, name, mem_alloc_context=None):
-        numel = 1
-        for size in tensor_shape:
-            numel *= size
-        key = (name, dtype)
-        if key not in self.buffer or self.buffer[key].numel() < numel:
-            self.buffer[key] = torch.empty(numel, dtype=dtype, device=device, requires_grad=False)
-        return self.buffer[key][:numel].view(*tensor_shape)
-
-    fused_softmax.get_default_causal_mask = causal_mask
-    utils.GlobalMemoryBuffer.get_tensor = get_tensor
-    random._CUDA_RNG_STATE_TRACKER, random._CUDA_RNG_STATE_TRACKER_INITIALIZED = (
-        _CpuRngTracker(),
-        True,
-    )
-    if parallel_state._GLOBAL_MEMORY_BUFFER is None:  # before initialize_model_parallel
-        parallel_state._GLOBAL_MEMORY_BUFFER = utils.GlobalMemoryBuffer()
-    F.dropout, router.Router.gating = fused_dropout, gating
-    try:
-        yield
-    finally:
-        (
-            fused_softmax.get_default_causal_mask,
-            utils.GlobalMemoryBuffer.get_tensor,
-            random._CUDA_RNG_STATE_TRACKER,
-            random._CUDA_RNG_STATE_TRACKER_INITIALIZED,
-            parallel_state._GLOBAL_MEMORY_BUFFER,
-            F.dropout,
-            router.Router.gating,
-        ) = saved
 
 
 def _free_port() -> int:

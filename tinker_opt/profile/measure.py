@@ -41,6 +41,9 @@ class Measurement:
     transient_bytes: int
     selective_activation_bytes: int
     selective_recompute_us: int
+    fwd_host_ops: int = 0
+    """Operators the host issues per pass (the analytic trace counts them; 0: not counted)."""
+    bwd_host_ops: int = 0
 
     def as_row(self) -> dict[str, int]:
         return asdict(self)

@@ -19,6 +19,15 @@ the tokens go back through `unpermute` (megatron/core/transformer/moe/moe_utils.
 `scatter_add_` of the expert output by the sorted indices, or Transformer Engine's fused
 `moe_unpermute` under `--moe-permute-fusion`), which keeps only the indices.
 
+The dispatch keeps what Megatron-core's unfused `permute` keeps (moe_utils.py, `permute` with
+probs): the router's dense probabilities [T, E] (router.py `Router.routing`: the top-k scattered
+into zeros) are transposed and `masked_select`ed by the transposed routing map, which keeps both
+[E, T] tensors for the backward, and `tokens.index_select(0, sorted_indices)` keeps the int64
+indices [T k] (the same tensor the unpermute's `scatter_add_` keeps). Checked against
+megatron-core 0.16.1's MoE layer by tests/test_megatron_core_parity.py. ASSUMPTION: under
+`--moe-permute-fusion` Transformer Engine's `moe_permute_with_probs` keeps an int32 row map of
+about the same size instead; the unfused form is counted for both.
+
 ModelLink's legacy GShard MoE (`moe_gshard_dispatch`, DeepSpeed sharded_moe.py MOELayer) builds
 the expert input with one-hot einsums, "sec,sm->ecm" to dispatch and "sec,ecm->sm" to combine
 (S tokens, E experts, C capacity, M hidden): two dense matmuls of 2 S E C M FLOPs each, and the
@@ -58,6 +67,24 @@ class WeightedSwiGLU(torch.autograd.Function):
         grad_x = torch.cat((g * sig * (1 + gate * (1 - sig)) * up, g * silu), dim=-1)
         grad_probs = (silu * up * grad).sum(-1, keepdim=True).to(probs.dtype)
         return grad_x.to(x.dtype), grad_probs, None
+
+
+class MaskedSelect(torch.autograd.Function):
+    """`x.masked_select(mask)` for a mask whose True entries are known (`positions`, its flat
+    indices): the same values, keeping x and the mask for the backward as torch's masked_select
+    does (derivatives.yaml: `masked_select_backward(grad, self, mask)`); the output size does not
+    depend on the data, so it runs on the meta device and under FakeTensorMode too."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, mask, positions)
+        return x.reshape(-1).index_select(0, positions)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, _, positions = ctx.saved_tensors
+        grad_x = grad.new_zeros(x.numel()).index_add(0, positions, grad)
+        return grad_x.view_as(x), None, None
 
 
 class GroupedExperts(nn.Module):
@@ -224,7 +251,17 @@ class MoE(nn.Module):
             assignments = -(-assignments // dims.num_experts) * dims.num_experts
         slot = torch.arange(assignments, device=device) % (tokens * self.topk)
         self.register_buffer("slot", slot, persistent=False)
-        self.register_buffer("order", slot // self.topk, persistent=False)
+        # The fixed balanced routing: choice j of token t is expert (t k + j) mod E.
+        own = dims.seq_sp * dims.mbs
+        choice = (
+            torch.arange(own * self.topk, device=device).view(own, self.topk) % self.num_experts
+        )
+        self.register_buffer("choice", choice, persistent=False)
+        # The True entries of the routing map [E, T], flat and in order: e T + t for each choice.
+        tokens_own = torch.arange(own, device=device).unsqueeze(1)
+        positions = (choice * own + tokens_own).reshape(-1).sort().values
+        self.register_buffer("positions", positions, persistent=False)
+        self.wraps = assignments != tokens * self.topk
 
     def expert_param_count(self) -> int:
         return sum(p.numel() for p in self.experts.parameters())
@@ -233,6 +270,27 @@ class MoE(nn.Module):
         """Top-k routing weights [T, k] (softmax over the experts, in fp32 as Megatron's router)."""
         scores = torch.softmax(F.linear(tokens, self.router).float(), dim=-1)
         return scores.topk(self.topk, dim=-1).values.to(tokens.dtype)
+
+    def permute(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Megatron's unfused `permute` of the fixed routing (module docstring): the rows of the
+        etp group's tokens [T etp, h] each dispatched slot takes, and their probabilities.
+
+        weights [T, k] of the rank's own tokens; the etp all-gather repeats both, and the busiest
+        expert's load (or capacity padding) wraps them over the `slot` assignments."""
+        own, experts = weights.shape[0], self.num_experts
+        routing_map = weights.new_zeros(own, experts, dtype=torch.bool).scatter_(
+            1, self.choice, True
+        )
+        routing_map = routing_map.t().contiguous()  # [E, T]
+        probs = weights.new_zeros(own, experts).scatter(1, self.choice, weights)
+        gates = MaskedSelect.apply(probs.t().contiguous(), routing_map, self.positions)
+        index = self.positions % own  # sorted_indices: the tokens of each expert in turn
+        if self.etp > 1:  # the etp group's copies of the tokens follow the rank's own
+            index = torch.cat([index + rank * own for rank in range(self.etp)])
+            gates = _repeat_dim0(gates, self.etp)
+        if self.wraps:
+            index, gates = index[self.slot], gates[self.slot]
+        return index, gates
 
     def _gshard(self, gathered: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """GShard's one-hot dispatch and weighted combine as DeepSpeed runs them (sharded_moe.py
@@ -261,10 +319,10 @@ class MoE(nn.Module):
         if self.gshard:
             combined = self._gshard(gathered, weights)
         else:
-            dispatched = gathered.index_select(0, self.order)  # permutation + all-to-all
-            gates = _repeat_dim0(weights, self.etp).reshape(-1)[self.slot]
+            index, gates = self.permute(weights)
+            dispatched = gathered.index_select(0, index)  # permutation + all-to-all
             expert_out = self.experts(dispatched, gates.reshape(-1, 1))  # probs in the activation
-            rows = self.order.unsqueeze(1).expand(-1, h)  # unpermute: scatter_add keeps the index
+            rows = index.unsqueeze(1).expand(-1, h)  # unpermute: scatter_add keeps the index
             combined = torch.zeros_like(gathered).scatter_add(0, rows, expert_out)
         if self.etp > 1:
             combined = ScatterToSequence.apply(combined, self.etp)

@@ -117,10 +117,13 @@ def _fused_bytes(
             read_bytes[sid] = max(read_bytes.get(sid, 0), nbytes)
         for sid, nbytes in ops[index].writes:
             write_bytes[sid] = max(write_bytes.get(sid, 0), nbytes)
+    # A tensor written in the run that no later op reads never leaves the kernel: one made in the
+    # run and read only there, or one updated in place and read after it only there (the fused
+    # softmax's scores buffer). A tensor nobody reads at all is the block's output: written.
     inner = {
         sid
         for sid in write_bytes
-        if first_writer.get(sid) in members and readers.get(sid) and readers[sid] <= members
+        if readers.get(sid) and all(r in members or r < run[0] for r in readers[sid])
     }
     # A tensor made inside the run is read from registers; one made before is read from memory.
     outside_reads = sum(b for sid, b in read_bytes.items() if first_writer.get(sid) not in members)

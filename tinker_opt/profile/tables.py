@@ -36,11 +36,14 @@ BLOCK_MEASURES = (
     "transient_bytes",
     "selective_activation_bytes",
     "selective_recompute_us",
+    "fwd_host_ops",
+    "bwd_host_ops",
 )
 """Per micro-batch on one rank. `expert_param_count` is the part of `param_count` in routed
 experts (sharded by ep x etp, optimizer states by the expert-data-parallel group).
 `selective_*`: activation bytes kept and extra forward time with Megatron's selective (core
-attention) recompute."""
+attention) recompute. `*_host_ops`: operators the host issues per pass (the analytic trace's
+aten ops; 0 where unknown: measured and Tinker rows), for the host-time term costs/fixed_costs.py."""
 BLOCK_COLUMNS = BLOCK_KEY + BLOCK_MEASURES + ("status",)
 """`status` is `ok`, `oom` or the error that stopped the row; only `ok` rows are used."""
 OPTIONAL_BLOCK_COLUMNS = {
@@ -51,6 +54,8 @@ OPTIONAL_BLOCK_COLUMNS = {
     "fwd_us_spread": 0,
     "bwd_us_spread": 0,
     "transient_bytes": 0,
+    "fwd_host_ops": 0,
+    "bwd_host_ops": 0,
     "status": "ok",
 }
 """Columns a reader fills in when a (hand-made or converted) file lacks them; etp defaults to tp

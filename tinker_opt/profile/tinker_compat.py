@@ -179,6 +179,8 @@ def read_tinker_rows(path: Path, weight_size: int = 2) -> tuple[pd.DataFrame, st
         raise ProfileDataError(f"{path} has no profiled rows")
     key = ["block", "tp", "sp", "cp", "ep", "etp", "mbs"]
     table = pd.DataFrame(rows, columns=list(BLOCK_COLUMNS)).drop_duplicates(subset=key, keep="last")
+    # Tinker's block times ran on the device: the host's issue time is in them (no op counts).
+    table[["fwd_host_ops", "bwd_host_ops"]] = 0
     return table, parse_config(str(frame["config"].iloc[0]))["prefix"]
 
 

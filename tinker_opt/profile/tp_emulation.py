@@ -9,7 +9,8 @@ counterpart, so time and activation memory match one rank of the real run:
   Korthikanti's sequence-parallel formula.
 * `ScatterToSequence`: the reduce-scatter after a row-parallel linear under sequence parallel.
 * `GatherFromSequence`: the all-gather of a sequence-parallel tensor (MLA's rotary key part).
-* `FusedScaleMaskSoftmax`: Megatron's fused causal softmax, which saves only its output.
+* `FusedScaleMaskSoftmax`: Megatron's fused causal softmax, which saves only its output and runs
+  in place as the fused kernel does.
 * `VocabParallelCrossEntropy`: Megatron's cross entropy over a vocabulary shard (fp32 softmax kept).
 * `CheckpointCore`: selective recompute of the core attention (inputs saved, rest recomputed).
 """
@@ -75,18 +76,26 @@ class GatherFromSequence(torch.autograd.Function):
 
 
 class FusedScaleMaskSoftmax(torch.autograd.Function):
-    """softmax(scale * scores) with the causal mask, computed in fp32, output kept in the input dtype."""
+    """softmax(scale * scores) with the causal mask, output in the input dtype, holding what the
+    fused kernel holds: Megatron's / Transformer Engine's `scaled_upper_triang_masked_softmax`
+    (transformer_engine/common/include/transformer_engine/softmax.h) reads the 16-bit scores and
+    writes a new 16-bit output, its fp32 math in registers, and its backward
+    (`nvte_scaled_upper_triang_masked_softmax_backward(output_grads, softmax_results, ...)`)
+    writes the input gradient over the output gradient. So the scale and mask run in place on the
+    scores (dead after this: the bmm before keeps q and k, not its output) and the backward runs
+    in place on its incoming gradient, with no [.., s, s] fp32 or extra 16-bit temporaries.
+    Saves only its output."""
 
     @staticmethod
     def forward(ctx, scores: torch.Tensor, scale: float, causal: bool):
-        logits = scores.float() * scale
+        logits = scores.mul_(scale) if scale != 1.0 else scores
         if causal:
             q_len, k_len = logits.shape[-2], logits.shape[-1]
             upper = torch.ones(q_len, k_len, dtype=torch.bool, device=logits.device).triu_(
                 1 + k_len - q_len
             )
-            logits = logits.masked_fill_(upper, float("-inf"))
-        probs = torch.softmax(logits, dim=-1).to(scores.dtype)
+            logits.masked_fill_(upper, float("-inf"))
+        probs = torch.softmax(logits, dim=-1)
         ctx.save_for_backward(probs)
         ctx.scale = scale
         return probs
@@ -94,9 +103,10 @@ class FusedScaleMaskSoftmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (probs,) = ctx.saved_tensors
-        # d softmax: p * (g - sum(g * p)), times the scale applied before the softmax.
-        inner = (grad * probs).sum(dim=-1, keepdim=True)
-        return (probs * (grad - inner)) * ctx.scale, None, None
+        # d softmax: p * (g - sum(g * p)) = g p - p sum(g p), times the scale applied before it.
+        grad = grad.mul_(probs) if grad.is_contiguous() else grad * probs
+        grad.addcmul_(probs, grad.sum(dim=-1, keepdim=True), value=-1.0)
+        return (grad.mul_(ctx.scale) if ctx.scale != 1.0 else grad), None, None
 
 
 class VocabParallelCrossEntropy(torch.autograd.Function):

@@ -26,7 +26,7 @@ from tinker_opt.errors import ConfigError
 from tinker_opt.verbs.check import DeviceChoice, run_check
 
 LINK_KEYS = ("intra_node", "inter_node", "domain")
-"""The links of a hardware file (hardware/__init__.py `_link_dict`, `_network_dict`)."""
+"""The links of a hardware file (hardware/links.py `link_dict`, hardware/__init__.py `_network_fields`)."""
 
 
 def _slowed_links(data: dict[str, Any], factor: float) -> None:

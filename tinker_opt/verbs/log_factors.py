@@ -32,6 +32,9 @@ COMM_TERMS = ("comm_ms", "dp_sync_ms")
 """Breakdown terms of exposed communication (the links' factor)."""
 FIXED_COST_TERMS = ("fixed_ms",)
 """Breakdown terms of fixed time (the description's fixed_ms_per_microbatch)."""
+HOST_TERMS = ("host_ms",)
+"""The host's issue time above the GPU's (costs/fixed_costs.py): priced from operator counts, at
+neither the device's efficiency nor a fitted figure, so kept as it is."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class LogSplit:
     measured_ms: float
     size: str
     """The job's size (model shape, tokens per iteration) as a comparable key."""
+    host_ms: float = 0.0
+    """The host's issue time above the GPU's, kept as priced."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ def split_of(result: dict[str, Any]) -> LogSplit:
         device_ms=sum(parts.get(k, 0.0) for k in DEVICE_TERMS),
         comm_ms=sum(parts.get(k, 0.0) for k in COMM_TERMS),
         fixed_ms=sum(parts.get(k, 0.0) for k in FIXED_COST_TERMS),
+        host_ms=sum(parts.get(k, 0.0) for k in HOST_TERMS),
         measured_ms=result["measured"]["iteration_time_ms"],
         size=json.dumps(result["job"].get("size", {}), sort_keys=True),
     )
@@ -97,7 +103,9 @@ def fit_logs(
     time per micro-batch adds (None: the jobs are of one size, no fixed cost is fitted)."""
     columns = _columns(splits, fixed_slots)
     kept = [
-        (0.0 if "comm" in columns else s.comm_ms) + (0.0 if "fixed" in columns else s.fixed_ms)
+        (0.0 if "comm" in columns else s.comm_ms)
+        + (0.0 if "fixed" in columns else s.fixed_ms)
+        + s.host_ms
         for s in splits
     ]
     measured = [s.measured_ms for s in splits]
