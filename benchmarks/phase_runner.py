@@ -6,8 +6,8 @@ The child half of benchmarks/search_speed.py: the arguments after STAMP_FILE are
 process is the CLI's own (`tinker_opt.cli.main`, as the `tinker-opt` entry point calls it); an
 import hook wraps the functions that bound the phases right after their module is first imported,
 so nothing is imported earlier or later than the CLI itself would. At exit the stamps
-(`time.time()` of each phase's start and end, summed over repeated calls) are written to
-STAMP_FILE as JSON; the parent adds the process's start and end and names the phases:
+(`time.time()` of each phase's start and end, its wall and CPU seconds summed over repeated
+calls) are written to STAMP_FILE as JSON; the parent adds the process's start and end and names the phases:
 
 * start-up: the interpreter, the CLI's imports and the option parsing, until the verb reads;
 * reading: the profile, the script and the cost model (`verbs.search._search_run`);
@@ -37,20 +37,22 @@ PHASES = {
 """{module: functions whose calls are timed}; `tinker_opt.verbs` marks where the verb begins."""
 
 STAMPS: dict[str, list[float]] = {}
-"""{function: [first start, last end, seconds inside summed over calls]}."""
+"""{function: [first start, last end, seconds inside, CPU seconds inside (`time.process_time`),
+both summed over calls]}."""
 
 
 def _timed(name: str, function):
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
-        started = time.time()
+        started, cpu = time.time(), time.process_time()
         try:
             return function(*args, **kwargs)
         finally:
             ended = time.time()
-            stamp = STAMPS.setdefault(name, [started, ended, 0.0])
+            stamp = STAMPS.setdefault(name, [started, ended, 0.0, 0.0])
             stamp[1] = ended
             stamp[2] += ended - started
+            stamp[3] += time.process_time() - cpu
 
     return wrapper
 

@@ -35,13 +35,19 @@ SVG_NS = "{http://www.w3.org/2000/svg}"
 
 
 def _svg_shapes(data: bytes) -> dict[str, int]:
-    """{SVG element name: count} of a picture; ElementTree raises on a file that is not XML."""
+    """{SVG element name: count} of a picture, and {"in:" + group kind: elements drawn inside such
+    groups} (matplotlib names a group `<kind>_<n>`: `patch`, `PolyCollection`, `PathCollection`);
+    ElementTree raises on a file that is not XML."""
     root = ElementTree.fromstring(data)
     assert root.tag == f"{SVG_NS}svg"
     counts: dict[str, int] = {}
     for element in root.iter():
         name = element.tag.removeprefix(SVG_NS)
         counts[name] = counts.get(name, 0) + 1
+    for group in root.iter(f"{SVG_NS}g"):
+        kind = "in:" + group.get("id", "").rsplit("_", 1)[0]
+        drawn = sum(1 for e in group.iter() if e.tag in (f"{SVG_NS}path", f"{SVG_NS}use"))
+        counts[kind] = counts.get(kind, 0) + drawn
     return counts
 
 
@@ -124,14 +130,14 @@ def test_folder_has_the_three_pictures_and_the_page(folder, evaluations):
         name: _svg_shapes((folder / name).read_bytes())
         for name in (STAGES_SVG, SCHEDULE_SVG, CANDIDATES_SVG)
     }
-    # the best's and the current strategy's stages, a box per non-zero part, and the legend boxes
-    assert shapes[STAGES_SVG]["rect"] > 2 * 4 and shapes[STAGES_SVG]["text"] > 10
-    # one box per operation of the schedule (2 p m v of them, plus recomputes), a legend
+    # the best's and the current strategy's stages, a bar per part, and the legend boxes
+    assert shapes[STAGES_SVG]["in:patch"] > 2 * 4 and shapes[STAGES_SVG]["text"] > 10
+    # one box per operation of the schedule (2 p m v of them, plus recomputes), in one
+    # broken_barh per stage
     ops, _, _ = pipeline_ops(evaluations[0], 64)
-    assert shapes[SCHEDULE_SVG]["rect"] >= len(ops)
-    # a circle per evaluated strategy and per Pareto point, a star per pick, the current's cross
-    assert shapes[CANDIDATES_SVG]["circle"] >= len(evaluations)
-    assert shapes[CANDIDATES_SVG]["polygon"] >= 2
+    assert shapes[SCHEDULE_SVG]["in:PolyCollection"] >= len(ops)
+    # a marker per evaluated strategy, a star per pick and the current's cross, in scatters
+    assert shapes[CANDIDATES_SVG]["in:PathCollection"] >= len(evaluations) + 2
     assert (folder / REPORT_HTML).stat().st_size > 0
 
 

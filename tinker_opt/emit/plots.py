@@ -1,4 +1,4 @@
-"""The pictures of a results folder, as SVG files (emit/svg.py: no plotting library, no display).
+"""The pictures of a results folder, as SVG files drawn by matplotlib's own SVG backend.
 
 * `plot_stage_breakdown`: per stage, where an iteration goes (compute, recompute, exposed
   communication, pipeline bubble, gradient sync + optimizer) and what memory holds (weights,
@@ -6,21 +6,24 @@
   strategy and the script's own side by side, on shared axes.
 * `plot_schedule`: the pipeline schedule of a strategy as a timeline (schedule.py).
 * `plot_candidates`: every evaluated strategy's time against memory, the Pareto front, the picks,
-  the script's own strategy and the memory limit.
+  the script's own strategy and the limit.
 
-Each picture is drawn once, as text (issue 30: the matplotlib pictures cost more than the search).
+The cheapest path matplotlib offers (issue 30): matplotlib is imported only when a picture is
+drawn, never `pyplot` (a `Figure` needs no backend selection and no global state), few artists (one
+bar call per part, one `broken_barh` per stage, one `scatter` per kind of point), fixed margins
+instead of `tight_layout` (which draws the figure once more to measure it), and text kept as SVG
+text (`svg.fonttype = "none"`: no glyph outlines), so each figure is drawn once.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from tinker_opt.emit.schedule import Op, num_microbatches, pipeline_ops
-from tinker_opt.emit.svg import Axes, Svg, draw_axes, legend
 
 TIME_PARTS = (
     ("compute", "tab:blue"),
@@ -40,8 +43,25 @@ MEMORY_PARTS = (
 OP_COLOURS = {"F": "tab:blue", "B": "tab:green", "R": "tab:orange"}
 MAX_LABELLED_OPS = 600
 """Beyond this many boxes the micro-batch numbers are left out (they would not be legible)."""
+MIN_LABELLED_WIDTH = 0.008
+"""A box narrower than this share of the time axis gets no micro-batch number (it would not fit)."""
 MAX_STAGE_LABELS = 16
 """Beyond this many stages every k-th stage is labelled on the x axis."""
+
+
+@contextmanager
+def _figure(width: float, height: float, path: Path) -> Iterator[Any]:
+    """A matplotlib `Figure` (inches) in the pictures' style, saved once as SVG to `path` on leaving."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    # SVG text as text (small, fast, selectable) and a fixed id salt: the same folder, the same file
+    with matplotlib.rc_context(
+        {"svg.fonttype": "none", "svg.hashsalt": "tinker-opt", "font.size": 9}
+    ):
+        fig = Figure(figsize=(width, height))
+        yield fig
+        fig.savefig(path, format="svg", metadata={"Date": None})
 
 
 def stage_time_parts(evaluation: Mapping[str, Any], microbatches: int) -> list[list[float]]:
@@ -67,37 +87,45 @@ def stage_time_parts(evaluation: Mapping[str, Any], microbatches: int) -> list[l
     return parts
 
 
-def _write(svg: Svg, path: Path) -> Path:
-    path.write_text(svg.content(), encoding="utf-8")
-    return path
+def _stacked(ax, rows: Sequence[Sequence[float]], colours: Sequence[str]) -> None:
+    """One stacked bar per row (stage): one `bar` call per column, bottom to top in column order."""
+    index = range(len(rows))
+    bottom = [0.0] * len(rows)
+    for column, colour in enumerate(colours):
+        values = [row[column] for row in rows]
+        ax.bar(index, values, bottom=bottom, color=colour, width=0.7)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
 
 
-def _stacked(svg: Svg, axes: Axes, rows: Sequence[Sequence[float]], colours: Sequence[str]) -> None:
-    """One stacked bar per row (stage), bottom to top in column order."""
-    for index, row in enumerate(rows):
-        bottom = 0.0
-        for value, fill in zip(row, colours, strict=True):
-            if value > 0:
-                top = axes.y(bottom + value)
-                svg.rect(
-                    axes.x(index - 0.35), top, axes.x(0.7) - axes.x(0), axes.y(bottom) - top, fill
-                )
-            bottom += value
-
-
-def _stage_ticks(evaluation: Mapping[str, Any]) -> list[tuple[float, str]]:
+def _stage_ticks(ax, evaluation: Mapping[str, Any]) -> None:
     stages = evaluation["stages"]
     step = math.ceil(len(stages) / MAX_STAGE_LABELS)
-    return [(i, f"s{st['stage']}\n{st['layers']}L") for i, st in enumerate(stages) if i % step == 0]
+    shown = [
+        (i, f"s{st['stage']}\n{st['layers']}L") for i, st in enumerate(stages) if i % step == 0
+    ]
+    ax.set_xticks([i for i, _ in shown], [label for _, label in shown])
+    ax.set_xlim(-0.5, len(stages) - 0.5)
 
 
-def _limit_line(svg: Svg, axes: Axes, limit_mb: float, tallest_mb: float) -> None:
+def _limit_line(ax, limit_mb: float, tallest_mb: float) -> None:
     """The memory limit as a dashed line, or a note when it is far above every bar (the bars stay readable)."""
     if limit_mb <= 4 * tallest_mb:
-        y = axes.y(limit_mb)
-        svg.line([(axes.left, y), (axes.left + axes.width, y)], "black", 1, "5,4")
+        ax.axhline(limit_mb, color="black", linestyle="--", linewidth=1)
     else:
-        svg.text(axes.left + 8, axes.top + 14, f"limit {limit_mb:g} MB is off the scale", 9)
+        note = f"limit {limit_mb:g} MB is off the scale"
+        ax.text(0.02, 0.95, note, transform=ax.transAxes, fontsize=8, va="top")
+
+
+def _legend(ax, entries: Sequence[tuple[str, str, str]]) -> None:
+    """One legend right of `ax` from (label, colour, kind) rows; kind `box` or `dash`."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [
+        Patch(color=c, label=n) if kind == "box" else Line2D([], [], color=c, ls="--", label=n)
+        for n, c, kind in entries
+    ]
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
 
 
 def plot_stage_breakdown(
@@ -111,41 +139,38 @@ def plot_stage_breakdown(
 ) -> Path:
     """Per-stage stacked time and memory of the best strategy, and of the script's own beside it."""
     columns = [("best", best)] + ([("current (the script's own)", current)] if current else [])
-    times = [stage_time_parts(e, num_microbatches(e, global_batch_size)) for _, e in columns]
-    memories = [
-        [[st.get(key, 0.0) for key, _, _ in MEMORY_PARTS] for st in e["stages"]] for _, e in columns
-    ]
-    tallest_mb = max(sum(row) for rows in memories for row in rows)
-    time_top = 1.05 * max(sum(row) for rows in times for row in rows)
-    memory_top = 1.05 * max(tallest_mb, memory_limit_mb if memory_limit_mb <= 4 * tallest_mb else 0)
-    panel, gap, left = 430, 95, 85
-    svg = Svg(left + len(columns) * (panel + gap) + 110, 760)
-    for col, (name, evaluation) in enumerate(columns):
-        x = left + col * (panel + gap)
-        n = len(evaluation["stages"])
-        time_axes = Axes(x, 55, panel, 250, (-0.5, n - 0.5), (0, time_top))
-        memory_axes = Axes(x, 425, panel, 250, (-0.5, n - 0.5), (0, memory_top))
-        ticks = _stage_ticks(evaluation)
-        label = _short_label(evaluation)
-        title = f"{name}: {evaluation['iteration_time_ms']:.1f} ms / iteration\n{label}"
-        draw_axes(svg, time_axes, title=title, x_ticks=ticks, y_label="" if col else _TIME_Y)
-        _stacked(svg, time_axes, times[col], [c for _, c in TIME_PARTS])
-        memory_y = f"memory per device (MB), limit {memory_limit_mb:g}"
-        title = f"{name}: peak {evaluation['peak_memory_mb']:.0f} MB"
-        draw_axes(svg, memory_axes, title=title, x_ticks=ticks, y_label="" if col else memory_y)
-        _stacked(svg, memory_axes, memories[col], [c for _, _, c in MEMORY_PARTS])
-        _limit_line(svg, memory_axes, memory_limit_mb, tallest_mb)
-    right = left + len(columns) * (panel + gap) - gap + 12
-    legend(svg, right, 55, [(n, c, "box") for n, c in reversed(TIME_PARTS)])
-    entries = [(n, c, "box") for _, n, c in reversed(MEMORY_PARTS)]
-    legend(svg, right, 425, [*entries, ("memory limit", "black", "dash")])
-    if current is None and current_note:
-        note = f"the script's own strategy: {current_note}"[:160]
-        svg.text(svg.width / 2, 752, note, 9, anchor="middle")
-    return _write(svg, path)
-
-
-_TIME_Y = "time per iteration (ms)"
+    width = 5.5 * len(columns) + 2.5
+    with _figure(width, 7.8, path) as fig:
+        axes = fig.subplots(2, len(columns), squeeze=False, sharey="row")
+        fig.subplots_adjust(left=0.9 / width, right=1 - 2.1 / width, top=0.9, bottom=0.09)
+        fig.subplots_adjust(hspace=0.42, wspace=0.12)
+        tallest_mb = 0.0
+        for col, (name, evaluation) in enumerate(columns):
+            m = num_microbatches(evaluation, global_batch_size)
+            time_ax, memory_ax = axes[0][col], axes[1][col]
+            _stacked(time_ax, stage_time_parts(evaluation, m), [c for _, c in TIME_PARTS])
+            time_ax.set_title(
+                f"{name}: {evaluation['iteration_time_ms']:.1f} ms / iteration\n"
+                f"{_short_label(evaluation)}",
+                fontsize=10,
+            )
+            memory = [[st.get(k, 0.0) for k, _, _ in MEMORY_PARTS] for st in evaluation["stages"]]
+            _stacked(memory_ax, memory, [c for _, _, c in MEMORY_PARTS])
+            memory_ax.set_title(f"{name}: peak {evaluation['peak_memory_mb']:.0f} MB", fontsize=10)
+            tallest_mb = max(tallest_mb, *(sum(row) for row in memory))
+            _stage_ticks(time_ax, evaluation)
+            _stage_ticks(memory_ax, evaluation)
+        for ax in axes[1]:
+            _limit_line(ax, memory_limit_mb, tallest_mb)
+        axes[0][0].set_ylabel("time per iteration (ms)")
+        axes[1][0].set_ylabel(f"memory per device (MB), limit {memory_limit_mb:g}")
+        _legend(axes[0][-1], [(n, c, "box") for n, c in reversed(TIME_PARTS)])
+        entries = [(n, c, "box") for _, n, c in reversed(MEMORY_PARTS)]
+        _legend(axes[1][-1], [*entries, ("memory limit", "black", "dash")])
+        if current is None and current_note:
+            note = f"the script's own strategy: {current_note}"[:160]
+            fig.text(0.5, 0.008, note, ha="center", fontsize=8)
+    return path
 
 
 def plot_schedule(
@@ -157,40 +182,57 @@ def plot_schedule(
         evaluation, global_batch_size, max_microbatches=max_microbatches
     )
     stages = evaluation["strategy"]["pp"]
-    height = 30 * stages
-    svg = Svg(1200, height + 100)
+    height = 1.2 + 0.42 * stages
+    with _figure(12, height, path) as fig:
+        ax = fig.add_subplot()
+        fig.subplots_adjust(left=0.07, right=0.88, top=1 - 0.45 / height, bottom=0.6 / height)
+        _draw_ops(ax, ops, labels=len(ops) <= MAX_LABELLED_OPS)
+        ax.set_yticks(range(stages), [f"stage {s}" for s in range(stages)])
+        ax.set_ylim(stages - 0.5, -0.5)
+        ax.set_xlabel("time (ms)")
+        vpp = evaluation["strategy"]["vpp"]
+        kind = "1F1B" if vpp == 1 else f"interleaved 1F1B, {vpp} chunks per stage"
+        more = (
+            f"first {shown} of {total} micro-batches; the steady phase repeats"
+            if shown < total
+            else f"all {total} micro-batches"
+        )
+        ax.set_title(f"pipeline schedule of the best strategy ({kind}; {more})", fontsize=10)
+        entries = [("forward", "F"), ("recompute", "R"), ("backward", "B")]
+        _legend(ax, [(n, OP_COLOURS[k], "box") for n, k in entries])
+    return path
+
+
+def _draw_ops(ax, ops: Sequence[Op], *, labels: bool) -> None:
+    """One `broken_barh` per stage (a colour per box; later chunks of an interleaved stage lighter),
+    numbered by micro-batch when there are few enough boxes and a box is wide enough for it."""
+    from matplotlib.colors import to_rgba
+
     end = max(op.end for op in ops) * 1.01
-    axes = Axes(80, 40, 1000, height, (0, end), (stages, 0))
-    vpp = evaluation["strategy"]["vpp"]
-    kind = "1F1B" if vpp == 1 else f"interleaved 1F1B, {vpp} chunks per stage"
-    more = (
-        f"first {shown} of {total} micro-batches; the steady phase repeats"
-        if shown < total
-        else f"all {total} micro-batches"
-    )
-    title = f"pipeline schedule of the best strategy ({kind}; {more})"
-    draw_axes(svg, axes, title=title, x_label="time (ms)", y_ticks=False)
-    _draw_ops(svg, axes, ops, labels=len(ops) <= MAX_LABELLED_OPS)
-    for s in range(stages):
-        svg.text(axes.left - 6, axes.y(s + 0.5) + 3, f"stage {s}", 9, anchor="end")
-    entries = [("forward", "F"), ("recompute", "R"), ("backward", "B")]
-    legend(
-        svg, axes.left + axes.width + 12, axes.top, [(n, OP_COLOURS[k], "box") for n, k in entries]
-    )
-    return _write(svg, path)
-
-
-def _draw_ops(svg: Svg, axes: Axes, ops: Sequence[Op], *, labels: bool) -> None:
-    """One box per operation (later chunks of an interleaved stage lighter), numbered by
-    micro-batch when there are few enough and the box is wide enough to hold the number."""
+    rows: dict[int, list[Op]] = {}
     for op in ops:
-        x, top = axes.x(op.start), axes.y(op.stage + 0.1)
-        width = axes.x(op.end) - x
-        extra = {"fill_opacity": "0.65"} if op.chunk % 2 else {}
-        svg.rect(x, top, width, axes.y(op.stage + 0.9) - top, OP_COLOURS[op.kind], **extra)
-        if labels and width >= 9:
-            y = axes.y(op.stage + 0.5) + 3
-            svg.text(x + width / 2, y, str(op.microbatch + 1), 7, anchor="middle", fill="white")
+        rows.setdefault(op.stage, []).append(op)
+    for stage, row in rows.items():
+        ax.broken_barh(
+            [(op.start, op.end - op.start) for op in row],
+            (stage - 0.4, 0.8),
+            facecolors=[to_rgba(OP_COLOURS[op.kind], 0.65 if op.chunk % 2 else 1.0) for op in row],
+            edgecolor="white",
+            linewidth=0.5,
+        )
+    ax.set_xlim(0, end)
+    if labels:
+        for op in ops:
+            if op.end - op.start >= MIN_LABELLED_WIDTH * end:
+                ax.text(
+                    (op.start + op.end) / 2,
+                    op.stage,
+                    str(op.microbatch + 1),
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white",
+                )
 
 
 def _short_label(evaluation: Mapping[str, Any]) -> str:
@@ -199,10 +241,8 @@ def _short_label(evaluation: Mapping[str, Any]) -> str:
     return Strategy.from_dict(evaluation["strategy"]).replace(num_layer_list=None).label()
 
 
-def _padded(values: Sequence[float]) -> tuple[float, float]:
-    low, high = min(values), max(values)
-    pad = 0.05 * (high - low) or 0.05 * abs(high) or 1.0
-    return low - pad, high + pad
+def _point(e: Mapping[str, Any]) -> tuple[float, float]:
+    return e["peak_memory_mb"], e["iteration_time_ms"]
 
 
 def plot_candidates(
@@ -217,54 +257,72 @@ def plot_candidates(
 ) -> Path:
     """Every evaluated strategy's time against memory, with the Pareto front, picks, the ranks of
     the ranked list, the script's own strategy and the limit."""
-    shown = [*evaluated, *picks.values(), *([current] if current is not None else [])]
-    memory = [e["peak_memory_mb"] for e in shown] + [memory_limit_mb]
-    axes = Axes(90, 40, 780, 480, _padded(memory), _padded([e["iteration_time_ms"] for e in shown]))
-    svg = Svg(1110, 600)
-    draw_axes(
-        svg,
-        axes,
-        title="evaluated strategies: time vs memory",
-        x_label="peak memory per device (MB)",
-        y_label="iteration time (ms)",
-    )
+    with _figure(11, 6.5, path) as fig:
+        ax = fig.add_subplot()
+        fig.subplots_adjust(left=0.09, right=0.76, top=0.93, bottom=0.09)
+        memory, time = zip(*map(_point, evaluated), strict=True)
+        ax.scatter(
+            memory, time, color="tab:blue", alpha=0.35, s=18, label=f"evaluated ({len(evaluated)})"
+        )
+        front = sorted(map(_point, pareto))
+        if front:
+            memory, time = zip(*front, strict=True)
+            ax.step(
+                memory,
+                time,
+                where="post",
+                color="tab:green",
+                linewidth=1.5,
+                marker="o",
+                markersize=5,
+                label="Pareto front",
+            )
+        for rank, e in enumerate(ranked, start=1):
+            ax.annotate(
+                str(rank),
+                _point(e),
+                textcoords="offset points",
+                xytext=(-4, -11),
+                fontsize=7,
+                color="tab:blue",
+            )
+        _mark_picks(ax, picks)
+        if current is not None:
+            _emphasised(ax, [_point(current)], ("X", "tab:red", 140), "current (the script's own)")
+        ax.axvline(
+            memory_limit_mb,
+            color="red",
+            linestyle="--",
+            label=f"memory limit {memory_limit_mb:g} MB",
+        )
+        ax.set_xlabel("peak memory per device (MB)")
+        ax.set_ylabel("iteration time (ms)")
+        ax.set_title("evaluated strategies: time vs memory")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return path
 
-    def at(e: Mapping[str, Any]) -> tuple[float, float]:
-        return axes.x(e["peak_memory_mb"]), axes.y(e["iteration_time_ms"])
 
-    for e in evaluated:
-        svg.marker(*at(e), "o", 3, "tab:blue", fill_opacity="0.35")
-    front = [at(e) for e in sorted(pareto, key=lambda e: e["peak_memory_mb"])]
-    steps = [p for (x0, y0), (x1, _) in itertools.pairwise(front) for p in ((x0, y0), (x1, y0))]
-    svg.line([*steps, *front[-1:]], "tab:green", 1.5)
-    for point in front:
-        svg.marker(*point, "o", 3.5, "tab:green")
-    for rank, e in enumerate(ranked, start=1):
-        x, y = at(e)
-        svg.text(x - 4, y + 13, str(rank), 7, fill="tab:blue")
-    _mark_picks(svg, picks, at, axes.left + 0.75 * axes.width)
-    if current is not None:
-        svg.marker(*at(current), "x", 7, "tab:red", stroke="black", stroke_width="0.5")
-    x = axes.x(memory_limit_mb)
-    svg.line([(x, axes.top), (x, axes.top + axes.height)], "red", 1.2, "6,4")
-    entries = [
-        (f"evaluated ({len(evaluated)})", "tab:blue", "o"),
-        ("Pareto front", "tab:green", "line"),
-    ]
-    entries += [("picks (named)", "gold", "*")] if picks else []
-    entries += [("current (the script's own)", "tab:red", "x")] if current is not None else []
-    entries += [(f"memory limit {memory_limit_mb:g} MB", "red", "dash")]
-    legend(svg, axes.left + axes.width + 14, axes.top, entries)
-    return _write(svg, path)
-
-
-def _mark_picks(svg: Svg, picks: Mapping[str, Mapping[str, Any]], at, right: float) -> None:
-    """A gold star per distinct pick (picks that are the same strategy share one), named on its
-    right, or on its left when it lies beyond `right` (the name stays inside the picture)."""
+def _mark_picks(ax, picks: Mapping[str, Mapping[str, Any]]) -> None:
+    """A gold star per distinct pick (picks that are the same strategy share one), in one scatter,
+    named beside it."""
     points: dict[tuple[float, float], list[str]] = {}
     for name, evaluation in picks.items():
-        points.setdefault(at(evaluation), []).append(name)
-    for (x, y), names in points.items():
-        svg.marker(x, y, "*", 9, "gold", stroke="black", stroke_width="0.7")
-        left = x > right
-        svg.text(x - 10 if left else x + 10, y - 7, ", ".join(names), 8, "end" if left else "start")
+        points.setdefault(_point(evaluation), []).append(name)
+    if not points:
+        return
+    _emphasised(ax, list(points), ("*", "gold", 150), "picks (named)")
+    for point, names in points.items():
+        ax.annotate(
+            ", ".join(names), point, textcoords="offset points", xytext=(8, 6), fontsize=8, zorder=4
+        )
+
+
+def _emphasised(
+    ax, points: Sequence[tuple[float, float]], look: tuple[str, str, float], label: str
+) -> None:
+    """Points drawn above the others in one scatter: (marker, colour, size), outlined in black."""
+    marker, colour, size = look
+    memory, time = zip(*points, strict=True)
+    ax.scatter(
+        memory, time, s=size, marker=marker, color=colour, edgecolor="black", zorder=3, label=label
+    )
