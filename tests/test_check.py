@@ -241,19 +241,30 @@ def test_communication_factor_slows_every_link():
     assert data["calibration"]["comm_scale"] == 2.0
 
 
-def test_fit_time_scales_fits_what_the_logs_determine():
+def test_fit_logs_fits_what_the_logs_determine():
     """One log: the device factor only. Two logs of different communication shares: both, exactly
     (by hand: 100 a + 0 c = 200, 80 a + 50 c = 260 -> a = 2, c = 2). Two logs of one structure
     (the same job twice): the device factor only, never more parameters than the logs fix."""
-    from tinker_opt.hardware.fit import fit_time_scales
+    from tinker_opt.verbs.log_factors import LogSplit, fit_logs
 
-    scale, comm, fit = fit_time_scales([100.0], [10.0], [210.0])
-    assert (scale, comm, fit.values) == (pytest.approx(2.0), None, (pytest.approx(2.0),))
-    scale, comm, fit = fit_time_scales([100.0, 80.0], [0.0, 50.0], [200.0, 260.0])
-    assert (scale, comm) == (pytest.approx(2.0), pytest.approx(2.0))
-    assert fit.max_abs_rel_error == pytest.approx(0.0, abs=1e-9)
-    scale, comm, _ = fit_time_scales([100.0, 200.0], [10.0, 20.0], [210.0, 420.0])
-    assert (scale, comm) == (pytest.approx(2.0), None)
+    def fit(device, comm, measured):
+        splits = [
+            LogSplit(device_ms=d, comm_ms=c, fixed_ms=0.0, measured_ms=m, size="one job")
+            for d, c, m in zip(device, comm, measured, strict=True)
+        ]
+        return fit_logs(splits, [f"log{i}" for i in range(len(splits))], None)
+
+    one = fit([100.0], [10.0], [210.0])
+    assert (one.scale, one.comm, one.fit.values) == (
+        pytest.approx(2.0),
+        None,
+        (pytest.approx(2.0),),
+    )
+    two = fit([100.0, 80.0], [0.0, 50.0], [200.0, 260.0])
+    assert (two.scale, two.comm) == (pytest.approx(2.0), pytest.approx(2.0))
+    assert two.fit.max_abs_rel_error == pytest.approx(0.0, abs=1e-9)
+    alike = fit([100.0, 200.0], [10.0, 20.0], [210.0, 420.0])
+    assert (alike.scale, alike.comm) == (pytest.approx(2.0), None)
 
 
 def test_calibrate_log_needs_one_script_or_one_per_log(tmp_path):

@@ -36,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tinker_opt.choices import Recompute
+
 if TYPE_CHECKING:
     from tinker_opt.costs.profile_table import BlockCost
     from tinker_opt.costs.term_context import TermContext
@@ -79,4 +81,4 @@ def layer_host_time(
     host_bwd = (cost.bwd_host_ops + collectives) * per_op
     fwd = max(0.0, host_fwd - cost.fwd_us - fwd_comm_us)
     bwd = max(0.0, host_bwd - cost.bwd_us - bwd_comm_us)
-    return HostTime(fwd + bwd, fwd if s.recompute == "full" else 0.0)
+    return HostTime(fwd + bwd, fwd if s.recompute == Recompute.FULL else 0.0)

@@ -196,53 +196,14 @@ def fit_link(
 
 
 MIN_COMM_CONDITION = 0.05
-"""Smallest ratio of the singular values of the two-column design (device, communication share
-of each log) at which the logs determine a communication factor beside the device factor.
+"""Smallest ratio of the singular values of the logs' design (well_conditioned) at which they
+determine one more factor (communication, fixed time) beside the device factor.
 ASSUMPTION: a threshold of this code, not a sourced figure; below it the logs' communication
 shares are too alike (the same layout twice) and only the device factor is fitted."""
 
 
-def fit_time_scales(
-    device_ms: Sequence[float], fixed_ms: Sequence[float], measured_ms: Sequence[float]
-) -> tuple[float, float | None, FitResult]:
-    """Factors on whole iterations: measured ~ a * device + c * fixed, fitted only as far as the
-    logs determine them.
-
-    A training log gives one number per job (its iteration time), so one log determines one
-    parameter: `a`, how much slower (a > 1) or faster the device runs than its description says,
-    with the exposed communication (`fixed_ms`) kept as described (c is None). Two or more logs
-    whose communication shares differ (different layouts of the machine, e.g. tp 1 pp 4 and
-    tp 4 pp 1) also determine `c`, how much slower the links run than described; never more
-    parameters than logs, and `c` only when the two-column design is well conditioned
-    (MIN_COMM_CONDITION). `device_ms` is the modelled time that runs at the device's efficiency
-    (compute, recompute, bubble, optimizer step), `fixed_ms` the rest (exposed communication).
-    Relative least squares over the logs (each row weighted by 1/measured), a, c >= 0.05."""
-    device, fixed, measured = (
-        np.asarray(x, dtype=float) for x in (device_ms, fixed_ms, measured_ms)
-    )
-    keep = (measured > 0) & (device > 0)
-    if not keep.any():
-        raise ValueError("need at least one log with a measured time and modelled device time")
-    design = np.column_stack([device[keep], fixed[keep]]) / measured[keep][:, None]
-    singular = np.linalg.svd(design, compute_uv=False) if keep.sum() >= 2 else np.zeros(1)
-    both = singular.size == 2 and singular[1] > MIN_COMM_CONDITION * singular[0]
-    if both:
-        scale, comm = bounded_lstsq(design, np.ones(keep.sum()), np.array([0.05, 0.05]))
-    else:
-        (scale,) = bounded_lstsq(design[:, :1], 1 - design[:, 1], np.array([0.05]))
-        comm = 1.0
-    rel = np.abs((scale * device[keep] + comm * fixed[keep]) / measured[keep] - 1)
-    fit = FitResult(
-        values=(float(scale), float(comm)) if both else (float(scale),),
-        mean_abs_rel_error=float(rel.mean()),
-        max_abs_rel_error=float(rel.max()),
-        num_samples=int(keep.sum()),
-    )
-    return float(scale), (float(comm) if both else None), fit
-
-
 MIN_FACTOR = 0.05
-"""Lower bound of a fitted device or link factor (fit_time_scales's bound)."""
+"""Lower bound of a fitted device or link factor."""
 
 
 def fit_factors(
