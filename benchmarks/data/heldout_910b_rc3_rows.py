@@ -9,6 +9,7 @@ index holds no v1.0.RC3.0 copy of Ascend's repository), at the commits in each r
 keeps the script's layout, batch, recompute and MoE flags (data / checkpoint / log flags dropped).
 """
 
+from heldout_910b_rows import MIX7
 from llama_shapes import mixtral_8x22b
 from run_devices import B910
 
@@ -23,52 +24,26 @@ FORK = "zzhx1/Hetaceso-ModelLink"
 FRAMEWORK = "MindSpeed-LLM RC3 mcore (Megatron core_r0.7 + MindSpeed)"
 MS_FUSED = ["--use-fused-rmsnorm", "--use-fused-swiglu", "--use-fused-rotary-pos-emb"]
 MOE = {"first_k_dense": 0, "shared_experts": {"count": 0, "ffn_total": 0}}
-MIXTRAL_8X7B_32K = {
-    "name": "Mixtral-8x7B",
-    "arch": "mixtral",
-    "layers": 32,
-    "hidden": 4096,
-    "heads": 32,
-    "kv_heads": 8,
-    "head_dim": 128,
-    "ffn": None,
-    "vocab": 32000,
-    "seq": 32768,
-    "moe": dict(MOE, num_experts=8, topk=2, moe_ffn=14336),
-}
-MINICPM_MOE = {
-    "name": "MiniCPM-MoE-8x2B",
-    "arch": "llama",
-    "layers": 40,
-    "hidden": 2304,
-    "heads": 36,
-    "kv_heads": 36,
-    "head_dim": 64,
-    "ffn": None,
-    "vocab": 122753,
-    "seq": 4096,
-    "tied_embeddings": True,
-    "moe": dict(MOE, num_experts=8, topk=2, moe_ffn=5760),
-}
-DEEPSEEK_V2_16L = {
-    "name": "DeepSeek-V2 (16 layers, 60B)",
-    "arch": "deepseek",
-    "layers": 16,
-    "hidden": 5120,
-    "heads": 128,
-    "kv_heads": 128,
-    "head_dim": 128,
-    "ffn": 12288,
-    "vocab": 102400,
-    "seq": 8192,
-    "moe": {
-        "num_experts": 160,
-        "topk": 6,
-        "moe_ffn": 1536,
-        "first_k_dense": 1,
-        "shared_experts": {"count": 2, "ffn_total": 3072},
-    },
-}
+MIXTRAL_8X7B_32K = dict(MIX7, seq=32768)
+
+
+def shape(name, layers, hidden, heads, head_dim, ffn, vocab, seq, moe, **extra):
+    """A row's `model` object: LLaMA-style, every head its own KV head (no GQA)."""
+    return dict(
+        name=name, arch="llama", layers=layers, hidden=hidden, heads=heads, kv_heads=heads,
+        head_dim=head_dim, ffn=ffn, vocab=vocab, seq=seq, moe=moe, **extra,
+    )  # fmt: skip
+
+
+MINICPM_MOE = shape(
+    "MiniCPM-MoE-8x2B", 40, 2304, 36, 64, None, 122753, 4096,
+    dict(MOE, num_experts=8, topk=2, moe_ffn=5760), tied_embeddings=True,
+)  # fmt: skip
+DEEPSEEK_V2_16L = shape(
+    "DeepSeek-V2 (16 layers, 60B)", 16, 5120, 128, 128, 12288, 102400, 8192,
+    {"num_experts": 160, "topk": 6, "moe_ffn": 1536, "first_k_dense": 1,
+     "shared_experts": {"count": 2, "ffn_total": 3072}},
+)  # fmt: skip
 MLA = [
     "--multi-head-latent-attention",
     "--qk-rope-head-dim 64",
