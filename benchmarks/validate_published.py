@@ -103,7 +103,8 @@ def read_run(run: PublishedRun, text: str) -> tuple[ModelSpec, Strategy, str, Jo
     """Model and strategy of the run's launch script: the script reader when present, else direct;
     with the job options the script sets that the rows use (the optimizer's dtypes:
     `--grad-reduce-in-bf16`, the precision-aware optimizer; the `--recompute-modules` a
-    Megatron-Core row lists; MindSpeed's `--reuse-fp32-param`, as `simulate` passes them:
+    Megatron-Core row lists, or MindSpeed's swap policy implies: script/swap_recompute.py;
+    MindSpeed's `--reuse-fp32-param` and `--swap-attention`, as `simulate` passes them:
     verbs/common.py job_options), the rest at their defaults."""
     try:
         from tinker_opt.script.reader import read_script_text
@@ -122,6 +123,8 @@ def read_run(run: PublishedRun, text: str) -> tuple[ModelSpec, Strategy, str, Jo
         job = dataclasses.replace(job, recompute_modules=info.train.recompute_modules)
     if info.train.reuse_fp32_param:
         job = dataclasses.replace(job, reuse_fp32_param=True)
+    if info.train.swap_attention:
+        job = dataclasses.replace(job, swap_attention=True)
     return info.model, info.train.strategy, "script reader", job
 
 

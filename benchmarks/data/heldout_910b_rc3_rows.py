@@ -195,8 +195,8 @@ rc3(
         MIXTRAL_STRATEGY,
         vpp=7,
         gbs=16,
-        recompute="none (--recompute-method block --recompute-num-layers 30 without "
-        "--recompute-granularity)",
+        recompute="MLP of every layer (MindSpeed's swap-attention policy: --recompute-method block "
+        "--recompute-num-layers 30, no --recompute-granularity)",
         moe_dispatcher="alltoall",
         moe_routing="dropless (aux_loss 0.001)",
         extra_flags=MS_FUSED
@@ -205,11 +205,17 @@ rc3(
             "--moe-permutation-async-comm",
             "--reuse-fp32-param",
             "--swap-attention",
+            "--recompute-method block",
+            "--recompute-num-layers 30",
         ],
     ),
     "stated by the script: 8 nodes x 8 NPUs, TP 8 PP 4 EP 1 CP 2 megatron_cp_algo, 56 layers, 2 "
     "layers per virtual stage (vpp 7), seq 32768, mbs 1, gbs 16, MC2, sp, alltoall dispatcher, "
-    "swap-attention, reuse-fp32-param, distributed optimizer, overlap grad / param; recompute "
-    "method / layers without a granularity: Megatron recomputes nothing [inferred]; dp = 1 "
-    "[derived]",
+    "swap-attention, recompute-method block, recompute-num-layers 30 (no granularity), "
+    "reuse-fp32-param, distributed optimizer, overlap grad / param; dp = 1 [derived]. What the "
+    "swap policy does with them (MindSpeed docs/features/swap_attention.md and "
+    "core/memory/swap_attention: 30 >= the 2 layers of a chunk, so every layer's self_attention "
+    "is swapped to the host and its mlp, the MoE layer, recomputed; Megatron's own checkpointing "
+    "stays off) [stated by the code]; the MindSpeed RC3 branch is assumed to run that policy "
+    "(ASSUMPTION: the swap_attention code read is a later commit of Ascend/MindSpeed)",
 )

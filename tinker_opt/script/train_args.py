@@ -1,7 +1,8 @@
 """The job's flags of a Megatron-style launch into its TrainSpec: the strategy (strategy_args.py),
 batch, framework, checkpoint / tuning, and the job switches the cost model prices (optimizer
 swap, p2p overlap, fp32 parameter reuse, attention swap, gradient-accumulation fusion, the
-precision-aware optimizer, Megatron-Core recompute modules, MindSpeed's activation recompute)."""
+precision-aware optimizer, Megatron-Core recompute modules, MindSpeed's activation recompute and
+the MLP recompute of its attention swap, script/swap_recompute.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tinker_opt.script.model_args import int_value
 from tinker_opt.script.optimizer_args import optimizer_precision
 from tinker_opt.script.recompute_args import recompute_modules
 from tinker_opt.script.strategy_args import read_strategy
+from tinker_opt.script.swap_recompute import swap_mlp_recompute
 from tinker_opt.specs import FrameworkInfo, ModelSpec, TrainSpec
 
 _LORA_FLAGS = ("--lora-r", "--lora-alpha", "--lora-target-modules")
@@ -89,6 +91,7 @@ def train_spec(
         warn=warn,
         mtp_layers=model.mtp_num_layers,
     )
+    strategy, swap_modules = swap_mlp_recompute(launch, strategy, total, warn)
     framework = FrameworkInfo(
         flavour=flavour,
         version=version_range.describe() if version_range.exact else None,
@@ -112,6 +115,6 @@ def train_spec(
         gradient_accumulation_fusion=not launch.has("--no-gradient-accumulation-fusion"),
         optimizer_precision=optimizer_precision(launch),
         ulysses_degree_in_cp=int_value(launch, "--ulysses-degree-in-cp"),
-        recompute_modules=recompute_modules(launch),
+        recompute_modules=swap_modules or recompute_modules(launch),
         **_activation_recompute(launch, version_range),
     )

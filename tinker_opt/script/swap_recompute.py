@@ -1,0 +1,62 @@
+"""MindSpeed's `--swap-attention` with `--recompute-num-layers N`: the layers' MLP recomputed.
+
+With `--swap-attention`, MindSpeed does not run Megatron's layer checkpointing for the listed
+layers; it installs its own policy (Ascend/MindSpeed docs/features/swap_attention.md, "开启预取功能
+并且指定重计算层数": every layer's attention activations prefetched from the host and the fully
+connected part of the first N layers recomputed). The code (mindspeed/core/memory/swap_attention/
+adaptor.py `AdaptiveRecomputeSwap.solve_prefetch_policy` and `granular_module_allocation`;
+swap_attention_apply.py `is_recompute_layer`) puts the `mlp` child of each listed TransformerLayer
+under the recompute hook (`hook_checkpoint_forward`: only its input kept). Which layers: N counts
+the layers of each model chunk (N x vpp of a stage); N at least the layers of a chunk (of a
+stage with `--enable-recompute-layers-per-pp-rank`) or `--recompute-method uniform` lists every
+layer of the stage. That needs no `--recompute-granularity`: Megatron's own checkpointing stays
+off (transformer_block.py only checkpoints with granularity full, and MindSpeed's block
+checkpoint skips swapped layers: `should_recompute() and not global_args.swap_attention`).
+
+In the cost model's terms that is selective recompute of Megatron-Core's `mlp` module (a dense
+layer's MLP) and `moe` module (a MoE layer's whole MoELayer: router, dispatch, experts, combine),
+without `core_attn` (costs/recompute_modules.py prices both). A policy that lists only some of
+the stage's layers is not expressible per layer: it is read as no MLP recompute, with a warning
+(the modelled memory then errs high).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tinker_opt.choices import Recompute, RecomputeMethod, RecomputeModule
+from tinker_opt.script.launch import Launch
+from tinker_opt.script.model_args import int_value
+from tinker_opt.strategy import Strategy
+
+SWAP_RECOMPUTE_MODULES = (RecomputeModule.MLP.value, RecomputeModule.MOE.value)
+"""The `mlp` child of a TransformerLayer: the dense MLP or the MoELayer (module docstring)."""
+
+
+def _covers_every_layer(launch: Launch, strategy: Strategy, total_layers: int, n: int) -> bool:
+    """Whether MindSpeed's swap policy recomputes the MLP of every layer of a stage."""
+    if launch.value("--recompute-method") == RecomputeMethod.UNIFORM:
+        return True
+    per_stage = total_layers // strategy.pp
+    if launch.has("--enable-recompute-layers-per-pp-rank"):
+        return n >= per_stage
+    return n >= per_stage // max(strategy.vpp, 1)
+
+
+def swap_mlp_recompute(
+    launch: Launch, strategy: Strategy, total_layers: int, warn: Callable[[str], None]
+) -> tuple[Strategy, tuple[str, ...] | None]:
+    """The strategy and recompute modules of `--swap-attention --recompute-num-layers N` without a
+    recompute granularity (module docstring); the strategy unchanged and None otherwise."""
+    granularity = launch.value("--recompute-granularity") or launch.has("--recompute-activations")
+    n = int_value(launch, "--recompute-num-layers", 0) or 0
+    if not launch.has("--swap-attention") or granularity or n <= 0:
+        return strategy, None
+    if not _covers_every_layer(launch, strategy, total_layers, n):
+        warn(
+            f"--swap-attention with --recompute-num-layers {n} recomputes the MLP of only some "
+            "layers of each stage (MindSpeed's swap policy); read as no MLP recompute (the "
+            "modelled memory errs high)"
+        )
+        return strategy, None
+    return strategy.replace(recompute=Recompute.SELECTIVE), SWAP_RECOMPUTE_MODULES
