@@ -195,7 +195,7 @@ def test_moe_shared_expert_overlap_is_read_priced_searched_and_written():
     )  # layers the GPU is busier with than the host's issue (costs/moe_host.py)
     profile = synthetic_profile(model, tps=(1,), cps=(1,), eps=(1, 2), mbss=(1,))
     costs = CostModel.from_profile(profile, model, cluster(2, 2, 60000), 8)
-    plain = Strategy(dp=4, ep=2, overlap_moe_comm=False, **{key: False})
+    plain = Strategy(dp=4, ep=2, overlap_moe_comm=False).replace(**{key: False})
     times = [costs.evaluate(plain.replace(**{key: on})).iteration_time_ms for on in (False, True)]
     assert times[1] < times[0]
 

@@ -11,7 +11,14 @@ ARCHITECTURE.md, "The knob registry").
 
 from __future__ import annotations
 
-from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod, assert_never
+from tinker_opt.choices import (
+    CpAlgo,
+    Dispatcher,
+    Recompute,
+    RecomputeMethod,
+    Schedule,
+    assert_never,
+)
 from tinker_opt.cp_rules import (
     MODELLED_CP_ALGOS,
     hybrid_ulysses_degree,
@@ -205,13 +212,13 @@ def interleaved_pipeline_message(pp: int, vpp: int, fw: FrameworkRules) -> str |
 def _rule_overlap(
     s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
 ) -> str | None:
-    return overlap_message(s, model.is_moe)
+    return overlap_message(s, model.is_moe, model.moe_token_dispatcher_type)
 
 
-def overlap_message(s: Strategy, is_moe: bool) -> str | None:
+def overlap_message(s: Strategy, is_moe: bool, dispatcher: str | None = None) -> str | None:
     """Where each overlap switch is accepted, what it requires and excludes: the knob registry's
     declarations (knobs.py OVERLAP_KNOBS, with their sources)."""
-    return knob_message(s, is_moe)
+    return knob_message(s, is_moe, dispatcher)
 
 
 def _rule_schedule(
@@ -220,7 +227,7 @@ def _rule_schedule(
     """DualPipeV and MoE forward/backward overlap as MindSpeed accepts them (Ascend/MindSpeed
     docs/features/dualpipev.md and megatron_moe/megatron-moe-fb-overlap.md, "使用约束")."""
     num_micro = gbs // (s.mbs * s.dp)
-    if s.schedule == "dualpipev":
+    if s.schedule == Schedule.DUALPIPEV:
         message = dualpipev_message(model.num_layers, model.noop_layers, s.pp, num_micro)
         if message:
             return message
@@ -232,7 +239,7 @@ def _rule_schedule(
             )
     if not s.moe_fb_overlap:
         return None
-    if not model.is_moe or model.moe_token_dispatcher_type != "alltoall":
+    if not model.is_moe or model.moe_token_dispatcher_type != Dispatcher.ALLTOALL:
         return "moe_fb_overlap needs an MoE model with the alltoall token dispatcher"
     if s.expert_tp != 1 or not model.moe_grouped_gemm:
         return f"moe_fb_overlap needs etp 1 (got {s.expert_tp}) and --moe-grouped-gemm"

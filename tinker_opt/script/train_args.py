@@ -88,6 +88,7 @@ def train_spec(
         megatron=flavour == "megatron",
         warn=warn,
         mtp_layers=model.mtp_num_layers,
+        dispatcher=model.moe_token_dispatcher_type,
     )
     framework = FrameworkInfo(
         flavour=flavour,
