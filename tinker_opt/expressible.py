@@ -224,7 +224,8 @@ def _cp_algo(s: Strategy, info: ScriptInfo, vr: VersionRange) -> str | None:
             if a in record.value_since and vr.allows(record.value_since[a])
         ]
         raise StrategyError(
-            f"cp_algo {algo} is not available in MindSpeed-LLM {vr.label}; use one of {usable}"
+            f"cp_algo {algo} is not available in MindSpeed-LLM {vr.label}; "
+            + (f"use one of {usable}" if usable else "use cp = 1")
         )
     return algo
 

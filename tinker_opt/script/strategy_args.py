@@ -99,7 +99,8 @@ def _recompute(launch: Launch, warn: Callable[[str], None]) -> dict:
     method = launch.value(method_knob.flag)
     if method not in method_knob.choices:
         warn(
-            f"{_RECOMPUTE.flag} full without {method_knob.flag} {'|'.join(method_knob.choices)}; "
+            f"{_RECOMPUTE.flag} full without {method_knob.flag} "
+            f"{'|'.join(dict.fromkeys((method_knob.default, *method_knob.choices)))}; "
             f"read as {method_knob.default} (Megatron needs the method)"
         )
         method = method_knob.default

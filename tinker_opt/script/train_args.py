@@ -6,6 +6,7 @@ precision-aware optimizer, Megatron-Core recompute modules, MindSpeed's activati
 from __future__ import annotations
 
 from tinker_opt.errors import ScriptError
+from tinker_opt.knobs import LAYOUT
 from tinker_opt.script import versions
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.model_args import int_value
@@ -96,7 +97,7 @@ def train_spec(
         launcher=launch.launcher,
         entry=launch.entry_source,
     )
-    mbs = int_value(launch, "--micro-batch-size", 1)
+    mbs = int_value(launch, LAYOUT["mbs"].flag, int(LAYOUT["mbs"].default))
     return TrainSpec(
         micro_batch_size=mbs,
         nnodes=nodes,
