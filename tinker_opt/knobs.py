@@ -101,6 +101,17 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          needs="a MoE model with shared experts", pays_off=lambda c: c.ep > 1,
          effect="MoE dispatch / combine all-to-all hidden behind the shared expert's compute (costs/overlap.py)",
          source="NVIDIA/Megatron-LM megatron/core/transformer/moe/shared_experts.py (shared expert stream)"),
+    # ASSUMPTION: MindSpeed-LLM 2.0.0, the release of its --moe-alltoall-overlap-comm twin (the
+    # feature registers in mindspeed/features_manager at MindSpeed's optimization level 2). It also
+    # needs --moe-permutation-async-comm and --moe-grouped-gemm, which the writer does not add:
+    # searched only where the script already sets it.
+    Knob(key="moe_allgather_overlap_comm", spellings=(_spell("--moe-allgather-overlap-comm", (2, 0, 0), None),),
+         exists=lambda c: c.dispatcher == Dispatcher.ALLGATHER, accepts=lambda c: c.dispatcher == Dispatcher.ALLGATHER,
+         needs="a MoE model with the allgather token dispatcher", pays_off=lambda c: c.ep > 1 or c.tp > 1,
+         added_by_search=False,
+         effect="MoE allgather dispatcher: backward all-gather / reduce-scatter hidden behind the weight gradients",
+         source="Ascend/MindSpeed docs/features/megatron_moe/megatron-moe-allgather-overlap-comm.md; "
+                "mindspeed/features_manager/moe/moe_allgather_overlap.py"),
 )
 # fmt: on
 """The communication-overlap switches, in Strategy schema order (strategy.OVERLAP_KEYS). TP
