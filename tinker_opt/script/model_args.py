@@ -206,9 +206,9 @@ def _precision(launch: Launch) -> str:
 
 def read_model(launch: Launch, warn: Callable[[str], None]) -> ModelSpec:
     """The network the launch arguments describe; ScriptError for missing or bad values."""
-    _require(launch)
-    hidden = int_value(launch, "--hidden-size")
-    heads = int_value(launch, "--num-attention-heads")
+    _require(launch)  # present, so the defaults below are never used
+    hidden = int_value(launch, "--hidden-size", 0)
+    heads = int_value(launch, "--num-attention-heads", 0)
     noop = int_list(launch, "--noop-layers") or ()
     groups = (
         int_value(launch, "--num-query-groups") if launch.has("--group-query-attention") else None
