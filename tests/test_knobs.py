@@ -215,7 +215,7 @@ def test_choice_knobs_name_real_fields_flags_and_versions():
         fields = {f.name for f in dataclasses.fields(homes[knob.home])}
         assert knob.key in fields, knob.key
         assert all(flag in flags.BY_NAME for flag in knob.flags), knob.flags
-        assert knob.kind in (int, bool, str) or issubclass(knob.kind, StrEnum), knob.key
+        assert knob.kind in (int, bool, str, tuple) or issubclass(knob.kind, StrEnum), knob.key
         for spelling in knob.spellings:
             if spelling.since:
                 assert versions.FLAG_SINCE[spelling.flag] == spelling.since
@@ -275,3 +275,23 @@ def test_moe_allgather_overlap_comm_is_added_by_its_record_and_cost_term():
     plain = Strategy(dp=4, ep=2, overlap_moe_comm=False)
     times = [costs.evaluate(plain.replace(**{key: on})).iteration_time_ms for on in (False, True)]
     assert times[1] < times[0]
+
+
+def test_no_module_spells_a_knob_flag_of_its_own():
+    """Every flag a knob record declares is spelled in knobs.py only: the reader, the writers,
+    the rules, the space, the version and flag tables and the profile read it from the record."""
+    import ast
+    from pathlib import Path
+
+    from tinker_opt.knobs import all_spellings
+
+    declared = {spelling.flag for spelling, _ in all_spellings()}
+    root = Path(__file__).resolve().parents[1] / "tinker_opt"
+    found = [
+        f"{path.relative_to(root)}:{node.lineno} {node.value}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "knobs.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and node.value in declared
+    ]
+    assert found == []

@@ -34,6 +34,8 @@ from tinker_opt.script.versions import VersionRange, flag_allowed
 from tinker_opt.solve.space import SearchSpace
 from tinker_opt.strategy import Strategy
 
+_SPLIT = CHOICES["num_layer_list"]
+
 
 def _can(flag: str, info: ScriptInfo, vr: VersionRange) -> bool:
     """Whether a tuned script may carry `flag`: the script has it, or its version knows it."""
@@ -68,8 +70,8 @@ def layer_form(info: ScriptInfo, vr: VersionRange) -> str:
     `--num-layer-list` any list, Megatron-LM's `--decoder-first/last-pipeline-num-layers` free
     first and last stages with equal middle ones, else (older versions) the even split only."""
     if vr.family == versions.MEGATRON:
-        return "first_last" if _can("--decoder-first-pipeline-num-layers", info, vr) else "even"
-    return "free" if _can("--num-layer-list", info, vr) else "even"
+        return "first_last" if _can(_SPLIT.flag_for("first"), info, vr) else "even"
+    return "free" if _can(_SPLIT.flag, info, vr) else "even"
 
 
 def overlap_flag(key: str, info: ScriptInfo, vr: VersionRange) -> str | None:
@@ -189,7 +191,7 @@ def _layer_list(s: Strategy, info: ScriptInfo, vr: VersionRange) -> tuple[int, .
                 "split with vpp, or vpp 1 with the layer list"
             )
         if layers is not None:
-            _needs("--num-layer-list", "num_layer_list", info, vr)
+            _needs(_SPLIT.flag, "num_layer_list", info, vr)
         return layers
     if s.pp == 1:
         return None
@@ -199,7 +201,7 @@ def _layer_list(s: Strategy, info: ScriptInfo, vr: VersionRange) -> tuple[int, .
     message = layer_form_message(tuple(layers), "first_last")
     if message:
         raise StrategyError(message)
-    _needs("--decoder-first-pipeline-num-layers", "num_layer_list", info, vr)
+    _needs(_SPLIT.flag_for("first"), "num_layer_list", info, vr)
     return layers
 
 

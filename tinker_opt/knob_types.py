@@ -194,6 +194,9 @@ class ChoiceKnob:
     """Flags that only mean something with it set (removed with it)."""
     value_companions: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
     """(flags, the values they need): flags removed when the knob takes another value."""
+    excludes: tuple[str, ...] = ()
+    """Switches (knobs.KNOBS) that cannot be on with it set (its rule reads them; the search turns
+    them off with it, and the switches that require them: knobs.switched_off_with)."""
     home: str = "strategy"
     effect: str = ""
     """Its row of the README flag table (script/flags.py)."""

@@ -20,6 +20,7 @@ layer_stack.py that each record names.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from tinker_opt.choices import (
@@ -168,14 +169,33 @@ CHOICE_KNOBS: tuple[ChoiceKnob, ...] = (
                rules="rules._rule_vpp, rules.interleaved_pipeline_message, layer_stack (chunks)",
                priced="costs/pipeline.py (v chunks per rank), costs/coefficients.py _chunk_bounds",
                effect="virtual pipeline (interleaved schedule)"),
+    # Roles: "" MindSpeed-LLM's list, "first" / "last" Megatron-LM's first and last stage,
+    # "embedding" / "loss" its account-for switches, "layout" its layout string (per virtual stage).
+    # Uneven virtual pipelines (layout, account-for): Megatron-LM main after core_v0.12
+    # (reference/script-conventions.md "Main adds"; dated to 0.13). ASSUMPTION: MindSpeed-LLM never
+    # (one tests/poc script on master only; its --num-layer-list refuses a virtual pipeline).
+    ChoiceKnob(key="num_layer_list", kind=tuple, searched=True,
+               spellings=(_spell("--num-layer-list", (0, 9, 1), None),
+                          _spell("--decoder-first-pipeline-num-layers", None, (0, 10), role="first"),
+                          _spell("--decoder-last-pipeline-num-layers", None, (0, 10), role="last"),
+                          _spell("--account-for-embedding-in-pipeline-split", None, (0, 13), role="embedding"),
+                          _spell("--account-for-loss-in-pipeline-split", None, (0, 13), role="loss"),
+                          _spell("--pipeline-model-parallel-layout", None, (0, 13), role="layout",
+                                 effect="layers per virtual stage (Megatron layout string; "
+                                        "script/pipeline_layout.py)")),
+               rules="rules._layer_split_message, layer_stack (layer forms, DualPipeV's V)",
+               priced="costs/coefficients.py (per-stage and per-chunk layers), solve/ (the exact split)",
+               effect="uneven layer split over stages"),
     ChoiceKnob(key="dualpipev", kind=Schedule, searched=True,
                values=(Schedule.ONE_F_ONE_B, Schedule.DUALPIPEV), default=Schedule.ONE_F_ONE_B,
                spellings=(_spell("--schedules-method", (2, 0, 0), None),), companions=("--dualpipev-dw-detach",),
+               excludes=("overlap_grad_reduce",),
                rules="rules._rule_schedule, layer_stack.dualpipev_message (the padded layer count)",
                priced="costs/pipeline.py, costs/stage_terms.py dualpipev_inflight_x_v", effect=_SCHEDULE_EFFECT,
                source="Ascend/MindSpeed mindspeed/features_manager/pipeline_parallel/dualpipev_feature.py"),
     ChoiceKnob(key="moe_fb_overlap", kind=bool, searched=True, values=(False, True), default=False,
                spellings=(_spell("--moe-fb-overlap", (2, 0, 0), None),),
+               excludes=("overlap_grad_reduce", "overlap_moe_comm"),
                rules="rules._rule_schedule", priced="costs/layer_comm.py (overlap.fb_overlap_exposed)",
                effect=_SCHEDULE_EFFECT,
                source="Ascend/MindSpeed docs/features/megatron_moe/megatron-moe-fb-overlap.md"),
@@ -262,6 +282,16 @@ def flag_versions() -> tuple[dict[str, dict[str, Version | None]], dict[str, dic
     since = {spelling.flag: dict(spelling.since) for spelling in spellings if spelling.since}
     until = {spelling.flag: dict(spelling.until) for spelling in spellings if spelling.until}
     return since, until
+
+
+@cache
+def switched_off_with(excluded: frozenset[str]) -> tuple[str, ...]:
+    """The switches that must be off when those of `excluded` are: them and every switch that
+    requires one of them (transitively), in the registry's order."""
+    off = set(excluded)
+    while grown := {k for k, knob in KNOBS.items() if k not in off and off & set(knob.requires)}:
+        off |= grown
+    return tuple(key for key in KNOBS if key in off)
 
 
 def excluded_pairs() -> list[tuple[str, str]]:

@@ -27,7 +27,7 @@ from tinker_opt.cp_rules import (
 )
 from tinker_opt.errors import StrategyError
 from tinker_opt.framework_rules import LATEST_RULES, FrameworkRules
-from tinker_opt.knobs import knob_message
+from tinker_opt.knobs import CHOICES, knob_message
 from tinker_opt.layer_stack import (
     LAYER_FORMS,
     dualpipev_layer_list,
@@ -233,7 +233,7 @@ def _rule_schedule(
             return message
         padded = dualpipev_layer_list(model.num_layers, model.noop_layers, s.pp)
         listed = s.num_layer_list is not None and s.num_layer_list != padded
-        if s.cp > 1 or listed or s.overlap_grad_reduce:
+        if s.cp > 1 or listed or any(getattr(s, k) for k in CHOICES["dualpipev"].excludes):
             return (
                 "dualpipev excludes context parallelism, a num_layer_list and overlap_grad_reduce"
             )
@@ -243,8 +243,9 @@ def _rule_schedule(
         return "moe_fb_overlap needs an MoE model with the alltoall token dispatcher"
     if s.expert_tp != 1 or not model.moe_grouped_gemm:
         return f"moe_fb_overlap needs etp 1 (got {s.expert_tp}) and --moe-grouped-gemm"
-    if s.overlap_grad_reduce or s.overlap_moe_comm:
-        return "moe_fb_overlap excludes overlap_grad_reduce and overlap_moe_comm"
+    excluded = CHOICES["moe_fb_overlap"].excludes
+    if any(getattr(s, key) for key in excluded):
+        return f"moe_fb_overlap excludes {' and '.join(excluded)}"
     if s.vpp > 1 and num_micro <= s.pp:
         return f"moe_fb_overlap with vpp needs more micro-batches ({num_micro}) than pp ({s.pp})"
     return None

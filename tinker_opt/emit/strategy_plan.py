@@ -31,11 +31,13 @@ from tinker_opt.script.strategy_args import (
     ZERO_STAGE_FLAG,
     zero_backend,
 )
+from tinker_opt.script.train_args import ULYSSES_DEGREE_FLAG
 from tinker_opt.strategy import Strategy
 
 _CP_ALGO, _ZERO, _VPP = CHOICES["cp_algo"], CHOICES["zero"], CHOICES["vpp"]
 _RECOMPUTE, _SCHEDULE, _FB = CHOICES["recompute"], CHOICES["dualpipev"], CHOICES["moe_fb_overlap"]
 _METHOD, _COUNT = CHOICES["recompute_method"], CHOICES["recompute_num_layers"]
+_SPLIT = CHOICES["num_layer_list"]
 RECOMPUTE_FULL_ONLY = (*_METHOD.flags, *_COUNT.flags, *_METHOD.companions, *_COUNT.companions)
 RECOMPUTE_OWNED = (*_RECOMPUTE.flags, *CHOICES["recompute_modules"].flags, *RECOMPUTE_FULL_ONLY)
 """What the strategy's recompute knobs own; MindSpeed's extra memory features
@@ -45,8 +47,6 @@ DIST_OPT_COMPANIONS = (
     *KNOBS["overlap_param_gather"].companions,
 )
 """The flags that need the distributed optimizer (knobs.py: the parameter all-gather overlap)."""
-ULYSSES_DEGREE_FLAG = "--ulysses-degree-in-cp"
-"""hybrid_cp_algo's Ulysses degree (a value companion of the cp_algo record; the job reads it)."""
 _ANCHORS = {
     # The layout knobs' flags by their writer group (knobs.LAYOUT_KNOBS), then the model's.
     "parallel": (*(k.flag for k in LAYOUT_KNOBS if k.group == "parallel"), "--num-layers"),
@@ -162,8 +162,8 @@ LAYOUT_OWNED = (
     LAYOUT_FLAG,
     EMBEDDING_FLAG,
     LOSS_FLAG,
-    "--decoder-first-pipeline-num-layers",
-    "--decoder-last-pipeline-num-layers",
+    _SPLIT.flag_for("first"),
+    _SPLIT.flag_for("last"),
 )
 
 
@@ -215,14 +215,14 @@ def _pipeline_layout(plan: _Plan, s: Strategy) -> None:
     layers = s.num_layer_list
     if plan.vr.family == versions.MEGATRON:
         if layers is None:
-            plan.remove("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers")
+            plan.remove(_SPLIT.flag_for("first"), _SPLIT.flag_for("last"))
         else:
-            plan.value("--decoder-first-pipeline-num-layers", layers[0])
-            plan.value("--decoder-last-pipeline-num-layers", layers[-1])
+            plan.value(_SPLIT.flag_for("first"), layers[0])
+            plan.value(_SPLIT.flag_for("last"), layers[-1])
     elif layers is None:
-        plan.remove("--num-layer-list")
+        plan.remove(_SPLIT.flag)
     else:
-        plan.value("--num-layer-list", ",".join(str(n) for n in layers))
+        plan.value(_SPLIT.flag, ",".join(str(n) for n in layers))
 
 
 def _recompute(plan: _Plan, s: Strategy) -> None:

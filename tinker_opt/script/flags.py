@@ -99,11 +99,7 @@ FLAGS: tuple[Flag, ...] = (
     # Parallel layout, batch and optimizer: the strategy.
     *_knob_rows(*(LAYOUT[key] for key in ("tp", "pp", "cp", "ep", "etp")), CHOICES["cp_algo"], LAYOUT["sp"],
                 CHOICES["vpp"]),
-    *_rows("strategy", "uneven layer split over stages", "--num-layer-list", "--decoder-first-pipeline-num-layers",
-           "--decoder-last-pipeline-num-layers", "--account-for-embedding-in-pipeline-split",
-           "--account-for-loss-in-pipeline-split"),
-    *_rows("strategy", "layers per virtual stage (Megatron layout string; script/pipeline_layout.py)",
-           "--pipeline-model-parallel-layout"),
+    *_knob_rows(CHOICES["num_layer_list"]),
     *_knob_rows(CHOICES["zero"], LAYOUT["mbs"], CHOICES["recompute"], CHOICES["recompute_method"],
                 CHOICES["recompute_num_layers"]),
     # Communication overlap: the knob registry's switches.
@@ -203,8 +199,7 @@ FLAGS: tuple[Flag, ...] = (
            "copies around the grouped MLP (Megatron-LM arguments.py); MXFP8 all-gather into the gradient buffer",
            "--moe-router-padding-for-fp8", "--moe-router-padding-for-quantization",
            "--reuse-grad-buf-for-mxfp8-param-ag"),
-    *_rows("not modelled", "further communication overlap", "--use-cp-send-recv-overlap",
-           "--moe-allgather-overlap-comm"),
+    *_rows("not modelled", "further communication overlap", "--use-cp-send-recv-overlap"),
     *_rows("not modelled", "MoE routing (drop policy, load-balancing loss, grouped routing)", "--moe-token-drop-policy",
            "--noisy_gate_policy", "--moe-router-load-balancing-type", "--moe-router-num-groups",
            "--moe-router-group-topk", "--moe-router-score-function", "--moe-router-enable-expert-bias",

@@ -48,6 +48,7 @@ from tinker_opt.strategy import Strategy
 
 DEFAULT_CP_ALGO = CpAlgo(CHOICES["cp_algo"].default)
 _ZERO, _VPP, _RECOMPUTE = CHOICES["zero"], CHOICES["vpp"], CHOICES["recompute"]
+_SPLIT = CHOICES["num_layer_list"]
 SHARDING_FLAG = _ZERO.flag_for("sharding")
 SHARDING_STRATEGIES = _ZERO.words_for("sharding")
 """Megatron-FSDP's sharding strategies, index = ZeRO stage (the zero record, knobs.py)."""
@@ -143,8 +144,8 @@ def _vpp(launch: Launch, pp: int, total_layers: int, warn: Callable[[str], None]
 
 
 def _megatron_layer_list(launch: Launch, pp: int, total_layers: int) -> tuple[int, ...] | None:
-    first = int_value(launch, "--decoder-first-pipeline-num-layers")
-    last = int_value(launch, "--decoder-last-pipeline-num-layers")
+    first_flag, last_flag = _SPLIT.flag_for("first"), _SPLIT.flag_for("last")
+    first, last = int_value(launch, first_flag), int_value(launch, last_flag)
     if (first is None and last is None) or pp < 2:
         return None
     fixed = [n for n in (first, last) if n is not None]
@@ -171,9 +172,7 @@ def _megatron_layout(launch: Launch, pp: int, vpp: int, total_layers: int, mtp_l
     embedding, loss = launch.has(EMBEDDING_FLAG), launch.has(LOSS_FLAG)
     if not (embedding or loss) or pp < 2:
         return None
-    if launch.has("--decoder-first-pipeline-num-layers") or launch.has(
-        "--decoder-last-pipeline-num-layers"
-    ):
+    if launch.has(_SPLIT.flag_for("first")) or launch.has(_SPLIT.flag_for("last")):
         raise ScriptError(
             "--account-for-embedding/loss-in-pipeline-split cannot be combined with "
             "--decoder-first/last-pipeline-num-layers (Megatron refuses both); keep one"
@@ -184,7 +183,7 @@ def _megatron_layout(launch: Launch, pp: int, vpp: int, total_layers: int, mtp_l
 def _layer_list(
     launch: Launch, pp: int, vpp: int, total_layers: int, mtp_layers: int, warn
 ) -> tuple[int, ...] | None:
-    layers = int_list(launch, "--num-layer-list")
+    layers = int_list(launch, _SPLIT.flag)
     if layers is None:
         return _megatron_layout(launch, pp, vpp, total_layers, mtp_layers) or _megatron_layer_list(
             launch, pp, total_layers

@@ -16,6 +16,9 @@ from tinker_opt.script.strategy_args import read_strategy
 from tinker_opt.specs import FrameworkInfo, ModelSpec, TrainSpec
 
 _LORA_FLAGS = ("--lora-r", "--lora-alpha", "--lora-target-modules")
+ULYSSES_DEGREE_FLAG = "--ulysses-degree-in-cp"
+"""hybrid_cp_algo's Ulysses group (a value companion of the cp_algo record: the writer keeps it
+with hybrid only)."""
 
 
 def _is_full_tune(name: str, launch: Launch) -> bool:
@@ -113,7 +116,7 @@ def train_spec(
         swap_attention=launch.has("--swap-attention"),
         gradient_accumulation_fusion=not launch.has("--no-gradient-accumulation-fusion"),
         optimizer_precision=optimizer_precision(launch),
-        ulysses_degree_in_cp=int_value(launch, "--ulysses-degree-in-cp"),
+        ulysses_degree_in_cp=int_value(launch, ULYSSES_DEGREE_FLAG),
         recompute_modules=recompute_modules(launch),
         **_activation_recompute(launch, version_range),
     )

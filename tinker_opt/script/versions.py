@@ -32,17 +32,8 @@ _LATEST = (999,)
 _KNOB_SINCE, _KNOB_UNTIL = flag_versions()
 # Flag -> first version that has it, per family (absent: every version has it).
 FLAG_SINCE: dict[str, dict[str, tuple[int, ...] | None]] = {
-    "--num-layer-list": {MINDSPEED: (0, 9, 1), MEGATRON: None},
-    "--decoder-first-pipeline-num-layers": {MINDSPEED: None, MEGATRON: (0, 10)},
-    "--decoder-last-pipeline-num-layers": {MINDSPEED: None, MEGATRON: (0, 10)},
-    # Uneven virtual pipelines: Megatron-LM main after core_v0.12 (reference/script-conventions.md
-    # "Main adds"; the evidence table below dates them to 0.13). ASSUMPTION: MindSpeed-LLM never
-    # (one tests/poc script on master only; its --num-layer-list refuses a virtual pipeline).
-    "--pipeline-model-parallel-layout": {MINDSPEED: None, MEGATRON: (0, 13)},
-    "--account-for-embedding-in-pipeline-split": {MINDSPEED: None, MEGATRON: (0, 13)},
-    "--account-for-loss-in-pipeline-split": {MINDSPEED: None, MEGATRON: (0, 13)},
-    # The knobs' flags (overlap switches, layout sizes and --moe-tp-extend-ep, vpp, the
-    # schedule, fb-overlap, the cp algorithm): declared with each knob (knobs.py).
+    # The knobs' flags (overlap switches, layout sizes and --moe-tp-extend-ep, the layer split,
+    # vpp, the schedule, fb-overlap, the cp algorithm): declared with each knob (knobs.py).
     **_KNOB_SINCE,
     # MindSpeed-LLM: first release whose examples use them (reference/script-conventions.md).
     "--overlap-p2p-communication": {MINDSPEED: (0, 9, 1), MEGATRON: (0, 0)},

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tinker_opt.choices import Recompute, Schedule
 from tinker_opt.errors import ConfigError
-from tinker_opt.knobs import CHOICES, KnobContext, search_choices
+from tinker_opt.knobs import CHOICES, KnobContext, search_choices, switched_off_with
 from tinker_opt.layer_stack import dualpipev_even
 from tinker_opt.rules import LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES
 from tinker_opt.strategy import (
@@ -238,9 +238,9 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
 
 def schedule_choices(s: Strategy, space: SearchSpace) -> Iterator[Strategy]:
     """The strategy under each searched schedule and fb-overlap setting. DualPipeV and the
-    fb-overlap exclude the asynchronous gradient reduce (rules._rule_schedule), so those variants
-    turn it (and the parameter gather that needs it) off; fb-overlap also replaces the MoE
-    all-to-all overlap."""
+    fb-overlap exclude switches (their records' `excludes`: the asynchronous gradient reduce;
+    fb-overlap also replaces the MoE all-to-all overlap; rules._rule_schedule), so those variants
+    turn them off, with the switches that require them (the parameter gather)."""
     for schedule in space.schedules:
         if schedule != Schedule.ONE_F_ONE_B and s.vpp > 1:
             continue
@@ -248,10 +248,13 @@ def schedule_choices(s: Strategy, space: SearchSpace) -> Iterator[Strategy]:
             if schedule == Schedule.ONE_F_ONE_B and not fb:
                 yield s
                 continue
-            off = {"overlap_grad_reduce": False if s.overlap_grad_reduce is not None else None}
-            off["overlap_param_gather"] = False if s.overlap_param_gather is not None else None
-            if fb and s.overlap_moe_comm is not None:
-                off["overlap_moe_comm"] = False
+            excluded = CHOICES["dualpipev"].excludes if schedule == Schedule.DUALPIPEV else ()
+            excluded += CHOICES["moe_fb_overlap"].excludes if fb else ()
+            off = {
+                key: False
+                for key in switched_off_with(frozenset(excluded))
+                if getattr(s, key) is not None
+            }
             yield s.replace(dualpipev=schedule == Schedule.DUALPIPEV, moe_fb_overlap=fb, **off)
 
 
