@@ -280,7 +280,11 @@ def calibrate(
     """Fit a hardware description to a measured profile, (--log) to the iteration times of runs,
     or (--comm) to the collectives of profile-comm."""
     if comm is not None:
-        from tinker_opt.emit.comm_tables import comm_links_table, comm_residuals_table
+        from tinker_opt.emit.comm_tables import (
+            comm_goal_line,
+            comm_links_table,
+            comm_residuals_table,
+        )
 
         if log or source:
             raise ConfigError("calibrate --comm takes no profile folder and no --log; pass one")
@@ -289,6 +293,7 @@ def calibrate(
             err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}", highlight=False)
         console.print(comm_links_table(report))
         console.print(comm_residuals_table(report))
+        console.print(comm_goal_line(report), highlight=False)
         console.print(f"wrote {report['output']}")
         return
     if not log:
