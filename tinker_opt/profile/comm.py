@@ -52,10 +52,8 @@ class CommPlan:
 
 SMALLEST_BYTES = 32 * 1024
 """The smallest buffer measured: half the 64 KiB where the planner's tables start
-(hardware.DEFAULT_COMM_SIZES), so that a small-message regime has three sizes of its own up to
-128 KiB (hardware/fit.py MIN_REGIME_SIZES). On loopback gloo 16 KiB took longer than 32 KiB in
-every curve of a run (benchmarks/results/comm_fit_localhost.md), an effect below the planner's
-sizes that a fit of them should not follow."""
+(hardware.DEFAULT_COMM_SIZES), so that a small-message regime up to 128 KiB has three sizes of
+its own (hardware/regime_fit.py MIN_REGIME_SIZES)."""
 
 ROW_QUANTILE = 0.25
 """Each size's time is this quantile of its timed calls (per rank; then the median over the
@@ -137,9 +135,12 @@ def _run_op(op: str, nbytes: int, group, members: tuple[int, ...], rank: int, de
 
 def _time_sizes_us(calls: list, plan: CommPlan, group, sync) -> list[float]:
     """Each call's time (us): `plan.warmup` untimed calls each, then `plan.repeats` rounds that
-    call every size once, in a rotated order, each after a barrier of the group, so that a change
-    of the machine's load during the run hits every size alike (sizes timed one after the other
-    would each see another load: rows not monotone in the size); ROW_QUANTILE of each size's."""
+    call every size once, each after a barrier of the group, so that a change of the machine's
+    load during the run hits every size alike (sizes timed one after the other would each see
+    another load: rows not monotone in the size). Each round's order is a permutation drawn
+    from the round's number (the same on every rank): a fixed order would time one size always
+    right after the largest (its buffers out of the caches, the socket's window grown), a cost
+    of the order, not of the size. ROW_QUANTILE of each size's times."""
     import torch.distributed as dist
 
     for call in calls:
@@ -147,7 +148,7 @@ def _time_sizes_us(calls: list, plan: CommPlan, group, sync) -> list[float]:
             call()
     samples: list[list[float]] = [[] for _ in calls]
     for step in range(plan.repeats):
-        for index in np.roll(np.arange(len(calls)), -step):
+        for index in np.random.default_rng(step).permutation(len(calls)):
             dist.barrier(group=group)
             sync()
             start = time.perf_counter()
