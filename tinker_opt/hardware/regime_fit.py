@@ -91,12 +91,14 @@ EXACT = 1e-4
 description (hardware.comm_table, times rounded to 1e-3 us), which need no switch."""
 
 
-def fit_curves(curves: Sequence[Curve]) -> list[RegimeFit]:
+def fit_curves(
+    curves: Sequence[Curve], significance: float = SWITCH_SIGNIFICANCE
+) -> list[RegimeFit]:
     """Each curve's regimes: one line each, or two split at the tier's switch, the split (between
     two consecutive measured sizes) that explains the curves best; a curve with fewer than
     MIN_REGIME_SIZES sizes on a side of it, or that one line fits exactly (EXACT), keeps its
     line. The switch is kept where switch_p_value times the splits tried is below
-    SWITCH_SIGNIFICANCE."""
+    `significance` (infinite: always, for a report of what the test turned down)."""
     rows = [_rows(curve) for curve in curves]
     lines = [_one(r, np.ones(len(r.times), dtype=bool), 0) for r in rows]
     fits: list[tuple[tuple[Regime, ...], np.ndarray]] = [((regime,), rel) for regime, rel in lines]
@@ -116,7 +118,7 @@ def fit_curves(curves: Sequence[Curve]) -> list[RegimeFit]:
     before = sum(line_rss[i] for i in switched)
     after = sum(float(np.sum(rel**2)) for _, rel in switched.values())
     count = sum(len(rows[i].times) for i in switched)
-    if switch_p_value(before, after, count, len(switched)) * len(trials) < SWITCH_SIGNIFICANCE:
+    if switch_p_value(before, after, count, len(switched)) * len(trials) < significance:
         fits = [switched.get(i, fit) for i, fit in enumerate(fits)]
     return _fits(fits)
 
