@@ -63,8 +63,10 @@ class Regime:
     and protocol; src/enqueue.cc updateCollCostTable times each and runs the cheapest for the
     size), MPI's eager and rendezvous protocols (Open MPI btl_tcp_eager_limit), and gloo over TCP,
     whose messages fit the peer's socket receive buffer or wait for it to drain (Linux tcp(7):
-    tcp_rmem, 128 KiB by default). A measured curve is then affine within each regime, not over
-    all sizes (hardware/fit.py fit_regimes)."""
+    tcp_rmem, 128 KiB by default; gloo's ring all-reduce itself keeps 2 x ranks segments up to
+    2 x ranks MiB, gloo/allreduce.cc ring() with kMaxSegmentSize 1 MiB in allreduce.h, so its
+    steps do not change below that). A measured curve is then affine within each regime, not over
+    all sizes (hardware/regime_fit.py fit_curves)."""
 
     from_bytes: int
     bandwidth_gbs: float
