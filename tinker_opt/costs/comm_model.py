@@ -249,20 +249,20 @@ def _fit_rows(comm: pd.DataFrame) -> dict[tuple[str, str, int], _Fit]:
     fits: dict[tuple[str, str, int], _Fit] = {}
     if comm is None or comm.empty:
         return fits
-    for scope, scope_rows in comm.groupby("scope"):
-        keys, curves = [], []
-        for (op, group), rows in scope_rows.groupby(["op", "group_size"]):
-            key = (str(op), str(scope), int(group))
-            if traffic_factor(key[0], key[2]) <= 0:
-                continue
-            nbytes = rows["bytes"].to_numpy(float)
-            times = rows["time_us"].to_numpy(float)
-            if len(rows) >= 2 and np.ptp(nbytes) > 0 and (times > 0).sum() >= 2:
-                keys.append(key)
-                curves.append(Curve([key[0]] * len(rows), [key[2]] * len(rows), nbytes, times))
-            else:
-                bandwidth = traffic_factor(key[0], key[2]) * max(nbytes[0], 1.0) / (times[0] * 1e3)
-                fits[key] = _Fit((Regime(0, bandwidth, 0.0),))
-        for key, fit in zip(keys, fit_curves(curves) if curves else [], strict=True):
+    all_bytes, all_times = comm["bytes"].to_numpy(float), comm["time_us"].to_numpy(float)
+    by_scope: dict[str, list[tuple[tuple[str, str, int], Curve]]] = {}
+    for (op, scope, group), index in comm.groupby(["op", "scope", "group_size"]).indices.items():
+        key = (str(op), str(scope), int(group))
+        if traffic_factor(key[0], key[2]) <= 0:
+            continue
+        nbytes, times = all_bytes[index], all_times[index]
+        if len(index) >= 2 and np.ptp(nbytes) > 0 and (times > 0).sum() >= 2:
+            curve = Curve([key[0]] * len(index), [key[2]] * len(index), nbytes, times)
+            by_scope.setdefault(key[1], []).append((key, curve))
+        else:
+            bandwidth = traffic_factor(key[0], key[2]) * max(nbytes[0], 1.0) / (times[0] * 1e3)
+            fits[key] = _Fit((Regime(0, bandwidth, 0.0),))
+    for curves in by_scope.values():
+        for (key, _), fit in zip(curves, fit_curves([c for _, c in curves]), strict=True):
             fits[key] = _Fit(fit.regimes)
     return fits

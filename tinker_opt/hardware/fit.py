@@ -179,8 +179,26 @@ def relative_line(
     bandwidth, relative least squares (each row weighted by 1 / measured), latency >= 0."""
     w = 1 / t
     a = np.column_stack([steps, traffic / 1e3]) * w[:, None]
-    latency_us, inv_bw = bounded_lstsq(a, np.ones(len(t)), np.array([0.0, 1e-9]))
+    lower = np.array([0.0, 1e-9])
+    free = _two_column_lstsq(a)  # the optimum when within the bounds
+    latency_us, inv_bw = free if np.all(free >= lower) else bounded_lstsq(a, np.ones(len(t)), lower)
     return float(latency_us), float(inv_bw), (steps * latency_us + traffic / 1e3 * inv_bw) / t - 1
+
+
+def _two_column_lstsq(a: np.ndarray) -> np.ndarray:
+    """min ||a x - 1|| for two columns, by the normal equations of the columns scaled to unit
+    length (a 2 x 2 solve: the cost model fits every curve of a comm table this way, many times
+    per search); lstsq where the columns are (nearly) parallel."""
+    norms = np.linalg.norm(a, axis=0)
+    if len(a) < 2 or not np.all(norms > 0):
+        return np.linalg.lstsq(a, np.ones(len(a)), rcond=None)[0]
+    u = a / norms
+    g11, g12, g22 = float(u[:, 0] @ u[:, 0]), float(u[:, 0] @ u[:, 1]), float(u[:, 1] @ u[:, 1])
+    det = g11 * g22 - g12 * g12
+    if det < 1e-12:
+        return np.linalg.lstsq(a, np.ones(len(a)), rcond=None)[0]
+    b1, b2 = float(u[:, 0].sum()), float(u[:, 1].sum())
+    return np.array([(g22 * b1 - g12 * b2) / det, (g11 * b2 - g12 * b1) / det]) / norms
 
 
 def fit_result(values: tuple[float, ...], rel: np.ndarray) -> FitResult:
