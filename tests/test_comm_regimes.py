@@ -125,3 +125,20 @@ def test_calibrate_fits_regimes_within_ten_percent(tmp_path):
     for tier in report["tiers"]:
         assert tier["ops"]["all_reduce"]["small"][0]["below_bytes"] == 262144
         assert tier["parameters"] < tier["rows"] == 24
+
+
+def test_log_calibration_slows_every_regime():
+    """calibrate --log's communication factor reaches each op's small regimes too."""
+    from tinker_opt.verbs.calibrate_log import _slowed_links
+
+    small = [{"below_bytes": 262144, "bandwidth_gbs": 8.0, "latency_us": 90.0}]
+    data = {"inter_node": {"bandwidth_gbs": 40.0, "latency_us": 10.0}}
+    data["inter_node"]["ops"] = {
+        "all_reduce": {"bandwidth_gbs": 20.0, "latency_us": 10.0, "small": small}
+    }
+    _slowed_links(data, 2.0)
+    assert data["inter_node"]["ops"]["all_reduce"]["small"][0] == {
+        "below_bytes": 262144,
+        "bandwidth_gbs": 4.0,
+        "latency_us": 180.0,
+    }
