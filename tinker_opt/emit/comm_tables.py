@@ -84,3 +84,8 @@ def comm_goal_line(report: dict[str, Any]) -> str:
         f"{100 * worst['max_abs_error']:.1f} % ({worst['tier']} {worst['op']} group "
         f"{worst['group_size']})"
     )
+
+
+def comm_report(report: dict[str, Any]) -> list[Table | str]:
+    """What `calibrate --comm` prints: the links, the residuals, the goal's line."""
+    return [comm_links_table(report), comm_residuals_table(report), comm_goal_line(report)]
