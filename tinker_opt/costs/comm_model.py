@@ -99,7 +99,16 @@ class _Fit:
 
     @property
     def last(self) -> Regime:
+        """The largest-size regime (a link's figures where one pair is asked for)."""
         return self.regimes[-1]
+
+    @property
+    def bandwidth_gbs(self) -> float:
+        return self.last.bandwidth_gbs
+
+    @property
+    def latency_us(self) -> float:
+        return self.last.latency_us
 
     def at(self, nbytes: float, latency: bool = True) -> Regime:
         """The regime of a buffer of `nbytes`; without its latency for `latency=False`."""
