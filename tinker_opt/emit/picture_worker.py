@@ -42,10 +42,9 @@ def _serve(connection, parent_end) -> None:
     of that end the fork gave this process is closed first, or it would never read the end)."""
     parent_end.close()
     try:
-        import matplotlib.backends.backend_svg
-        import matplotlib.figure  # noqa: F401
+        from tinker_opt.emit import plots
 
-        from tinker_opt.emit import plots  # noqa: F401
+        plots.warm_up()  # matplotlib imported, its font loaded
     except Exception:  # drawing reports it, to the parent
         pass
     while True:

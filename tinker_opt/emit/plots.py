@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ MAX_STAGE_LABELS = 16
 
 
 @contextmanager
-def _figure(width: float, height: float, path: Path) -> Iterator[Any]:
+def _figure(width: float, height: float, path: Path | StringIO) -> Iterator[Any]:
     """A matplotlib `Figure` (inches) in the pictures' style, saved once as SVG to `path` on leaving."""
     import matplotlib
     from matplotlib.figure import Figure
@@ -62,6 +63,14 @@ def _figure(width: float, height: float, path: Path) -> Iterator[Any]:
         fig = Figure(figsize=(width, height))
         yield fig
         fig.savefig(path, format="svg", metadata={"Date": None})
+
+
+def warm_up() -> None:
+    """Draw a small figure with text, in memory: what a first drawing loads besides the imports
+    (the font and its metrics, the SVG canvas), loaded ahead by the picture worker
+    (emit/picture_worker.py) while the search runs."""
+    with _figure(1.0, 1.0, StringIO()) as fig:
+        fig.add_subplot().set_title("warm-up 0123456789")
 
 
 def stage_time_parts(evaluation: Mapping[str, Any], microbatches: int) -> list[list[float]]:
@@ -204,21 +213,35 @@ def plot_schedule(
 
 
 def _draw_ops(ax, ops: Sequence[Op], *, labels: bool) -> None:
-    """One `broken_barh` per stage (a colour per box; later chunks of an interleaved stage lighter),
-    numbered by micro-batch when there are few enough boxes and a box is wide enough for it."""
+    """The boxes as one compound path per colour (a colour per kind; later chunks of an
+    interleaved stage lighter), outlined in white, numbered by micro-batch when there are few
+    enough boxes and a box is wide enough for it. One path per colour rather than one per box: the
+    SVG backend styles and writes each path of a collection on its own, and a long pipeline has
+    thousands of boxes (issue 30). Added as artists (the limits are set here, not measured from
+    every corner of the paths)."""
     from matplotlib.colors import to_rgba
+    from matplotlib.patches import PathPatch
+    from matplotlib.path import Path as BoxPath
 
     end = max(op.end for op in ops) * 1.01
-    rows: dict[int, list[Op]] = {}
+    boxes: dict[tuple[str, bool], list[Op]] = {}
     for op in ops:
-        rows.setdefault(op.stage, []).append(op)
-    for stage, row in rows.items():
-        ax.broken_barh(
-            [(op.start, op.end - op.start) for op in row],
-            (stage - 0.4, 0.8),
-            facecolors=[to_rgba(OP_COLOURS[op.kind], 0.65 if op.chunk % 2 else 1.0) for op in row],
-            edgecolor="white",
-            linewidth=0.5,
+        boxes.setdefault((op.kind, op.chunk % 2 == 1), []).append(op)
+    corners = ((0, 0), (1, 0), (1, 1), (0, 1), (0, 0))
+    codes = [BoxPath.MOVETO, BoxPath.LINETO, BoxPath.LINETO, BoxPath.LINETO, BoxPath.CLOSEPOLY]
+    for (kind, lighter), row in boxes.items():
+        vertices = [
+            (op.start + dx * (op.end - op.start), op.stage - 0.4 + dy * 0.8)
+            for op in row
+            for dx, dy in corners
+        ]
+        ax.add_artist(
+            PathPatch(
+                BoxPath(vertices, codes * len(row)),
+                facecolor=to_rgba(OP_COLOURS[kind], 0.65 if lighter else 1.0),
+                edgecolor="white",
+                linewidth=0.5,
+            )
         )
     ax.set_xlim(0, end)
     if labels:

@@ -22,7 +22,6 @@ from tinker_opt.verbs.common import (
     read_optional_script,
     script_warnings,
 )
-from tinker_opt.verbs.profile import run_profile
 
 
 @dataclass(frozen=True)
@@ -311,6 +310,7 @@ def run_all(
 ) -> tuple[Path, SearchOutcome]:
     """Profile the script, then search that profile with the profiled script; (profile folder, outcome)."""
     from tinker_opt.emit.results import check_writable
+    from tinker_opt.verbs.profile import run_profile  # here: `search` alone never profiles
 
     check_writable(Path(search.output_dir))
     folder = run_profile(profile, progress=progress, log=None)
