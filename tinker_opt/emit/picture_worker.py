@@ -17,6 +17,7 @@ The worker draws; it does not search: `--cpus` still counts the solver's workers
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import sys
 import traceback
 from collections.abc import Iterator
@@ -38,8 +39,10 @@ def draw_here(jobs: list[PictureJob]) -> None:
 
 def _serve(connection, parent_end) -> None:
     """The worker: import matplotlib now, then draw each batch of jobs sent, answering None or
-    the error (as text: the parent raises it); returns when the parent closes its end (the copy
-    of that end the fork gave this process is closed first, or it would never read the end)."""
+    the error (as text: the parent raises it); returns on None or when the parent's end closes
+    (the copy of that end the fork gave this process is closed first). Ctrl-C is the parent's
+    to handle (it stops the worker), so the worker prints no traceback of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent_end.close()
     try:
         from tinker_opt.emit import plots
@@ -50,7 +53,9 @@ def _serve(connection, parent_end) -> None:
     while True:
         try:
             jobs = connection.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
+        except (EOFError, OSError):
+            return
+        if jobs is None:
             return
         try:
             draw_here(jobs)
@@ -59,7 +64,7 @@ def _serve(connection, parent_end) -> None:
             answer = traceback.format_exc()
         try:
             connection.send(answer)
-        except (OSError, KeyboardInterrupt):
+        except OSError:
             return
 
 
@@ -107,11 +112,17 @@ class PictureWorker:
         self.process.join()
 
     def close(self, *, failed: bool) -> None:
-        """Close the pipe and join the worker (it returns when it reads the end of the pipe);
-        stop it instead when the search failed or a drawing is still pending."""
-        self.connection.close()
+        """Tell the worker to return and join it; stop it instead when the search failed or a
+        drawing is still pending. (The end of the pipe alone would not do: a process forked
+        meanwhile, a presolve worker, may still hold a copy of this end.)"""
         if failed or self.pending:
             self.stop()
+        else:
+            try:
+                self.connection.send(None)
+            except OSError:
+                self.stop()
+        self.connection.close()
         self.process.join()
 
 
