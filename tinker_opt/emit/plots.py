@@ -65,12 +65,24 @@ def _figure(width: float, height: float, path: Path | StringIO) -> Iterator[Any]
         fig.savefig(path, format="svg", metadata={"Date": None})
 
 
+WARM_UP = {
+    "strategy": {"tp": 1, "pp": 2, "dp": 1, "vpp": 1, "mbs": 1},
+    "iteration_time_ms": 2.0,
+    "peak_memory_mb": 1.0,
+    "stages": [
+        {"stage": s, "layers": 1, "time_ms": 1.0, "weights_mb": 1.0, "activations_mb": 1.0}
+        for s in range(2)
+    ],
+}
+"""A two-stage strategy `warm_up` draws, in memory."""
+
+
 def warm_up() -> None:
-    """Draw a small figure with text, in memory: what a first drawing loads besides the imports
-    (the font and its metrics, the SVG canvas), loaded ahead by the picture worker
-    (emit/picture_worker.py) while the search runs."""
-    with _figure(1.0, 1.0, StringIO()) as fig:
-        fig.add_subplot().set_title("warm-up 0123456789")
+    """Draw the stage picture once, in memory, for a small strategy (WARM_UP): what a first
+    drawing loads and caches besides the imports (the font, the metrics of the legends' and axes'
+    words, the SVG canvas, the artists' first use), loaded ahead by the picture worker
+    (emit/picture_worker.py) while the search runs. The other two pictures gain little from it."""
+    plot_stage_breakdown(WARM_UP, None, 4, 2.0, StringIO(), current_note="warm-up")
 
 
 def stage_time_parts(evaluation: Mapping[str, Any], microbatches: int) -> list[list[float]]:
@@ -142,10 +154,10 @@ def plot_stage_breakdown(
     current: Mapping[str, Any] | None,
     global_batch_size: int,
     memory_limit_mb: float,
-    path: Path,
+    path: Path | StringIO,
     *,
     current_note: str | None = None,
-) -> Path:
+) -> Path | StringIO:
     """Per-stage stacked time and memory of the best strategy, and of the script's own beside it."""
     columns = [("best", best)] + ([("current (the script's own)", current)] if current else [])
     width = 5.5 * len(columns) + 2.5
@@ -183,8 +195,12 @@ def plot_stage_breakdown(
 
 
 def plot_schedule(
-    evaluation: Mapping[str, Any], global_batch_size: int, path: Path, *, max_microbatches: int = 8
-) -> Path:
+    evaluation: Mapping[str, Any],
+    global_batch_size: int,
+    path: Path | StringIO,
+    *,
+    max_microbatches: int = 8,
+) -> Path | StringIO:
     """The pipeline timeline of one strategy: forward, recompute and backward per stage and
     micro-batch, for the first micro-batches (the steady phase repeats) and the flush."""
     ops, shown, total = pipeline_ops(
@@ -273,11 +289,11 @@ def plot_candidates(
     pareto: Sequence[Mapping[str, Any]],
     picks: Mapping[str, Mapping[str, Any]],
     memory_limit_mb: float,
-    path: Path,
+    path: Path | StringIO,
     *,
     current: Mapping[str, Any] | None = None,
     ranked: Sequence[Mapping[str, Any]] = (),
-) -> Path:
+) -> Path | StringIO:
     """Every evaluated strategy's time against memory, with the Pareto front, picks, the ranks of
     the ranked list, the script's own strategy and the limit."""
     with _figure(11, 6.5, path) as fig:
