@@ -23,6 +23,12 @@ EVALUATION = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _no_matplotlib(monkeypatch):
+    """As in a fresh `tinker-opt` process: matplotlib not imported yet (else no worker starts)."""
+    monkeypatch.delitem(sys.modules, "matplotlib.figure", raising=False)
+
+
 def _schedule_job(path: Path):
     return [("plot_schedule", (EVALUATION, 4, path), {})]
 
@@ -44,6 +50,14 @@ def test_a_failed_drawing_is_raised_in_the_parent(tmp_path: Path) -> None:
         worker.submit(_schedule_job(tmp_path / "missing" / "folder.svg"))
         with pytest.raises(RuntimeError, match="drawing the pictures failed"):
             worker.wait()
+
+
+def test_no_worker_once_matplotlib_is_imported(monkeypatch) -> None:
+    import matplotlib.figure
+
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", matplotlib.figure)
+    with picture_worker() as worker:
+        assert worker is None
 
 
 def test_a_failed_search_stops_the_worker() -> None:

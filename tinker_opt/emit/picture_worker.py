@@ -78,8 +78,12 @@ class PictureWorker:
 
     @classmethod
     def start(cls) -> PictureWorker | None:
-        """The worker, started; None where `fork` is not the platform's way (draw in process)."""
+        """The worker, started; None (draw in the process) where `fork` is not the platform's way,
+        or where this process has imported matplotlib already (a long-lived caller, the tests:
+        there is no import left to hide)."""
         if sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods():
+            return None
+        if "matplotlib.figure" in sys.modules:
             return None
         context = multiprocessing.get_context("fork")
         parent, child = context.Pipe()
