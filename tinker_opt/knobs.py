@@ -19,6 +19,7 @@ layer_stack.py that each record names.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -296,8 +297,14 @@ def switched_off_with(excluded: frozenset[str]) -> tuple[str, ...]:
 
 def excluded_pairs() -> list[tuple[str, str]]:
     """Every pair of knobs that exclude each other, once, whichever side declares it."""
+    return list(_excluded_pairs())
+
+
+@functools.cache
+def _excluded_pairs() -> tuple[tuple[str, str], ...]:
+    """excluded_pairs, computed once (the registry is fixed; the search asks per configuration)."""
     pairs = {tuple(sorted((knob.key, other))) for knob in KNOBS.values() for other in knob.excludes}
-    return sorted(pairs)  # type: ignore[arg-type]
+    return tuple(sorted(pairs))  # type: ignore[arg-type]
 
 
 def knob_message(s: Any, is_moe: bool, dispatcher: str | None = None) -> str | None:
@@ -313,7 +320,7 @@ def knob_message(s: Any, is_moe: bool, dispatcher: str | None = None) -> str | N
         for other in knob.requires:
             if getattr(s, other) is False:
                 return f"{knob.key} needs {other} on ({knob.source})"
-    for a, b in excluded_pairs():
+    for a, b in _excluded_pairs():
         if getattr(s, a) and getattr(s, b):
             return f"{a} and {b} exclude each other; turn one of them off"
     return None
