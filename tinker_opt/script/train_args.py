@@ -7,6 +7,7 @@ the MLP recompute of its attention swap, script/swap_recompute.py)."""
 from __future__ import annotations
 
 from tinker_opt.errors import ScriptError
+from tinker_opt.knobs import LAYOUT
 from tinker_opt.script import versions
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.model_args import int_value
@@ -17,6 +18,9 @@ from tinker_opt.script.swap_recompute import swap_mlp_recompute
 from tinker_opt.specs import FrameworkInfo, ModelSpec, TrainSpec
 
 _LORA_FLAGS = ("--lora-r", "--lora-alpha", "--lora-target-modules")
+ULYSSES_DEGREE_FLAG = "--ulysses-degree-in-cp"
+"""hybrid_cp_algo's Ulysses group (a value companion of the cp_algo record: the writer keeps it
+with hybrid only)."""
 
 
 def _is_full_tune(name: str, launch: Launch) -> bool:
@@ -90,6 +94,7 @@ def train_spec(
         megatron=flavour == "megatron",
         warn=warn,
         mtp_layers=model.mtp_num_layers,
+        dispatcher=model.moe_token_dispatcher_type,
     )
     strategy, swap_modules = swap_mlp_recompute(launch, strategy, total, warn)
     framework = FrameworkInfo(
@@ -98,7 +103,7 @@ def train_spec(
         launcher=launch.launcher,
         entry=launch.entry_source,
     )
-    mbs = int_value(launch, "--micro-batch-size", 1)
+    mbs = int_value(launch, LAYOUT["mbs"].flag, int(LAYOUT["mbs"].default))
     return TrainSpec(
         micro_batch_size=mbs,
         nnodes=nodes,
@@ -114,7 +119,7 @@ def train_spec(
         swap_attention=launch.has("--swap-attention"),
         gradient_accumulation_fusion=not launch.has("--no-gradient-accumulation-fusion"),
         optimizer_precision=optimizer_precision(launch),
-        ulysses_degree_in_cp=int_value(launch, "--ulysses-degree-in-cp"),
+        ulysses_degree_in_cp=int_value(launch, ULYSSES_DEGREE_FLAG),
         recompute_modules=swap_modules or recompute_modules(launch),
         **_activation_recompute(launch, version_range),
     )
