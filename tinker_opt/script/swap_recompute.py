@@ -25,20 +25,25 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tinker_opt.choices import Recompute, RecomputeMethod, RecomputeModule
+from tinker_opt.knobs import CHOICES
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.model_args import int_value
 from tinker_opt.strategy import Strategy
 
 SWAP_RECOMPUTE_MODULES = (RecomputeModule.MLP.value, RecomputeModule.MOE.value)
 """The `mlp` child of a TransformerLayer: the dense MLP or the MoELayer (module docstring)."""
+_KIND, _METHOD, _COUNT = (
+    CHOICES[key] for key in ("recompute", "recompute_method", "recompute_num_layers")
+)
+"""The recompute knobs' records (knobs.py spells their flags)."""
 
 
 def _covers_every_layer(launch: Launch, strategy: Strategy, total_layers: int, n: int) -> bool:
     """Whether MindSpeed's swap policy recomputes the MLP of every layer of a stage."""
-    if launch.value("--recompute-method") == RecomputeMethod.UNIFORM:
+    if launch.value(_METHOD.flag) == RecomputeMethod.UNIFORM:
         return True
     per_stage = total_layers // strategy.pp
-    if launch.has("--enable-recompute-layers-per-pp-rank"):
+    if any(launch.has(flag) for flag in _COUNT.companions):  # --enable-recompute-layers-per-pp-rank
         return n >= per_stage
     return n >= per_stage // max(strategy.vpp, 1)
 
@@ -48,13 +53,13 @@ def swap_mlp_recompute(
 ) -> tuple[Strategy, tuple[str, ...] | None]:
     """The strategy and recompute modules of `--swap-attention --recompute-num-layers N` without a
     recompute granularity (module docstring); the strategy unchanged and None otherwise."""
-    granularity = launch.value("--recompute-granularity") or launch.has("--recompute-activations")
-    n = int_value(launch, "--recompute-num-layers", 0) or 0
+    granularity = launch.value(_KIND.flag) or launch.has(_KIND.flag_for("selective"))
+    n = int_value(launch, _COUNT.flag, 0) or 0
     if not launch.has("--swap-attention") or granularity or n <= 0:
         return strategy, None
     if not _covers_every_layer(launch, strategy, total_layers, n):
         warn(
-            f"--swap-attention with --recompute-num-layers {n} recomputes the MLP of only some "
+            f"--swap-attention with {_COUNT.flag} {n} recomputes the MLP of only some "
             "layers of each stage (MindSpeed's swap policy); read as no MLP recompute (the "
             "modelled memory errs high)"
         )
