@@ -82,7 +82,7 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("strategy", "parallel sizes", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
            "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size"),
     *_rows("strategy", "context-parallel algorithm (MindSpeed)", "--context-parallel-algo"),
-    *_rows("strategy", "experts split over tp instead of tp inside experts (etp 1, MindSpeed)", "--moe-tp-extend-ep"),
+    *_rows("strategy", "whole experts over tp x ep ranks (read as ep x tp at etp 1; MindSpeed)", "--moe-tp-extend-ep"),
     *_rows("strategy", "activations split over tp outside the matmuls", "--sequence-parallel"),
     *_rows("strategy", "virtual pipeline (interleaved schedule)", "--num-layers-per-virtual-pipeline-stage",
            "--virtual-pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank"),
