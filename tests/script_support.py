@@ -152,11 +152,13 @@ def _rest(draw, info, vr, allowed, world, tp, pp, cp, dp, nnodes, nproc):
         etps = [None]
         if allowed("--expert-tensor-parallel-size"):
             etps += [1, tp]
-        elif info.launch.has("--moe-tp-extend-ep") and tp > 1:  # at tp 1, etp 1 is the default
-            etps.append(1)
+        elif info.launch.has("--moe-tp-extend-ep") and tp > 1 and model.num_experts % tp == 0:
+            etps.append(1)  # at tp 1, etp 1 is the default; ep a multiple of tp (below)
         etp = draw(st.sampled_from(etps))
         eff = tp if etp is None else etp
         eps = [e for e in divisors(model.num_experts) if (tp * dp * cp) % (e * eff) == 0]
+        if etp == 1 and not allowed("--expert-tensor-parallel-size"):
+            eps = [e for e in eps if e % tp == 0]  # --moe-tp-extend-ep: tp x the flag's ep
         ep = draw(st.sampled_from(eps if allowed("--expert-model-parallel-size") else [1]))
     layer_list = draw(_layer_list(total, pp, megatron, info, allowed))
     vpps = [1]

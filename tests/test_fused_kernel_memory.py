@@ -120,3 +120,15 @@ def test_fused_softmax_holds_what_the_fused_kernel_holds():
         probs = FusedScaleMaskSoftmax.apply(scores * 1, 0.125, True)
         probs.backward(torch.ones_like(probs))
     assert tracker.peak_bytes <= 3 * size + 64 * 64 + 8 * 64 * 4  # + mask + row sums
+
+
+def test_loss_backward_works_in_the_saved_softmax():
+    """Megatron-Core's VocabParallelCrossEntropy.backward writes the logits' gradient into the
+    saved fp32 softmax (`grad_input = softmax`, prepare_gradient_calculation_operands): above what
+    the head saves, its peak holds the bf16 logits (forward) or their bf16 gradient, not a second
+    fp32 copy of the logits. Head of a bf16 model, 32 tokens x vocabulary 256, h 32."""
+    model = llama_model(seq=SEQ, hidden=HIDDEN, heads=4, groups=2, ffn=FFN, vocab=256)
+    memory = trace_block(model, "head", Shape(tp=1, mbs=1)).memory
+    logits = SEQ * 256
+    assert memory.activation_bytes >= 4 * logits  # the fp32 softmax
+    assert logits < memory.transient_bytes < 4 * logits  # about the bf16 logits (2 B each)

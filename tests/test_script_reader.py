@@ -85,6 +85,18 @@ def test_etp_defaults():
     assert read_script_text(base + " --moe-tp-extend-ep").train.strategy.etp == 1
 
 
+def test_tp_extend_ep_spreads_the_experts_over_tp_times_ep():
+    """MindSpeed's --moe-tp-extend-ep: the tp group splits the experts, not their weights
+    (num_experts % (tp x ep) == 0; megatron-moe-tp-extend-ep.md): Megatron-Core's expert grid of
+    tp x ep ranks at etp 1, written back as the script's own ep."""
+    base = f"torchrun --nproc_per_node 8 pretrain_gpt.py {MODEL} --num-experts 8 "
+    base += "--tensor-model-parallel-size 2 --expert-model-parallel-size 2"
+    plain = read_script_text(base).train.strategy
+    extend = read_script_text(base + " --moe-tp-extend-ep").train.strategy
+    assert (plain.ep, plain.expert_tp) == (2, 2)
+    assert (extend.ep, extend.expert_tp) == (4, 1)
+
+
 def test_layer_list_and_megatron_first_last():
     """--num-layer-list and Megatron's first/last stage counts give num_layer_list."""
     assert fixture("pretrain_mixtral_8x7B_rc1_ptd.sh").train.strategy.num_layer_list == (7, 8, 8, 9)

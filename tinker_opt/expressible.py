@@ -239,8 +239,8 @@ def _etp(s: Strategy, info: ScriptInfo, vr: VersionRange) -> int | None:
         return s.etp
     if s.etp == s.tp:
         return None  # the default: no flag needed
-    if s.etp == 1 and info.launch.has(LAYOUT["etp"].flag_for("one")):
-        return 1
+    if s.etp == 1 and info.launch.has(LAYOUT["etp"].flag_for("one")) and s.ep % s.tp == 0:
+        return 1  # MindSpeed's tp x ep expert ranks (script/strategy_args.py)
     _needs(LAYOUT["etp"].flag, f"etp = {s.etp}", info, vr)
     return s.etp
 

@@ -135,7 +135,7 @@ LAYOUT_KNOBS: tuple[LayoutKnob, ...] = (
     # role "one": MindSpeed-LLM's experts split over tp instead of tp inside the experts (etp 1).
     LayoutKnob(key="etp", spelling=_spell("--expert-tensor-parallel-size", (2, 2, 0), (0, 10)), group="moe",
                others=(_spell("--moe-tp-extend-ep", (2, 0, 0), None, role="one",
-                              effect="experts split over tp instead of tp inside experts (etp 1, MindSpeed)"),)),
+                              effect="whole experts over tp x ep ranks (read as ep x tp at etp 1; MindSpeed)"),)),
     LayoutKnob(key="sp", spelling=_spell_always("--sequence-parallel"), default=False,
                effect="activations split over tp outside the matmuls"),
     LayoutKnob(key="mbs", spelling=_spell_always("--micro-batch-size"), effect="micro-batch size"),

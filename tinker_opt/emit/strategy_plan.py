@@ -146,15 +146,16 @@ def _experts(plan: _Plan, s: Strategy) -> None:
         if plan.launch.has(ep):
             plan.value(ep, 1)
         return
-    _size(plan, s, "ep")
     extend = plan.launch.has(extend_flag)
-    if s.etp is None:
-        plan.remove(etp, extend_flag)
-    elif s.etp == 1 and extend and not plan.launch.has(etp):
+    if s.etp == 1 and extend and not plan.launch.has(etp) and s.ep % s.tp == 0:
+        # MindSpeed's tp x ep expert ranks: the flag says ep / tp (script/strategy_args.py).
+        _size(plan, s, "ep", s.ep // s.tp)
         return
+    plan.remove(extend_flag)  # the sizes are then said as Megatron-Core's ep and etp
+    _size(plan, s, "ep")
+    if s.etp is None:
+        plan.remove(etp)
     else:
-        if s.etp != 1:
-            plan.remove(extend_flag)
         plan.value(etp, s.etp, group="moe")
 
 

@@ -129,8 +129,11 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         softmax, outside, local_target = ctx.saved_tensors
-        # d loss / d logits = softmax - onehot(target) (on the shard that owns the target).
-        grad_logits = softmax.clone()
+        # d loss / d logits = softmax - onehot(target) (on the shard that owns the target),
+        # computed in the saved softmax itself as Megatron-Core does (tensor_parallel/
+        # cross_entropy.py VocabParallelCrossEntropy.prepare_gradient_calculation_operands:
+        # `grad_input = softmax`, then in-place updates): no second fp32 logits tensor.
+        grad_logits = softmax
         grad_logits.scatter_add_(
             -1, local_target.unsqueeze(-1), (outside.float() - 1.0).unsqueeze(-1)
         )

@@ -6,6 +6,11 @@ Normalisation (what a script can express, and what the framework really does):
   `megatron_cp_algo` (Megatron-LM has only the ring algorithm: `megatron_cp_algo`);
 * etp: `--expert-tensor-parallel-size`, else 1 with `--moe-tp-extend-ep`, else None (= tp); None
   for dense models;
+* ep: `--expert-model-parallel-size`, times tp with MindSpeed's `--moe-tp-extend-ep` (the tp group
+  splits the experts, not their weights: num_experts % (tp x ep) == 0, each rank holds
+  num_experts / (tp x ep) whole experts; Ascend/MindSpeed
+  docs/features/megatron_moe/megatron-moe-tp-extend-ep.md and MoETpExtendEpFeature.validate_args),
+  which is Megatron-Core's expert grid with ep x tp expert ranks at etp 1;
 * recompute: `--recompute-activations` or `--recompute-granularity selective` -> selective;
   `--recompute-granularity full` -> full with `--recompute-method` (default uniform) and
   `--recompute-num-layers` (default 1); method and layer count are None otherwise;
@@ -214,6 +219,13 @@ def _expert_tp(launch: Launch, is_moe: bool) -> int | None:
     return 1 if launch.has(etp.flag_for("one")) else None
 
 
+def _expert_parallel(launch: Launch, tp: int, is_moe: bool) -> int:
+    """The expert-parallel group: the flag's size, times tp with `--moe-tp-extend-ep` (module
+    docstring)."""
+    ep = _size(launch, "ep")
+    return ep * tp if is_moe and launch.has(LAYOUT["etp"].flag_for("one")) else ep
+
+
 def _size(launch: Launch, key: str) -> int:
     """A layout size as its flag (knobs.LAYOUT) sets it, the framework's default without it."""
     knob = LAYOUT[key]
@@ -259,7 +271,7 @@ def read_strategy(
             dp=max(world // model_parallel, 1),
             cp=cp,
             cp_algo=algo,
-            ep=_size(launch, "ep"),
+            ep=_expert_parallel(launch, tp, is_moe),
             etp=_expert_tp(launch, is_moe),
             sp=launch.has(LAYOUT["sp"].flag) and tp > 1,
             vpp=vpp,
