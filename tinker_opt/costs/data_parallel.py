@@ -45,8 +45,8 @@ from tinker_opt.strategy import Strategy
 
 ADAM_TOUCH_BYTES = 30
 """Bytes one Adam step moves per parameter: reads fp32 grad, master, m, v (16), writes master,
-m, v (12) and the bf16 weight (2); the step is memory-bound, a streaming pass at the memory
-curve's asymptote (costs/step_costs.py stream_bytes_per_us)."""
+m, v (12) and the bf16 weight (2); the step is memory-bound, a streaming pass at the HBM
+bandwidth (costs/step_costs.py stream_bytes_per_us)."""
 
 
 def param_bytes(ctx: TermContext, s: Strategy, dense: int, expert: int) -> tuple[int, int]:

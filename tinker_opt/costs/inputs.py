@@ -66,10 +66,6 @@ class HardwareRates:
     """HBM bandwidth (memory-bound steps: Adam, activation-function recompute)."""
     host_link_gbs: float = DEFAULT_HOST_LINK_GBS
     """Host <-> device copies (the swap optimizer)."""
-    memory_efficiency: float = 1.0
-    """The memory curve's asymptote (hardware efficiency `memory.max_efficiency`): the share of
-    memory_bandwidth_gbs a large streaming pass reaches (the optimizer step's, costs/step_costs.py);
-    1 without a description."""
     matmul_tflops: float = DEFAULT_MATMUL_TFLOPS
     """Dense matmul peak in the training precision (recomputed module GEMMs, costs/recompute_modules.py)."""
     host_op_us: float = DEFAULT_HOST_OP_US
@@ -91,7 +87,6 @@ class HardwareRates:
         return cls(
             memory_bandwidth_gbs=hardware.memory_bandwidth_gbs or DEFAULT_MEMORY_BANDWIDTH_GBS,
             host_link_gbs=hardware.host_link_gbs or DEFAULT_HOST_LINK_GBS,
-            memory_efficiency=hardware.efficiency.memory.max_efficiency,
             matmul_tflops=hardware.peak_tflops.get("bf16") or DEFAULT_MATMUL_TFLOPS,
             host_op_us=DEFAULT_HOST_OP_US if hardware.host_op_us is None else hardware.host_op_us,
             accelerator=accelerator,

@@ -17,10 +17,11 @@ megatron/core/optimizer/optimizer.py `MixedPrecisionOptimizer.step`):
 * gradient clipping (`--clip-grad`, default 1.0): `get_grad_norm_fp32` (megatron/core/optimizer/
   clip_grads.py) runs `multi_tensor_l2norm` over the shard's main gradients (4 B read), all-reduces
   the norm over the group that holds the model (`grad_stats_parallel_group`: the model-parallel
-  group, with the distributed optimizer its data-parallel ranks too) and reads it on the host;
-  `clip_grad_by_total_norm_fp32` then runs `multi_tensor_scale` over them (4 B read + 4 B write)
-  when the norm exceeds the clip value. ASSUMPTION: it does (the short CI and tutorial runs of
-  tests/fixtures/logs log grad norms of 4-25 against --clip-grad 1.0).
+  group, with the distributed optimizer its data-parallel ranks too) and reads it on the host.
+  `clip_grad_by_total_norm_fp32` then scales the gradients (`multi_tensor_scale`, 8 B) only when
+  the norm exceeds the clip value, which depends on the data: ASSUMPTION, left out (a long run's
+  norm settles below the clip; the short CI and tutorial logs of tests/fixtures/logs, with norms
+  of 4-25 against 1.0, do pay it: 8 B per shard parameter, under 1 % of their iteration).
 * Adam: `ADAM_TOUCH_BYTES` per shard parameter (costs/data_parallel.py).
 * `--log-num-zeros-in-grad`: `count_zeros_fp32` counts the zeros of the shard's main gradients
   (4 B read) and all-reduces the count.
@@ -28,14 +29,12 @@ megatron/core/optimizer/optimizer.py `MixedPrecisionOptimizer.step`):
   every iteration, runs `multi_tensor_l2norm` over the rank's model parameters (bytes_per_element
   each, not sharded) and all-reduces the norm over the model-parallel group.
 
-Each memory-bound pass costs `bytes / (HBM bandwidth x the memory curve's asymptote)` (a streaming
-pass over the shard is large; the asymptote is the description's, so `calibrate --log`'s device
-factor scales these passes with the rest of the device's work; linear in the parameters, so the per-layer
-tails of the solvers add up) plus, once per iteration, its first launch: `multi_tensor_applier`
-(apex / TE csrc/multi_tensor_apply.cuh) launches one kernel per `MTA_BLOCKS` chunks of `MTA_CHUNK`
-elements, issued by the host (`host_op_us`), and after the step's host syncs (`.item()`) the GPU
-waits for it. ASSUMPTION: one launch per pass is exposed (a shard of more than MTA_CHUNK x
-MTA_BLOCKS = 21M elements launches more, hidden behind the running kernel). Each scalar all-reduce
+Each memory-bound pass costs `bytes / HBM bandwidth`, as Adam's (a streaming pass over a large
+shard runs near the peak bandwidth; linear in the parameters, so the solvers' per-layer tails add
+up) plus, once per iteration, its first launch: `multi_tensor_applier` (apex / TE
+csrc/multi_tensor_apply.cuh) launches one kernel per `MTA_BLOCKS` chunks of `MTA_CHUNK` elements,
+issued by the host (`host_op_us`), and after the step's host syncs (`.item()`) the GPU waits for
+it. ASSUMPTION: one launch per pass is exposed (a shard of more than MTA_CHUNK x MTA_BLOCKS = 21M elements launches more, hidden behind the running kernel). Each scalar all-reduce
 costs the collective's latency on its group (comm model, 4 bytes) plus one host round trip.
 
 Per micro-batch (megatron/training/utils.py `get_batch_on_this_tp_rank`, pretrain_gpt.py
@@ -77,7 +76,7 @@ def step_kernels_us(ctx: TermContext, local: float, shard: float) -> float:
     local_bytes = local * ctx.grad_bytes  # zero_grad_buffer
     shard_bytes = 8.0 * shard if ctx.model.precision == "fp16" else 0.0  # unscale + inf check
     if step.clip_grad:
-        shard_bytes += shard * (4 + 8)  # l2 norm + scale
+        shard_bytes += shard * 4  # the l2 norm (the scale pass: module docstring)
     if step.log_num_zeros_in_grad:
         shard_bytes += shard * 4
     if step.log_params_norm:
@@ -87,7 +86,7 @@ def step_kernels_us(ctx: TermContext, local: float, shard: float) -> float:
 
 def stream_bytes_per_us(ctx: TermContext) -> float:
     """Bytes per microsecond a large memory-bound pass moves (1 GB/s = 1e3 B/us)."""
-    return ctx.mem_bw_gbs * ctx.rates.memory_efficiency * 1e3
+    return ctx.mem_bw_gbs * 1e3
 
 
 def step_fixed_us(ctx: TermContext, s: Strategy) -> float:
@@ -97,7 +96,7 @@ def step_fixed_us(ctx: TermContext, s: Strategy) -> float:
     fp16 = ctx.model.precision == "fp16"
     flags = (fp16, step.clip_grad, step.log_num_zeros_in_grad, step.log_params_norm)
     reductions = sum(flags)
-    passes = 1 + reductions + (1 if step.clip_grad else 0)  # zero_grad; clipping's norm + scale
+    passes = 1 + reductions  # zero_grad, then one pass per reduction
     fixed = passes * ctx.rates.host_op_us
     if reductions:
         model_parallel = s.tp * s.pp * s.cp * (s.dp if s.dist_opt else 1)
