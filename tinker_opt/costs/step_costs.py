@@ -34,15 +34,16 @@ shard runs near the peak bandwidth; linear in the parameters, so the solvers' pe
 up) plus, once per iteration, its first launch: `multi_tensor_applier` (apex / TE
 csrc/multi_tensor_apply.cuh) launches one kernel per `MTA_BLOCKS` chunks of `MTA_CHUNK` elements,
 issued by the host (`host_op_us`), and after the step's host syncs (`.item()`) the GPU waits for
-it. ASSUMPTION: one launch per pass is exposed (a shard of more than MTA_CHUNK x MTA_BLOCKS = 21M elements launches more, hidden behind the running kernel). Each scalar all-reduce
-costs the collective's latency on its group (comm model, 4 bytes) plus one host round trip.
+it. ASSUMPTION: one launch per pass is exposed (a shard of more than MTA_CHUNK x MTA_BLOCKS =
+21M elements launches more, hidden behind the running kernel). Each scalar all-reduce costs the
+collective's latency on its group (comm model, 4 bytes) plus one host round trip.
 
 Per micro-batch (megatron/training/utils.py `get_batch_on_this_tp_rank`, pretrain_gpt.py
 `get_batch`): tensor-parallel rank 0 of the first and the last pipeline stage copies the batch to
 the device (`.cuda(non_blocking=True)`, ordered on the compute stream): tokens, labels and
 position ids (int64), the loss mask (fp32) and, where the dataset builds one
-(`--create-attention-mask-in-dataloader`, Megatron-LM's default; `--no-create-attention-mask-in-dataloader`
-turns it off), the [b, 1, s, s] bool attention mask; then broadcasts its tensors to the other tp
+(`--create-attention-mask-in-dataloader`, Megatron-LM's default;
+`--no-create-attention-mask-in-dataloader` turns it off), the [b, 1, s, s] bool attention mask; then broadcasts its tensors to the other tp
 ranks (first stage: tokens, mask, position ids; last: labels, loss mask, mask; both with pp 1).
 Middle stages load nothing. ASSUMPTION: a broadcast costs the ring all-gather of the same bytes
 (each link carries the message once, as a pipelined ring broadcast); MindSpeed-LLM's launches
