@@ -44,11 +44,12 @@ the device (`.cuda(non_blocking=True)`, ordered on the compute stream): tokens, 
 position ids (int64), the loss mask (fp32) and, where the dataset builds one
 (`--create-attention-mask-in-dataloader`, Megatron-LM's default;
 `--no-create-attention-mask-in-dataloader` turns it off), the [b, 1, s, s] bool attention mask;
-then broadcasts its tensors to the other tp ranks (first stage: tokens, mask, position ids; last: labels, loss mask, mask; both with pp 1).
-Middle stages load nothing. ASSUMPTION: a broadcast costs the ring all-gather of the same bytes
-(each link carries the message once, as a pipelined ring broadcast); MindSpeed-LLM's launches
-build no attention mask in the batch (mindspeed_llm/training/utils.py generates the causal mask on
-the device), so the mask is counted for Megatron-LM launches only (JobOptions.step).
+then broadcasts its tensors to the other tp ranks (first stage: tokens, mask, position ids; last:
+labels, loss mask, mask; both with pp 1). Middle stages load nothing. ASSUMPTION: a broadcast
+costs the ring all-gather of the same bytes (each link carries the message once, as a pipelined
+ring broadcast); MindSpeed-LLM's launches build no attention mask in the batch
+(mindspeed_llm/training/utils.py generates the causal mask on the device), so the mask is counted
+for Megatron-LM launches only (JobOptions.step).
 """
 
 from __future__ import annotations
