@@ -31,7 +31,8 @@ JOBS = {
 """Two sizes whose layers keep the GPU busier than the host issues them (costs/fixed_costs.py):
 a host-bound job's time does not follow the device factor, so it cannot determine it."""
 TRUE_SCALE, TRUE_FIXED_MS = 1.4, 3.0
-"""The machine the synthetic logs ran on: h100-80gb's ops 1.4 times slower, 3 ms per micro-batch."""
+"""The machine the synthetic logs ran on: h100-80gb's ops and links 1.4 times slower, 3 ms per
+micro-batch."""
 
 
 def _log_text(time_ms: float) -> str:
@@ -98,6 +99,7 @@ def test_one_log_fits_the_device_only_and_carries_with_the_fixed_time(machine, t
     )
     assert report["fixed_ms_per_microbatch"] is None and report["comm_scale"] is None
     assert len(report["fitted"]) == 1 and "device time x" in report["fitted"][0]
+    assert "communication with it" in report["fitted"][0]
     assert "fixed_ms_per_microbatch" not in json.loads(out.read_text(encoding="utf-8"))
 
 
