@@ -55,8 +55,10 @@ def _moe_flags(moe: dict[str, Any], strategy: dict[str, Any]) -> list[str]:
     return flags + [
         *(["--transformer-impl transformer_engine"] if te else []),
         f"--moe-token-dispatcher-type {strategy.get('moe_dispatcher') or 'alltoall'}",
-        "--moe-grouped-gemm",
-        "--moe-permute-fusion",
+        # A row whose script sets neither (MindSpeed-LLM RC3: `grouped_gemm` / `permute_fusion`
+        # false) runs a loop over its experts and the unfused permutation.
+        *(["--moe-grouped-gemm"] if strategy.get("grouped_gemm", True) else []),
+        *(["--moe-permute-fusion"] if strategy.get("permute_fusion", True) else []),
         "--overlap-param-gather",
     ]
 
@@ -87,5 +89,6 @@ def moe_run(run, derived: dict[str, Any]):
         # --recompute-modules, --moe-enable-deepep, --expert-tensor-parallel-size).
         extra_flags=_moe_flags(moe, s) + list(s.get("extra_flags", ())),
     )
-    model = dict(run.model, arch="llama", ffn=moe["moe_ffn"])
+    # The dense layers' width where the row states one (first-k-dense layers), else the experts'.
+    model = dict(run.model, arch="llama", ffn=run.model.get("ffn") or moe["moe_ffn"])
     return replace(run, model=model, strategy=strategy, measured=measured)

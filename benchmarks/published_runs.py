@@ -228,7 +228,7 @@ def model_flags(run: PublishedRun) -> list[str]:
             "--normalization RMSNorm",
             "--swiglu",
             "--disable-bias-linear",
-            "--untie-embeddings-and-output-weights",
+            *([] if m.get("tied_embeddings") else ["--untie-embeddings-and-output-weights"]),
             *(f"--{flag}" for flag in s.get("fused", ())),
         ]
     else:

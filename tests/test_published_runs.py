@@ -127,3 +127,24 @@ def test_validator_passes_the_rows_recompute_modules():
     _, strategy, _, job = read_run(run, launch_script(run))
     assert job.recompute_modules == ("layernorm", "moe")
     assert strategy.recompute == "selective" and strategy.cp == 8
+
+
+def test_rc3_rows_write_their_scripts_moe_settings():
+    """The MindSpeed-LLM RC3 rows keep what their scripts set: DeepSeek-V2's first dense layer at
+    ffn 12288 beside 1536-wide experts and its grouped GEMM; Mixtral-8x7B without grouped GEMM;
+    MiniCPM's tied embeddings; no permute fusion (the writer adds it to the other MoE rows)."""
+    runs = {r.run_id: r for r in load_runs(ROOT / "benchmarks" / "data" / "heldout_runs.json")}
+    ds2 = runs["mindspeed_rc3_deepseek2_60b_16l_8k_32npu_pp4_ep8"]
+    script = launch_script(ds2)
+    info = read_script_text(script, "run.sh")
+    assert (info.model.ffn_hidden_size, info.model.moe_ffn_hidden_size) == (12288, 1536)
+    assert info.model.moe_grouped_gemm and "--moe-permute-fusion" not in script
+    mixtral = runs["mindspeed_rc3_mixtral_8x7b_32k_64npu_tp8_pp4_cp2"]
+    info = read_script_text(launch_script(mixtral), "run.sh")
+    assert not info.model.moe_grouped_gemm and info.train.strategy.cp == 2
+    minicpm = runs["mindspeed_rc3_minicpm_moe_8x2b_8npu_pp4_ep2"]
+    info = read_script_text(launch_script(minicpm), "run.sh")
+    assert not info.model.untie_embeddings_and_output_weights
+    qwen = launch_script(runs["mz_qwen3_235b_a2a_tp2_ep8_pp32_vpp3"])
+    assert read_script_text(qwen, "run.sh").model.moe_grouped_gemm
+    assert "--moe-permute-fusion" in qwen

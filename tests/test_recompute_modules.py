@@ -181,3 +181,19 @@ def test_modelzoo_case_peak(info, tmp_path):
     assert peak == pytest.approx(57663, abs=2)
     assert peak < 80 * 1024
     assert without.peak_memory_mb > peak
+
+
+def test_recomputed_gemms_run_at_the_profiles_large_gemm_rate():
+    """The GEMMs a module recompute reruns are priced at the rate the analytic profile gives a
+    large GEMM (the peak times the matmul efficiency asymptote: 0.63 on H100), not at the bare
+    peak, and at a table curve's largest point."""
+    from tinker_opt.costs.inputs import HardwareRates, large_matmul_efficiency
+    from tinker_opt.hardware import load_hardware
+    from tinker_opt.hardware.efficiency import EfficiencyCurve
+
+    h100 = load_hardware("h100-80gb")
+    assert HardwareRates.of(h100).matmul_tflops == pytest.approx(989 * 0.63)
+    table = dataclasses.replace(
+        h100.efficiency, matmul=EfficiencyCurve(points=((1e9, 0.3), (1e12, 0.7)))
+    )
+    assert large_matmul_efficiency(dataclasses.replace(h100, efficiency=table)) == 0.7

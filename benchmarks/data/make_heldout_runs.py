@@ -6,11 +6,17 @@ what is stated vs inferred (the TFLOPS-derived iteration times computed here, fo
 
 import json
 
+import heldout_910b_rc3_rows
 import heldout_910b_rows
 import heldout_modelzoo_rows
 import heldout_nemo_rows
 
-rows = heldout_modelzoo_rows.rows + heldout_nemo_rows.rows + heldout_910b_rows.rows
+rows = (
+    heldout_modelzoo_rows.rows
+    + heldout_nemo_rows.rows
+    + heldout_910b_rows.rows
+    + heldout_910b_rc3_rows.rows
+)
 
 about = (
     "Held-out published measured runs (NOT in shared/data/published_calibration.json) for checking the model on MoE, "

@@ -26,6 +26,15 @@ DEFAULT_MATMUL_TFLOPS = 312.0
 """Dense BF16 matmul peak when no hardware file is given (A100's datasheet figure, the same class)."""
 
 
+def large_matmul_efficiency(hardware: HardwareSpec) -> float:
+    """The fraction of the matmul peak a large GEMM reaches on `hardware`: the asymptote of its
+    `matmul` efficiency curve (its `max_efficiency`, or a table's largest point), the rate the
+    analytic profile gives the layer's large GEMMs (hardware/efficiency.py). ASSUMPTION: the
+    GEMMs a module recompute reruns are large (the experts' and MLP GEMMs of a layer)."""
+    curve = hardware.efficiency.matmul
+    return curve.points[-1][1] if curve.points else curve.max_efficiency
+
+
 @dataclass(frozen=True)
 class Workload:
     """The model, the cluster it is planned for and the job's batch and flags."""
@@ -67,7 +76,10 @@ class HardwareRates:
     host_link_gbs: float = DEFAULT_HOST_LINK_GBS
     """Host <-> device copies (the swap optimizer)."""
     matmul_tflops: float = DEFAULT_MATMUL_TFLOPS
-    """Dense matmul peak in the training precision (recomputed module GEMMs, costs/recompute_modules.py)."""
+    """Dense matmul rate of a large GEMM in the training precision: the bf16 peak times the
+    description's matmul efficiency asymptote (`large_matmul_efficiency`), the rate the analytic
+    profile times the layer's large GEMMs at; the recomputed module GEMMs run at it
+    (costs/recompute_modules.py)."""
     host_op_us: float = DEFAULT_HOST_OP_US
     """Host time to issue one eager operator (hardware `host_op_us`, DEFAULT_HOST_OP_US where the
     file states none; 0: not priced): costs/fixed_costs.py, costs/moe_host.py."""
@@ -87,7 +99,8 @@ class HardwareRates:
         return cls(
             memory_bandwidth_gbs=hardware.memory_bandwidth_gbs or DEFAULT_MEMORY_BANDWIDTH_GBS,
             host_link_gbs=hardware.host_link_gbs or DEFAULT_HOST_LINK_GBS,
-            matmul_tflops=hardware.peak_tflops.get("bf16") or DEFAULT_MATMUL_TFLOPS,
+            matmul_tflops=(hardware.peak_tflops.get("bf16") or DEFAULT_MATMUL_TFLOPS)
+            * large_matmul_efficiency(hardware),
             host_op_us=DEFAULT_HOST_OP_US if hardware.host_op_us is None else hardware.host_op_us,
             accelerator=accelerator,
             fixed_us_per_microbatch=1e3 * hardware.fixed_ms_per_microbatch,

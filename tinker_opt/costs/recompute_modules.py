@@ -49,9 +49,12 @@ routing, capped by a capacity factor), the count the profile sizes the experts' 
 The saved inputs of the linear layers are counted at `linear_bpe` bytes an element: 1 with FP8
 (Transformer Engine's Linear / LayerNormLinear save the FP8-cast input for the weight gradient,
 transformer_engine/pytorch/module/linear.py `inputmat` saved after `cast_to_fp8`), else the
-training precision's. The recomputed forward is the modules' GEMM FLOPs at the device's dense
-matmul peak (ASSUMPTION: the up projections and MLP GEMMs are large and compute-bound; the RoPE
-work is left out) plus the elementwise passes named above at HBM bandwidth.
+training precision's. The recomputed forward is the modules' GEMM FLOPs at the rate the profile
+gives a large GEMM: the dense matmul peak times the description's matmul efficiency asymptote
+(costs/inputs.py large_matmul_efficiency; at the bare peak the rerun experts of `moe` cost 0.63x
+their profiled forward on H100. ASSUMPTION: the up projections and MLP GEMMs are large and
+compute-bound; the RoPE work is left out), plus the elementwise passes named above at HBM
+bandwidth.
 """
 
 from __future__ import annotations
