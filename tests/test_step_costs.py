@@ -94,10 +94,11 @@ def test_batch_load_on_first_and_last_stages_only():
     seq, mbs = 1024, 2
     tokens = seq * mbs
     s = Strategy(tp=1, pp=2, dp=1, mbs=mbs)
-    plain = _ctx(StepFlags(), seq=seq)
+    assert batch_load_us(_ctx(StepFlags(), seq=seq), s, True, True) == 0.0  # no launch read
+    plain = _ctx(StepFlags(load_batch=True), seq=seq)
     assert batch_load_us(plain, s, False, False) == 0.0
     assert batch_load_us(plain, s, True, False) == pytest.approx(tokens * BATCH_TOKEN_BYTES / 1e6)
-    masked = _ctx(StepFlags(batch_attention_mask=True), seq=seq)
+    masked = _ctx(StepFlags(load_batch=True, batch_attention_mask=True), seq=seq)
     copy = (tokens * BATCH_TOKEN_BYTES + tokens * seq) / 1e6
     assert batch_load_us(masked, s, True, True) == pytest.approx(copy)
     assert batch_load_us(masked, s.replace(tp=2), True, False) == pytest.approx(copy + 3 * 10)

@@ -300,6 +300,10 @@ class StepFlags:
     """`--log-params-norm`: the parameters' L2 norm every iteration."""
     log_num_zeros_in_grad: bool = False
     """`--log-num-zeros-in-grad`: the gradients' zero count every iteration."""
+    load_batch: bool = False
+    """Price the data loader's batch per micro-batch: set for every launch the script reader reads;
+    a cost model built without one (JOB_DEFAULTS: Tinker folders set beside Tinker's own formula,
+    synthetic tests) prices no loader."""
     batch_attention_mask: bool = False
     """The data loader's batch holds the [b, 1, s, s] attention mask (Megatron-LM's
     `--create-attention-mask-in-dataloader` default; off with `--no-create-attention-mask-in-dataloader`

@@ -49,7 +49,8 @@ labels, loss mask, mask; both with pp 1). Middle stages load nothing. ASSUMPTION
 costs the ring all-gather of the same bytes (each link carries the message once, as a pipelined
 ring broadcast); MindSpeed-LLM's launches build no attention mask in the batch
 (mindspeed_llm/training/utils.py generates the causal mask on the device), so the mask is counted
-for Megatron-LM launches only (JobOptions.step).
+for Megatron-LM launches only (JobOptions.step); a cost model built without a launch prices no
+loader (StepFlags.load_batch).
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def step_fixed_us(ctx: TermContext, s: Strategy) -> float:
 def batch_load_us(ctx: TermContext, s: Strategy, first: bool, last: bool) -> float:
     """One micro-batch's batch copy to the device and tp broadcast on a stage (first, last or
     both with pp 1; 0 for a middle stage): module docstring."""
-    if not (first or last):
+    if not (ctx.job.step.load_batch and (first or last)):
         return 0.0
     tokens = s.mbs * ctx.model.seq_length
     mask = tokens * ctx.model.seq_length if ctx.job.step.batch_attention_mask else 0

@@ -125,6 +125,7 @@ def step_flags(launch: Launch, flavour: str) -> StepFlags:
         clip_grad=float_value(launch, "--clip-grad", 1.0) > 0,
         log_params_norm=launch.has("--log-params-norm"),
         log_num_zeros_in_grad=launch.has("--log-num-zeros-in-grad"),
+        load_batch=True,
         batch_attention_mask=flavour == "megatron"
         and not launch.has("--no-create-attention-mask-in-dataloader"),
     )
