@@ -17,7 +17,8 @@ import argparse
 
 from tinker_opt.comm_cost import COMM_OPS
 from tinker_opt.costs.comm_model import CommModel, GroupPlacement
-from tinker_opt.hardware import DEFAULT_COMM_SIZES, comm_table, load_hardware
+from tinker_opt.hardware import comm_table, load_hardware
+from tinker_opt.profile.comm import comm_sizes
 from tinker_opt.profile.comm_groups import CommGroup, Topology, plan_groups
 
 KIND_SETUP_S = 0.5
@@ -60,7 +61,7 @@ def main() -> None:
     model = CommModel(comm_table(spec, max_group_size=64), hardware=spec)
     per_node = spec.devices_per_node
     print(
-        f"profile-comm on {args.hardware} ({per_node} devices a node), sizes 64 KiB..256 MiB, "
+        f"profile-comm on {args.hardware} ({per_node} devices a node), sizes 32 KiB x 2^i to 256 MiB, "
         f"warmup {args.warmup}, repeats {args.repeats}: ESTIMATE\n"
     )
     print("| nodes | group kinds | calls | collectives s | + set-up, start s |")
@@ -68,7 +69,8 @@ def main() -> None:
     for nodes in (1, 2, 4, 8, 16, 32, 64):
         topology = Topology(nodes, per_node, ("host",) * nodes)
         kinds = len(plan_groups(topology))
-        calls, seconds = estimate_s(model, topology, args.warmup + args.repeats, DEFAULT_COMM_SIZES)
+        sizes = comm_sizes(256 * 1024 * 1024)
+        calls, seconds = estimate_s(model, topology, args.warmup + args.repeats, sizes)
         total = seconds + kinds * KIND_SETUP_S + START_S
         print(f"| {nodes} | {kinds} | {calls} | {seconds:.1f} | {total:.0f} |")
 

@@ -51,6 +51,17 @@ def _svg_shapes(data: bytes) -> dict[str, int]:
     return counts
 
 
+def _patch_pieces(data: bytes) -> int:
+    """The closed pieces (each begins with a move, `M`) of the paths drawn in `patch` groups."""
+    root = ElementTree.fromstring(data)
+    return sum(
+        path.get("d", "").count("M")
+        for group in root.iter(f"{SVG_NS}g")
+        if group.get("id", "").startswith("patch_")
+        for path in group.iter(f"{SVG_NS}path")
+    )
+
+
 @pytest.fixture(scope="module")
 def evaluations():
     info = read_script(EXAMPLE)
@@ -132,10 +143,10 @@ def test_folder_has_the_three_pictures_and_the_page(folder, evaluations):
     }
     # the best's and the current strategy's stages, a bar per part, and the legend boxes
     assert shapes[STAGES_SVG]["in:patch"] > 2 * 4 and shapes[STAGES_SVG]["text"] > 10
-    # one box per operation of the schedule (2 p m v of them, plus recomputes), in one
-    # broken_barh per stage
+    # one box per operation of the schedule (2 p m v of them, plus recomputes), each a closed
+    # piece of a compound path per colour
     ops, _, _ = pipeline_ops(evaluations[0], 64)
-    assert shapes[SCHEDULE_SVG]["in:PolyCollection"] >= len(ops)
+    assert _patch_pieces((folder / SCHEDULE_SVG).read_bytes()) >= len(ops)
     # a marker per evaluated strategy, a star per pick and the current's cross, in scatters
     assert shapes[CANDIDATES_SVG]["in:PathCollection"] >= len(evaluations) + 2
     assert (folder / REPORT_HTML).stat().st_size > 0

@@ -41,11 +41,11 @@ def test_host_above_gpu_is_exposed_per_pass():
     """Forward: 50 ops x 10 us = 500 us against 200 us of GPU: 300 us exposed; backward: 100 ops
     = 1000 us against 1500 us: hidden. A full recompute reruns the forward's 300 us."""
     s = Strategy(tp=1, pp=1, dp=1, mbs=1, recompute="full")
-    host = layer_host_time(_ctx(), "layer", s, _cost(200.0, 1500.0, 50, 100), 0.0, 0.0)
+    host = layer_host_time(_ctx(), "layer", s, _cost(200.0, 1500.0, 50, 100), 200.0, 1500.0)
     assert host.exposed_us == pytest.approx(300.0)
     assert host.recompute_exposed_us == pytest.approx(300.0)
     no_recompute = layer_host_time(
-        _ctx(), "layer", s.replace(recompute="none"), _cost(200.0, 1500.0, 50, 100), 0.0, 0.0
+        _ctx(), "layer", s.replace(recompute="none"), _cost(200.0, 1500.0, 50, 100), 200.0, 1500.0
     )
     assert no_recompute.recompute_exposed_us == 0.0
 
@@ -53,7 +53,7 @@ def test_host_above_gpu_is_exposed_per_pass():
 def test_gpu_work_hides_the_host():
     """A large layer (GPU time above the host's) pays nothing: large jobs are priced as before."""
     s = Strategy(tp=1, pp=1, dp=1, mbs=1)
-    host = layer_host_time(_ctx(), "layer", s, _cost(5000.0, 10000.0, 50, 100), 0.0, 0.0)
+    host = layer_host_time(_ctx(), "layer", s, _cost(5000.0, 10000.0, 50, 100), 5000.0, 10000.0)
     assert host.exposed_us == 0.0
 
 
@@ -65,13 +65,13 @@ def test_profiles_without_op_counts_pay_nothing():
 
 def test_tensor_parallel_collectives_are_issued_by_the_host_and_run_on_the_gpu():
     """tp 2: two all-reduces per pass (four collectives with sequence parallelism), each one host
-    op; their GPU time counts against the host's."""
+    op; their GPU time (in the pass's GPU time, 100 us block + 20 us) counts against the host's."""
     s = Strategy(tp=2, pp=1, dp=1, mbs=1)
     assert tp_collectives_per_pass(_ctx(), s) == 2
     assert tp_collectives_per_pass(_ctx(), s.replace(sp=True)) == 4
     assert tp_collectives_per_pass(_ctx(), s.replace(tp=1)) == 0
     assert tp_collectives_per_pass(_ctx(tp_comm_in_times=True), s) == 0
-    host = layer_host_time(_ctx(), "layer", s, _cost(100.0, 100.0, 10, 10), 20.0, 20.0)
+    host = layer_host_time(_ctx(), "layer", s, _cost(100.0, 100.0, 10, 10), 120.0, 120.0)
     assert host.exposed_us == pytest.approx(2 * ((10 + 2) * PER_OP - 120.0))
 
 

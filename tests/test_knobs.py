@@ -195,7 +195,7 @@ def test_moe_shared_expert_overlap_is_read_priced_searched_and_written():
     )  # layers the GPU is busier with than the host's issue (costs/moe_host.py)
     profile = synthetic_profile(model, tps=(1,), cps=(1,), eps=(1, 2), mbss=(1,))
     costs = CostModel.from_profile(profile, model, cluster(2, 2, 60000), 8)
-    plain = Strategy(dp=4, ep=2, overlap_moe_comm=False, **{key: False})
+    plain = Strategy(dp=4, ep=2, overlap_moe_comm=False).replace(**{key: False})
     times = [costs.evaluate(plain.replace(**{key: on})).iteration_time_ms for on in (False, True)]
     assert times[1] < times[0]
 
@@ -215,8 +215,83 @@ def test_choice_knobs_name_real_fields_flags_and_versions():
         fields = {f.name for f in dataclasses.fields(homes[knob.home])}
         assert knob.key in fields, knob.key
         assert all(flag in flags.BY_NAME for flag in knob.flags), knob.flags
-        assert knob.kind in (int, bool, str) or issubclass(knob.kind, StrEnum), knob.key
+        assert knob.kind in (int, bool, str, tuple) or issubclass(knob.kind, StrEnum), knob.key
         for spelling in knob.spellings:
             if spelling.since:
                 assert versions.FLAG_SINCE[spelling.flag] == spelling.since
     assert versions.FLAG_SINCE["--schedules-method"] == {"mindspeed": (2, 0, 0), "megatron": None}
+
+
+def test_moe_allgather_overlap_comm_is_added_by_its_record_and_cost_term():
+    """The knob added through its record and its cost term alone (knobs.py, costs/overlap.py):
+    MindSpeed's `--moe-allgather-overlap-comm` is read where the allgather dispatcher runs (None
+    elsewhere), a priced `strategy` flag of MindSpeed-LLM 2.0.0 on, searched only where the
+    script sets it, hides the backward all-gather / reduce-scatter (never slower, faster where
+    the experts span ranks) and is written back or removed."""
+    import dataclasses
+
+    from model_support import cluster, moe_model, synthetic_profile
+
+    from tinker_opt.costs.evaluate import CostModel
+    from tinker_opt.expressible import searched_overlaps
+
+    key, flag = "moe_allgather_overlap_comm", "--moe-allgather-overlap-comm"
+    alltoall = (FIXTURES / "pretrain_mixtral_8x7b_ptd.sh").read_text()
+    text = alltoall.replace(
+        "--moe-token-dispatcher-type alltoall",
+        f"--moe-token-dispatcher-type allgather \\\n    {flag}",
+    )
+    info = read_script_text(text)
+    s = info.train.strategy
+    assert (
+        getattr(s, key) is True and getattr(read_script_text(alltoall).train.strategy, key) is None
+    )
+    assert overlap_message(s, True, "allgather") is None
+    assert "allgather token dispatcher" in overlap_message(s, True, "alltoall")
+    assert flags.BY_NAME[flag].treatment == "strategy" and flag not in flags.unpriced_flags(
+        info.launch
+    )
+    assert versions.FLAG_SINCE[flag] == {"mindspeed": (2, 0, 0), "megatron": None}
+    assert key in searched_overlaps(info, info.version_range)
+    assert key not in searched_overlaps(read_script_text(alltoall), info.version_range)
+    on = s.replace(ep=2) if s.ep == 1 else s
+    assert all(c[key] is True for c in overlap_choices(on, True, OVERLAP_KEYS, "allgather"))
+    assert all(c[key] is None for c in overlap_choices(on, True, OVERLAP_KEYS, "alltoall"))
+    nodes, per_node = info.train.nnodes, info.train.nproc_per_node
+    off = apply_strategy(
+        text, s.replace(**{key: False}), nnodes=nodes, nproc_per_node=per_node
+    ).text
+    assert (
+        flag not in off
+        and flag in apply_strategy(text, s, nnodes=nodes, nproc_per_node=per_node).text
+    )
+
+    model = dataclasses.replace(
+        moe_model(num_layers=4, hidden=4096, heads=32, experts=4, seq=4096),
+        moe_token_dispatcher_type="allgather",
+    )  # layers the GPU is busier with than the host's issue (costs/moe_host.py)
+    profile = synthetic_profile(model, tps=(1,), cps=(1,), eps=(1, 2), mbss=(1,))
+    costs = CostModel.from_profile(profile, model, cluster(2, 2, 60000), 8)
+    plain = Strategy(dp=4, ep=2, overlap_moe_comm=False)
+    times = [costs.evaluate(plain.replace(**{key: on})).iteration_time_ms for on in (False, True)]
+    assert times[1] < times[0]
+
+
+def test_no_module_spells_a_knob_flag_of_its_own():
+    """Every flag a knob record declares is spelled in knobs.py only: the reader, the writers,
+    the rules, the space, the version and flag tables and the profile read it from the record."""
+    import ast
+    from pathlib import Path
+
+    from tinker_opt.knobs import all_spellings
+
+    declared = {spelling.flag for spelling, _ in all_spellings()}
+    root = Path(__file__).resolve().parents[1] / "tinker_opt"
+    found = [
+        f"{path.relative_to(root)}:{node.lineno} {node.value}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "knobs.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and node.value in declared
+    ]
+    assert found == []

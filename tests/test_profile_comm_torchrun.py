@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -22,7 +21,8 @@ from tinker_opt.profile.meta import read_meta
 
 ROOT = Path(__file__).resolve().parents[1]
 WALL_S = 150
-MEASURE = ["--device", "cpu", "--max-bytes", str(1 << 20), "--warmup", "2", "--repeats", "7"]
+MEASURE = ["--device", "cpu", "--max-bytes", str(1 << 19), "--warmup", "2", "--repeats", "7"]
+SIZES = {32768 * 2**i for i in range(5)}  # 32 KiB .. 512 KiB, a factor 2 apart
 
 
 def _free_port() -> int:
@@ -87,7 +87,7 @@ def test_both_tiers_with_the_right_group_sizes(cluster_run):
     for scope in ("intra_node", "inter_node"):
         rows = comm[comm["scope"] == scope]
         assert set(rows["op"]) == set(COMM_OPS) and set(rows["group_size"]) == {2}
-        assert set(rows["bytes"]) == {65536, 262144, 1048576} and (rows["time_us"] > 0).all()
+        assert set(rows["bytes"]) == SIZES and (rows["time_us"] > 0).all()
     world = pd.read_csv(cluster_run / "comm_world.csv")
     assert set(world["group_size"]) == {4} and set(world["scope"]) == {"world"}
     assert set(world["op"]) == set(COMM_OPS) - {"send_recv"}
@@ -138,26 +138,13 @@ def test_a_rank_alone_times_out_with_one_line(tmp_path):
     assert len(lines) == 1 and "could not join the 2 ranks within 3 s" in lines[0]
 
 
-def _alpha_beta(rows: pd.DataFrame, op: str, size: int):
-    """The relative least-squares (latency, 1 / bandwidth) line through measured rows of one op,
-    computed here on its own: time = steps x latency + traffic x bytes / bandwidth."""
-    from tinker_opt.comm_cost import latency_steps, traffic_factor
-
-    t = rows["time_us"].to_numpy(float)
-    design = np.column_stack(
-        [np.full(len(t), latency_steps(op, size)), traffic_factor(op, size) * rows["bytes"] / 1e3]
-    )
-    latency, inverse = np.linalg.lstsq(design / t[:, None], np.ones(len(t)), rcond=None)[0]
-    return lambda nbytes: (
-        latency_steps(op, size) * latency + traffic_factor(op, size) * nbytes / 1e3 * inverse
-    )
-
-
 def test_calibrated_description_prices_the_measured_rate(cluster_run, tmp_path):
-    """calibrate --comm on the run: the description prices a 2-node all-reduce (and all-to-all) at
-    the rate measured, as the profile folder's own comm.csv does; search accepts the description."""
+    """calibrate --comm on the run: the description prices a 2-node all-reduce (and all-to-all)
+    at its fitted size regimes, as the profile folder's own comm.csv does (one fit,
+    hardware/regime_fit.py fit_curves, and one pricing); search accepts the description."""
     from cli_support import invoke_cli, write_synthetic_profile
 
+    from tinker_opt.comm_cost import collective_time_us
     from tinker_opt.costs.comm_model import CommModel, GroupPlacement
     from tinker_opt.hardware import comm_table, load_hardware
     from tinker_opt.profile.store import read_comm_csv
@@ -176,16 +163,11 @@ def test_calibrated_description_prices_the_measured_rate(cluster_run, tmp_path):
     direct = CommModel(comm)  # the measured folder's comm.csv, used as is
     two_nodes = GroupPlacement("inter_node", 1, 2)
     for op in ("all_reduce", "all_to_all"):
-        rows = comm[
-            (comm["op"] == op) & (comm["scope"] == "inter_node") & (comm["group_size"] == 2)
-        ]
-        line = _alpha_beta(rows, op, 2)
-        slope, intercept = np.polyfit(rows["bytes"], rows["time_us"], 1)  # comm_model._fit_rows
-        for nbytes in rows["bytes"]:
-            priced = described.time_us(op, 2, two_nodes, nbytes)
-            assert priced == pytest.approx(line(nbytes), rel=0.01)
-            on_folder = direct.time_us(op, 2, "inter_node", nbytes)
-            assert on_folder == pytest.approx(max(intercept, 0) + slope * nbytes, rel=0.01)
+        for nbytes in sorted(SIZES):
+            link = spec.inter_node.for_op(op, nbytes)  # a100-80gb: one card a device
+            line = collective_time_us(op, 2, nbytes, link.bandwidth_gbs, link.latency_us)
+            assert described.time_us(op, 2, two_nodes, nbytes) == pytest.approx(line, rel=1e-3)
+            assert direct.time_us(op, 2, "inter_node", nbytes) == pytest.approx(line, rel=1e-3)
     profile = write_synthetic_profile(tmp_path / "profiled-data-llama-tiny-test")
     found = invoke_cli(
         "search", "--profiled-data-path", str(profile), "--hardware", str(mine),

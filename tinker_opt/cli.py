@@ -280,15 +280,15 @@ def calibrate(
     """Fit a hardware description to a measured profile, (--log) to the iteration times of runs,
     or (--comm) to the collectives of profile-comm."""
     if comm is not None:
-        from tinker_opt.emit.comm_tables import comm_links_table, comm_residuals_table
+        from tinker_opt.emit.comm_tables import comm_report
 
         if log or source:
             raise ConfigError("calibrate --comm takes no profile folder and no --log; pass one")
         report = verbs.run_calibrate_comm(comm, hardware, output)
         for warning in report["warnings"]:
             err_console.print(f"[bold yellow]WARNING[/bold yellow] {warning}", highlight=False)
-        console.print(comm_links_table(report))
-        console.print(comm_residuals_table(report))
+        for part in comm_report(report):
+            console.print(part, highlight=False)
         console.print(f"wrote {report['output']}")
         return
     if not log:

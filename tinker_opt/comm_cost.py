@@ -53,6 +53,36 @@ def collective_time_us(
     return latency_steps(op, group_size) * latency_us + transfer_us
 
 
+@dataclass(frozen=True)
+class Regime:
+    """One size regime of a collective on a link: from `from_bytes` of buffer on (up to the next
+    regime's), the op runs at this latency and bandwidth (collective_time_us's figures).
+
+    Collective libraries switch protocol by message size, each protocol with its own latency and
+    bandwidth: NCCL's LL / LL128 / Simple (src/graph/tuning.cc: baseLat and hwLat per algorithm
+    and protocol; src/enqueue.cc updateCollCostTable times each and runs the cheapest for the
+    size), MPI's eager and rendezvous protocols (Open MPI btl_tcp_eager_limit), and gloo over TCP,
+    whose messages fit the peer's socket receive buffer or wait for it to drain (Linux tcp(7):
+    tcp_rmem, 128 KiB by default; gloo's ring all-reduce itself keeps 2 x ranks segments up to
+    2 x ranks MiB, gloo/allreduce.cc ring() with kMaxSegmentSize 1 MiB in allreduce.h, so its
+    steps do not change below that). A measured curve is then affine within each regime, not over
+    all sizes (hardware/regime_fit.py fit_curves)."""
+
+    from_bytes: int
+    bandwidth_gbs: float
+    latency_us: float
+
+
+def regime_at(regimes: tuple[Regime, ...], nbytes: float) -> Regime:
+    """The regime that prices a buffer of `nbytes` (regimes in order of from_bytes; a buffer
+    below the first regime's from_bytes takes the first)."""
+    found = regimes[0]
+    for regime in regimes[1:]:
+        if nbytes >= regime.from_bytes:
+            found = regime
+    return found
+
+
 class Link(Protocol):
     """A link as the formulas read it (hardware.LinkSpec, a fitted comm.csv curve)."""
 

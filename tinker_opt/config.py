@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tinker_opt.choices import Recompute
 from tinker_opt.errors import ConfigError
+from tinker_opt.knobs import CHOICES
 
 SECTIONS = ("profile", "search", "simulate", "comm")
 
@@ -68,25 +70,28 @@ def _to_int_list(value: Any) -> tuple[int, ...]:
 
 
 def _to_recompute(value: Any) -> str:
-    """Tinker's 0/1 (off / full) or none | selective | full."""
+    """Tinker's 0/1 (off / full) or one of the recompute record's values (none | selective | full)."""
     if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
-        return "full" if value else "none"
+        return (Recompute.FULL if value else Recompute.NONE).value
+    kinds = CHOICES["recompute"].choices
     if isinstance(value, str):
         word = value.strip().lower()
         if word in ("0", "1"):
-            return "full" if word == "1" else "none"
-        if word in ("none", "selective", "full"):
+            return (Recompute.FULL if word == "1" else Recompute.NONE).value
+        if word in kinds:
             return word
-    raise TypeError("none | selective | full (or 0/1)")
+    raise TypeError(f"{' | '.join(kinds)} (or 0/1)")
 
 
 def _to_zero(value: Any) -> int:
-    """A ZeRO stage 0..3; Tinker's 0/1 and true/false (the distributed optimizer off / on)."""
+    """A ZeRO stage of the zero record (0..3); Tinker's 0/1 and true/false (the distributed
+    optimizer off / on)."""
+    stages = CHOICES["zero"].choices
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, (int, str)) and str(value).strip() in ("0", "1", "2", "3"):
+    if isinstance(value, (int, str)) and str(value).strip() in tuple(map(str, stages)):
         return int(str(value).strip())
-    raise TypeError("a ZeRO stage 0, 1, 2 or 3")
+    raise TypeError(f"a ZeRO stage {', '.join(map(str, stages[:-1]))} or {stages[-1]}")
 
 
 CONVERTERS: dict[str, Callable[[Any], Any]] = {
@@ -188,9 +193,9 @@ TABLE = (
     # profile-comm: the collectives of the user's cluster, under torchrun (or on this node)
     _s("output_dir", "str", "./comm_profile", "Folder that receives comm.csv, comm_world.csv, meta.json and profile-comm.log (rank 0 writes).", C),
     _s("device", "str", "auto", "Device of the ranks: auto | npu (hccl) | cuda (nccl) | cpu (gloo).", C),
-    _s("max_bytes", "int", None, "Largest buffer of a collective (sizes 64 KiB x 4^i up to it; default 256 MiB, 16 MiB on the CPU).", C, unit="bytes", positive=True),
+    _s("max_bytes", "int", None, "Largest buffer of a collective (sizes 32 KiB x 2^i up to it; default 256 MiB, 16 MiB on the CPU).", C, unit="bytes", positive=True),
     _s("warmup", "int", 2, "Untimed calls of each collective and size.", C),
-    _s("repeats", "int", 5, "Timed calls of each collective and size (median reported).", C, positive=True),
+    _s("repeats", "int", 5, "Timed calls of each collective and size, the sizes interleaved (lower quartile reported).", C, positive=True),
     _s("timeout", "float", 300, "Longest wait of a rank (joining, a collective, a barrier) before the run stops with an error.", C, unit="s", positive=True),
     _s("devices", "int", None, "Without torchrun: processes on this node (default: every device; 2 on the CPU).", C, positive=True),
     # search and simulate

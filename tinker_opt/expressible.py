@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from tinker_opt.choices import Recompute, RecomputeMethod
+from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod
 from tinker_opt.errors import StrategyError
-from tinker_opt.knobs import KNOBS, LAYOUT, KnobContext
+from tinker_opt.knobs import CHOICES, KNOBS, LAYOUT, KnobContext
 from tinker_opt.rules import (
     FrameworkRules,
     interleaved_pipeline_message,
@@ -24,16 +24,17 @@ from tinker_opt.script.pipeline_layout import LAYOUT_FLAG
 from tinker_opt.script.reader import ScriptInfo
 from tinker_opt.script.strategy_args import (
     DEFAULT_CP_ALGO,
-    OVERLAP_FLAGS,
     SHARDING_FLAG,
     VPP_LAYERS_FLAG,
     VPP_SIZE_FLAGS,
     zero_backend,
 )
 from tinker_opt.script.train_args import p2p_overlap
-from tinker_opt.script.versions import CP_ALGO_SINCE, VersionRange, flag_allowed
-from tinker_opt.solve.space import SEARCHED_CP_ALGOS, SearchSpace
+from tinker_opt.script.versions import VersionRange, flag_allowed
+from tinker_opt.solve.space import SearchSpace
 from tinker_opt.strategy import Strategy
+
+_SPLIT = CHOICES["num_layer_list"]
 
 
 def _can(flag: str, info: ScriptInfo, vr: VersionRange) -> bool:
@@ -69,13 +70,13 @@ def layer_form(info: ScriptInfo, vr: VersionRange) -> str:
     `--num-layer-list` any list, Megatron-LM's `--decoder-first/last-pipeline-num-layers` free
     first and last stages with equal middle ones, else (older versions) the even split only."""
     if vr.family == versions.MEGATRON:
-        return "first_last" if _can("--decoder-first-pipeline-num-layers", info, vr) else "even"
-    return "free" if _can("--num-layer-list", info, vr) else "even"
+        return "first_last" if _can(_SPLIT.flag_for("first"), info, vr) else "even"
+    return "free" if _can(_SPLIT.flag, info, vr) else "even"
 
 
 def overlap_flag(key: str, info: ScriptInfo, vr: VersionRange) -> str | None:
     """The flag that turns overlap `key` on: the script's own spelling, else the first the version has."""
-    flags = OVERLAP_FLAGS[key]
+    flags = KNOBS[key].flags
     present = [flag for flag in flags if info.launch.has(flag)]
     if present:
         return present[0]
@@ -87,7 +88,7 @@ def _overlaps(s: Strategy, info: ScriptInfo, vr: VersionRange) -> dict:
     applies keeps the script's setting; a knob switched on needs a flag the version has."""
     out: dict[str, bool | None] = {}
     current = info.train.strategy
-    layout = KnobContext.of(s, info.model.is_moe)
+    layout = KnobContext.of(s, info.model.is_moe, info.model.moe_token_dispatcher_type)
     for key, knob in KNOBS.items():
         if not knob.exists(layout):
             out[key] = None
@@ -95,9 +96,11 @@ def _overlaps(s: Strategy, info: ScriptInfo, vr: VersionRange) -> dict:
         value = getattr(s, key)
         value = bool(getattr(current, key)) if value is None else value
         if value and overlap_flag(key, info, vr) is None:
-            _needs(OVERLAP_FLAGS[key][-1 if vr.family == versions.MEGATRON else 0], key, info, vr)
+            _needs(knob.flags[-1 if vr.family == versions.MEGATRON else 0], key, info, vr)
         out[key] = value
-    message = overlap_message(s.replace(**out), info.model.is_moe)
+    message = overlap_message(
+        s.replace(**out), info.model.is_moe, info.model.moe_token_dispatcher_type
+    )
     if message:
         raise StrategyError(message)
     return out
@@ -188,7 +191,7 @@ def _layer_list(s: Strategy, info: ScriptInfo, vr: VersionRange) -> tuple[int, .
                 "split with vpp, or vpp 1 with the layer list"
             )
         if layers is not None:
-            _needs("--num-layer-list", "num_layer_list", info, vr)
+            _needs(_SPLIT.flag, "num_layer_list", info, vr)
         return layers
     if s.pp == 1:
         return None
@@ -198,7 +201,7 @@ def _layer_list(s: Strategy, info: ScriptInfo, vr: VersionRange) -> tuple[int, .
     message = layer_form_message(tuple(layers), "first_last")
     if message:
         raise StrategyError(message)
-    _needs("--decoder-first-pipeline-num-layers", "num_layer_list", info, vr)
+    _needs(_SPLIT.flag_for("first"), "num_layer_list", info, vr)
     return layers
 
 
@@ -214,11 +217,17 @@ def _cp_algo(s: Strategy, info: ScriptInfo, vr: VersionRange) -> str | None:
                 f"attention: use cp_algo {DEFAULT_CP_ALGO}"
             )
         return algo
-    since = CP_ALGO_SINCE.get(algo)
+    record = CHOICES["cp_algo"]
+    since = record.value_since.get(algo)
     if since is None or not vr.allows(since):
+        usable = [
+            a
+            for a in record.choices
+            if a in record.value_since and vr.allows(record.value_since[a])
+        ]
         raise StrategyError(
-            f"cp_algo {algo} is not available in MindSpeed-LLM {vr.label}; use "
-            f"ulysses_cp_algo, megatron_cp_algo or hybrid_cp_algo"
+            f"cp_algo {algo} is not available in MindSpeed-LLM {vr.label}; "
+            + (f"use one of {usable}" if usable else "use cp = 1")
         )
     return algo
 
@@ -230,7 +239,7 @@ def _etp(s: Strategy, info: ScriptInfo, vr: VersionRange) -> int | None:
         return s.etp
     if s.etp == s.tp:
         return None  # the default: no flag needed
-    if s.etp == 1 and info.launch.has("--moe-tp-extend-ep"):
+    if s.etp == 1 and info.launch.has(LAYOUT["etp"].flag_for("one")):
         return 1
     _needs(LAYOUT["etp"].flag, f"etp = {s.etp}", info, vr)
     return s.etp
@@ -239,7 +248,7 @@ def _etp(s: Strategy, info: ScriptInfo, vr: VersionRange) -> int | None:
 def _recompute(s: Strategy, stage_layers: int) -> dict:
     if s.recompute != Recompute.FULL:
         return {"recompute_method": None, "recompute_num_layers": None}
-    method = s.recompute_method or RecomputeMethod.UNIFORM
+    method = s.recompute_method or RecomputeMethod(CHOICES["recompute_method"].default)
     default_layers = 1 if method == RecomputeMethod.UNIFORM else stage_layers
     return {
         "recompute_method": method,
@@ -291,48 +300,58 @@ def search_space_for(
 
     megatron = vr.family == versions.MEGATRON
     mcore = info.train.framework.flavour == "mcore"
+    record = CHOICES["cp_algo"]
+    searched = record.searched_choices
     algos = (
         (DEFAULT_CP_ALGO,)
         if megatron
         else tuple(
             a
-            for a in SEARCHED_CP_ALGOS
-            if CP_ALGO_SINCE.get(a) is not None and vr.allows(CP_ALGO_SINCE[a])
+            for a in searched
+            if record.value_since.get(a) is not None and vr.allows(record.value_since[a])
         )
     )
+    schedule, fb = CHOICES["dualpipev"], CHOICES["moe_fb_overlap"]
     return dataclasses.replace(
         base or SearchSpace(),
         allow_vpp=any(info.launch.has(f) for f in VPP_SIZE_FLAGS) or can(VPP_LAYERS_FLAG),
         allow_cp=can(LAYOUT["cp"].flag) and bool(algos),
-        cp_algos=algos or SEARCHED_CP_ALGOS,
+        cp_algos=algos or searched,
         # The split solvers return only layer lists of this form (the writer's own rule).
         layer_form=layer_form(info, vr),
         # Uneven virtual stages only as Megatron-LM's layout string (MindSpeed-LLM's
         # --num-layer-list refuses a virtual pipeline: _layer_list).
         uneven_vpp=megatron and can(LAYOUT_FLAG),
-        etp_follows_tp=not (can(LAYOUT["etp"].flag) or info.launch.has("--moe-tp-extend-ep")),
+        etp_follows_tp=not (
+            can(LAYOUT["etp"].flag) or info.launch.has(LAYOUT["etp"].flag_for("one"))
+        ),
         # MindSpeed raises on --swap-optimizer without the distributed optimizer.
         require_dist_opt=info.train.swap_optimizer_times is not None,
         overlaps=searched_overlaps(info, vr),
         # ZeRO 2/3 only where the script already picks its stage by flag (DeepSpeed, Megatron-FSDP).
-        zero_levels=(0, 1, 2, 3) if zero_backend(info.launch) else (0, 1),
+        zero_levels=CHOICES["zero"].choices
+        if zero_backend(info.launch)
+        else CHOICES["zero"].searched_choices,
         # MindSpeed-LLM's DualPipeV and MoE fb-overlap (mcore models; rules._rule_schedule).
-        schedules=("1f1b", "dualpipev") if mcore and can("--schedules-method") else ("1f1b",),
-        fb_overlap=mcore and info.model.is_moe and can("--moe-fb-overlap"),
+        schedules=schedule.searched_choices
+        if mcore and can(schedule.flag)
+        else (schedule.default.value,),
+        fb_overlap=mcore and info.model.is_moe and can(fb.flag),
     )
 
 
 def searched_overlaps(info: ScriptInfo, vr: VersionRange) -> tuple[str, ...]:
-    """Overlap knobs the search switches on where they apply: those whose flag this version has.
-    TP overlap only where the script already sets it: MindSpeed-LLM switches MC2 off in its
-    argument validation unless the code is edited (Ascend/MindSpeed-LLM
-    docs/zh/pytorch/features/mcore/mc2.md) and Megatron's --tp-comm-overlap needs Transformer
-    Engine userbuffers set up for the job, so a script cannot simply gain it."""
+    """Overlap knobs the search switches on where they apply: those whose flag this version has,
+    and those the search may not add (`Knob.added_by_search` false: TP overlap, knobs.py) only
+    where the script already sets them."""
     keys = [
-        key for key in OVERLAP_FLAGS if key != "tp_comm_overlap" and overlap_flag(key, info, vr)
+        key for key, knob in KNOBS.items() if knob.added_by_search and overlap_flag(key, info, vr)
     ]
-    if any(info.launch.has(flag) for flag in OVERLAP_FLAGS["tp_comm_overlap"]):
-        keys.append("tp_comm_overlap")
+    keys += [
+        key
+        for key, knob in KNOBS.items()
+        if not knob.added_by_search and any(info.launch.has(flag) for flag in knob.flags)
+    ]
     return tuple(keys)
 
 
@@ -353,5 +372,5 @@ def fsdp2_search_space(info: ScriptInfo, base: SearchSpace | None = None) -> Sea
         recompute=(Recompute.NONE, Recompute.FULL),
         recompute_methods=(RecomputeMethod.BLOCK,),
         overlaps=None,
-        cp_algos=("ulysses_cp_algo", "megatron_cp_algo"),
+        cp_algos=(CpAlgo.ULYSSES.value, CpAlgo.MEGATRON.value),
     )

@@ -1,25 +1,28 @@
-"""The knob registry: one declaration per strategy knob, read by every stage that handles it.
+"""The knob registry: one record per strategy knob, read by every stage that handles it.
 
-A `Knob` says, once, what the script reader (script/strategy_args.py), the validity rules
-(rules.py), the search space (solve/space.py), the writers (emit/strategy_plan.py,
-expressible.py) and the version table (script/versions.py FLAG_SINCE) each need to know
-about a strategy knob: its Strategy key, the flags that spell it and the framework versions that
-have each, where it exists (else its schema value is None), what turning it on requires and
-excludes, where the search turns it on, and the companion flags written back with it. Adding
-a knob is one entry here plus its Strategy field (ARCHITECTURE.md, "Adding a knob").
+A record (knob_types.py) says, once, what the script reader (script/strategy_args.py), the
+validity rules (rules.py), the search space (solve/space.py), the writers
+(emit/strategy_plan.py, expressible.py), the version table (script/versions.py) and the flag
+table `inspect` reports from (script/flags.py) each need to know about a knob: its flags with the
+framework versions that have each, its values and default, where it exists, what turning it on
+requires and excludes, where the search turns it on, and the companion flags written back with
+it. Adding a knob is its record here plus its cost term (ARCHITECTURE.md, "Adding a knob"): a
+switch needs no Strategy field (strategy.py keeps the registry's switches by key).
 
-The registry holds the communication-overlap switches (`Knob`, `OVERLAP_KNOBS`) and the knobs of
-the parallel layout that one flag spells (`LayoutKnob`, `LAYOUT_KNOBS`: tp, pp, cp, ep, etp, mbs
-and sp), whose flags, versions, defaults and writer groups the reader, the writer, what the
-framework can express and the version table read from here. Their validity rules (divisibility,
-rules.py) and the knobs with more than one flag (vpp, the layer split, recompute, ZeRO, the
-schedule) are still written in the modules above (ARCHITECTURE.md, "The knob registry").
+The records: the communication-overlap switches (`Knob`, `OVERLAP_KNOBS`), the knobs of the
+parallel layout that one flag spells (`LayoutKnob`, `LAYOUT_KNOBS`: tp, pp, cp, ep, etp, mbs and
+sp) and the knobs with more than one setting (`ChoiceKnob`, `CHOICE_KNOBS`: vpp, the schedule,
+fb-overlap, recompute kind / method / count / modules, ZeRO, the cp algorithm, the dispatcher,
+FP8). Complex rules (divisibility, the layer split, DualPipeV's V) stay functions of rules.py and
+layer_stack.py that each record names.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
 
 from tinker_opt.choices import (
     CpAlgo,
@@ -29,92 +32,20 @@ from tinker_opt.choices import (
     RecomputeModule,
     Schedule,
 )
-from tinker_opt.strategy import Strategy
+from tinker_opt.knob_types import (
+    MEGATRON,
+    MINDSPEED,
+    ChoiceKnob,
+    Knob,
+    KnobContext,
+    LayoutKnob,
+    Spelling,
+    Version,
+)
+from tinker_opt.knob_types import spell as _spell
+from tinker_opt.knob_types import spell_always as _spell_always
 
-Version = tuple[int, ...]
-MINDSPEED, MEGATRON = "mindspeed", "megatron"
-"""The framework families (script/versions.py uses the same two names)."""
-
-
-@dataclass(frozen=True)
-class Spelling:
-    """One flag that spells a knob, and the framework versions that have it."""
-
-    flag: str
-    since: dict[str, Version | None]
-    """Family -> first version with the flag; None: the family never has it."""
-    until: dict[str, Version] = field(default_factory=dict)
-    """Family -> first version without it (renamed or removed)."""
-
-
-def _spell(
-    flag: str, mindspeed: Version | None, megatron: Version | None, until_mindspeed=None
-) -> Spelling:
-    """A Spelling from its first MindSpeed-LLM and Megatron-LM versions (and a rename)."""
-    until = {MINDSPEED: until_mindspeed} if until_mindspeed else {}
-    return Spelling(flag, {MINDSPEED: mindspeed, MEGATRON: megatron}, until)
-
-
-def _spell_always(flag: str) -> Spelling:
-    """A flag every version of both families has (no row in the version table)."""
-    return Spelling(flag, {})
-
-
-@dataclass(frozen=True)
-class KnobContext:
-    """What decides where a knob exists and is accepted: the strategy's layout and the model."""
-
-    tp: int
-    sp: bool
-    ep: int
-    vpp: int
-    dist_opt: bool
-    is_moe: bool
-
-    @classmethod
-    def of(cls, s: Strategy, is_moe: bool) -> KnobContext:
-        return cls(tp=s.tp, sp=s.sp, ep=s.ep, vpp=s.vpp, dist_opt=s.dist_opt, is_moe=is_moe)
-
-
-def _always(context: KnobContext) -> bool:
-    return True
-
-
-@dataclass(frozen=True, kw_only=True)
-class Knob:
-    """One boolean strategy knob (a switch): its flags, where it applies, what it needs."""
-
-    key: str
-    """The Strategy field (strategy.STRATEGY_KEYS)."""
-    spellings: tuple[Spelling, ...]
-    """The flags that switch it on, MindSpeed-LLM's first, Megatron-LM's last, with the versions
-    that have each; the writer keeps the script's own spelling, else the first the version has."""
-    exists: Callable[[KnobContext], bool] = _always
-    """Where the knob exists; elsewhere the schema's value is None and the writer removes it."""
-    accepts: Callable[[KnobContext], bool] = _always
-    """Where the framework accepts it on (a rule of rules.py; `needs` says it in words)."""
-    needs: str = ""
-    """Why `accepts` is false, in words, for the rule's message."""
-    requires: tuple[str, ...] = ()
-    """Knobs that must not be off (False) when this one is on."""
-    excludes: tuple[str, ...] = ()
-    """Knobs that cannot be on together with this one (either way round: `excluded_pairs`)."""
-    pays_off: Callable[[KnobContext], bool] = _always
-    """Where the search turns it on: there is a collective for it to hide (costs/overlap.py
-    prices an overlap as the part that cannot hide, never more than without it)."""
-    priced: bool = True
-    """Whether the cost model prices it; an unpriced knob is read and written back as the script
-    has it (the search leaves it None, "keep the script's setting") and never chosen."""
-    companions: tuple[str, ...] = ()
-    """Flags that only mean something with it on: the writer removes them with it."""
-    effect: str = ""
-    """What it changes, in words: the README flag table's row of its flags (script/flags.py)."""
-    source: str = ""
-
-    @property
-    def flags(self) -> tuple[str, ...]:
-        return tuple(spelling.flag for spelling in self.spellings)
-
+__all__ = ["MEGATRON", "MINDSPEED", "ChoiceKnob", "Knob", "KnobContext", "LayoutKnob", "Spelling"]
 
 # Versions: MindSpeed-LLM, the first release whose examples use the flag
 # (reference/script-conventions.md); Megatron-LM, arguments.py of the named core release.
@@ -142,7 +73,7 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
                                            _spell("--tp-comm-overlap", None, (0, 0))),
          exists=lambda c: c.tp > 1, accepts=lambda c: c.tp > 1 and c.sp,
          needs="tp > 1 with sequence parallelism", companions=("--tp-comm-overlap-cfg",),
-         pays_off=lambda c: c.tp > 1 and c.sp,
+         pays_off=lambda c: c.tp > 1 and c.sp, added_by_search=False,
          effect="TP communication fused into the matmuls in tp chunks (MC2 on Ascend, TE userbuffers "
                 "on GPUs): one chunk exposed, the rest hidden behind the matmul",
          source="Ascend/MindSpeed docs/zh/features/mc2.md; Megatron-LM arguments.py (tp_comm_overlap)"),
@@ -172,28 +103,24 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          needs="a MoE model with shared experts", pays_off=lambda c: c.ep > 1,
          effect="MoE dispatch / combine all-to-all hidden behind the shared expert's compute (costs/overlap.py)",
          source="NVIDIA/Megatron-LM megatron/core/transformer/moe/shared_experts.py (shared expert stream)"),
+    # ASSUMPTION: MindSpeed-LLM 2.0.0, the release of its --moe-alltoall-overlap-comm twin (the
+    # feature registers in mindspeed/features_manager at MindSpeed's optimization level 2). It also
+    # needs --moe-permutation-async-comm and --moe-grouped-gemm, which the writer does not add:
+    # searched only where the script already sets it.
+    Knob(key="moe_allgather_overlap_comm", spellings=(_spell("--moe-allgather-overlap-comm", (2, 0, 0), None),),
+         exists=lambda c: c.dispatcher == Dispatcher.ALLGATHER, accepts=lambda c: c.dispatcher == Dispatcher.ALLGATHER,
+         needs="a MoE model with the allgather token dispatcher", pays_off=lambda c: c.ep > 1 or c.tp > 1,
+         added_by_search=False,
+         effect="MoE allgather dispatcher: backward all-gather / reduce-scatter hidden behind the weight gradients",
+         source="Ascend/MindSpeed docs/features/megatron_moe/megatron-moe-allgather-overlap-comm.md; "
+                "mindspeed/features_manager/moe/moe_allgather_overlap.py"),
 )
 # fmt: on
-"""The communication-overlap switches, in Strategy schema order (strategy.OVERLAP_KEYS)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class LayoutKnob:
-    """A knob of the parallel layout that one flag spells: a size with its value, or a switch."""
-
-    key: str
-    """The Strategy field."""
-    spelling: Spelling
-    """The flag and the framework versions that have it."""
-    default: int | bool = 1
-    """What the framework runs without the flag (the writer then leaves the flag out)."""
-    group: str = "parallel"
-    """The flags the writer adds it next to (emit/strategy_plan.py anchors)."""
-    source: str = "NVIDIA/Megatron-LM megatron/training/arguments.py"
-
-    @property
-    def flag(self) -> str:
-        return self.spelling.flag
+"""The communication-overlap switches, in Strategy schema order (strategy.OVERLAP_KEYS). TP
+overlap is searched only where the script already sets it: MindSpeed-LLM switches MC2 off in its
+argument validation unless the code is edited (Ascend/MindSpeed-LLM
+docs/zh/pytorch/features/mcore/mc2.md) and Megatron's --tp-comm-overlap needs Transformer Engine
+userbuffers set up for the job, so a script cannot simply gain it."""
 
 
 # Versions: Megatron-LM core releases and MindSpeed-LLM's first examples with the flag
@@ -205,93 +132,135 @@ LAYOUT_KNOBS: tuple[LayoutKnob, ...] = (
     LayoutKnob(key="tp", spelling=_spell_always("--tensor-model-parallel-size")),
     LayoutKnob(key="cp", spelling=_spell("--context-parallel-size", (0, 9, 3), (0, 5))),
     LayoutKnob(key="ep", spelling=_spell("--expert-model-parallel-size", (0, 9, 1), (0, 4)), group="moe"),
-    LayoutKnob(key="etp", spelling=_spell("--expert-tensor-parallel-size", (2, 2, 0), (0, 10)), group="moe"),
-    LayoutKnob(key="sp", spelling=_spell_always("--sequence-parallel"), default=False),
-    LayoutKnob(key="mbs", spelling=_spell_always("--micro-batch-size")),
+    # role "one": MindSpeed-LLM's experts split over tp instead of tp inside the experts (etp 1).
+    LayoutKnob(key="etp", spelling=_spell("--expert-tensor-parallel-size", (2, 2, 0), (0, 10)), group="moe",
+               others=(_spell("--moe-tp-extend-ep", (2, 0, 0), None, role="one",
+                              effect="experts split over tp instead of tp inside experts (etp 1, MindSpeed)"),)),
+    LayoutKnob(key="sp", spelling=_spell_always("--sequence-parallel"), default=False,
+               effect="activations split over tp outside the matmuls"),
+    LayoutKnob(key="mbs", spelling=_spell_always("--micro-batch-size"), effect="micro-batch size"),
 )
 # fmt: on
 """The layout knobs one flag spells (their rules: rules.check_outer; the writer: strategy_plan)."""
 
 LAYOUT: dict[str, LayoutKnob] = {knob.key: knob for knob in LAYOUT_KNOBS}
 
+_RECOMPUTE_EFFECT = "activation recompute (selective or full, method, layer count)"
+_SCHEDULE_EFFECT = (
+    "DualPipeV schedule and MoE forward/backward overlap (MindSpeed; costs/coefficients.py, "
+    "costs/overlap.py)"
+)
+_CP_RING_ONLY = ("--use-cp-send-recv-overlap", "--cp-attention-mask-type", "--cp-window-size",
+                 "--use-fused-ring-attention-update")  # fmt: skip
+_CP_ADAPTIVE_ONLY = ("--adaptive-cp-dynamic-attn-mask", "--adaptive-cp-only-reschedule",
+                     "--adaptive-cp-manually-set-mask-list")  # fmt: skip
 
-@dataclass(frozen=True, kw_only=True)
-class ChoiceKnob:
-    """A knob that is more than a switch or one size: a choice (its StrEnum, choices.py), a count,
-    a stage or a schedule, possibly spelled by several flags. Its record says where it lives, its
-    flags per framework and version (the version table reads them), its type, where its rules are
-    checked and where it is priced, and whether the search chooses it. Its reader, writer and
-    rules are still code in the modules named (ARCHITECTURE.md, "The knob registry")."""
-
-    key: str
-    """The field: of the Strategy (`home` "strategy"), the ModelSpec ("model") or TrainSpec ("job")."""
-    spellings: tuple[Spelling, ...]
-    kind: type
-    """The value's type: a StrEnum of choices.py for a choice, else int or bool."""
-    rules: str
-    """Where its validity rules are (module.function)."""
-    priced: str
-    """Where the cost model prices it."""
-    searched: bool
-    """Whether the search chooses it (else it is read and written back as the script has it)."""
-    home: str = "strategy"
-    source: str = "NVIDIA/Megatron-LM megatron/training/arguments.py"
-
-    @property
-    def flags(self) -> tuple[str, ...]:
-        return tuple(spelling.flag for spelling in self.spellings)
-
-
-# Versions as for the switches: MindSpeed-LLM's first examples with the flag, Megatron-LM's core
-# release (reference/script-conventions.md); `_spell_always`: every version of both families.
+# Roles (Spelling.role) of the knobs several flags spell: vpp "layers" (chunk size in layers),
+# "size" (chunks per rank); recompute "selective" (the switch that means it); zero "dist_opt"
+# (stage >= 1), "stage" (DeepSpeed's), "deepspeed" (its backend), "fsdp" (Megatron-FSDP), "sharding"
+# (its strategy, words = the stage's name). Versions as for the switches: MindSpeed-LLM's first
+# examples with the flag, Megatron-LM's core release (reference/script-conventions.md);
+# `_spell_always`: every version of both families.
 # fmt: off
 CHOICE_KNOBS: tuple[ChoiceKnob, ...] = (
-    ChoiceKnob(key="vpp", kind=int, searched=True,
-               spellings=(_spell("--num-layers-per-virtual-pipeline-stage", (0, 9, 2), (0, 0)),
-                          _spell_always("--virtual-pipeline-model-parallel-size"),
-                          _spell("--num-virtual-stages-per-pipeline-rank", None, (0, 13))),
+    ChoiceKnob(key="vpp", kind=int, searched=True, default=1,
+               spellings=(_spell("--num-layers-per-virtual-pipeline-stage", (0, 9, 2), (0, 0), role="layers"),
+                          _spell_always("--virtual-pipeline-model-parallel-size", role="size"),
+                          _spell("--num-virtual-stages-per-pipeline-rank", None, (0, 13), role="size")),
                rules="rules._rule_vpp, rules.interleaved_pipeline_message, layer_stack (chunks)",
-               priced="costs/pipeline.py (v chunks per rank), costs/coefficients.py _chunk_bounds"),
+               priced="costs/pipeline.py (v chunks per rank), costs/coefficients.py _chunk_bounds",
+               effect="virtual pipeline (interleaved schedule)"),
+    # Roles: "" MindSpeed-LLM's list, "first" / "last" Megatron-LM's first and last stage,
+    # "embedding" / "loss" its account-for switches, "layout" its layout string (per virtual stage).
+    # Uneven virtual pipelines (layout, account-for): Megatron-LM main after core_v0.12
+    # (reference/script-conventions.md "Main adds"; dated to 0.13). ASSUMPTION: MindSpeed-LLM never
+    # (one tests/poc script on master only; its --num-layer-list refuses a virtual pipeline).
+    ChoiceKnob(key="num_layer_list", kind=tuple, searched=True,
+               spellings=(_spell("--num-layer-list", (0, 9, 1), None),
+                          _spell("--decoder-first-pipeline-num-layers", None, (0, 10), role="first"),
+                          _spell("--decoder-last-pipeline-num-layers", None, (0, 10), role="last"),
+                          _spell("--account-for-embedding-in-pipeline-split", None, (0, 13), role="embedding"),
+                          _spell("--account-for-loss-in-pipeline-split", None, (0, 13), role="loss"),
+                          _spell("--pipeline-model-parallel-layout", None, (0, 13), role="layout",
+                                 effect="layers per virtual stage (Megatron layout string; "
+                                        "script/pipeline_layout.py)")),
+               rules="rules._layer_split_message, layer_stack (layer forms, DualPipeV's V)",
+               priced="costs/coefficients.py (per-stage and per-chunk layers), solve/ (the exact split)",
+               effect="uneven layer split over stages"),
     ChoiceKnob(key="dualpipev", kind=Schedule, searched=True,
-               spellings=(_spell("--schedules-method", (2, 0, 0), None),),
+               values=(Schedule.ONE_F_ONE_B, Schedule.DUALPIPEV), default=Schedule.ONE_F_ONE_B,
+               spellings=(_spell("--schedules-method", (2, 0, 0), None),), companions=("--dualpipev-dw-detach",),
+               excludes=("overlap_grad_reduce",),
                rules="rules._rule_schedule, layer_stack.dualpipev_message (the padded layer count)",
-               priced="costs/pipeline.py, costs/stage_terms.py dualpipev_inflight_x_v",
+               priced="costs/pipeline.py, costs/stage_terms.py dualpipev_inflight_x_v", effect=_SCHEDULE_EFFECT,
                source="Ascend/MindSpeed mindspeed/features_manager/pipeline_parallel/dualpipev_feature.py"),
-    ChoiceKnob(key="moe_fb_overlap", kind=bool, searched=True,
+    ChoiceKnob(key="moe_fb_overlap", kind=bool, searched=True, values=(False, True), default=False,
                spellings=(_spell("--moe-fb-overlap", (2, 0, 0), None),),
+               excludes=("overlap_grad_reduce", "overlap_moe_comm"),
                rules="rules._rule_schedule", priced="costs/layer_comm.py (overlap.fb_overlap_exposed)",
+               effect=_SCHEDULE_EFFECT,
                source="Ascend/MindSpeed docs/features/megatron_moe/megatron-moe-fb-overlap.md"),
-    ChoiceKnob(key="recompute", kind=Recompute, searched=True,
-               spellings=(_spell_always("--recompute-granularity"), _spell_always("--recompute-activations")),
-               rules="rules._rule_recompute_kind", priced="costs/terms.py, costs/recompute.py"),
-    ChoiceKnob(key="recompute_method", kind=RecomputeMethod, searched=True,
+    ChoiceKnob(key="recompute", kind=Recompute, searched=True, default=Recompute.NONE,
+               spellings=(_spell_always("--recompute-granularity"),
+                          _spell_always("--recompute-activations", role="selective")),
+               rules="rules._rule_recompute_kind", priced="costs/terms.py, costs/recompute.py",
+               effect=_RECOMPUTE_EFFECT),
+    ChoiceKnob(key="recompute_method", kind=RecomputeMethod, searched=True, default=RecomputeMethod.UNIFORM,
                spellings=(_spell_always("--recompute-method"),),
-               rules="rules._recompute_count_message", priced="costs/recompute.py chunk_plan"),
-    ChoiceKnob(key="recompute_num_layers", kind=int, searched=True,
+               rules="rules._recompute_count_message", priced="costs/recompute.py chunk_plan",
+               effect=_RECOMPUTE_EFFECT),
+    ChoiceKnob(key="recompute_num_layers", kind=int, searched=True, default=1,
                spellings=(_spell_always("--recompute-num-layers"),),
-               rules="rules._recompute_count_message", priced="costs/recompute.py chunk_plan"),
-    ChoiceKnob(key="zero", kind=int, searched=True,
-               spellings=(_spell_always("--use-distributed-optimizer"), _spell_always("--zero-stage"),
-                          _spell_always("--use-megatron-fsdp")),
-               rules="strategy.ZERO_LEVELS", priced="costs/zero_terms.py, costs/data_parallel.py"),
-    ChoiceKnob(key="cp_algo", kind=CpAlgo, searched=True,
+               companions=("--enable-recompute-layers-per-pp-rank",),
+               rules="rules._recompute_count_message", priced="costs/recompute.py chunk_plan",
+               effect=_RECOMPUTE_EFFECT),
+    ChoiceKnob(key="zero", kind=int, searched=True, values=(0, 1, 2, 3), searched_values=(0, 1), default=0,
+               spellings=(_spell_always("--use-distributed-optimizer", role="dist_opt",
+                                        effect="optimizer states sharded over dp (ZeRO-1)"),
+                          _spell_always("--zero-stage", role="stage"), _spell_always("--deepspeed", role="deepspeed"),
+                          _spell_always("--use-megatron-fsdp", role="fsdp"),
+                          _spell_always("--use-custom-fsdp", role="fsdp"),
+                          _spell_always("--data-parallel-sharding-strategy", role="sharding",
+                                        words=("no_shard", "optim", "optim_grads", "optim_grads_params"))),
+               rules="strategy.Strategy (zero in the values), expressible (stages 2, 3 need a backend flag)",
+               priced="costs/zero_terms.py, costs/data_parallel.py",
+               effect="ZeRO stage 0..3 (DeepSpeed; Megatron-FSDP sharding strategy)",
+               source="Megatron-LM arguments.py (--use-megatron-fsdp, --data-parallel-sharding-strategy: the "
+                      "index is the stage); DeepSpeed --zero-stage (Rajbhandari et al. 2020)"),
+    ChoiceKnob(key="cp_algo", kind=CpAlgo, searched=True, default=CpAlgo.MEGATRON,
+               searched_values=(CpAlgo.MEGATRON, CpAlgo.ULYSSES),
+               value_since={"megatron_cp_algo": (0, 9, 3), "ulysses_cp_algo": (0, 9, 3),
+                            "hybrid_cp_algo": (0, 9, 3), "adaptive_cp_algo": (2, 0, 0),
+                            "kvallgather_cp_algo": (26, 1, 0)},
                spellings=(_spell("--context-parallel-algo", (0, 9, 3), None),),
+               companions=(*_CP_RING_ONLY, "--kv-head-repeat-before-uly-alltoall", *_CP_ADAPTIVE_ONLY,
+                           "--ulysses-degree-in-cp", "--cp-comm-type", "--hierarchical-context-parallel-sizes"),
+               value_companions=((_CP_RING_ONLY, ("megatron_cp_algo", "hybrid_cp_algo", "adaptive_cp_algo")),
+                                 (("--kv-head-repeat-before-uly-alltoall",), ("ulysses_cp_algo", "hybrid_cp_algo")),
+                                 (_CP_ADAPTIVE_ONLY, ("adaptive_cp_algo",)),
+                                 (("--ulysses-degree-in-cp",), ("hybrid_cp_algo",))),
                rules="rules._rule_cp, cp_rules", priced="costs/cp_terms.py",
+               effect="context-parallel algorithm (MindSpeed)",
                source="Ascend/MindSpeed mindspeed/features_manager/context_parallel/context_parallel_feature.py"),
     ChoiceKnob(key="recompute_modules", kind=RecomputeModule, searched=False, home="job",
                spellings=(_spell_always("--recompute-modules"),),
-               rules="script/recompute_args.recompute_modules", priced="costs/recompute_modules.py"),
+               rules="script/recompute_args.recompute_modules", priced="costs/recompute_modules.py",
+               effect="selective recompute by module (Megatron-Core): core_attn, mla_up_proj, mlp, moe_act, "
+                      "layernorm, moe and shared_experts, each by what it frees and reruns "
+                      "(costs/recompute_modules.py)"),
     ChoiceKnob(key="moe_token_dispatcher_type", kind=Dispatcher, searched=False, home="model",
                spellings=(_spell_always("--moe-token-dispatcher-type"),),
-               rules="rules._rule_schedule (fb-overlap needs alltoall)", priced="costs/moe_terms.py"),
-    ChoiceKnob(key="fp8_format", kind=str, searched=True, home="model",
+               rules="rules._rule_schedule (fb-overlap needs alltoall)", priced="costs/moe_terms.py",
+               effect="how tokens reach the experts and how the experts run (costs/moe_terms.py)"),
+    ChoiceKnob(key="fp8_format", kind=str, searched=True, home="model", values=("e4m3", "hybrid"),
                spellings=(_spell_always("--fp8-format"),),
                rules="specs.ModelSpec", priced="costs/fp8_terms.py, costs/fp8_activation.py",
+               effect="FP8 training: linear-layer GEMMs at the FP8 rate with cast / scaling kernels, FP8 weight "
+                      "copies, FP8 parameter all-gather (profile/fp8.py)",
                source="NVIDIA/Megatron-LM arguments.py; searched by `search --allow-fp8` (verbs/precision.py)"),
 )
 # fmt: on
-"""The knobs with more than one setting that one flag spells (their readers, writers and rules
-are still the modules named in each record)."""
+"""The knobs with more than one setting, or spelled by more than one flag."""
 
 CHOICES: dict[str, ChoiceKnob] = {knob.key: knob for knob in CHOICE_KNOBS}
 
@@ -301,26 +270,46 @@ assert len(CHOICES) == len(CHOICE_KNOBS), "a knob is declared twice"
 assert not (set(KNOBS) & set(LAYOUT) or set(CHOICES) & (set(KNOBS) | set(LAYOUT))), "declared twice"
 
 
+def all_spellings() -> list[tuple[Spelling, Knob | LayoutKnob | ChoiceKnob]]:
+    """Every flag of every record, with its record (the version table and the flag table)."""
+    records: list[Knob | LayoutKnob | ChoiceKnob] = [*OVERLAP_KNOBS, *LAYOUT_KNOBS, *CHOICE_KNOBS]
+    return [(spelling, record) for record in records for spelling in record.spellings]
+
+
 def flag_versions() -> tuple[dict[str, dict[str, Version | None]], dict[str, dict[str, Version]]]:
     """The knobs' rows of script/versions.py FLAG_SINCE and FLAG_UNTIL (a flag every version has
     has none)."""
-    spellings = [spelling for knob in KNOBS.values() for spelling in knob.spellings]
-    spellings += [knob.spelling for knob in LAYOUT_KNOBS]
-    spellings += [spelling for knob in CHOICE_KNOBS for spelling in knob.spellings]
+    spellings = [spelling for spelling, _ in all_spellings()]
     since = {spelling.flag: dict(spelling.since) for spelling in spellings if spelling.since}
     until = {spelling.flag: dict(spelling.until) for spelling in spellings if spelling.until}
     return since, until
 
 
+@cache
+def switched_off_with(excluded: frozenset[str]) -> tuple[str, ...]:
+    """The switches that must be off when those of `excluded` are: them and every switch that
+    requires one of them (transitively), in the registry's order."""
+    off = set(excluded)
+    while grown := {k for k, knob in KNOBS.items() if k not in off and off & set(knob.requires)}:
+        off |= grown
+    return tuple(key for key in KNOBS if key in off)
+
+
 def excluded_pairs() -> list[tuple[str, str]]:
     """Every pair of knobs that exclude each other, once, whichever side declares it."""
+    return list(_excluded_pairs())
+
+
+@functools.cache
+def _excluded_pairs() -> tuple[tuple[str, str], ...]:
+    """excluded_pairs, computed once (the registry is fixed; the search asks per configuration)."""
     pairs = {tuple(sorted((knob.key, other))) for knob in KNOBS.values() for other in knob.excludes}
-    return sorted(pairs)  # type: ignore[arg-type]
+    return tuple(sorted(pairs))  # type: ignore[arg-type]
 
 
-def knob_message(s: Strategy, is_moe: bool) -> str | None:
-    """Why the framework refuses the strategy's knobs (the first reason), or None."""
-    context = KnobContext.of(s, is_moe)
+def knob_message(s: Any, is_moe: bool, dispatcher: str | None = None) -> str | None:
+    """Why the framework refuses the strategy's switches (the first reason), or None."""
+    context = KnobContext.of(s, is_moe, dispatcher)
     for knob in KNOBS.values():
         if not getattr(s, knob.key):
             continue
@@ -331,7 +320,7 @@ def knob_message(s: Strategy, is_moe: bool) -> str | None:
         for other in knob.requires:
             if getattr(s, other) is False:
                 return f"{knob.key} needs {other} on ({knob.source})"
-    for a, b in excluded_pairs():
+    for a, b in _excluded_pairs():
         if getattr(s, a) and getattr(s, b):
             return f"{a} and {b} exclude each other; turn one of them off"
     return None
@@ -346,14 +335,11 @@ def read_switches(has: Callable[[str], bool], context: KnobContext) -> dict[str,
     }
 
 
-def search_choices(
-    s: Strategy, is_moe: bool, allowed: tuple[str, ...]
-) -> list[dict[str, bool | None]]:
+def search_choices(context: KnobContext, allowed: tuple[str, ...]) -> list[dict[str, Any]]:
     """The switch settings the search tries for an outer configuration: every allowed knob on
     where it pays off and the framework accepts it, off where it exists but does not, None where
     it does not exist; for each pair that excludes each other and would both be on, one choice
     with each of the two (the search picks)."""
-    context = KnobContext.of(s, is_moe)
     on = {
         key
         for key, knob in KNOBS.items()

@@ -11,7 +11,14 @@ ARCHITECTURE.md, "The knob registry").
 
 from __future__ import annotations
 
-from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod, assert_never
+from tinker_opt.choices import (
+    CpAlgo,
+    Dispatcher,
+    Recompute,
+    RecomputeMethod,
+    Schedule,
+    assert_never,
+)
 from tinker_opt.cp_rules import (
     MODELLED_CP_ALGOS,
     hybrid_ulysses_degree,
@@ -20,7 +27,7 @@ from tinker_opt.cp_rules import (
 )
 from tinker_opt.errors import StrategyError
 from tinker_opt.framework_rules import LATEST_RULES, FrameworkRules
-from tinker_opt.knobs import knob_message
+from tinker_opt.knobs import CHOICES, knob_message
 from tinker_opt.layer_stack import (
     LAYER_FORMS,
     dualpipev_layer_list,
@@ -205,13 +212,13 @@ def interleaved_pipeline_message(pp: int, vpp: int, fw: FrameworkRules) -> str |
 def _rule_overlap(
     s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
 ) -> str | None:
-    return overlap_message(s, model.is_moe)
+    return overlap_message(s, model.is_moe, model.moe_token_dispatcher_type)
 
 
-def overlap_message(s: Strategy, is_moe: bool) -> str | None:
+def overlap_message(s: Strategy, is_moe: bool, dispatcher: str | None = None) -> str | None:
     """Where each overlap switch is accepted, what it requires and excludes: the knob registry's
     declarations (knobs.py OVERLAP_KNOBS, with their sources)."""
-    return knob_message(s, is_moe)
+    return knob_message(s, is_moe, dispatcher)
 
 
 def _rule_schedule(
@@ -220,24 +227,25 @@ def _rule_schedule(
     """DualPipeV and MoE forward/backward overlap as MindSpeed accepts them (Ascend/MindSpeed
     docs/features/dualpipev.md and megatron_moe/megatron-moe-fb-overlap.md, "使用约束")."""
     num_micro = gbs // (s.mbs * s.dp)
-    if s.schedule == "dualpipev":
+    if s.schedule == Schedule.DUALPIPEV:
         message = dualpipev_message(model.num_layers, model.noop_layers, s.pp, num_micro)
         if message:
             return message
         padded = dualpipev_layer_list(model.num_layers, model.noop_layers, s.pp)
         listed = s.num_layer_list is not None and s.num_layer_list != padded
-        if s.cp > 1 or listed or s.overlap_grad_reduce:
+        if s.cp > 1 or listed or any(getattr(s, k) for k in CHOICES["dualpipev"].excludes):
             return (
                 "dualpipev excludes context parallelism, a num_layer_list and overlap_grad_reduce"
             )
     if not s.moe_fb_overlap:
         return None
-    if not model.is_moe or model.moe_token_dispatcher_type != "alltoall":
+    if not model.is_moe or model.moe_token_dispatcher_type != Dispatcher.ALLTOALL:
         return "moe_fb_overlap needs an MoE model with the alltoall token dispatcher"
     if s.expert_tp != 1 or not model.moe_grouped_gemm:
         return f"moe_fb_overlap needs etp 1 (got {s.expert_tp}) and --moe-grouped-gemm"
-    if s.overlap_grad_reduce or s.overlap_moe_comm:
-        return "moe_fb_overlap excludes overlap_grad_reduce and overlap_moe_comm"
+    excluded = CHOICES["moe_fb_overlap"].excludes
+    if any(getattr(s, key) for key in excluded):
+        return f"moe_fb_overlap excludes {' and '.join(excluded)}"
     if s.vpp > 1 and num_micro <= s.pp:
         return f"moe_fb_overlap with vpp needs more micro-batches ({num_micro}) than pp ({s.pp})"
     return None

@@ -15,6 +15,7 @@ from typing import Any
 
 from tinker_opt.choices import Dispatcher, choice
 from tinker_opt.errors import ConfigError
+from tinker_opt.knobs import CHOICES
 from tinker_opt.strategy import Strategy
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
@@ -27,7 +28,7 @@ FUSED_KERNEL_FLAGS = {
 }
 """MindSpeed-LLM's flags that ask for a fused kernel, and the op each one fuses."""
 PRECISIONS = ("bf16", "fp16", "fp32")
-FP8_FORMATS = ("e4m3", "hybrid")
+FP8_FORMATS: tuple[str, ...] = CHOICES["fp8_format"].choices
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 """Megatron-LM's `--fp8-format` and `--fp8-recipe` choices (megatron/training/arguments.py,
 _add_transformer_engine_args; recipe default `delayed`)."""

@@ -3,7 +3,11 @@
 The JSON keys are fixed by ARCHITECTURE.md ("File formats and machine-readable interfaces"):
 `tp, pp, dp, cp, cp_algo, ep, etp, sp, vpp, mbs, recompute, recompute_method,
 recompute_num_layers, num_layer_list, dualpipev, moe_fb_overlap, zero`, then the overlap switches
-(OVERLAP_KEYS, declared in the knob registry, knobs.py). `zero` is the one ZeRO field; the
+(OVERLAP_KEYS: the knob registry's switches in its order, knobs.py). The switches that code
+outside the registry reads by name (the cost terms and rules of the gradient reduce, the
+parameter gather, the MoE all-to-all and TP overlaps) are typed fields; every other switch of the
+registry is kept by key in `switches`, read as `getattr(s, key)` and set by `replace(key=...)`,
+so a new switch is its record and its cost term, with no field here. `zero` is the one ZeRO field; the
 distributed optimizer is the read-only property `dist_opt`, read from older files (LEGACY_KEYS)
 and never written.
 `vpp` counts virtual chunks per pipeline rank (1 = plain 1F1B); `num_layer_list` is None for an
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_opt.choices import (
     CpAlgo,
@@ -27,10 +31,22 @@ from tinker_opt.choices import (
     choice,
 )
 from tinker_opt.errors import StrategyError
+from tinker_opt.knobs import CHOICES, KNOBS
 from tinker_opt.layer_stack import num_chunks, rank_chunks, stage_totals
 
-RECOMPUTE_KINDS = tuple(kind.value for kind in Recompute)
-RECOMPUTE_METHODS = tuple(method.value for method in RecomputeMethod)
+RECOMPUTE_KINDS: tuple[str, ...] = CHOICES["recompute"].choices
+RECOMPUTE_METHODS: tuple[str, ...] = CHOICES["recompute_method"].choices
+FIELD_SWITCHES = (
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "overlap_moe_comm",
+    "tp_comm_overlap",
+)
+"""The registry's switches that are typed Strategy fields (read by name by cost terms and rules)."""
+OVERLAP_KEYS = tuple(KNOBS)
+"""Communication-overlap switches, the last keys, in the registry's order (knobs.py)."""
+_KEPT_SWITCHES = tuple(key for key in OVERLAP_KEYS if key not in FIELD_SWITCHES)
+"""The registry's other switches, kept by key in `Strategy.switches`."""
 STRATEGY_KEYS = (
     "tp",
     "pp",
@@ -49,20 +65,12 @@ STRATEGY_KEYS = (
     "dualpipev",
     "moe_fb_overlap",
     "zero",
-    "overlap_grad_reduce",
-    "overlap_param_gather",
-    "overlap_moe_comm",
-    "tp_comm_overlap",
-    "overlap_param_gather_with_optimizer_step",
-    "delay_wgrad_compute",
-    "moe_shared_expert_overlap",
+    *OVERLAP_KEYS,
 )
 LEGACY_KEYS = ("dist_opt",)
 """Keys older files carry and `from_dict` still reads, never written: `dist_opt` is the derived
 `Strategy.dist_opt` (zero >= 1), one fact with `zero`."""
-OVERLAP_KEYS = STRATEGY_KEYS[STRATEGY_KEYS.index("overlap_grad_reduce") :]
-"""Communication-overlap switches, the last keys (declared in the knob registry, knobs.py)."""
-ZERO_LEVELS = (0, 1, 2, 3)
+ZERO_LEVELS: tuple[int, ...] = CHOICES["zero"].choices
 """ZeRO stages (Rajbhandari et al. 2020): 0 none, 1 optimizer states sharded (Megatron's distributed
 optimizer), 2 + gradients, 3 + parameters (FSDP)."""
 
@@ -127,14 +135,19 @@ class Strategy:
     """MoE all-to-all overlap (`--moe-alltoall-overlap-comm` / `--overlap-moe-expert-parallel-comm`); MoE only."""
     tp_comm_overlap: bool | None = None
     """TP communication fused with the matmuls (`--use-ascend-mc2` / `--tp-comm-overlap`); tp > 1 only."""
-    overlap_param_gather_with_optimizer_step: bool | None = None
-    """`--overlap-param-gather-with-optimizer-step`: the first parameter all-gather under the
-    optimizer step; dist_opt only (read and written back, not priced)."""
-    delay_wgrad_compute: bool | None = None
-    """`--delay-wgrad-compute`: expert weight gradients delayed behind the all-to-all; MoE only,
-    with the MoE all-to-all overlap (read and written back, not priced)."""
-    moe_shared_expert_overlap: bool | None = None
-    """`--moe-shared-expert-overlap`: the shared expert's compute hides the MoE all-to-all; MoE only."""
+    switches: tuple[tuple[str, bool], ...] = ()
+    """The registry's other switches (`_KEPT_SWITCHES`) that are set, as (key, value) in the
+    registry's order; a key left out is None. Set them through `replace` or `from_dict`."""
+
+    if not TYPE_CHECKING:  # the type checker sees only the fields; kept switches by getattr(s, key)
+
+        def __getattr__(self, name: str) -> bool | None:
+            if name not in _KEPT_SWITCHES:
+                raise AttributeError(f"Strategy has no attribute {name!r}")
+            for key, value in self.__dict__.get("switches", ()):
+                if key == name:
+                    return value
+            return None
 
     def __post_init__(self) -> None:
         if self.zero not in ZERO_LEVELS or isinstance(self.zero, bool):
@@ -155,13 +168,28 @@ class Strategy:
                 object.__setattr__(
                     self, name, choice(kind, getattr(self, name), name, StrategyError)
                 )
-        for name in OVERLAP_KEYS:
+        for name in FIELD_SWITCHES:
             if getattr(self, name) not in (None, True, False):
                 raise StrategyError(
                     f"strategy {name} must be true, false or null, got {getattr(self, name)!r}"
                 )
+        if self.switches:
+            self._check_switches()
         if self.num_layer_list is not None:
             self._check_layer_list()
+
+    def _check_switches(self) -> None:
+        """The kept switches: registry keys with true / false, in the registry's order."""
+        values = dict(self.switches)
+        for name, value in values.items():
+            if name not in _KEPT_SWITCHES:
+                raise StrategyError(
+                    f"unknown strategy switch {name!r}; expected some of {list(_KEPT_SWITCHES)}"
+                )
+            if value not in (None, True, False):
+                raise StrategyError(f"strategy {name} must be true, false or null, got {value!r}")
+        kept = tuple((k, values[k]) for k in _KEPT_SWITCHES if values.get(k) is not None)
+        object.__setattr__(self, "switches", kept)
 
     def _check_layer_list(self) -> None:
         """One count per pipeline stage, or per chunk (virtual stage, or DualPipeV's V: the
@@ -278,7 +306,8 @@ class Strategy:
             values["num_layer_list"] = tuple(int(n) for n in values["num_layer_list"])
         if data.get("dist_opt") is not None:
             values["zero"] = zero_from_dist_opt(data["dist_opt"], values.get("zero"))
-        return cls(**values)
+        kept = tuple((key, values.pop(key)) for key in _KEPT_SWITCHES if key in values)
+        return cls(**values, switches=kept)
 
     def replace(self, **changes: Any) -> Strategy:
         """This strategy with `changes`, checked like a new one (`__post_init__`). As
@@ -286,7 +315,10 @@ class Strategy:
         space lists tens of thousands of strategies this way (issue 30)."""
         unknown = changes.keys() - _FIELD_NAMES
         if unknown:
-            raise TypeError(f"Strategy has no field {sorted(unknown)[0]!r}")
+            kept = {key: changes.pop(key) for key in unknown & set(_KEPT_SWITCHES)}
+            if len(kept) < len(unknown):
+                raise TypeError(f"Strategy has no field {sorted(unknown - set(kept))[0]!r}")
+            changes["switches"] = tuple({**dict(self.switches), **kept}.items())
         new = object.__new__(Strategy)
         new.__dict__.update(self.__dict__)
         new.__dict__.update(changes)

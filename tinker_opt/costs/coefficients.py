@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tinker_opt.choices import Recompute, RecomputeMethod
+from tinker_opt.choices import Recompute, RecomputeMethod, Schedule
 from tinker_opt.costs.pipeline import pipeline_x_v
 from tinker_opt.costs.recompute import chunk_plan
 from tinker_opt.costs.split_rules import SplitRules
@@ -292,7 +292,7 @@ def _chunk_bounds(
     if c.vpp == 1:
         start = sum(layers[:s])
         return [(start, start + layers[s])]
-    dualpipev = c.schedule == "dualpipev"
+    dualpipev = c.schedule == Schedule.DUALPIPEV
     indices = rank_chunks(c.num_stages, c.vpp, dualpipev, s)
     if chunks is None:
         size = c.num_layers // num_chunks(c.num_stages, c.vpp, dualpipev)

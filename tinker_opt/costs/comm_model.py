@@ -1,9 +1,11 @@
 """Collective times for the cost model: measured curves fitted to the alpha-beta model.
 
-Each measured (op, scope, group size) curve of comm.csv is fitted by least squares to
+Each measured (op, scope, group size) curve of comm.csv is fitted by relative least squares to
 `time = steps * latency + traffic * bytes / bandwidth` (tinker_opt.comm_cost, the one place of the
-ring formulas), which makes every collective time affine in its byte count: the solvers can then
-use the same figures as `CostModel.evaluate`. A group size that was not measured borrows the link
+ring formulas) in each of the library's size regimes (comm_cost.Regime; hardware/regime_fit.py
+fit_curves, one switch for a scope's curves, the fit `calibrate --comm` uses too), which
+makes every collective time affine in its byte count within a regime: the solvers use the
+same figures as `CostModel.evaluate`. A group size that was not measured borrows the link
 (latency, bandwidth) of the nearest measured size of that op and scope, then of any op of that
 scope. A scope with no measurement at all takes the hardware file's link, or else a documented
 default, and says so in `warnings` (intra-node figures are never reused for inter-node traffic).
@@ -24,13 +26,15 @@ import pandas as pd
 
 from tinker_opt.comm_cost import (
     NodeNetwork,
+    Regime,
     Span,
     collective_time_us,
-    latency_steps,
+    regime_at,
     spanning_time_us,
     traffic_factor,
 )
 from tinker_opt.hardware import HardwareSpec, LinkSpec
+from tinker_opt.hardware.regime_fit import Curve, fit_curves
 
 DEFAULT_LINKS = {
     # Atlas 800T A2 / DGX-class intra-node links deliver 100+ GB/s per device and direction; the
@@ -89,8 +93,27 @@ def group_scope(
 
 @dataclass(frozen=True)
 class _Fit:
-    latency_us: float
-    bandwidth_gbs: float
+    """One curve's size regimes (the first from the smallest size)."""
+
+    regimes: tuple[Regime, ...]
+
+    @property
+    def last(self) -> Regime:
+        """The largest-size regime (a link's figures where one pair is asked for)."""
+        return self.regimes[-1]
+
+    @property
+    def bandwidth_gbs(self) -> float:
+        return self.last.bandwidth_gbs
+
+    @property
+    def latency_us(self) -> float:
+        return self.last.latency_us
+
+    def at(self, nbytes: float, latency: bool = True) -> Regime:
+        """The regime of a buffer of `nbytes`; without its latency for `latency=False`."""
+        regime = regime_at(self.regimes, nbytes)
+        return regime if latency else Regime(regime.from_bytes, regime.bandwidth_gbs, 0.0)
 
 
 class CommModel:
@@ -126,8 +149,8 @@ class CommModel:
         if measured:
             # Median of the fitted links: what an op with no curve of its own borrows.
             return LinkSpec(
-                float(np.median([f.bandwidth_gbs for f in measured])),
-                float(np.median([f.latency_us for f in measured])),
+                float(np.median([f.last.bandwidth_gbs for f in measured])),
+                float(np.median([f.last.latency_us for f in measured])),
             )
         if hardware is not None:
             return hardware.link(scope)
@@ -141,7 +164,8 @@ class CommModel:
         return default
 
     def link(self, op: str, group_size: int, scope: str) -> _Fit:
-        """The (latency, bandwidth) that times `op` on a group of this size in this scope."""
+        """The size regimes (latency, bandwidth) that time `op` on a group of this size in this
+        scope."""
         key = (op, group_size, scope)
         found = self._links.get(key)
         if found is None:
@@ -156,8 +180,7 @@ class CommModel:
         if sizes:
             nearest = min(sizes, key=lambda g: (abs(np.log2(g) - np.log2(max(group_size, 1))), g))
             return self._fits[(op, scope, nearest)]
-        link = self._scope_links[scope].for_op(op)
-        return _Fit(link.latency_us, link.bandwidth_gbs)
+        return _Fit(self._scope_links[scope].regimes(op))
 
     def placement(
         self, stride: int, size: int, devices_per_node: int, num_devices: int | None = None
@@ -172,30 +195,44 @@ class CommModel:
         """Time of one collective over `group_size` ranks of `nbytes` per rank (0 for a lone rank).
 
         `scope` is a GroupPlacement, or a comm.csv scope name (`inter_node`: one member per node)."""
-        key = (op, group_size, scope, nbytes)
+        return self._cached(op, group_size, scope, nbytes, True)
+
+    def transfer_us(
+        self, op: str, group_size: int, scope: str | GroupPlacement, nbytes: float
+    ) -> float:
+        """time_us without the latencies: the bytes' part of the collective, at the bandwidth of
+        the size regime of `nbytes` (a per-parameter share of a larger reduction)."""
+        return self._cached(op, group_size, scope, nbytes, False)
+
+    def _cached(
+        self, op: str, size: int, scope: str | GroupPlacement, nbytes: float, latency: bool
+    ) -> float:
+        key = (op, size, scope, nbytes, latency)
         found = self._times.get(key)
         if found is None:
-            if group_size <= 1 and op != "send_recv":
+            if size <= 1 and op != "send_recv":
                 found = 0.0
             else:
-                found = self._placed_us(op, group_size, _as_placement(scope, group_size), nbytes)
+                found = self._placed_us(op, size, _as_placement(scope, size), nbytes, latency)
             self._times[key] = found
         return found
 
-    def _placed_us(self, op: str, size: int, place: GroupPlacement, nbytes: float) -> float:
+    def _placed_us(
+        self, op: str, size: int, place: GroupPlacement, nbytes: float, latency: bool
+    ) -> float:
         """The tier's rule: curves inside a node, the domain link inside a domain, else the
-        cards of the nodes (comm_cost.spanning_time_us)."""
+        cards of the nodes (comm_cost.spanning_time_us); every link at the regime of `nbytes`."""
         if place.tier == "intra_node":
-            fit = self.link(op, size, "intra_node")
+            fit = self.link(op, size, "intra_node").at(nbytes, latency)
             return collective_time_us(op, size, nbytes, fit.bandwidth_gbs, fit.latency_us)
         if place.tier == "intra_domain":
             assert self.hardware is not None, "a domain tier comes from a hardware description"
-            link = self.hardware.domain_link.for_op(op)
+            link = _Fit(self.hardware.domain_link.regimes(op)).at(nbytes, latency)
             return collective_time_us(op, size, nbytes, link.bandwidth_gbs, link.latency_us)
         hardware = self.hardware
         net = NodeNetwork(
-            intra=self.link(op, max(place.per_node, 2), "intra_node"),
-            card=self.link(op, size, "inter_node"),
+            intra=self.link(op, max(place.per_node, 2), "intra_node").at(nbytes, latency),
+            card=self.link(op, size, "inter_node").at(nbytes, latency),
             cards_per_device=hardware.nics_per_device if hardware is not None else 1.0,
             library=hardware.collectives if hardware is not None else "nccl",
         )
@@ -215,22 +252,26 @@ def _as_placement(scope: str | GroupPlacement, size: int) -> GroupPlacement:
 
 
 def _fit_rows(comm: pd.DataFrame) -> dict[tuple[str, str, int], _Fit]:
-    """Least-squares alpha-beta fit of each measured (op, scope, group size) curve."""
+    """Each measured (op, scope, group size) curve's size regimes, a scope's curves together
+    (hardware/regime_fit.py fit_curves: relative least squares, one switch where it pays for
+    itself); a curve of one size is a line through the origin."""
     fits: dict[tuple[str, str, int], _Fit] = {}
     if comm is None or comm.empty:
         return fits
-    for (op, scope, group), rows in comm.groupby(["op", "scope", "group_size"]):
-        group = int(group)
-        steps, traffic = latency_steps(op, group), traffic_factor(op, group)
-        if traffic <= 0:
+    all_bytes, all_times = comm["bytes"].to_numpy(float), comm["time_us"].to_numpy(float)
+    by_scope: dict[str, list[tuple[tuple[str, str, int], Curve]]] = {}
+    for (op, scope, group), index in comm.groupby(["op", "scope", "group_size"]).indices.items():
+        key = (str(op), str(scope), int(group))
+        if traffic_factor(key[0], key[2]) <= 0:
             continue
-        nbytes = rows["bytes"].to_numpy(float)
-        times = rows["time_us"].to_numpy(float)
-        if len(rows) >= 2 and np.ptp(nbytes) > 0:
-            slope, intercept = np.polyfit(nbytes, times, 1)
+        nbytes, times = all_bytes[index], all_times[index]
+        if len(index) >= 2 and np.ptp(nbytes) > 0 and (times > 0).sum() >= 2:
+            curve = Curve([key[0]] * len(index), [key[2]] * len(index), nbytes, times)
+            by_scope.setdefault(key[1], []).append((key, curve))
         else:
-            slope, intercept = times[0] / max(nbytes[0], 1.0), 0.0
-        slope = max(float(slope), 1e-12)
-        latency = max(float(intercept), 0.0) / max(steps, 1)
-        fits[(str(op), str(scope), group)] = _Fit(latency, traffic / (slope * 1e3))
+            bandwidth = traffic_factor(key[0], key[2]) * max(nbytes[0], 1.0) / (times[0] * 1e3)
+            fits[key] = _Fit((Regime(0, bandwidth, 0.0),))
+    for curves in by_scope.values():
+        for (key, _), fit in zip(curves, fit_curves([c for _, c in curves]), strict=True):
+            fits[key] = _Fit(fit.regimes)
     return fits

@@ -5,6 +5,7 @@ inside, ring across) and the pace of unaligned Ulysses. Free functions of a Term
 
 from __future__ import annotations
 
+from tinker_opt.choices import CpAlgo
 from tinker_opt.costs.profile_table import BlockCost
 from tinker_opt.costs.term_context import TermContext
 from tinker_opt.costs.units import m_tokens
@@ -20,11 +21,11 @@ def cp_groups(ctx: TermContext, s: Strategy) -> tuple[int, int]:
     mindspeed/core/context_parallel/model_parallel_utils.py
     initialize_context_parallel_group_for_hybrid_cp: the Ulysses ranks are adjacent, in one
     node where possible; u from rules.hybrid_ulysses_degree); kvallgather: (1, 1), neither."""
-    if s.cp == 1 or s.cp_algo == "kvallgather_cp_algo":
+    if s.cp == 1 or s.cp_algo == CpAlgo.KV_ALLGATHER:
         return 1, 1
-    if s.cp_algo == "ulysses_cp_algo":
+    if s.cp_algo == CpAlgo.ULYSSES:
         return s.cp, 1
-    if s.cp_algo == "hybrid_cp_algo":
+    if s.cp_algo == CpAlgo.HYBRID:
         m = ctx.model
         u = hybrid_ulysses_degree(s.cp, s.tp, m.num_attention_heads, ctx.job.ulysses_degree)
         return u, s.cp // u
@@ -78,7 +79,7 @@ def cp_fwd_bwd_us(ctx: TermContext, s: Strategy) -> tuple[float, float]:
     dK/dV circulate), or kvallgather's all-gather of K/V forward and reduce-scatter backward."""
     if s.cp == 1:
         return 0.0, 0.0
-    if s.cp_algo == "kvallgather_cp_algo":
+    if s.cp_algo == CpAlgo.KV_ALLGATHER:
         m, tokens = ctx.model, m_tokens(ctx.model, s)
         kv_bytes = 2 * tokens * (m.num_query_groups * m.kv_channels // s.tp) * ctx.bpe
         scope = ctx.scope(s.tp, s.cp)

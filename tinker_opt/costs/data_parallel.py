@@ -79,8 +79,9 @@ def sync_us(
     all-reduce, or reduce-scatter of gradients + all-gather of bf16 weights (dist. optimizer)."""
 
     def t(op: str, nbytes: float) -> float:
-        full = ctx.comm.time_us(op, size, scope, nbytes)
-        return full - ctx.comm.time_us(op, size, scope, 0.0) if slope_only else full
+        if slope_only:
+            return ctx.comm.transfer_us(op, size, scope, nbytes)
+        return ctx.comm.time_us(op, size, scope, nbytes)
 
     if not tail_reduces_gradients(s):  # ZeRO 2/3 reduce-scatter in backward (zero_terms.py)
         return t("all_gather", ctx.bpe * params) if tail_gathers_weights(s) else 0.0
@@ -123,6 +124,4 @@ def gather_us(
     ctx: TermContext, s: Strategy, size: int, scope: GroupPlacement, params: float
 ) -> float:
     """The bf16 parameter all-gather of the distributed optimizer, without its latency."""
-    return ctx.comm.time_us("all_gather", size, scope, ctx.bpe * params) - ctx.comm.time_us(
-        "all_gather", size, scope, 0.0
-    )
+    return ctx.comm.transfer_us("all_gather", size, scope, ctx.bpe * params)

@@ -46,11 +46,10 @@ def layer_comm_us(
         edge = min(1.0, max(s.pp - 1, 1) / num_micro)
         moe_fwd = overlap.fb_overlap_exposed(moe, cost.bwd_us, edge)
         moe_bwd = overlap.fb_overlap_exposed(moe, cost.fwd_us, edge)
-    if moe and s.moe_shared_expert_overlap:
-        dense = cost.param_count - cost.expert_param_count
-        shared = overlap.shared_expert_share(m, s.tp, s.ep, dense, cost.expert_param_count)
-        moe_fwd = min(moe_fwd, overlap.exposed(moe, cost.fwd_us * shared))
-        moe_bwd = min(moe_bwd, overlap.exposed(moe, cost.bwd_us * shared))
+    for key, rule in overlap.MOE_SWITCH_OVERLAPS.items():
+        if moe and getattr(s, key):  # the smaller exposed part counts (costs/overlap.py)
+            fwd_exposed, bwd_exposed = rule(m, s, cost, moe)
+            moe_fwd, moe_bwd = min(moe_fwd, fwd_exposed), min(moe_bwd, bwd_exposed)
     cp_fwd, cp_bwd = cp_fwd_bwd_us(ctx, s)
     u, r = cp_groups(ctx, s)
     if r > 1:

@@ -1,4 +1,4 @@
-"""MoE host wait: a Megatron-Core MoE layer's time is at least the host's time to issue it.
+"""MoE host operators: a Megatron-Core MoE layer's time is at least the host's time to issue it.
 
 Every Megatron-Core token dispatcher makes the host wait for the GPU once per MoE layer forward:
 
@@ -17,8 +17,9 @@ Every Megatron-Core token dispatcher makes the host wait for the GPU once per Mo
 After the wait the GPU's queue is empty: it runs each of the layer's remaining operators only
 once the host has issued it, so the layer forward takes at least the host's time for it. The
 backward has no such wait, but every layer of a chunk is alike, so its backward takes at least
-the host's time too (the pipeline's send / receive ends each chunk). This adds, per MoE layer and
-micro-batch, max(0, host time - modelled GPU time), forward and backward apart.
+the host's time too (the pipeline's send / receive ends each chunk). The one host-time rule,
+costs/fixed_costs.py `layer_host_time`, prices per MoE layer and micro-batch max(0, host time -
+modelled GPU time), forward and backward apart, with the operators counted here.
 
 Host time = operators x `host_op_us` (the hardware description's host time to issue one eager
 PyTorch operator: Python, the dispatcher, the launch). The operators that grow with the strategy
@@ -54,17 +55,3 @@ def host_ops(ctx: TermContext, s: Strategy) -> tuple[int, int]:
     """(forward, backward) host operators of one MoE layer and micro-batch (module docstring)."""
     local = max((ctx.model.num_experts or 1) // max(s.ep, 1), 1)
     return LAYER_FWD_OPS + EXPERT_FWD_OPS * local, LAYER_BWD_OPS + EXPERT_BWD_OPS * local
-
-
-def moe_host_wait_us(
-    ctx: TermContext, kind: str, s: Strategy, gpu_fwd_us: float, gpu_bwd_us: float
-) -> tuple[float, float]:
-    """(forward, backward) microseconds one layer of `kind` and micro-batch waits for the host
-    beyond its modelled GPU time `gpu_fwd_us` / `gpu_bwd_us` (compute + exposed collectives); 0
-    but for MoE layers, where `host_op_us` is 0, or where the profile's block
-    times ran the layer for real (Tinker folders)."""
-    op_us = ctx.rates.host_op_us
-    if op_us <= 0 or kind != "moe" or not ctx.model.is_moe or ctx.ep_comm_in_times:
-        return 0.0, 0.0
-    fwd_ops, bwd_ops = host_ops(ctx, s)
-    return max(0.0, fwd_ops * op_us - gpu_fwd_us), max(0.0, bwd_ops * op_us - gpu_bwd_us)

@@ -111,7 +111,7 @@ def moe_comm_us(ctx: TermContext, s: Strategy) -> float:
     tokens = m_tokens(m, s) // (s.tp if s.sp else 1)  # SP: each TP rank routes its slice
     token_bytes = tokens * m.hidden_size * ctx.bpe
     etp = s.expert_tp
-    if m.moe_token_dispatcher_type == "allgather":
+    if m.moe_token_dispatcher_type == Dispatcher.ALLGATHER:
         group = s.ep * etp
         scope = ctx.scope(1, group)
         return ctx.comm.time_us("all_gather", group, scope, token_bytes * group) + (
@@ -119,7 +119,7 @@ def moe_comm_us(ctx: TermContext, s: Strategy) -> float:
         )
     load = expert_load(m)
     routed = token_bytes * m.moe_router_topk * load
-    if m.moe_token_dispatcher_type == "flex":
+    if m.moe_token_dispatcher_type == Dispatcher.FLEX:
         return 2 * _deepep_us(ctx, s, token_bytes * load) + _etp_us(ctx, s, routed)
     return 2 * split_all_to_all_us(ctx, s.ep, etp, routed) + _etp_us(ctx, s, routed)
 

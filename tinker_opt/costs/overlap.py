@@ -73,6 +73,11 @@ Rules and their sources:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from tinker_opt.choices import Dispatcher
+
 BUCKET_MIN_PARAMS = 40_000_000
 """Megatron's default bucket: max(40M, 1M x dp) parameters (distributed_data_parallel_config.py)."""
 BUCKET_PARAMS_PER_DP = 1_000_000
@@ -135,3 +140,36 @@ def shared_expert_share(model, tp: int, ep: int, dense_params: int, expert_param
         return 0.0
     tokens = model.seq_length  # the share does not depend on the token count
     return shared_params / linear * matmul_share(model, tp, tokens, int(linear))
+
+
+def shared_expert_exposed(model, s: Any, cost: Any, moe_us: float) -> tuple[float, float]:
+    """(forward, backward) exposed MoE dispatch / combine under `--moe-shared-expert-overlap`:
+    the part the shared expert's compute cannot hide (module docstring)."""
+    dense = cost.param_count - cost.expert_param_count
+    shared = shared_expert_share(model, s.tp, s.ep, dense, cost.expert_param_count)
+    return exposed(moe_us, cost.fwd_us * shared), exposed(moe_us, cost.bwd_us * shared)
+
+
+def allgather_overlap_exposed(model, s: Any, cost: Any, moe_us: float) -> tuple[float, float]:
+    """(forward, backward) exposed MoE all-gather / reduce-scatter under MindSpeed's
+    `--moe-allgather-overlap-comm` (Ascend/MindSpeed
+    docs/features/megatron_moe/megatron-moe-allgather-overlap-comm.md: asynchronous communication
+    against compute in the forward, the backward split into sub-graphs that overlap). Modelled as
+    the all-to-all overlap, conservatively: the forward stays exposed (the experts need the
+    gathered tokens), the backward hides behind the weight-gradient half of the layer's backward
+    (ASSUMPTION, as for `overlap_moe_comm`). Other dispatchers: nothing hidden."""
+    if model.moe_token_dispatcher_type != Dispatcher.ALLGATHER:
+        return moe_us, moe_us
+    return moe_us, exposed(moe_us, cost.bwd_us / 2)
+
+
+MoeOverlap = Callable[[Any, Any, Any, float], tuple[float, float]]
+"""rule(model, strategy, the layer's BlockCost, the MoE collective's time) -> the (forward,
+backward) exposed parts with the switch on."""
+MOE_SWITCH_OVERLAPS: dict[str, MoeOverlap] = {
+    "moe_shared_expert_overlap": shared_expert_exposed,
+    "moe_allgather_overlap_comm": allgather_overlap_exposed,
+}
+"""The cost terms of the registry's MoE overlap switches (knobs.py) that hide the dispatch /
+combine: layer_comm.py applies each one that is on, keeping the smaller exposed part. A new
+switch of this kind is its record and its entry here."""

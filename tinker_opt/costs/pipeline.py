@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from tinker_opt.choices import Schedule
+
 
 class PipelineShape(Protocol):
     """What the objective reads of a configuration (SplitCoefficients has these fields)."""
@@ -44,7 +46,7 @@ def pipeline_x_v(c: PipelineShape, total: Any, bottleneck: Any, tail: Any) -> An
     2/3 (total - bottleneck) - bottleneck / 6, so 2 T = (4 total + (6 m - 5) bottleneck) / 3 + 2
     tail, rounded down to integer ns. Only even splits run it, so only numbers reach this case."""
     m, v = c.num_microbatches, c.vpp
-    if getattr(c, "schedule", "1f1b") == "dualpipev":
+    if getattr(c, "schedule", Schedule.ONE_F_ONE_B) == Schedule.DUALPIPEV:
         return (4 * total + (6 * m - 5) * bottleneck) // 3 + v * tail
     return total + (m * v - 1) * bottleneck + v * tail
 

@@ -59,15 +59,21 @@ class BlockCost:
     bwd_host_ops: int = 0
 
 
+Rows = dict[str, np.ndarray]
+"""The rows of one shape, by column (sorted by micro-batch size): plain arrays, since the search
+looks shapes up thousands of times and a data-frame filter costs far more (issue 30)."""
+
+
 class BlockTable:
     """The `ok` rows of blocks.csv, looked up by shape and micro-batch size."""
 
     def __init__(self, blocks: pd.DataFrame) -> None:
-        self._rows: dict[tuple, pd.DataFrame] = {}
+        self._rows: dict[tuple, Rows] = {}
         for key, group in blocks.groupby(["block", "tp", "sp", "cp", "ep", "etp"], sort=True):
             block, tp, sp, cp, ep, etp = key
             shape = (str(block), int(tp), int(sp), int(cp), int(ep), int(etp))
-            self._rows[shape] = group.sort_values("mbs").reset_index(drop=True)
+            ordered = group.sort_values("mbs")
+            self._rows[shape] = {name: ordered[name].to_numpy() for name in ordered.columns}
         self.blocks = frozenset(shape[0] for shape in self._rows)
 
     def shapes(self, block: str) -> list[tuple[int, int, int, int, int]]:
@@ -80,9 +86,7 @@ class BlockTable:
     def has(self, block: str, tp: int, sp: bool, cp: int, ep: int = 1, etp: int = 1) -> bool:
         return self._find(block, tp, sp, cp, ep, etp) is not None
 
-    def _find(
-        self, block: str, tp: int, sp: bool, cp: int, ep: int, etp: int
-    ) -> pd.DataFrame | None:
+    def _find(self, block: str, tp: int, sp: bool, cp: int, ep: int, etp: int) -> Rows | None:
         # With tp = 1 sequence parallelism changes nothing, so either sp row serves.
         for sp_value in (int(sp),) if tp > 1 else (0, 1):
             rows = self._rows.get((block, tp, sp_value, cp, ep, etp))
@@ -123,14 +127,14 @@ def _cached_cost(
     rows = table._find(block, tp, sp, cp, ep, etp)
     if rows is None:
         raise ProfileDataError(table.missing_message(block, tp, sp, cp, ep, etp))
-    static = {name: int(rows[name].iloc[0]) if name in rows else 0 for name in STATIC_MEASURES}
-    exact = rows[rows["mbs"] == mbs]
-    if not exact.empty:
-        per_mbs = {name: float(exact[name].iloc[0]) for name in PER_MBS_MEASURES}
+    static = {name: int(rows[name][0]) if name in rows else 0 for name in STATIC_MEASURES}
+    exact = np.flatnonzero(rows["mbs"] == mbs)
+    if exact.size:
+        per_mbs = {name: float(rows[name][exact[0]]) for name in PER_MBS_MEASURES}
         estimated = False
     else:
         per_mbs = {
-            name: _fit_at(rows["mbs"].to_numpy(float), rows[name].to_numpy(float), mbs)
+            name: _fit_at(rows["mbs"].astype(float), rows[name].astype(float), mbs)
             for name in PER_MBS_MEASURES
         }
         estimated = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tinker_opt.choices import Schedule
 from tinker_opt.costs import overlap
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, sync_us, tail_slope_us
 from tinker_opt.costs.layer_comm import layer_comm_us
@@ -42,7 +43,7 @@ def _inflight(s: Strategy, v: int, num_micro: int) -> np.ndarray:
     micro-batch's backward; with vpp, and without a pipeline, that is one more warmup (chunk)
     micro-batch than the schedule holds alone (megatron-moe-fb-overlap.md: "warmup阶段相比于原始
     VPP多做一个warmup microbatch"); 1F1B's steady phase already pairs them."""
-    if s.schedule == "dualpipev":
+    if s.schedule == Schedule.DUALPIPEV:
         return dualpipev_inflight_x_v(s.pp, num_micro)
     base = inflight_x_v(s.pp, v, num_micro)
     if s.moe_fb_overlap and (v > 1 or s.pp == 1):
@@ -210,7 +211,7 @@ def _p2p_us(ctx: TermContext, s: Strategy) -> tuple[float, float]:
     v = chunks_per_rank(s)
     # DualPipeV hides its p2p behind the other micro-batch's compute with the fb-overlap only
     # (dualpipev.md: with it "All2All通信和P2P通信都可以被没有依赖关系的计算掩盖").
-    hides = s.moe_fb_overlap if s.schedule == "dualpipev" else ctx.job.overlap_p2p_comm
+    hides = s.moe_fb_overlap if s.schedule == Schedule.DUALPIPEV else ctx.job.overlap_p2p_comm
     if v == 1 or not hides:
         return 2 * v * hop, 0.0
     # ASSUMPTION: with uneven virtual stages (a layout) the hop hides behind the mean chunk.

@@ -30,7 +30,6 @@ from tinker_opt.costs.fp8_activation import fp8_saved_input_bytes
 from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
 from tinker_opt.costs.grad_accumulation import unfused_accumulation_us
 from tinker_opt.costs.layer_comm import layer_comm_us
-from tinker_opt.costs.moe_host import moe_host_wait_us
 from tinker_opt.costs.moe_terms import chunk_sort_us, moe_comm_us
 from tinker_opt.costs.profile_table import BlockCost
 from tinker_opt.costs.recompute import activation_function_terms
@@ -137,7 +136,7 @@ class TermBuilder:
         )
         dense_params = cost.param_count - cost.expert_param_count
         share = overlap.matmul_share(ctx.model, s.tp, m_tokens(ctx.model, s), dense_params)
-        extra_fwd, extra_bwd, pace_bytes = self._extra_us(kind, s, cost, share, fwd_comm, bwd_comm)
+        extra_fwd, extra_bwd, pace_bytes = self._extra_us(kind, s, cost, share)
         compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
         compute += extra_fwd + extra_bwd
         bwd_comm += layer_exposed_us(
@@ -147,8 +146,9 @@ class TermBuilder:
         grad_us, gather_us, opt_us, sync_us = self._tail_us(s, cost, dense_params)
         act = (cost.selective_activation_bytes if selective else cost.activation_bytes) + pace_bytes
         recompute_us = cost.fwd_us + extra_fwd + fwd_comm if s.recompute == Recompute.FULL else 0.0
-        # The host's issue time above the GPU's (costs/fixed_costs.py; MoE layers: moe_host.py).
-        host = layer_host_time(ctx, kind, s, cost, fwd_comm, bwd_comm)
+        # The host's issue time above the GPU's, dense and MoE layers (costs/fixed_costs.py).
+        gpu_fwd, gpu_bwd = cost.fwd_us + extra_fwd + fwd_comm, cost.bwd_us + extra_bwd + bwd_comm
+        host = layer_host_time(ctx, kind, s, cost, gpu_fwd, gpu_bwd)
         compute += host.exposed_us
         recompute_us += host.recompute_exposed_us
         dims = self._layer_dims(s)
@@ -199,27 +199,17 @@ class TermBuilder:
         return grad_us, gather_us, opt_us, sync_us
 
     def _extra_us(
-        self,
-        kind: str,
-        s: Strategy,
-        cost: BlockCost,
-        share: float,
-        fwd_comm: float,
-        bwd_comm: float,
+        self, kind: str, s: Strategy, cost: BlockCost, share: float
     ) -> tuple[float, float, int]:
         """(forward, backward) microseconds a layer adds to its profiled block per micro-batch,
         and the bytes the pacing keeps: the unaligned-pace extra (unaligned_extra), the
-        all-to-all dispatcher's local sort / unsort copies (moe_terms.chunk_sort_us), the MoE
-        layer's wait for the host (moe_host.moe_host_wait_us, beyond all of the GPU time before
-        it) and, backward, the weight-gradient add of --no-gradient-accumulation-fusion."""
+        all-to-all dispatcher's local sort / unsort copies (moe_terms.chunk_sort_us) and,
+        backward, the weight-gradient add of --no-gradient-accumulation-fusion: GPU work, so it
+        also hides the host (fixed_costs.layer_host_time)."""
         ctx = self.ctx
         pace_fwd, pace_bwd, pace_bytes = unaligned_extra(ctx, s, cost, share)
         sort_fwd, sort_bwd = chunk_sort_us(ctx, s) if kind == "moe" else (0.0, 0.0)
         fwd, bwd = pace_fwd + sort_fwd, pace_bwd + sort_bwd
-        host_fwd, host_bwd = moe_host_wait_us(
-            ctx, kind, s, cost.fwd_us + fwd + fwd_comm, cost.bwd_us + bwd + bwd_comm
-        )
-        fwd, bwd = fwd + host_fwd, bwd + host_bwd
         if not ctx.job.gradient_accumulation_fusion:
             bwd += unfused_accumulation_us(
                 cost.param_count, ctx.bpe, ctx.grad_bytes, ctx.mem_bw_gbs

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tinker_opt.choices import Schedule
 from tinker_opt.strategy import Strategy
 
 
@@ -33,10 +34,10 @@ def data_groups(s: Strategy, is_moe: bool) -> tuple[int, int]:
 def chunks_per_rank(s: Strategy) -> int:
     """Model chunks each pipeline rank holds: vpp, or DualPipeV's two (its V: rank r holds chunks
     r and 2p - 1 - r; Ascend/MindSpeed docs/features/dualpipev.md)."""
-    return 2 if s.schedule == "dualpipev" else s.vpp
+    return 2 if s.schedule == Schedule.DUALPIPEV else s.vpp
 
 
 def head_stage(s: Strategy) -> int:
     """The pipeline rank of the final norm, output layer and loss: the last, or DualPipeV's first
     (the V ends where it starts; dualpipev.md: "output head会被分配到PP rank0")."""
-    return 0 if s.schedule == "dualpipev" else s.pp - 1
+    return 0 if s.schedule == Schedule.DUALPIPEV else s.pp - 1

@@ -12,23 +12,40 @@ def _percent(value: float) -> str:
 
 
 def comm_links_table(report: dict[str, Any]) -> Table:
-    """Each fitted tier: its own bandwidth and latency, then each op's."""
+    """Each fitted tier: its own bandwidth and latency, then each op's size regimes, and the
+    figures fitted against the rows they were fitted on."""
     table = Table(
         title=f"links fitted on {report['nodes']} node(s) x {report['devices_per_node']} devices"
     )
-    for column in ("tier", "op", "bandwidth GB/s", "latency us"):
+    for column in ("tier", "op", "from", "bandwidth GB/s", "latency us", "figures / rows"):
         table.add_column(column, justify="left" if column in ("tier", "op") else "right")
     for tier in report["tiers"]:
+        count = f"{tier['parameters']} / {tier['rows']}"
         table.add_row(
-            tier["tier"], "(all)", f"{tier['bandwidth_gbs']:.4g}", f"{tier['latency_us']:.4g}"
+            tier["tier"],
+            "(all)",
+            "",
+            f"{tier['bandwidth_gbs']:.4g}",
+            f"{tier['latency_us']:.4g}",
+            count,
         )
         for op, link in tier["ops"].items():
-            table.add_row("", op, f"{link['bandwidth_gbs']:.4g}", f"{link['latency_us']:.4g}")
+            small = link.get("small", [])
+            starts = [0, *(regime["below_bytes"] for regime in small)]
+            for regime, start in zip([*small, link], starts, strict=True):
+                table.add_row(
+                    "",
+                    op if start == starts[0] else "",
+                    _size(start) if start else "",
+                    f"{regime['bandwidth_gbs']:.4g}",
+                    f"{regime['latency_us']:.4g}",
+                    "",
+                )
     return table
 
 
 def _size(nbytes: int) -> str:
-    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+    return f"{nbytes >> 20}M" if nbytes >= 1 << 20 else f"{nbytes >> 10}K"
 
 
 def comm_residuals_table(report: dict[str, Any]) -> Table:
@@ -48,3 +65,27 @@ def comm_residuals_table(report: dict[str, Any]) -> Table:
             f"{100 * row['max_abs_error']:.1f} %",
         )
     return table
+
+
+def comm_goal_line(report: dict[str, Any]) -> str:
+    """The all-reduce and all-to-all rows the fit saw (intra- and inter-node tiers): their
+    largest error, against the 10 % of issue 31."""
+    rows = [
+        row
+        for row in report["residuals"]
+        if row["op"] in ("all_reduce", "all_to_all") and not row["tier"].startswith("world")
+    ]
+    if not rows:
+        return "no all-reduce or all-to-all rows"
+    worst = max(rows, key=lambda row: row["max_abs_error"])
+    mean = sum(r["mean_abs_error"] * r["rows"] for r in rows) / sum(r["rows"] for r in rows)
+    return (
+        f"all-reduce and all-to-all, fitted tiers: mean |err| {100 * mean:.1f} %, max "
+        f"{100 * worst['max_abs_error']:.1f} % ({worst['tier']} {worst['op']} group "
+        f"{worst['group_size']})"
+    )
+
+
+def comm_report(report: dict[str, Any]) -> list[Table | str]:
+    """What `calibrate --comm` prints: the links, the residuals, the goal's line."""
+    return [comm_links_table(report), comm_residuals_table(report), comm_goal_line(report)]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ MAX_STAGE_LABELS = 16
 
 
 @contextmanager
-def _figure(width: float, height: float, path: Path) -> Iterator[Any]:
+def _figure(width: float, height: float, path: Path | StringIO) -> Iterator[Any]:
     """A matplotlib `Figure` (inches) in the pictures' style, saved once as SVG to `path` on leaving."""
     import matplotlib
     from matplotlib.figure import Figure
@@ -62,6 +63,26 @@ def _figure(width: float, height: float, path: Path) -> Iterator[Any]:
         fig = Figure(figsize=(width, height))
         yield fig
         fig.savefig(path, format="svg", metadata={"Date": None})
+
+
+WARM_UP = {
+    "strategy": {"tp": 1, "pp": 2, "dp": 1, "vpp": 1, "mbs": 1},
+    "iteration_time_ms": 2.0,
+    "peak_memory_mb": 1.0,
+    "stages": [
+        {"stage": s, "layers": 1, "time_ms": 1.0, "weights_mb": 1.0, "activations_mb": 1.0}
+        for s in range(2)
+    ],
+}
+"""A two-stage strategy `warm_up` draws, in memory."""
+
+
+def warm_up() -> None:
+    """Draw the stage picture once, in memory, for a small strategy (WARM_UP): what a first
+    drawing loads and caches besides the imports (the font, the metrics of the legends' and axes'
+    words, the SVG canvas, the artists' first use), loaded ahead by the picture worker
+    (emit/picture_worker.py) while the search runs. The other two pictures gain little from it."""
+    plot_stage_breakdown(WARM_UP, None, 4, 2.0, StringIO(), current_note="warm-up")
 
 
 def stage_time_parts(evaluation: Mapping[str, Any], microbatches: int) -> list[list[float]]:
@@ -133,10 +154,10 @@ def plot_stage_breakdown(
     current: Mapping[str, Any] | None,
     global_batch_size: int,
     memory_limit_mb: float,
-    path: Path,
+    path: Path | StringIO,
     *,
     current_note: str | None = None,
-) -> Path:
+) -> Path | StringIO:
     """Per-stage stacked time and memory of the best strategy, and of the script's own beside it."""
     columns = [("best", best)] + ([("current (the script's own)", current)] if current else [])
     width = 5.5 * len(columns) + 2.5
@@ -174,8 +195,12 @@ def plot_stage_breakdown(
 
 
 def plot_schedule(
-    evaluation: Mapping[str, Any], global_batch_size: int, path: Path, *, max_microbatches: int = 8
-) -> Path:
+    evaluation: Mapping[str, Any],
+    global_batch_size: int,
+    path: Path | StringIO,
+    *,
+    max_microbatches: int = 8,
+) -> Path | StringIO:
     """The pipeline timeline of one strategy: forward, recompute and backward per stage and
     micro-batch, for the first micro-batches (the steady phase repeats) and the flush."""
     ops, shown, total = pipeline_ops(
@@ -204,21 +229,35 @@ def plot_schedule(
 
 
 def _draw_ops(ax, ops: Sequence[Op], *, labels: bool) -> None:
-    """One `broken_barh` per stage (a colour per box; later chunks of an interleaved stage lighter),
-    numbered by micro-batch when there are few enough boxes and a box is wide enough for it."""
+    """The boxes as one compound path per colour (a colour per kind; later chunks of an
+    interleaved stage lighter), outlined in white, numbered by micro-batch when there are few
+    enough boxes and a box is wide enough for it. One path per colour rather than one per box: the
+    SVG backend styles and writes each path of a collection on its own, and a long pipeline has
+    thousands of boxes (issue 30). Added as artists (the limits are set here, not measured from
+    every corner of the paths)."""
     from matplotlib.colors import to_rgba
+    from matplotlib.patches import PathPatch
+    from matplotlib.path import Path as BoxPath
 
     end = max(op.end for op in ops) * 1.01
-    rows: dict[int, list[Op]] = {}
+    boxes: dict[tuple[str, bool], list[Op]] = {}
     for op in ops:
-        rows.setdefault(op.stage, []).append(op)
-    for stage, row in rows.items():
-        ax.broken_barh(
-            [(op.start, op.end - op.start) for op in row],
-            (stage - 0.4, 0.8),
-            facecolors=[to_rgba(OP_COLOURS[op.kind], 0.65 if op.chunk % 2 else 1.0) for op in row],
-            edgecolor="white",
-            linewidth=0.5,
+        boxes.setdefault((op.kind, op.chunk % 2 == 1), []).append(op)
+    corners = ((0, 0), (1, 0), (1, 1), (0, 1), (0, 0))
+    codes = [BoxPath.MOVETO, BoxPath.LINETO, BoxPath.LINETO, BoxPath.LINETO, BoxPath.CLOSEPOLY]
+    for (kind, lighter), row in boxes.items():
+        vertices = [
+            (op.start + dx * (op.end - op.start), op.stage - 0.4 + dy * 0.8)
+            for op in row
+            for dx, dy in corners
+        ]
+        ax.add_artist(
+            PathPatch(
+                BoxPath(vertices, codes * len(row)),
+                facecolor=to_rgba(OP_COLOURS[kind], 0.65 if lighter else 1.0),
+                edgecolor="white",
+                linewidth=0.5,
+            )
         )
     ax.set_xlim(0, end)
     if labels:
@@ -250,11 +289,11 @@ def plot_candidates(
     pareto: Sequence[Mapping[str, Any]],
     picks: Mapping[str, Mapping[str, Any]],
     memory_limit_mb: float,
-    path: Path,
+    path: Path | StringIO,
     *,
     current: Mapping[str, Any] | None = None,
     ranked: Sequence[Mapping[str, Any]] = (),
-) -> Path:
+) -> Path | StringIO:
     """Every evaluated strategy's time against memory, with the Pareto front, picks, the ranks of
     the ranked list, the script's own strategy and the limit."""
     with _figure(11, 6.5, path) as fig:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from tinker_opt.emit.picture_worker import PictureJob, PictureWorker, draw_here
 from tinker_opt.emit.search_report import RunLabels, SearchReport
 from tinker_opt.errors import ConfigError
 from tinker_opt.solve.picks import speedup
@@ -153,15 +154,20 @@ def write_results_folder(
     *,
     write_script: ScriptWriter | None,
     when: datetime | None = None,
+    pictures: PictureWorker | None = None,
 ) -> Path:
-    """Write the whole folder atomically (temporary folder + rename) and return its path."""
+    """Write the whole folder atomically (temporary folder + rename) and return its path; the
+    pictures by the `pictures` worker when there is one (emit/picture_worker.py), which is done
+    with them before the rename."""
     check_writable(output_dir)
     target = output_dir / results_folder_name(report.labels, when or datetime.now())
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=output_dir))
     try:
-        _fill_folder(staging, report, write_script)
+        _fill_folder(staging, report, write_script, pictures)
         os.replace(staging, target)
     except BaseException:
+        if pictures is not None and pictures.pending:
+            pictures.stop()  # not drawing into the folder being removed
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
@@ -197,10 +203,37 @@ def _current_for_pictures(report: SearchReport) -> dict[str, Any] | None:
     return current.get("evaluation") if "error" in current else current
 
 
-def _fill_folder(folder: Path, report: SearchReport, write_script: ScriptWriter | None) -> None:
-    from tinker_opt.emit.plots import plot_candidates, plot_schedule, plot_stage_breakdown
+def picture_jobs(folder: Path, report: SearchReport) -> list[PictureJob]:
+    """The folder's pictures (emit/plots.py), as the jobs that draw them; none without a result."""
+    if not report.top:
+        return []
+    best, limit = report.top[0], report.labels.memory_limit_mb
+    gbs = report.labels.global_batch_size
+    current = _current_for_pictures(report)
+    note = report.current.get("error") if report.current else "no launch script known"
+    evaluated = report.evaluated or report.top
+    return [
+        ("plot_stage_breakdown", (best, current, gbs, limit, folder / STAGES_SVG), {"current_note": note}),
+        ("plot_schedule", (best, gbs, folder / SCHEDULE_SVG), {}),
+        (
+            "plot_candidates",
+            (evaluated, report.pareto, report.picks, limit, folder / CANDIDATES_SVG),
+            {"current": current, "ranked": report.top},
+        ),
+    ]  # fmt: skip
+
+
+def _fill_folder(
+    folder: Path,
+    report: SearchReport,
+    write_script: ScriptWriter | None,
+    pictures: PictureWorker | None,
+) -> None:
     from tinker_opt.emit.report import render_report
 
+    jobs = picture_jobs(folder, report)
+    if pictures is not None and jobs:
+        pictures.submit(jobs)  # drawn while the texts below are written
     (folder / CONFIGS_DIR).mkdir()
     names = _write_scripts(folder, report, write_script, list(enumerate(report.top, start=1)))
     pick_names = dict(
@@ -216,26 +249,11 @@ def _fill_folder(folder: Path, report: SearchReport, write_script: ScriptWriter 
     summary = summary_dict(report)
     (folder / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (folder / SEARCH_LOG).write_text("\n".join(report.log_lines) + "\n", encoding="utf-8")
-    if report.top:
-        best, limit, gbs = (
-            report.top[0],
-            report.labels.memory_limit_mb,
-            report.labels.global_batch_size,
-        )
-        current = _current_for_pictures(report)
-        note = report.current.get("error") if report.current else "no launch script known"
-        plot_stage_breakdown(best, current, gbs, limit, folder / STAGES_SVG, current_note=note)
-        plot_schedule(best, gbs, folder / SCHEDULE_SVG)
-        plot_candidates(
-            report.evaluated or report.top,
-            report.pareto,
-            report.picks,
-            limit,
-            folder / CANDIDATES_SVG,
-            current=current,
-            ranked=report.top,
-        )
-    html = render_report(
+    if pictures is not None and jobs:
+        pictures.wait()
+    else:
+        draw_here(jobs)
+    html = render_report(  # after the pictures: the page inlines them
         report,
         folder,
         scripts=names,

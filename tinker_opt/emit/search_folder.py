@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_opt.config import SearchSettings
+from tinker_opt.emit.picture_worker import PictureWorker
 from tinker_opt.emit.results import write_results_folder
 from tinker_opt.emit.search_report import RunLabels, SearchReport
 from tinker_opt.errors import TinkerError
@@ -91,10 +92,12 @@ def write_search_folder(
     log: Log,
     log_lines: list[str],
     precisions: list[dict[str, Any]] | None = None,
+    pictures: PictureWorker | None = None,
 ) -> tuple[Path, list[str]]:
     """The results folder of a finished search (`result` of solve.search, `chosen` of
-    solve.picks.choices, `precisions` each precision's best under --allow-fp8); returns it and the
-    warnings, the rows the writer refused added."""
+    solve.picks.choices, `precisions` each precision's best under --allow-fp8, `pictures` the
+    worker that draws them, emit/picture_worker.py); returns it and the warnings, the rows the
+    writer refused added."""
     warnings = list(warnings)
     report = SearchReport(
         labels=run.labels,
@@ -128,8 +131,9 @@ def write_search_folder(
         log(
             "no launch script known for this profile: configs/ stays empty (pass the script positionally)"
         )
+    output_dir = Path(run.settings.output_dir)
     return write_results_folder(
-        report, Path(run.settings.output_dir), write_script=writer
+        report, output_dir, write_script=writer, pictures=pictures
     ), warnings
 
 

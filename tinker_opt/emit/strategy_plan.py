@@ -4,18 +4,19 @@ One method per knob says which flags it owns: the value to set, the switch to ad
 the companions that only make sense with it (context-parallel options with cp > 1, overlap of the
 parameter all-gather with the distributed optimizer, the recompute method with full recompute).
 New flags go next to the group that already holds their kind (parallel sizes, MoE, recompute).
+Every knob's flags, values and companions come from its record (knobs.py): LAYOUT, CHOICES, KNOBS.
 """
 
 from __future__ import annotations
 
 import re
 
-from tinker_opt.choices import CpAlgo, Recompute, assert_never
+from tinker_opt.choices import CpAlgo, Recompute, Schedule, assert_never
 from tinker_opt.emit import script_edit
 from tinker_opt.emit.script_edit import Edit
 from tinker_opt.errors import StrategyError
 from tinker_opt.expressible import overlap_flag, uses_layout_string
-from tinker_opt.knobs import KNOBS, LAYOUT, LAYOUT_KNOBS
+from tinker_opt.knobs import CHOICES, KNOBS, LAYOUT, LAYOUT_KNOBS
 from tinker_opt.rules import hybrid_ulysses_degree
 from tinker_opt.script import versions
 from tinker_opt.script.launch import ArgOccurrence
@@ -30,38 +31,16 @@ from tinker_opt.script.strategy_args import (
     ZERO_STAGE_FLAG,
     zero_backend,
 )
+from tinker_opt.script.train_args import ULYSSES_DEGREE_FLAG
 from tinker_opt.strategy import Strategy
 
-CP_RING_ONLY = (
-    "--use-cp-send-recv-overlap",
-    "--cp-attention-mask-type",
-    "--cp-window-size",
-    "--use-fused-ring-attention-update",
-)
-CP_ULYSSES_ONLY = ("--kv-head-repeat-before-uly-alltoall",)
-CP_ADAPTIVE_ONLY = (
-    "--adaptive-cp-dynamic-attn-mask",
-    "--adaptive-cp-only-reschedule",
-    "--adaptive-cp-manually-set-mask-list",
-)
-CP_COMPANIONS = (
-    CP_RING_ONLY
-    + CP_ULYSSES_ONLY
-    + CP_ADAPTIVE_ONLY
-    + ("--ulysses-degree-in-cp", "--cp-comm-type", "--hierarchical-context-parallel-sizes")
-)
-RECOMPUTE_FULL_ONLY = (
-    "--recompute-method",
-    "--recompute-num-layers",
-    "--enable-recompute-layers-per-pp-rank",
-)
-RECOMPUTE_OWNED = (
-    "--recompute-granularity",
-    "--recompute-activations",
-    "--recompute-modules",
-    *RECOMPUTE_FULL_ONLY,
-)
-"""What the strategy's recompute knob owns; MindSpeed's extra memory features
+_CP_ALGO, _ZERO, _VPP = CHOICES["cp_algo"], CHOICES["zero"], CHOICES["vpp"]
+_RECOMPUTE, _SCHEDULE, _FB = CHOICES["recompute"], CHOICES["dualpipev"], CHOICES["moe_fb_overlap"]
+_METHOD, _COUNT = CHOICES["recompute_method"], CHOICES["recompute_num_layers"]
+_SPLIT = CHOICES["num_layer_list"]
+RECOMPUTE_FULL_ONLY = (*_METHOD.flags, *_COUNT.flags, *_METHOD.companions, *_COUNT.companions)
+RECOMPUTE_OWNED = (*_RECOMPUTE.flags, *CHOICES["recompute_modules"].flags, *RECOMPUTE_FULL_ONLY)
+"""What the strategy's recompute knobs own; MindSpeed's extra memory features
 (`--recompute-activation-function`, `--recompute-norm`, `--swap-attention`, ...) stay as written."""
 DIST_OPT_COMPANIONS = (
     *KNOBS["overlap_param_gather"].flags,
@@ -72,7 +51,7 @@ _ANCHORS = {
     # The layout knobs' flags by their writer group (knobs.LAYOUT_KNOBS), then the model's.
     "parallel": (*(k.flag for k in LAYOUT_KNOBS if k.group == "parallel"), "--num-layers"),
     "moe": (*(k.flag for k in LAYOUT_KNOBS if k.group == "moe"), "--num-experts"),
-    "recompute": ("--recompute-granularity", "--recompute-activations"),
+    "recompute": _RECOMPUTE.flags,
 }
 
 
@@ -145,44 +124,37 @@ def _context_parallel(plan: _Plan, s: Strategy) -> None:
         _size(plan, s, "cp")
     if s.cp == 1:
         if plan.info.train.strategy.cp > 1:  # a script already at cp 1 keeps its (idle) cp options
-            plan.remove("--context-parallel-algo", *CP_COMPANIONS)
+            plan.remove(*_CP_ALGO.flags, *_CP_ALGO.companions)
         return
     if plan.vr.family == versions.MEGATRON:
         return
     algo = s.cp_algo
-    plan.value("--context-parallel-algo", algo, default=DEFAULT_CP_ALGO)
-    if algo not in (CpAlgo.MEGATRON, CpAlgo.HYBRID, CpAlgo.ADAPTIVE):
-        plan.remove(*CP_RING_ONLY)
-    if algo not in (CpAlgo.ULYSSES, CpAlgo.HYBRID):
-        plan.remove(*CP_ULYSSES_ONLY)
-    if algo != CpAlgo.ADAPTIVE:
-        plan.remove(*CP_ADAPTIVE_ONLY)
+    plan.value(_CP_ALGO.flag, algo, default=DEFAULT_CP_ALGO)
+    plan.remove(*_CP_ALGO.companions_off(algo))
     if algo == CpAlgo.HYBRID:
-        current = plan.launch.value("--ulysses-degree-in-cp")
+        current = plan.launch.value(ULYSSES_DEGREE_FLAG)
         requested = int(current) if current and current.isdigit() else None
         heads = plan.info.model.num_attention_heads
         # ulysses x ring = cp: the script's degree where MindSpeed accepts it, else the fallback
         # the cost model prices too (rules.hybrid_ulysses_degree).
-        plan.value("--ulysses-degree-in-cp", hybrid_ulysses_degree(s.cp, s.tp, heads, requested))
-    else:
-        plan.remove("--ulysses-degree-in-cp")
+        plan.value(ULYSSES_DEGREE_FLAG, hybrid_ulysses_degree(s.cp, s.tp, heads, requested))
 
 
 def _experts(plan: _Plan, s: Strategy) -> None:
-    ep, etp = LAYOUT["ep"].flag, LAYOUT["etp"].flag
+    ep, etp, extend_flag = LAYOUT["ep"].flag, LAYOUT["etp"].flag, LAYOUT["etp"].flag_for("one")
     if not plan.info.model.is_moe:
         if plan.launch.has(ep):
             plan.value(ep, 1)
         return
     _size(plan, s, "ep")
-    extend = plan.launch.has("--moe-tp-extend-ep")
+    extend = plan.launch.has(extend_flag)
     if s.etp is None:
-        plan.remove(etp, "--moe-tp-extend-ep")
+        plan.remove(etp, extend_flag)
     elif s.etp == 1 and extend and not plan.launch.has(etp):
         return
     else:
         if s.etp != 1:
-            plan.remove("--moe-tp-extend-ep")
+            plan.remove(extend_flag)
         plan.value(etp, s.etp, group="moe")
 
 
@@ -190,8 +162,8 @@ LAYOUT_OWNED = (
     LAYOUT_FLAG,
     EMBEDDING_FLAG,
     LOSS_FLAG,
-    "--decoder-first-pipeline-num-layers",
-    "--decoder-last-pipeline-num-layers",
+    _SPLIT.flag_for("first"),
+    _SPLIT.flag_for("last"),
 )
 
 
@@ -235,22 +207,22 @@ def _pipeline_layout(plan: _Plan, s: Strategy) -> None:
             plan.value(VPP_LAYERS_FLAG, plan.info.num_layers_in_script // (s.pp * s.vpp))
     else:
         plan.remove(VPP_LAYERS_FLAG, *VPP_SIZE_FLAGS)
-    if s.schedule == "dualpipev":
-        plan.value("--schedules-method", "dualpipev")
+    if s.schedule == Schedule.DUALPIPEV:
+        plan.value(_SCHEDULE.flag, Schedule.DUALPIPEV)
     else:
-        plan.remove("--schedules-method", "--dualpipev-dw-detach")
-    plan.switch("--moe-fb-overlap", s.moe_fb_overlap)
+        plan.remove(*_SCHEDULE.flags, *_SCHEDULE.companions)
+    plan.switch(_FB.flag, s.moe_fb_overlap)
     layers = s.num_layer_list
     if plan.vr.family == versions.MEGATRON:
         if layers is None:
-            plan.remove("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers")
+            plan.remove(_SPLIT.flag_for("first"), _SPLIT.flag_for("last"))
         else:
-            plan.value("--decoder-first-pipeline-num-layers", layers[0])
-            plan.value("--decoder-last-pipeline-num-layers", layers[-1])
+            plan.value(_SPLIT.flag_for("first"), layers[0])
+            plan.value(_SPLIT.flag_for("last"), layers[-1])
     elif layers is None:
-        plan.remove("--num-layer-list")
+        plan.remove(_SPLIT.flag)
     else:
-        plan.value("--num-layer-list", ",".join(str(n) for n in layers))
+        plan.value(_SPLIT.flag, ",".join(str(n) for n in layers))
 
 
 def _recompute(plan: _Plan, s: Strategy) -> None:
@@ -259,16 +231,16 @@ def _recompute(plan: _Plan, s: Strategy) -> None:
             plan.remove(*RECOMPUTE_OWNED)
         case Recompute.SELECTIVE:
             plan.remove(*RECOMPUTE_FULL_ONLY)
-            if plan.launch.has("--recompute-activations"):
-                if plan.launch.value("--recompute-granularity") not in (None, Recompute.SELECTIVE):
-                    plan.remove("--recompute-granularity")
+            if plan.launch.has(_RECOMPUTE.flag_for("selective")):
+                if plan.launch.value(_RECOMPUTE.flag) not in (None, Recompute.SELECTIVE):
+                    plan.remove(_RECOMPUTE.flag)
                 return
-            plan.value("--recompute-granularity", Recompute.SELECTIVE, group="recompute")
+            plan.value(_RECOMPUTE.flag, Recompute.SELECTIVE, group="recompute")
         case Recompute.FULL:
-            plan.remove("--recompute-activations", "--recompute-modules")
-            plan.value("--recompute-granularity", Recompute.FULL, group="recompute")
-            plan.value("--recompute-method", s.recompute_method, group="recompute")
-            plan.value("--recompute-num-layers", s.recompute_num_layers, group="recompute")
+            plan.remove(_RECOMPUTE.flag_for("selective"), *CHOICES["recompute_modules"].flags)
+            plan.value(_RECOMPUTE.flag, Recompute.FULL, group="recompute")
+            plan.value(_METHOD.flag, s.recompute_method, group="recompute")
+            plan.value(_COUNT.flag, s.recompute_num_layers, group="recompute")
         case _:
             assert_never(s.recompute)
 
@@ -288,7 +260,7 @@ def _zero(plan: _Plan, s: Strategy) -> None:
         return
     if backend == "megatron_fsdp":
         plan.value(SHARDING_FLAG, SHARDING_STRATEGIES[s.zero])
-    plan.switch("--use-distributed-optimizer", s.dist_opt)
+    plan.switch(_ZERO.flag_for("dist_opt"), s.dist_opt)
     if not s.dist_opt:
         plan.remove(*DIST_OPT_COMPANIONS)
 

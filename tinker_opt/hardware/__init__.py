@@ -11,7 +11,8 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
      "host_op_us": float,                    # optional: host time to issue one eager operator
      "intra_node": {"bandwidth_gbs": float, "latency_us": float},   # per device, one direction,
      "inter_node": {"bandwidth_gbs": float, "latency_us": float},   # achievable (efficiency applied)
-                   # a link may add "ops": {op: {"bandwidth_gbs", "latency_us"}} (calibrate --comm)
+                   # a link may add "ops": {op: {"bandwidth_gbs", "latency_us"}} (calibrate --comm),
+                   # an op its smaller-size regimes: "small": [{"below_bytes", "bandwidth_gbs", "latency_us"}]
      "efficiency": {"matmul": CURVE, "memory": CURVE, "notes": [...],
                     "matmul_fp8": CURVE},                           # optional: FP8 GEMMs (of fp8 peak)
      "nics_per_node": int,                                          # optional, network tiers below
@@ -45,7 +46,7 @@ from typing import Any
 
 import pandas as pd
 
-from tinker_opt.comm_cost import COMM_OPS, collective_time_us
+from tinker_opt.comm_cost import COMM_OPS, Regime, collective_time_us
 from tinker_opt.errors import ConfigError
 from tinker_opt.hardware.efficiency import DeviceEfficiency, EfficiencyCurve
 from tinker_opt.hardware.links import LinkSpec, link_dict
@@ -335,6 +336,14 @@ def load_hardware(name_or_path: str | Path) -> HardwareSpec:
     return HardwareSpec.from_dict(data, origin=f"hardware file {path}")
 
 
+def regime_sizes(regimes: tuple[Regime, ...], sizes: tuple[int, ...]) -> list[int]:
+    """`sizes`, and where an op has size regimes three sizes a factor 2 apart on each side of
+    every switch: the rows a fit of the table (costs/comm_model.py, hardware/fit.py
+    fit_regimes, MIN_REGIME_SIZES) needs to find each regime again."""
+    around = {r.from_bytes * 2.0**k for r in regimes[1:] for k in (-3, -2, -1, 0, 1, 2)}
+    return sorted({*sizes, *(int(n) for n in around if n >= 1)})
+
+
 def comm_table(
     hardware: HardwareSpec, *, max_group_size: int, sizes: tuple[int, ...] = DEFAULT_COMM_SIZES
 ) -> pd.DataFrame:
@@ -355,8 +364,8 @@ def comm_table(
                 [2] if op == "send_recv" else [g for g in (2, 4, 8, 16, 32, 64) if g <= largest]
             )
             for group in groups:
-                for nbytes in sizes:
-                    op_link = link.for_op(op)
+                for nbytes in regime_sizes(link.regimes(op), sizes):
+                    op_link = link.for_op(op, nbytes)
                     bandwidth = op_link.group_bandwidth_gbs(group)  # a mesh: g - 1 links
                     time_us = collective_time_us(op, group, nbytes, bandwidth, op_link.latency_us)
                     rows.append((op, group, scope, nbytes, round(time_us, 3)))

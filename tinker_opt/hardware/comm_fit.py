@@ -16,7 +16,11 @@ Each tier is fitted by relative least squares (hardware/fit.py fit_link) over al
 tier's figures, what an op not measured takes), and each op measured at two or more sizes gets
 its own figures on the tier (LinkSpec.ops): an all-to-all reaches another bus bandwidth than a
 ring all-reduce over the same link (nccl-tests PERFORMANCE.md reports each op's bus bandwidth on
-its own). The whole-world rows (several members a node, comm_world.csv) are not fitted: the cost
+its own). An op's figures are its size regimes (comm_cost.Regime, hardware/regime_fit.py
+fit_curves: the library's protocols by size, one switch for the tier's ops, kept only where it
+pays for its figures), the fit the cost model makes of a comm.csv's curves too
+(costs/comm_model.py).
+The whole-world rows (several members a node, comm_world.csv) are not fitted: the cost
 model prices them from the two tiers (NCCL's rings, HCCL's two-level forms), and `calibrate
 --comm` reports how well.
 """
@@ -29,9 +33,11 @@ from typing import Any
 
 import pandas as pd
 
+from tinker_opt.comm_cost import Regime
 from tinker_opt.errors import ConfigError
 from tinker_opt.hardware import HardwareSpec, LinkSpec
 from tinker_opt.hardware.fit import FitResult, fit_link
+from tinker_opt.hardware.regime_fit import Curve, fit_curves
 
 TIER_KEYS = {"intra_node": "intra_node", "intra_domain": "domain", "inter_node": "inter_node"}
 """The description's key of each tier's link (hardware/__init__.py schema)."""
@@ -46,6 +52,8 @@ class TierFit:
     link: LinkSpec
     result: FitResult
     """The tier-wide fit (one latency and bandwidth for every op of the tier)."""
+    parameters: int = 2
+    """Figures fitted to the tier's rows: the tier-wide pair, each op's regimes, the switch."""
 
 
 def cross_node_tier(hardware: HardwareSpec, num_nodes: int, per_node: int) -> str:
@@ -64,9 +72,10 @@ def _share(hardware: HardwareSpec, tier: str, group_size: int) -> float:
     return hardware.nics_per_device if tier == "inter_node" else 1.0
 
 
-def _fit(hardware: HardwareSpec, tier: str, rows: pd.DataFrame) -> tuple[float, float, FitResult]:
+def _columns(hardware: HardwareSpec, tier: str, rows: pd.DataFrame) -> tuple[list, ...]:
+    """(ops, group sizes, bytes, times, shares) of the rows, as hardware/fit.py reads them."""
     groups = [int(g) for g in rows["group_size"]]
-    return fit_link(
+    return (
         list(rows["op"]),
         groups,
         list(rows["bytes"].astype(float)),
@@ -76,19 +85,30 @@ def _fit(hardware: HardwareSpec, tier: str, rows: pd.DataFrame) -> tuple[float, 
 
 
 def fit_tier(hardware: HardwareSpec, tier: str, rows: pd.DataFrame) -> TierFit:
-    """The tier's link fitted to its rows: its own figures over every op, then each op's."""
+    """The tier's link fitted to its rows: its own figures over every op, then each op's size
+    regimes (one switch for the tier)."""
     try:
-        latency_us, bandwidth_gbs, result = _fit(hardware, tier, rows)
+        latency_us, bandwidth_gbs, result = fit_link(*_columns(hardware, tier, rows))
+        names, curves = [], []
+        for op, op_rows in rows.groupby("op", sort=True):
+            if op_rows["bytes"].nunique() >= 2:
+                names.append(str(op))
+                curves.append(Curve(*_columns(hardware, tier, op_rows)))
+        fits = fit_curves(curves) if curves else []
     except ValueError as exc:
         raise ConfigError(f"calibrate --comm: {tier} rows: {exc}") from None
-    ops = []
-    for op, op_rows in rows.groupby("op", sort=True):
-        if op_rows["bytes"].nunique() >= 2:
-            op_latency, op_bandwidth, _ = _fit(hardware, tier, op_rows)
-            ops.append((str(op), round(op_bandwidth, 4), round(op_latency, 4)))
+    ops = [
+        (op, tuple(_rounded(r) for r in fit.regimes)) for op, fit in zip(names, fits, strict=True)
+    ]
+    switched = any(len(fit.regimes) > 1 for fit in fits)
+    parameters = 2 + sum(fit.parameters for fit in fits) + int(switched)
     mesh = hardware.intra_node.mesh_links if tier == "intra_node" else None
     link = LinkSpec(round(bandwidth_gbs, 4), round(latency_us, 4), mesh, tuple(ops))
-    return TierFit(tier, link, result)
+    return TierFit(tier, link, result, parameters)
+
+
+def _rounded(regime: Regime) -> Regime:
+    return Regime(regime.from_bytes, round(regime.bandwidth_gbs, 4), round(regime.latency_us, 4))
 
 
 def fit_comm(
@@ -122,6 +142,7 @@ def fitted_description(hardware: HardwareSpec, fits: list[TierFit], source: str)
         "tiers": {
             fit.tier: {
                 "num_samples": fit.result.num_samples,
+                "parameters": fit.parameters,
                 "mean_abs_rel_error": round(fit.result.mean_abs_rel_error, 4),
                 "max_abs_rel_error": round(fit.result.max_abs_rel_error, 4),
             }

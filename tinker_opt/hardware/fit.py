@@ -12,7 +12,8 @@
   Residuals are relative (each row weighted by 1/measured), so small blocks count as much as big
   ones.
 * `fit_link`: latency and bandwidth of one network level from measured collectives, with the
-  alpha-beta ring formulas of comm_cost (time = steps x latency + traffic / bandwidth).
+  alpha-beta ring formulas of comm_cost (time = steps x latency + traffic / bandwidth);
+  regime_fit.py fits the same lines in a library's size regimes.
 """
 
 from __future__ import annotations
@@ -159,6 +160,52 @@ def _efficiency_errors(
     )
 
 
+def link_columns(ops, group_sizes, nbytes, shares) -> tuple[np.ndarray, np.ndarray]:
+    """Latency steps and traffic over the link's share (bytes) of each measured collective."""
+    steps = np.array(
+        [latency_steps(o, g) for o, g in zip(ops, group_sizes, strict=True)], dtype=float
+    )
+    traffic = np.array(
+        [traffic_factor(o, g) * b for o, g, b in zip(ops, group_sizes, nbytes, strict=True)],
+        dtype=float,
+    ) / np.asarray(shares if shares is not None else [1.0] * len(steps), dtype=float)
+    return steps, traffic
+
+
+def relative_line(
+    steps: np.ndarray, traffic: np.ndarray, t: np.ndarray
+) -> tuple[float, float, np.ndarray]:
+    """(latency us, 1 / bandwidth, relative residuals): time = steps x latency + traffic /
+    bandwidth, relative least squares (each row weighted by 1 / measured), latency >= 0."""
+    w = 1 / t
+    a = np.column_stack([steps, traffic / 1e3]) * w[:, None]
+    lower = np.array([0.0, 1e-9])
+    free = _two_column_lstsq(a)  # the optimum when within the bounds
+    latency_us, inv_bw = free if np.all(free >= lower) else bounded_lstsq(a, np.ones(len(t)), lower)
+    return float(latency_us), float(inv_bw), (steps * latency_us + traffic / 1e3 * inv_bw) / t - 1
+
+
+def _two_column_lstsq(a: np.ndarray) -> np.ndarray:
+    """min ||a x - 1|| for two columns, by the normal equations of the columns scaled to unit
+    length (a 2 x 2 solve: the cost model fits every curve of a comm table this way, many times
+    per search); lstsq where the columns are (nearly) parallel."""
+    norms = np.linalg.norm(a, axis=0)
+    if len(a) < 2 or not np.all(norms > 0):
+        return np.linalg.lstsq(a, np.ones(len(a)), rcond=None)[0]
+    u = a / norms
+    g11, g12, g22 = float(u[:, 0] @ u[:, 0]), float(u[:, 0] @ u[:, 1]), float(u[:, 1] @ u[:, 1])
+    det = g11 * g22 - g12 * g12
+    if det < 1e-12:
+        return np.linalg.lstsq(a, np.ones(len(a)), rcond=None)[0]
+    b1, b2 = float(u[:, 0].sum()), float(u[:, 1].sum())
+    return np.array([(g22 * b1 - g12 * b2) / det, (g11 * b2 - g12 * b1) / det]) / norms
+
+
+def fit_result(values: tuple[float, ...], rel: np.ndarray) -> FitResult:
+    rel = np.abs(rel)
+    return FitResult(values, float(rel.mean()), float(rel.max()), len(rel))
+
+
 def fit_link(
     ops: Sequence[str],
     group_sizes: Sequence[int],
@@ -170,29 +217,13 @@ def fit_link(
 
     `shares`: the fraction of the link each measurement's group gets, as the cost model prices
     it (a full mesh's (g - 1) / mesh_links, the network cards per device; default 1)."""
-    steps = np.array(
-        [latency_steps(o, g) for o, g in zip(ops, group_sizes, strict=True)], dtype=float
-    )
-    traffic = np.array(
-        [traffic_factor(o, g) * b for o, g, b in zip(ops, group_sizes, nbytes, strict=True)],
-        dtype=float,
-    ) / np.asarray(shares if shares is not None else [1.0] * len(steps), dtype=float)
+    steps, traffic = link_columns(ops, group_sizes, nbytes, shares)
     t = np.asarray(times_us, dtype=float)
     keep = (t > 0) & (traffic > 0)
     if keep.sum() < 2:
         raise ValueError("need at least two measured collectives with traffic to fit a link")
-    w = 1 / t[keep]
-    a = np.column_stack([steps[keep], traffic[keep] / 1e3]) * w[:, None]
-    latency_us, inv_bw = bounded_lstsq(a, np.ones(keep.sum()), np.array([0.0, 1e-9]))
-    model = steps[keep] * latency_us + traffic[keep] / 1e3 * inv_bw
-    rel = np.abs(model / t[keep] - 1)
-    result = FitResult(
-        values=(float(latency_us), float(1 / inv_bw)),
-        mean_abs_rel_error=float(rel.mean()),
-        max_abs_rel_error=float(rel.max()),
-        num_samples=int(keep.sum()),
-    )
-    return float(latency_us), float(1 / inv_bw), result
+    latency_us, inv_bw, rel = relative_line(steps[keep], traffic[keep], t[keep])
+    return latency_us, 1 / inv_bw, fit_result((latency_us, 1 / inv_bw), rel)
 
 
 MIN_COMM_CONDITION = 0.05

@@ -15,6 +15,7 @@ import re
 import shlex
 
 from tinker_opt.errors import LogError
+from tinker_opt.knobs import CHOICES
 from tinker_opt.script.flags import BY_NAME
 
 TOKENIZER_VOCAB = {
@@ -61,7 +62,7 @@ def _flags(arguments: dict[str, str]) -> list[str]:
     ):
         virtual = arguments.get("virtual_pipeline_model_parallel_size", "None")
         if virtual not in _EMPTY:
-            words += ["--virtual-pipeline-model-parallel-size", virtual]
+            words += [CHOICES["vpp"].flags_for("size")[0], virtual]
     if arguments.get("vocab_size", "None") in _EMPTY:
         vocab = TOKENIZER_VOCAB.get(arguments.get("tokenizer_type", ""))
         if vocab:

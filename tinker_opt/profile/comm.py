@@ -1,9 +1,13 @@
 """Communication profile: collective times with torch.distributed, the timing code of every run.
 
 `measure_group` times send/recv, all-reduce, all-gather, reduce-scatter and all-to-all on one
-group for each buffer size 64 KiB x 4^i up to the maximum (comm.csv semantics: `bytes` is one
+group for each buffer size 32 KiB x 2^i up to the maximum (comm.csv semantics: `bytes` is one
 rank's full buffer, the gathered size for all-gather and the input of reduce-scatter, as
-`tinker_opt.comm_cost` counts it). Its callers are the ranks of profile/comm_dist.py: under
+`tinker_opt.comm_cost` counts it). Sizes a factor 2 apart, from below the 64 KiB the planner
+starts at, give each size regime of the library (comm_cost.Regime) enough rows to fit its
+own latency and bandwidth. The sizes of one op are timed interleaved (every repeat calls each
+size once) and each size reports the lower quartile of its calls (`ROW_QUANTILE`).
+Its callers are the ranks of profile/comm_dist.py: under
 torchrun on the user's nodes (`tinker-opt profile-comm`, intra- and inter-node groups), or the
 processes `measure_comm` spawns on this node (npu: hccl, cuda: nccl; cpu: gloo), which set
 torchrun's environment themselves, so there is one implementation. Without torchrun all groups
@@ -16,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,10 +27,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from tinker_opt.comm_cost import COMM_OPS
-from tinker_opt.hardware import DEFAULT_COMM_SIZES
 from tinker_opt.profile.comm_groups import group_sizes
 from tinker_opt.profile.store import COMM_COLUMNS, empty_comm
 
@@ -47,9 +50,26 @@ class CommPlan:
     """Longest wait of any rank (rendezvous, collective, barrier) before the run stops."""
 
 
+SMALLEST_BYTES = 32 * 1024
+"""The smallest buffer measured: half the 64 KiB where the planner's tables start
+(hardware.DEFAULT_COMM_SIZES), so that a small-message regime up to 128 KiB has three sizes of
+its own (hardware/regime_fit.py MIN_REGIME_SIZES)."""
+
+ROW_QUANTILE = 0.25
+"""Each size's time is this quantile of its timed calls (per rank; then the median over the
+ranks). Interference from other processes only adds time, so a low quantile estimates the
+collective's own time, while, unlike the minimum, one lucky call does not set it
+(Hoefler & Belli, "Scientific Benchmarking of Parallel Computing Systems", SC'15: report
+nonparametric statistics of noisy, non-normal timings). ASSUMPTION: the quartile, not a sourced
+figure; on a quiet machine it is within a few percent of the median."""
+
+
 def comm_sizes(max_bytes: int) -> tuple[int, ...]:
-    """64 KiB, 256 KiB, ... up to max_bytes (at least the smallest)."""
-    return tuple(s for s in DEFAULT_COMM_SIZES if s <= max_bytes) or DEFAULT_COMM_SIZES[:1]
+    """32 KiB, 64 KiB, 128 KiB, ... (a factor 2 apart) up to max_bytes (at least the smallest)."""
+    sizes = [SMALLEST_BYTES]
+    while sizes[-1] * 2 <= max_bytes:
+        sizes.append(sizes[-1] * 2)
+    return tuple(sizes)
 
 
 def _free_port() -> int:
@@ -113,19 +133,29 @@ def _run_op(op: str, nbytes: int, group, members: tuple[int, ...], rank: int, de
     return ping_pong
 
 
-def _time_us(call, plan: CommPlan, group, sync) -> float:
+def _time_sizes_us(calls: list, plan: CommPlan, group, sync) -> list[float]:
+    """Each call's time (us): `plan.warmup` untimed calls each, then `plan.repeats` rounds that
+    call every size once, each after a barrier of the group, so that a change of the machine's
+    load during the run hits every size alike (sizes timed one after the other would each see
+    another load: rows not monotone in the size). Each round's order is a permutation drawn
+    from the round's number (the same on every rank): a fixed order would time one size always
+    right after the largest (its buffers out of the caches, the socket's window grown), a cost
+    of the order, not of the size. ROW_QUANTILE of each size's times."""
     import torch.distributed as dist
 
-    samples = []
-    for step in range(plan.warmup + plan.repeats):
-        dist.barrier(group=group)
-        sync()
-        start = time.perf_counter()
-        call()
-        sync()
-        if step >= plan.warmup:
-            samples.append((time.perf_counter() - start) * 1e6)
-    return statistics.median(samples)
+    for call in calls:
+        for _ in range(plan.warmup):
+            call()
+    samples: list[list[float]] = [[] for _ in calls]
+    for step in range(plan.repeats):
+        for index in np.random.default_rng(step).permutation(len(calls)):
+            dist.barrier(group=group)
+            sync()
+            start = time.perf_counter()
+            calls[index]()
+            sync()
+            samples[index].append((time.perf_counter() - start) * 1e6)
+    return [float(np.quantile(times, ROW_QUANTILE)) for times in samples]
 
 
 def measure_group(
@@ -138,12 +168,13 @@ def measure_group(
         if op == "send_recv" and size != 2:
             continue
         try:
-            for nbytes in plan.sizes:
-                call = _run_op(op, nbytes, group, members, rank, device, dtype)
-                time_us = _time_us(call, plan, group, sync)
-                rows.append((op, size, nbytes, round(time_us / (2 if op == "send_recv" else 1), 3)))
+            calls = [_run_op(op, n, group, members, rank, device, dtype) for n in plan.sizes]
+            times = _time_sizes_us(calls, plan, group, sync)
         except (RuntimeError, NotImplementedError, ValueError) as exc:
             missing.append(f"{op}: {str(exc).splitlines()[0][:120]}")
+            continue
+        half = 2 if op == "send_recv" else 1  # a ping-pong is two messages
+        rows += [(op, size, n, round(t / half, 3)) for n, t in zip(plan.sizes, times, strict=True)]
     return rows, missing
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tinker_opt.knobs import KNOBS, MINDSPEED
 from tinker_opt.profile.device_kernels import device_impls
 from tinker_opt.profile.reference_ops import (
     FUSED_SAVES,
@@ -56,11 +57,12 @@ __all__ = [  # the ops' implementations, re-exported for the modules that build 
 ]
 
 OPS = ("attention", "rmsnorm", "swiglu", "rope", "mc2")
+_MC2_FLAGS = tuple(s.flag for s in KNOBS["tp_comm_overlap"].spellings if s.since.get(MINDSPEED))
+"""MindSpeed's MC2 switches (the tp_comm_overlap record, knobs.py), newest first."""
 FLAG_OPS = {
     "--use-flash-attn": "attention",
     **FUSED_KERNEL_FLAGS,
-    "--use-ascend-mc2": "mc2",
-    "--use-mc2": "mc2",
+    **dict.fromkeys(_MC2_FLAGS, "mc2"),
 }
 """The launch-script flags that ask for a fused kernel, and the op each one fuses."""
 OP_FLAGS = {
@@ -68,7 +70,7 @@ OP_FLAGS = {
     "rmsnorm": "--use-fused-rmsnorm",
     "swiglu": "--use-fused-swiglu",
     "rope": "--use-fused-rotary-pos-emb",
-    "mc2": "--use-ascend-mc2",
+    "mc2": _MC2_FLAGS[0],
 }
 
 

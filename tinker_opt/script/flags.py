@@ -29,7 +29,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tinker_opt.knobs import OVERLAP_KNOBS
+from tinker_opt.knobs import (
+    CHOICES,
+    LAYOUT,
+    OVERLAP_KNOBS,
+    ChoiceKnob,
+    Knob,
+    LayoutKnob,
+    all_spellings,
+)
 from tinker_opt.script.launch import Launch
 
 TREATMENTS = (
@@ -60,18 +68,28 @@ class Flag:
         return "not" in self.treatment
 
 
+_KNOB_FLAGS = frozenset(spelling.flag for spelling, _ in all_spellings())
+
+
 def _rows(treatment: str, effect: str, *names: str) -> tuple[Flag, ...]:
-    return tuple(Flag(name, treatment, effect) for name in names)
+    """Rows of flags no knob record declares (a record's flag takes its row from the record)."""
+    return tuple(Flag(name, treatment, effect) for name in names if name not in _KNOB_FLAGS)
 
 
-def _knob_rows() -> tuple[Flag, ...]:
-    """The switches of the knob registry (knobs.OVERLAP_KNOBS): read into the Strategy, priced as
-    the part that cannot hide (costs/overlap.py) and searched, or `not priced` where the registry
-    says so; one row per spelling, the registry's words."""
+def _treatment(record: Knob | LayoutKnob | ChoiceKnob) -> str:
+    if isinstance(record, Knob):
+        return "strategy" if record.priced else "strategy, not priced"
+    return record.home if isinstance(record, ChoiceKnob) else "strategy"
+
+
+def _knob_rows(*records: Knob | LayoutKnob | ChoiceKnob) -> tuple[Flag, ...]:
+    """The rows of knob records (knobs.py), one per spelling, in the record's words: a switch
+    read into the Strategy, priced as the part that cannot hide (costs/overlap.py) and searched,
+    or `not priced` where the record says so; a layout or choice knob where its home is."""
     return tuple(
-        Flag(flag, "strategy" if knob.priced else "strategy, not priced", knob.effect)
-        for knob in OVERLAP_KNOBS
-        for flag in knob.flags
+        Flag(spelling.flag, _treatment(record), spelling.effect or record.effect)
+        for record in records
+        for spelling in record.spellings
     )
 
 
@@ -79,26 +97,13 @@ def _knob_rows() -> tuple[Flag, ...]:
 # fmt: off
 FLAGS: tuple[Flag, ...] = (
     # Parallel layout, batch and optimizer: the strategy.
-    *_rows("strategy", "parallel sizes", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
-           "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size"),
-    *_rows("strategy", "context-parallel algorithm (MindSpeed)", "--context-parallel-algo"),
-    *_rows("strategy", "experts split over tp instead of tp inside experts (etp 1, MindSpeed)", "--moe-tp-extend-ep"),
-    *_rows("strategy", "activations split over tp outside the matmuls", "--sequence-parallel"),
-    *_rows("strategy", "virtual pipeline (interleaved schedule)", "--num-layers-per-virtual-pipeline-stage",
-           "--virtual-pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank"),
-    *_rows("strategy", "uneven layer split over stages", "--num-layer-list", "--decoder-first-pipeline-num-layers",
-           "--decoder-last-pipeline-num-layers", "--account-for-embedding-in-pipeline-split",
-           "--account-for-loss-in-pipeline-split"),
-    *_rows("strategy", "layers per virtual stage (Megatron layout string; script/pipeline_layout.py)",
-           "--pipeline-model-parallel-layout"),
-    *_rows("strategy", "optimizer states sharded over dp (ZeRO-1)", "--use-distributed-optimizer"),
-    *_rows("strategy", "ZeRO stage 0..3 (DeepSpeed; Megatron-FSDP sharding strategy)", "--zero-stage",
-           "--deepspeed", "--use-megatron-fsdp", "--use-custom-fsdp", "--data-parallel-sharding-strategy"),
-    *_rows("strategy", "micro-batch size", "--micro-batch-size"),
-    *_rows("strategy", "activation recompute (selective or full, method, layer count)", "--recompute-granularity",
-           "--recompute-activations", "--recompute-method", "--recompute-num-layers"),
+    *_knob_rows(*(LAYOUT[key] for key in ("tp", "pp", "cp", "ep", "etp")), CHOICES["cp_algo"], LAYOUT["sp"],
+                CHOICES["vpp"]),
+    *_knob_rows(CHOICES["num_layer_list"]),
+    *_knob_rows(CHOICES["zero"], LAYOUT["mbs"], CHOICES["recompute"], CHOICES["recompute_method"],
+                CHOICES["recompute_num_layers"]),
     # Communication overlap: the knob registry's switches.
-    *_knob_rows(),
+    *_knob_rows(*OVERLAP_KNOBS),
     # The job.
     *_rows("job", "batch", "--global-batch-size"),
     *_rows("job", "checkpoint loading / fine-tuning (memory of a full tune, conversion warnings)", "--load",
@@ -117,8 +122,7 @@ FLAGS: tuple[Flag, ...] = (
            "Megatron-LM arguments.py)", "--accumulate-allreduce-grads-in-fp32"),
     *_rows("job", "MLP activation output dropped and recomputed in the backward (MindSpeed; costs/recompute.py)",
            "--recompute-activation-function"),
-    *_rows("job", "selective recompute by module (Megatron-Core): core_attn, mla_up_proj, mlp, moe_act, "
-           "layernorm, moe and shared_experts, each by what it frees and reruns (costs/recompute_modules.py)", "--recompute-modules"),
+    *_knob_rows(CHOICES["recompute_modules"]),
     *_rows("job", "attention activations kept on the host, copied out and back behind compute (MindSpeed; "
            "costs/swap_terms.py)", "--swap-attention"),
     *_rows("job", "weight gradients added to the main grad by a separate kernel per weight and micro-batch "
@@ -148,18 +152,15 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("model", "mixture of experts", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
            "--moe-intermediate-size", "--moe-shared-expert-intermediate-size", "--n-shared-experts",
            "--first-k-dense-replace", "--moe-layer-freq"),
-    *_rows("strategy", "DualPipeV schedule and MoE forward/backward overlap (MindSpeed; costs/coefficients.py, "
-           "costs/overlap.py)", "--schedules-method", "--moe-fb-overlap"),
-    *_rows("model", "how tokens reach the experts and how the experts run (costs/moe_terms.py)",
-           "--moe-token-dispatcher-type", "--moe-grouped-gemm", "--moe-expert-capacity-factor",
+    *_knob_rows(CHOICES["dualpipev"], CHOICES["moe_fb_overlap"], CHOICES["moe_token_dispatcher_type"]),
+    *_rows("model", CHOICES["moe_token_dispatcher_type"].effect, "--moe-grouped-gemm", "--moe-expert-capacity-factor",
            "--moe-pad-expert-input-to-capacity", "--moe-train-capacity-factor",
            "--moe-router-force-load-balancing", "--moe-enable-deepep", "--moe-flex-dispatcher-backend"),
     *_rows("model", "latent attention and multi-token prediction", "--multi-latent-attention",
            "--multi-head-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
            "--qk-nope-head-dim", "--qk-pos-emb-head-dim", "--qk-rope-head-dim", "--v-head-dim", "--mtp-num-layers"),
-    *_rows("model", "FP8 training: linear-layer GEMMs at the FP8 rate with cast / scaling kernels, FP8 weight "
-           "copies, FP8 parameter all-gather (profile/fp8.py)", "--fp8-format", "--fp8-recipe", "--fp8-param-gather",
-           "--fp8-amax-history-len"),
+    *_knob_rows(CHOICES["fp8_format"]),
+    *_rows("model", CHOICES["fp8_format"].effect, "--fp8-recipe", "--fp8-param-gather", "--fp8-amax-history-len"),
     # The launcher.
     *_rows("cluster", "nodes and devices per node", "--nnodes", "--nproc_per_node", "--nproc-per-node",
            "--num_nodes", "--num_gpus", "--worker_num", "--local_worker_num"),
@@ -201,8 +202,7 @@ FLAGS: tuple[Flag, ...] = (
            "copies around the grouped MLP (Megatron-LM arguments.py); MXFP8 all-gather into the gradient buffer",
            "--moe-router-padding-for-fp8", "--moe-router-padding-for-quantization",
            "--reuse-grad-buf-for-mxfp8-param-ag"),
-    *_rows("not modelled", "further communication overlap", "--use-cp-send-recv-overlap",
-           "--moe-allgather-overlap-comm"),
+    *_rows("not modelled", "further communication overlap", "--use-cp-send-recv-overlap"),
     *_rows("not modelled", "MoE routing (drop policy, load-balancing loss, grouped routing)", "--moe-token-drop-policy",
            "--noisy_gate_policy", "--moe-router-load-balancing-type", "--moe-router-num-groups",
            "--moe-router-group-topk", "--moe-router-score-function", "--moe-router-enable-expert-bias",

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import overload
 
+from tinker_opt.choices import Dispatcher
 from tinker_opt.errors import ConfigError, ScriptError
+from tinker_opt.knobs import CHOICES
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.layer_pattern import parse_layer_freq, pattern_for_layers
 from tinker_opt.specs import FUSED_KERNEL_FLAGS, NORMALIZATIONS, ModelSpec
@@ -118,7 +120,7 @@ def _layer_freq(launch: Launch, noop: tuple[int, ...]) -> dict:
     return {"moe_layer_freq": value if isinstance(value, int) else 1, "moe_layer_pattern": pattern}
 
 
-DISPATCHER_FLAG = "--moe-token-dispatcher-type"
+DISPATCHER_FLAG = CHOICES["moe_token_dispatcher_type"].flag
 DEEPEP_FLAG = "--moe-enable-deepep"
 FLEX_BACKEND_FLAG = "--moe-flex-dispatcher-backend"
 """Megatron-Core 0.15+ names DeepEP as the flex dispatcher's backend (`deepep`, the default, or
@@ -185,7 +187,7 @@ def _mla_fields(launch: Launch) -> dict:
 def _fp8_fields(launch: Launch) -> dict:
     """FP8 flags (megatron/training/arguments.py _add_transformer_engine_args; MindSpeed-LLM
     has none): read only with `--fp8-format`, which switches FP8 on."""
-    fp8_format = launch.value("--fp8-format")
+    fp8_format = launch.value(CHOICES["fp8_format"].flag)
     if not fp8_format:
         return {}
     return {
@@ -204,9 +206,9 @@ def _precision(launch: Launch) -> str:
 
 def read_model(launch: Launch, warn: Callable[[str], None]) -> ModelSpec:
     """The network the launch arguments describe; ScriptError for missing or bad values."""
-    _require(launch)
-    hidden = int_value(launch, "--hidden-size")
-    heads = int_value(launch, "--num-attention-heads")
+    _require(launch)  # present, so the defaults below are never used
+    hidden = int_value(launch, "--hidden-size", 0)
+    heads = int_value(launch, "--num-attention-heads", 0)
     noop = int_list(launch, "--noop-layers") or ()
     groups = (
         int_value(launch, "--num-query-groups") if launch.has("--group-query-attention") else None
@@ -255,7 +257,11 @@ def unpriced_model_warnings(model: ModelSpec) -> list[str]:
     """Model settings that are read (inspect reports them, apply keeps them) but not priced as
     written. Every dispatcher is priced by its own traffic (costs/moe_terms.py) and the MTP modules
     on the output stage (costs/stage_terms.py); DeepEP is priced as the flex dispatcher it needs."""
-    if model.is_moe and model.moe_enable_deepep and model.moe_token_dispatcher_type != "flex":
+    if (
+        model.is_moe
+        and model.moe_enable_deepep
+        and model.moe_token_dispatcher_type != Dispatcher.FLEX
+    ):
         return [
             f"{DEEPEP_FLAG} with {DISPATCHER_FLAG} {model.moe_token_dispatcher_type}: DeepEP "
             "runs under the flex dispatcher only; priced as the dispatcher named"

@@ -5,6 +5,7 @@ fp32 master weights kept as 16-bit remainders."""
 from __future__ import annotations
 
 from tinker_opt.errors import ConfigError, ScriptError
+from tinker_opt.knobs import CHOICES
 from tinker_opt.script.launch import Launch
 from tinker_opt.specs import OptimizerPrecision
 
@@ -14,7 +15,8 @@ def _stores_remainders(launch: Launch) -> bool:
     .param_remainders) for bf16 training without FP8 or with delayed-scaling FP8, unless
     `--no-store-param-remainders` (megatron/core/optimizer/optimizer_config.py)."""
     fp8_ok = (
-        not launch.has("--fp8-format") or (launch.value("--fp8-recipe") or "delayed") == "delayed"
+        not launch.has(CHOICES["fp8_format"].flag)
+        or (launch.value("--fp8-recipe") or "delayed") == "delayed"
     )
     return launch.has("--bf16") and fp8_ok and not launch.has("--no-store-param-remainders")
 

@@ -21,10 +21,13 @@ import re
 from collections.abc import Sequence
 
 from tinker_opt.errors import ScriptError
+from tinker_opt.knobs import CHOICES
 
-LAYOUT_FLAG = "--pipeline-model-parallel-layout"
-EMBEDDING_FLAG = "--account-for-embedding-in-pipeline-split"
-LOSS_FLAG = "--account-for-loss-in-pipeline-split"
+_SPLIT = CHOICES["num_layer_list"]
+LAYOUT_FLAG = _SPLIT.flag_for("layout")
+EMBEDDING_FLAG = _SPLIT.flag_for("embedding")
+LOSS_FLAG = _SPLIT.flag_for("loss")
+"""The layer split's flags (the num_layer_list record, knobs.py)."""
 _SYMBOLS = set("ELtm")
 _MAX_CHARS = 1_000_000
 """A guard against `(t*100000)*100000`: no layout is this long."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tinker_opt.choices import RecomputeModule
 from tinker_opt.errors import ScriptError
+from tinker_opt.knobs import CHOICES
 from tinker_opt.script.expand import field_text
 from tinker_opt.script.launch import Launch
 
@@ -12,7 +13,7 @@ from tinker_opt.script.launch import Launch
 def recompute_modules(launch: Launch) -> tuple[str, ...] | None:
     """The modules of the last `--recompute-modules` (nargs '*', megatron/training/arguments.py),
     None when the flag is absent; a name Megatron-Core does not know is refused."""
-    arg = launch.last("--recompute-modules")
+    arg = launch.last(CHOICES["recompute_modules"].flag)
     if arg is None:
         return None
     names = tuple(word for value in arg.values for word in field_text(value).split())

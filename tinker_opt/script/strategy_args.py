@@ -19,18 +19,21 @@ Normalisation (what a script can express, and what the framework really does):
   FSDP (`--use-megatron-fsdp`, `--use-custom-fsdp` before core 0.14) with
   `--data-parallel-sharding-strategy no_shard | optim | optim_grads | optim_grads_params` (0..3,
   default no_shard); else 1 with `--use-distributed-optimizer`, 0 without.
-* overlap switches (flags in script/flags.py): overlap_grad_reduce always a bool;
-  overlap_param_gather only with the distributed optimizer, overlap_moe_comm only for MoE models,
-  tp_comm_overlap only with tp > 1; None where the knob does not apply.
+* overlap switches: on when any of the record's spellings is present, None where the record
+  says the knob does not exist (knobs.read_switches).
+
+Every flag and value comes from the knob's record (knobs.py: LAYOUT for the sizes, CHOICES for
+vpp, recompute, ZeRO, the cp algorithm and the schedule, KNOBS for the switches); the record's
+roles (knob_types.Spelling.role) tell its flags apart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod, choice
+from tinker_opt.choices import CpAlgo, Recompute, Schedule, choice
 from tinker_opt.errors import ScriptError, StrategyError
-from tinker_opt.knobs import KNOBS, LAYOUT, KnobContext, read_switches
+from tinker_opt.knobs import CHOICES, LAYOUT, KnobContext, read_switches
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.model_args import int_list, int_value
 from tinker_opt.script.pipeline_layout import (
@@ -43,19 +46,20 @@ from tinker_opt.script.pipeline_layout import (
 )
 from tinker_opt.strategy import Strategy
 
-DEFAULT_CP_ALGO = CpAlgo.MEGATRON
-MEGATRON_FSDP_FLAGS = ("--use-megatron-fsdp", "--use-custom-fsdp")
-SHARDING_FLAG = "--data-parallel-sharding-strategy"
-SHARDING_STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
-"""Megatron-FSDP's sharding strategies, index = ZeRO stage (megatron/training/arguments.py)."""
-ZERO_STAGE_FLAG = "--zero-stage"
+DEFAULT_CP_ALGO = CpAlgo(CHOICES["cp_algo"].default)
+_ZERO, _VPP, _RECOMPUTE = CHOICES["zero"], CHOICES["vpp"], CHOICES["recompute"]
+_SPLIT = CHOICES["num_layer_list"]
+SHARDING_FLAG = _ZERO.flag_for("sharding")
+SHARDING_STRATEGIES = _ZERO.words_for("sharding")
+"""Megatron-FSDP's sharding strategies, index = ZeRO stage (the zero record, knobs.py)."""
+ZERO_STAGE_FLAG = _ZERO.flag_for("stage")
 
 
 def zero_backend(launch: Launch) -> str | None:
     """`deepspeed` or `megatron_fsdp` when the script chooses its ZeRO stage by flag, else None."""
-    if launch.has("--deepspeed") and launch.has(ZERO_STAGE_FLAG):
+    if launch.has(_ZERO.flag_for("deepspeed")) and launch.has(ZERO_STAGE_FLAG):
         return "deepspeed"
-    if any(launch.has(flag) for flag in MEGATRON_FSDP_FLAGS):
+    if any(launch.has(flag) for flag in _ZERO.flags_for("fsdp")):
         return "megatron_fsdp"
     return None
 
@@ -65,45 +69,46 @@ def _zero(launch: Launch) -> int:
     backend = zero_backend(launch)
     if backend == "deepspeed":
         stage = int_value(launch, ZERO_STAGE_FLAG)
-        if stage not in (0, 1, 2, 3):
+        if stage is None or stage not in _ZERO.choices:
+            *rest, last = _ZERO.choices
             raise ScriptError(
-                f"{ZERO_STAGE_FLAG} is {stage}; DeepSpeed's ZeRO stages are 0, 1, 2 and 3"
+                f"{ZERO_STAGE_FLAG} is {stage}; DeepSpeed's ZeRO stages are "
+                f"{', '.join(map(str, rest))} and {last}"
             )
         return stage
     if backend == "megatron_fsdp":
-        name = launch.value(SHARDING_FLAG) or "no_shard"
+        name = launch.value(SHARDING_FLAG) or SHARDING_STRATEGIES[0]
         if name not in SHARDING_STRATEGIES:
             raise ScriptError(
                 f"{SHARDING_FLAG} is {name!r}; Megatron-FSDP takes one of {list(SHARDING_STRATEGIES)}"
             )
         return SHARDING_STRATEGIES.index(name)
-    return 0
+    return _ZERO.default
 
 
-VPP_LAYERS_FLAG = "--num-layers-per-virtual-pipeline-stage"
-VPP_SIZE_FLAGS = (
-    "--virtual-pipeline-model-parallel-size",
-    "--num-virtual-stages-per-pipeline-rank",
-)
+VPP_LAYERS_FLAG = _VPP.flag_for("layers")
+VPP_SIZE_FLAGS = _VPP.flags_for("size")
 
 
 def _recompute(launch: Launch, warn: Callable[[str], None]) -> dict:
-    granularity = launch.value("--recompute-granularity")
-    if launch.has("--recompute-activations") or granularity == Recompute.SELECTIVE:
+    granularity = launch.value(_RECOMPUTE.flag)
+    if launch.has(_RECOMPUTE.flag_for("selective")) or granularity == Recompute.SELECTIVE:
         return {"recompute": Recompute.SELECTIVE}
     if granularity != Recompute.FULL:
         return {}
-    method = launch.value("--recompute-method")
-    if method not in tuple(RecomputeMethod):
+    method_knob, count_knob = CHOICES["recompute_method"], CHOICES["recompute_num_layers"]
+    method = launch.value(method_knob.flag)
+    if method not in method_knob.choices:
         warn(
-            "--recompute-granularity full without --recompute-method uniform|block; read as uniform "
-            "(Megatron needs the method)"
+            f"{_RECOMPUTE.flag} full without {method_knob.flag} "
+            f"{'|'.join(dict.fromkeys((method_knob.default, *method_knob.choices)))}; "
+            f"read as {method_knob.default} (Megatron needs the method)"
         )
-        method = RecomputeMethod.UNIFORM
+        method = method_knob.default
     return {
         "recompute": Recompute.FULL,
         "recompute_method": method,
-        "recompute_num_layers": int_value(launch, "--recompute-num-layers", 1),
+        "recompute_num_layers": int_value(launch, count_knob.flag, count_knob.default),
     }
 
 
@@ -138,13 +143,9 @@ def _vpp(launch: Launch, pp: int, total_layers: int, warn: Callable[[str], None]
     return counted // (pp * per_chunk)
 
 
-OVERLAP_FLAGS = {key: knob.flags for key, knob in KNOBS.items()}
-"""Strategy overlap key -> the flags that switch it on (the knob registry, knobs.py)."""
-
-
 def _megatron_layer_list(launch: Launch, pp: int, total_layers: int) -> tuple[int, ...] | None:
-    first = int_value(launch, "--decoder-first-pipeline-num-layers")
-    last = int_value(launch, "--decoder-last-pipeline-num-layers")
+    first_flag, last_flag = _SPLIT.flag_for("first"), _SPLIT.flag_for("last")
+    first, last = int_value(launch, first_flag), int_value(launch, last_flag)
     if (first is None and last is None) or pp < 2:
         return None
     fixed = [n for n in (first, last) if n is not None]
@@ -171,9 +172,7 @@ def _megatron_layout(launch: Launch, pp: int, vpp: int, total_layers: int, mtp_l
     embedding, loss = launch.has(EMBEDDING_FLAG), launch.has(LOSS_FLAG)
     if not (embedding or loss) or pp < 2:
         return None
-    if launch.has("--decoder-first-pipeline-num-layers") or launch.has(
-        "--decoder-last-pipeline-num-layers"
-    ):
+    if launch.has(_SPLIT.flag_for("first")) or launch.has(_SPLIT.flag_for("last")):
         raise ScriptError(
             "--account-for-embedding/loss-in-pipeline-split cannot be combined with "
             "--decoder-first/last-pipeline-num-layers (Megatron refuses both); keep one"
@@ -184,7 +183,7 @@ def _megatron_layout(launch: Launch, pp: int, vpp: int, total_layers: int, mtp_l
 def _layer_list(
     launch: Launch, pp: int, vpp: int, total_layers: int, mtp_layers: int, warn
 ) -> tuple[int, ...] | None:
-    layers = int_list(launch, "--num-layer-list")
+    layers = int_list(launch, _SPLIT.flag)
     if layers is None:
         return _megatron_layout(launch, pp, vpp, total_layers, mtp_layers) or _megatron_layer_list(
             launch, pp, total_layers
@@ -209,9 +208,10 @@ def _layer_list(
 def _expert_tp(launch: Launch, is_moe: bool) -> int | None:
     if not is_moe:
         return None
-    if launch.has(LAYOUT["etp"].flag):
-        return int_value(launch, LAYOUT["etp"].flag)
-    return 1 if launch.has("--moe-tp-extend-ep") else None
+    etp = LAYOUT["etp"]
+    if launch.has(etp.flag):
+        return int_value(launch, etp.flag)
+    return 1 if launch.has(etp.flag_for("one")) else None
 
 
 def _size(launch: Launch, key: str) -> int:
@@ -229,6 +229,7 @@ def read_strategy(
     megatron: bool,
     warn: Callable[[str], None],
     mtp_layers: int = 0,
+    dispatcher: str | None = None,
 ) -> Strategy:
     """The strategy the launch arguments run, in the schema's normal form."""
     tp, pp, cp = (_size(launch, key) for key in ("tp", "pp", "cp"))
@@ -242,17 +243,13 @@ def read_strategy(
         )
     algo: CpAlgo | None = None
     # --use-distributed-optimizer alone is ZeRO-1; a DeepSpeed / Megatron-FSDP stage says more.
-    zero = max(_zero(launch), int(launch.has("--use-distributed-optimizer")))
+    zero = max(_zero(launch), int(launch.has(_ZERO.flag_for("dist_opt"))))
     if cp > 1:
+        flag = CHOICES["cp_algo"].flag
         algo = (
             DEFAULT_CP_ALGO
             if megatron
-            else choice(
-                CpAlgo,
-                launch.value("--context-parallel-algo") or DEFAULT_CP_ALGO,
-                "--context-parallel-algo",
-                ScriptError,
-            )
+            else choice(CpAlgo, launch.value(flag) or DEFAULT_CP_ALGO, flag, ScriptError)
         )
     vpp = _vpp(launch, pp, total_layers, warn)
     try:
@@ -272,7 +269,9 @@ def read_strategy(
             **_recompute(launch, warn),
             **_schedule(launch, is_moe),
         )
-        return layout.replace(**read_switches(launch.has, KnobContext.of(layout, is_moe)))
+        return layout.replace(
+            **read_switches(launch.has, KnobContext.of(layout, is_moe, dispatcher))
+        )
     except StrategyError as exc:
         raise ScriptError(f"the script's parallel flags are inconsistent: {exc}") from None
 
@@ -280,8 +279,8 @@ def read_strategy(
 def _schedule(launch: Launch, is_moe: bool) -> dict:
     """MindSpeed's pipeline schedule (`--schedules-method dualpipev`) and MoE forward/backward
     overlap (`--moe-fb-overlap`, MoE models only)."""
-    method = launch.value("--schedules-method")
+    method = launch.value(CHOICES["dualpipev"].flag)
     return {
-        "dualpipev": method == "dualpipev",
-        "moe_fb_overlap": is_moe and launch.has("--moe-fb-overlap"),
+        "dualpipev": method == Schedule.DUALPIPEV,
+        "moe_fb_overlap": is_moe and launch.has(CHOICES["moe_fb_overlap"].flag),
     }

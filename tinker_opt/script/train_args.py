@@ -6,6 +6,7 @@ precision-aware optimizer, Megatron-Core recompute modules, MindSpeed's activati
 from __future__ import annotations
 
 from tinker_opt.errors import ScriptError
+from tinker_opt.knobs import LAYOUT
 from tinker_opt.script import versions
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.model_args import float_value, int_value
@@ -15,6 +16,9 @@ from tinker_opt.script.strategy_args import read_strategy
 from tinker_opt.specs import FrameworkInfo, ModelSpec, StepFlags, TrainSpec
 
 _LORA_FLAGS = ("--lora-r", "--lora-alpha", "--lora-target-modules")
+ULYSSES_DEGREE_FLAG = "--ulysses-degree-in-cp"
+"""hybrid_cp_algo's Ulysses group (a value companion of the cp_algo record: the writer keeps it
+with hybrid only)."""
 
 
 def _is_full_tune(name: str, launch: Launch) -> bool:
@@ -88,6 +92,7 @@ def train_spec(
         megatron=flavour == "megatron",
         warn=warn,
         mtp_layers=model.mtp_num_layers,
+        dispatcher=model.moe_token_dispatcher_type,
     )
     framework = FrameworkInfo(
         flavour=flavour,
@@ -95,7 +100,7 @@ def train_spec(
         launcher=launch.launcher,
         entry=launch.entry_source,
     )
-    mbs = int_value(launch, "--micro-batch-size", 1)
+    mbs = int_value(launch, LAYOUT["mbs"].flag, int(LAYOUT["mbs"].default))
     return TrainSpec(
         micro_batch_size=mbs,
         nnodes=nodes,
@@ -111,7 +116,7 @@ def train_spec(
         swap_attention=launch.has("--swap-attention"),
         gradient_accumulation_fusion=not launch.has("--no-gradient-accumulation-fusion"),
         optimizer_precision=optimizer_precision(launch),
-        ulysses_degree_in_cp=int_value(launch, "--ulysses-degree-in-cp"),
+        ulysses_degree_in_cp=int_value(launch, ULYSSES_DEGREE_FLAG),
         step_flags=step_flags(launch, flavour),
         recompute_modules=recompute_modules(launch),
         **_activation_recompute(launch, version_range),

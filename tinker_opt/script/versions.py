@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass
 
 from tinker_opt.errors import ConfigError
+from tinker_opt.knobs import CHOICES, flag_versions
 from tinker_opt.knobs import MEGATRON as _KNOB_MEGATRON
 from tinker_opt.knobs import MINDSPEED as _KNOB_MINDSPEED
-from tinker_opt.knobs import flag_versions
 
 MINDSPEED = "mindspeed"
 MEGATRON = "megatron"
@@ -32,18 +32,8 @@ _LATEST = (999,)
 _KNOB_SINCE, _KNOB_UNTIL = flag_versions()
 # Flag -> first version that has it, per family (absent: every version has it).
 FLAG_SINCE: dict[str, dict[str, tuple[int, ...] | None]] = {
-    "--moe-tp-extend-ep": {MINDSPEED: (2, 0, 0), MEGATRON: None},
-    "--num-layer-list": {MINDSPEED: (0, 9, 1), MEGATRON: None},
-    "--decoder-first-pipeline-num-layers": {MINDSPEED: None, MEGATRON: (0, 10)},
-    "--decoder-last-pipeline-num-layers": {MINDSPEED: None, MEGATRON: (0, 10)},
-    # Uneven virtual pipelines: Megatron-LM main after core_v0.12 (reference/script-conventions.md
-    # "Main adds"; the evidence table below dates them to 0.13). ASSUMPTION: MindSpeed-LLM never
-    # (one tests/poc script on master only; its --num-layer-list refuses a virtual pipeline).
-    "--pipeline-model-parallel-layout": {MINDSPEED: None, MEGATRON: (0, 13)},
-    "--account-for-embedding-in-pipeline-split": {MINDSPEED: None, MEGATRON: (0, 13)},
-    "--account-for-loss-in-pipeline-split": {MINDSPEED: None, MEGATRON: (0, 13)},
-    # The knobs' flags (overlap switches, layout sizes, vpp, the schedule, fb-overlap, the cp
-    # algorithm): declared with each knob (knobs.py).
+    # The knobs' flags (overlap switches, layout sizes and --moe-tp-extend-ep, the layer split,
+    # vpp, the schedule, fb-overlap, the cp algorithm): declared with each knob (knobs.py).
     **_KNOB_SINCE,
     # MindSpeed-LLM: first release whose examples use them (reference/script-conventions.md).
     "--overlap-p2p-communication": {MINDSPEED: (0, 9, 1), MEGATRON: (0, 0)},
@@ -64,13 +54,8 @@ FLAG_UNTIL: dict[str, dict[str, tuple[int, ...]]] = {
 P2P_OVERLAP_DEFAULT_SINCE = {MINDSPEED: (2, 0, 0), MEGATRON: (0, 8)}
 """First version whose interleaved schedule overlaps p2p communication by default."""
 
-CP_ALGO_SINCE: dict[str, tuple[int, ...]] = {
-    "megatron_cp_algo": (0, 9, 3),
-    "ulysses_cp_algo": (0, 9, 3),
-    "hybrid_cp_algo": (0, 9, 3),
-    "adaptive_cp_algo": (2, 0, 0),
-    "kvallgather_cp_algo": (26, 1, 0),
-}
+CP_ALGO_SINCE: dict[str, tuple[int, ...]] = CHOICES["cp_algo"].value_since
+"""First MindSpeed-LLM release with each context-parallel algorithm (the cp_algo record, knobs.py)."""
 
 UNALIGNED_ULYSSES_SINCE: tuple[int, ...] = (2, 1, 0)
 """First MindSpeed-LLM release assumed to run Ulysses with num_attention_heads not a multiple of

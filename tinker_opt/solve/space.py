@@ -14,9 +14,9 @@ import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from tinker_opt.choices import CpAlgo, Recompute
+from tinker_opt.choices import Recompute, Schedule
 from tinker_opt.errors import ConfigError
-from tinker_opt.knobs import search_choices
+from tinker_opt.knobs import CHOICES, KnobContext, search_choices, switched_off_with
 from tinker_opt.layer_stack import dualpipev_even
 from tinker_opt.rules import LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES
 from tinker_opt.strategy import (
@@ -27,8 +27,9 @@ from tinker_opt.strategy import (
     Strategy,
 )
 
-SEARCHED_CP_ALGOS = (CpAlgo.MEGATRON.value, CpAlgo.ULYSSES.value)
-"""Context-parallel algorithms searched by default (kvallgather can be simulated and allowed)."""
+SEARCHED_CP_ALGOS: tuple[str, ...] = CHOICES["cp_algo"].searched_choices
+"""Context-parallel algorithms searched by default (the cp_algo record's searched values;
+kvallgather can be simulated and allowed)."""
 DEFAULT_MAX_MBS = 8
 UNEVEN_MAX_VPP = 4
 """Largest vpp tried with uneven virtual stages. ASSUMPTION: the published uneven layouts use 2 to
@@ -67,7 +68,7 @@ class SearchSpace:
     divides the layers the search keeps the even interleaved splits."""
     require_dist_opt: bool = False
     """Only strategies with the distributed optimizer (MindSpeed's --swap-optimizer needs it)."""
-    zero_levels: tuple[int, ...] = (0, 1)
+    zero_levels: tuple[int, ...] = CHOICES["zero"].searched_choices
     """ZeRO stages searched (strategy.ZERO_LEVELS; 1 = the distributed optimizer); a stage >= 1
     needs a data-parallel group and allow_dist_opt."""
     etp_follows_tp: bool = False
@@ -76,7 +77,7 @@ class SearchSpace:
     recompute_methods: tuple[str, ...] = RECOMPUTE_METHODS
     """Megatron's `--recompute-method` values searched with full recompute (model/recompute.py)."""
     cp_algos: tuple[str, ...] = SEARCHED_CP_ALGOS
-    schedules: tuple[str, ...] = ("1f1b",)
+    schedules: tuple[str, ...] = (CHOICES["dualpipev"].default.value,)
     """Pipeline schedules searched (strategy.SCHEDULES); `dualpipev` only where the framework
     version has it (expressible.py search_space_for)."""
     fb_overlap: bool = False
@@ -210,7 +211,12 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
     # The overlap switches depend on the layout, the ZeRO stage and vpp alone (knobs.KnobContext):
     # listed once per stage and vpp.
     overlaps = {
-        (z, v): overlap_choices(base.replace(zero=z, vpp=v), model.is_moe, space.overlaps)
+        (z, v): overlap_choices(
+            base.replace(zero=z, vpp=v),
+            model.is_moe,
+            space.overlaps,
+            model.moe_token_dispatcher_type,
+        )
         for z in zeros
         for v in vpps
     }
@@ -232,25 +238,28 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
 
 def schedule_choices(s: Strategy, space: SearchSpace) -> Iterator[Strategy]:
     """The strategy under each searched schedule and fb-overlap setting. DualPipeV and the
-    fb-overlap exclude the asynchronous gradient reduce (rules._rule_schedule), so those variants
-    turn it (and the parameter gather that needs it) off; fb-overlap also replaces the MoE
-    all-to-all overlap."""
+    fb-overlap exclude switches (their records' `excludes`: the asynchronous gradient reduce;
+    fb-overlap also replaces the MoE all-to-all overlap; rules._rule_schedule), so those variants
+    turn them off, with the switches that require them (the parameter gather)."""
     for schedule in space.schedules:
-        if schedule != "1f1b" and s.vpp > 1:
+        if schedule != Schedule.ONE_F_ONE_B and s.vpp > 1:
             continue
-        for fb in (False, True) if space.fb_overlap else (False,):
-            if schedule == "1f1b" and not fb:
+        for fb in CHOICES["moe_fb_overlap"].choices if space.fb_overlap else (False,):
+            if schedule == Schedule.ONE_F_ONE_B and not fb:
                 yield s
                 continue
-            off = {"overlap_grad_reduce": False if s.overlap_grad_reduce is not None else None}
-            off["overlap_param_gather"] = False if s.overlap_param_gather is not None else None
-            if fb and s.overlap_moe_comm is not None:
-                off["overlap_moe_comm"] = False
-            yield s.replace(dualpipev=schedule == "dualpipev", moe_fb_overlap=fb, **off)
+            excluded = CHOICES["dualpipev"].excludes if schedule == Schedule.DUALPIPEV else ()
+            excluded += CHOICES["moe_fb_overlap"].excludes if fb else ()
+            off = {
+                key: False
+                for key in switched_off_with(frozenset(excluded))
+                if getattr(s, key) is not None
+            }
+            yield s.replace(dualpipev=schedule == Schedule.DUALPIPEV, moe_fb_overlap=fb, **off)
 
 
 def overlap_choices(
-    s: Strategy, is_moe: bool, allowed: tuple[str, ...] | None
+    s: Strategy, is_moe: bool, allowed: tuple[str, ...] | None, dispatcher: str | None = None
 ) -> list[dict[str, bool | None]]:
     """The overlap switches of an outer configuration (knobs.search_choices: on where allowed,
     accepted and useful, off where they exist but not, None where they do not exist; one choice
@@ -258,4 +267,4 @@ def overlap_choices(
     overlap). `allowed` None: the backend has none of these knobs, every key stays None."""
     if allowed is None:
         return [dict.fromkeys(OVERLAP_KEYS)]
-    return search_choices(s, is_moe, allowed)
+    return search_choices(KnobContext.of(s, is_moe, dispatcher), allowed)

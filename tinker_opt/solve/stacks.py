@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from tinker_opt.choices import Recompute, RecomputeMethod
+from tinker_opt.choices import Recompute, RecomputeMethod, Schedule
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
 from tinker_opt.solve.form_split import (
@@ -109,7 +109,7 @@ class Stack(ABC):
         return (
             c.vpp > 1
             and c.uneven_vpp
-            and c.schedule != "dualpipev"
+            and c.schedule != Schedule.DUALPIPEV
             and c.num_layers % (c.num_stages * c.vpp) != 0
         )
 

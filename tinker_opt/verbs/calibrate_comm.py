@@ -94,6 +94,7 @@ def run_calibrate_comm(comm_path: Path, hardware: str, output: Path) -> dict[str
     """Fit, write the description to `output`, price every measured row on it; the report."""
     from tinker_opt.hardware import HardwareSpec, load_hardware, write_hardware_json
     from tinker_opt.hardware.comm_fit import fit_comm, fitted_description
+    from tinker_opt.hardware.links import op_dict
     from tinker_opt.profile.store import read_comm_csv
 
     if not comm_path.is_file():
@@ -122,9 +123,9 @@ def run_calibrate_comm(comm_path: Path, hardware: str, output: Path) -> dict[str
                 "tier": fit.tier,
                 "bandwidth_gbs": fit.link.bandwidth_gbs,
                 "latency_us": fit.link.latency_us,
-                "ops": {
-                    op: {"bandwidth_gbs": bw, "latency_us": lat} for op, bw, lat in fit.link.ops
-                },
+                "ops": {op: op_dict(regimes) for op, regimes in fit.link.ops},
+                "rows": fit.result.num_samples,
+                "parameters": fit.parameters,
             }
             for fit in fits
         ],

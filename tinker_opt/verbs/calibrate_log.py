@@ -31,12 +31,14 @@ LINK_KEYS = ("intra_node", "inter_node", "domain")
 
 
 def _slowed_links(data: dict[str, Any], factor: float) -> None:
-    """Every link of the description's JSON (and its per-op figures) `factor` times slower, in
-    place: bandwidth / factor,
+    """Every link of the description's JSON (and its per-op figures, each size regime) `factor`
+    times slower, in place: bandwidth / factor,
     latency x factor (time = steps x latency + traffic / bandwidth, comm_cost)."""
     for key in LINK_KEYS:
         if key in data:
-            for link in (data[key], *data[key].get("ops", {}).values()):
+            ops = data[key].get("ops", {}).values()
+            small = [regime for op in ops for regime in op.get("small", [])]
+            for link in (data[key], *ops, *small):
                 link["bandwidth_gbs"] = link["bandwidth_gbs"] / factor
                 link["latency_us"] = link["latency_us"] * factor
 

@@ -39,8 +39,9 @@ COMM_TERMS = ("comm_ms", "dp_sync_ms")
 FIXED_COST_TERMS = ("fixed_ms",)
 """Breakdown terms of fixed time (the description's fixed_ms_per_microbatch)."""
 HOST_TERMS = ("host_ms",)
-"""The host's issue time above the GPU's (costs/fixed_costs.py): priced from operator counts, at
-neither the device's efficiency nor a fitted figure, so kept as it is."""
+"""The host's issue time above the GPU's, dense and MoE layers alike (costs/fixed_costs.py
+layer_host_time): priced from operator counts, at neither the device's efficiency nor a fitted
+figure, so kept as it is."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from tinker_opt.verbs.common import (
     read_optional_script,
     script_warnings,
 )
-from tinker_opt.verbs.profile import run_profile
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,15 @@ SEARCH_SCRIPT = "(positionally or with --pretrain-script-path-search)"
 
 
 def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
-    """Load a profile, solve, and write the results folder."""
+    """Load a profile, solve, and write the results folder (its pictures drawn by a worker that
+    imports matplotlib while the search runs: emit/picture_worker.py)."""
+    from tinker_opt.emit.picture_worker import picture_worker
+
+    with picture_worker() as pictures:
+        return _run_search(settings, log, pictures)
+
+
+def _run_search(settings: SearchSettings, log: RunLog, pictures) -> SearchOutcome:
     from tinker_opt.emit.search_folder import write_infeasible_folder, write_search_folder
 
     if settings.log:
@@ -78,7 +85,7 @@ def run_search(settings: SearchSettings, *, log: RunLog) -> SearchOutcome:
     result = best.result
     chosen = _choices(best, run, cost_model, log)
     folder, warnings = write_search_folder(
-        run, result, chosen, warnings, log, log.lines, precisions=best.ranked
+        run, result, chosen, warnings, log, log.lines, precisions=best.ranked, pictures=pictures
     )
     return SearchOutcome(
         folder=folder,
@@ -303,6 +310,7 @@ def run_all(
 ) -> tuple[Path, SearchOutcome]:
     """Profile the script, then search that profile with the profiled script; (profile folder, outcome)."""
     from tinker_opt.emit.results import check_writable
+    from tinker_opt.verbs.profile import run_profile  # here: `search` alone never profiles
 
     check_writable(Path(search.output_dir))
     folder = run_profile(profile, progress=progress, log=None)

@@ -1,0 +1,144 @@
+"""Size regimes of a collective (comm_cost.Regime): fitted (hardware/fit.py fit_regimes), written in
+a description (LinkSpec.ops "small"), priced by the cost model (costs/comm_model.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pandas as pd
+import pytest
+
+from tinker_opt.comm_cost import Regime, collective_time_us, regime_at
+from tinker_opt.costs.comm_model import CommModel, GroupPlacement
+from tinker_opt.errors import ConfigError
+from tinker_opt.hardware import LinkSpec, comm_table, load_hardware
+from tinker_opt.hardware.regime_fit import fit_regimes
+from tinker_opt.verbs.calibrate_comm import run_calibrate_comm
+
+SIZES = [32768 * 2**i for i in range(8)]  # 32 KiB .. 4 MiB, as profile-comm measures
+TWO = (Regime(0, 8.0, 90.0), Regime(262144, 1.5, 40.0))  # flat below 256 KiB, slower above
+
+
+def _curve(op: str, regimes, noise: float, seed: int = 0) -> list[float]:
+    """Times of `op` (2 ranks) at SIZES under `regimes`, each off by up to +-noise (uniform,
+    seeded: the same rows every run)."""
+    draw = random.Random(seed)
+    out = []
+    for nbytes in SIZES:
+        r = regime_at(regimes, nbytes)
+        time_us = collective_time_us(op, 2, nbytes, r.bandwidth_gbs, r.latency_us)
+        out.append(time_us * (1 + noise * draw.uniform(-1, 1)))
+    return out
+
+
+def test_fit_finds_the_switch_and_each_regime():
+    """Rows with a protocol switch at 256 KiB (2 % noise): two regimes, the switch where it is,
+    the large regime's bandwidth within 5 % (the small one's times are mostly latency, which
+    leaves its bandwidth loose), every row within 5 %; 4 figures and the switch for 8 rows."""
+    times = _curve("all_reduce", TWO, 0.02)
+    fit = fit_regimes(["all_reduce"] * 8, [2] * 8, SIZES, times)
+    assert [r.from_bytes for r in fit.regimes] == [0, 262144]
+    assert fit.regimes[1].bandwidth_gbs == pytest.approx(1.5, rel=0.05)
+    assert fit.regimes[0].latency_us == pytest.approx(90.0, rel=0.05)
+    assert fit.result.max_abs_rel_error < 0.05 and fit.parameters == 4  # + the switch, a tier's
+
+
+def test_a_line_with_noise_keeps_one_regime():
+    """An alpha-beta line with 3 % noise: a switch does not pay for its three figures."""
+    one = (Regime(0, 2.0, 60.0),)
+    fit = fit_regimes(["all_to_all"] * 8, [2] * 8, SIZES, _curve("all_to_all", one, 0.03))
+    assert len(fit.regimes) == 1 and fit.parameters == 2
+    assert fit.regimes[0].bandwidth_gbs == pytest.approx(2.0, rel=0.05)
+
+
+def test_regimes_round_trip_and_checks():
+    """An op's small regimes load from JSON and write back the same; for_op picks the regime of
+    the size; below_bytes out of order is a one-line error."""
+    figures = {"bandwidth_gbs": 1.5, "latency_us": 40.0}
+    figures["small"] = [{"below_bytes": 262144, "bandwidth_gbs": 8.0, "latency_us": 90.0}]
+    link = LinkSpec(2.0, 10.0, None, {"all_reduce": figures})
+    assert link.regimes("all_reduce") == TWO and link.regimes("all_gather") == (
+        Regime(0, 2.0, 10.0),
+    )
+    assert link.for_op("all_reduce", 65536) == LinkSpec(8.0, 90.0)
+    assert link.for_op("all_reduce") == link.for_op("all_reduce", 1 << 30) == LinkSpec(1.5, 40.0)
+    spec = load_hardware("h100-80gb")
+    data = spec.to_dict()
+    data["inter_node"]["ops"] = {"all_reduce": figures}
+    assert type(spec).from_dict(data).to_dict()["inter_node"] == data["inter_node"]
+    bad = {**figures, "small": [{**figures["small"][0], "below_bytes": 0}]}
+    with pytest.raises(ConfigError, match="increasing below_bytes"):
+        LinkSpec(2.0, 10.0, None, {"all_reduce": bad})
+
+
+def test_cost_model_prices_a_description_with_regimes():
+    """comm_table writes rows around the switch, the cost model's fit of them finds it again:
+    every size priced as the regimes say, the 2-node inter-node group too."""
+    spec = load_hardware("h100-80gb")
+    data = spec.to_dict()
+    small = [{"below_bytes": 262144, "bandwidth_gbs": 80.0, "latency_us": 30.0}]
+    data["inter_node"]["ops"] = {
+        "all_reduce": {"bandwidth_gbs": 20.0, "latency_us": 8.0, "small": small}
+    }
+    spec = type(spec).from_dict(data)
+    model = CommModel(comm_table(spec, max_group_size=8), hardware=spec)
+    two_nodes = GroupPlacement("inter_node", 1, 2)
+    for nbytes in (65536, 131072, 262144, 1 << 24):
+        r = spec.inter_node.for_op("all_reduce", nbytes)
+        want = collective_time_us("all_reduce", 2, nbytes, r.bandwidth_gbs, r.latency_us)
+        assert model.time_us("all_reduce", 2, two_nodes, nbytes) == pytest.approx(want, rel=1e-4)
+        transfer = collective_time_us("all_reduce", 2, nbytes, r.bandwidth_gbs, 0.0)
+        assert model.transfer_us("all_reduce", 2, two_nodes, nbytes) == pytest.approx(
+            transfer, abs=0.01
+        )
+
+
+def test_transfer_is_time_less_latency_on_one_regime():
+    """Without regimes transfer_us is time_us(n) - time_us(0), the data-parallel slope before."""
+    spec = load_hardware("910b")
+    model = CommModel(comm_table(spec, max_group_size=16), hardware=spec)
+    for place in (GroupPlacement("intra_node", 8, 1), GroupPlacement("inter_node", 8, 2)):
+        for op in ("all_reduce", "reduce_scatter", "all_gather"):
+            n = 3e8
+            slope = model.time_us(op, 16, place, n) - model.time_us(op, 16, place, 0.0)
+            assert model.transfer_us(op, 16, place, n) == pytest.approx(slope, rel=1e-9)
+
+
+def test_calibrate_fits_regimes_within_ten_percent(tmp_path):
+    """calibrate --comm on rows with a switch (3 % noise): each op's regimes in the written
+    description, every row priced back within 10 %, fewer figures than rows."""
+    rows = []
+    for scope in ("intra_node", "inter_node"):
+        for op in ("all_reduce", "all_gather", "all_to_all"):
+            for nbytes, t in zip(SIZES, _curve(op, TWO, 0.03), strict=True):
+                rows.append((op, 2, scope, nbytes, t))
+    folder = tmp_path / "comm"
+    folder.mkdir()
+    pd.DataFrame(rows, columns=["op", "group_size", "scope", "bytes", "time_us"]).to_csv(
+        folder / "comm.csv", index=False
+    )
+    topology = {"num_nodes": 2, "devices_per_node": 2, "hostnames": []}
+    (folder / "meta.json").write_text(json.dumps({"comm_profile": {"topology": topology}}))
+    report = run_calibrate_comm(folder / "comm.csv", "a100-80gb", tmp_path / "mine.json")
+    assert max(r["max_abs_error"] for r in report["residuals"]) < 0.10
+    for tier in report["tiers"]:
+        assert tier["ops"]["all_reduce"]["small"][0]["below_bytes"] == 262144
+        assert tier["parameters"] < tier["rows"] == 24
+
+
+def test_log_calibration_slows_every_regime():
+    """calibrate --log's communication factor reaches each op's small regimes too."""
+    from tinker_opt.verbs.calibrate_log import _slowed_links
+
+    small = [{"below_bytes": 262144, "bandwidth_gbs": 8.0, "latency_us": 90.0}]
+    data = {"inter_node": {"bandwidth_gbs": 40.0, "latency_us": 10.0}}
+    data["inter_node"]["ops"] = {
+        "all_reduce": {"bandwidth_gbs": 20.0, "latency_us": 10.0, "small": small}
+    }
+    _slowed_links(data, 2.0)
+    assert data["inter_node"]["ops"]["all_reduce"]["small"][0] == {
+        "below_bytes": 262144,
+        "bandwidth_gbs": 4.0,
+        "latency_us": 180.0,
+    }

@@ -1,0 +1,248 @@
+"""The record types of the knob registry (knobs.py holds the records, one per knob).
+
+A record says, once, what each stage needs to know of a knob: the flags that spell it with the
+framework versions that have each (`Spelling`), its values, its default, the flags that only mean
+something with it (removed with it), where it exists and what it needs. The reader
+(script/strategy_args.py), the writers (emit/strategy_plan.py, expressible.py), the rules
+(rules.py), the search space (solve/space.py), the version table (script/versions.py) and the
+flag table `inspect` reports from (script/flags.py) read these fields; none of them lists a
+knob's flags or values of its own (ARCHITECTURE.md, "The knob registry").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Version = tuple[int, ...]
+MINDSPEED, MEGATRON = "mindspeed", "megatron"
+"""The framework families (script/versions.py uses the same two names)."""
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """One flag that spells a knob, the framework versions that have it, and what it says."""
+
+    flag: str
+    since: dict[str, Version | None]
+    """Family -> first version with the flag; None: the family never has it."""
+    until: dict[str, Version] = field(default_factory=dict)
+    """Family -> first version without it (renamed or removed)."""
+    role: str = ""
+    """What this flag says of a knob that several flags spell ("" = the knob's own flag); the
+    record's docstring names its roles."""
+    words: tuple[str, ...] = ()
+    """The flag's values where it names the knob's values otherwise (index = the knob's value)."""
+    effect: str = ""
+    """Its row of the README flag table where it differs from the knob's (script/flags.py)."""
+
+
+def spell(
+    flag: str,
+    mindspeed: Version | None,
+    megatron: Version | None,
+    *,
+    until_mindspeed: Version | None = None,
+    role: str = "",
+    effect: str = "",
+) -> Spelling:
+    """A Spelling from its first MindSpeed-LLM and Megatron-LM versions (and a rename)."""
+    until = {MINDSPEED: until_mindspeed} if until_mindspeed else {}
+    return Spelling(flag, {MINDSPEED: mindspeed, MEGATRON: megatron}, until, role, effect=effect)
+
+
+def spell_always(
+    flag: str, role: str = "", words: tuple[str, ...] = (), effect: str = ""
+) -> Spelling:
+    """A flag every version of both families has (no row in the version table)."""
+    return Spelling(flag, {}, role=role, words=words, effect=effect)
+
+
+class Layout(Protocol):
+    """What a knob's context reads of a strategy (strategy.Strategy)."""
+
+    @property
+    def tp(self) -> int: ...
+    @property
+    def sp(self) -> bool: ...
+    @property
+    def ep(self) -> int: ...
+    @property
+    def vpp(self) -> int: ...
+    @property
+    def dist_opt(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class KnobContext:
+    """What decides where a knob exists and is accepted: the strategy's layout and the model."""
+
+    tp: int
+    sp: bool
+    ep: int
+    vpp: int
+    dist_opt: bool
+    is_moe: bool
+    dispatcher: str | None = None
+    """The model's `--moe-token-dispatcher-type` (None: not known, or a dense model)."""
+
+    @classmethod
+    def of(cls, s: Layout, is_moe: bool, dispatcher: str | None = None) -> KnobContext:
+        return cls(s.tp, s.sp, s.ep, s.vpp, s.dist_opt, is_moe, dispatcher if is_moe else None)
+
+
+def _always(context: KnobContext) -> bool:
+    return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Knob:
+    """One boolean strategy knob (a switch): its flags, where it applies, what it needs."""
+
+    key: str
+    """The Strategy key (strategy.OVERLAP_KEYS: the registry's switches in their order)."""
+    spellings: tuple[Spelling, ...]
+    """The flags that switch it on, MindSpeed-LLM's first, Megatron-LM's last, with the versions
+    that have each; the writer keeps the script's own spelling, else the first the version has."""
+    exists: Callable[[KnobContext], bool] = _always
+    """Where the knob exists; elsewhere the schema's value is None and the writer removes it."""
+    accepts: Callable[[KnobContext], bool] = _always
+    """Where the framework accepts it on (a rule of rules.py; `needs` says it in words)."""
+    needs: str = ""
+    """Why `accepts` is false, in words, for the rule's message."""
+    requires: tuple[str, ...] = ()
+    """Knobs that must not be off (False) when this one is on."""
+    excludes: tuple[str, ...] = ()
+    """Knobs that cannot be on together with this one (either way round: `excluded_pairs`)."""
+    pays_off: Callable[[KnobContext], bool] = _always
+    """Where the search turns it on: there is a collective for it to hide (costs/overlap.py
+    prices an overlap as the part that cannot hide, never more than without it)."""
+    priced: bool = True
+    """Whether the cost model prices it; an unpriced knob is read and written back as the script
+    has it (the search leaves it None, "keep the script's setting") and never chosen."""
+    added_by_search: bool = True
+    """Whether the search may switch it on in a script that does not have it (else only where
+    the script already sets it: expressible.searched_overlaps)."""
+    companions: tuple[str, ...] = ()
+    """Flags that only mean something with it on: the writer removes them with it."""
+    effect: str = ""
+    """What it changes, in words: the README flag table's row of its flags (script/flags.py)."""
+    source: str = ""
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return tuple(spelling.flag for spelling in self.spellings)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutKnob:
+    """A knob of the parallel layout that one flag spells: a size with its value, or a switch."""
+
+    key: str
+    """The Strategy field."""
+    spelling: Spelling
+    """The flag and the framework versions that have it."""
+    others: tuple[Spelling, ...] = ()
+    """Further flags that set it (by role; etp: `--moe-tp-extend-ep`, etp 1 on MindSpeed-LLM)."""
+    default: int | bool = 1
+    """What the framework runs without the flag (the writer then leaves the flag out)."""
+    group: str = "parallel"
+    """The flags the writer adds it next to (emit/strategy_plan.py anchors)."""
+    effect: str = "parallel sizes"
+    """Its row of the README flag table."""
+    source: str = "NVIDIA/Megatron-LM megatron/training/arguments.py"
+
+    @property
+    def flag(self) -> str:
+        return self.spelling.flag
+
+    @property
+    def spellings(self) -> tuple[Spelling, ...]:
+        return (self.spelling, *self.others)
+
+    def flag_for(self, role: str) -> str:
+        """The flag of `role` (`Spelling.role`)."""
+        return _one(self.key, self.spellings, role)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChoiceKnob:
+    """A knob that is more than a switch or one size: a choice (its StrEnum, choices.py), a count,
+    a stage or a schedule, possibly spelled by several flags (told apart by `Spelling.role`)."""
+
+    key: str
+    """The field: of the Strategy (`home` "strategy"), the ModelSpec ("model") or TrainSpec ("job")."""
+    spellings: tuple[Spelling, ...]
+    kind: type
+    """The value's type: a StrEnum of choices.py for a choice, else int or bool."""
+    rules: str
+    """Where its validity rules are (module.function)."""
+    priced: str
+    """Where the cost model prices it."""
+    searched: bool
+    """Whether the search chooses it (else it is read and written back as the script has it)."""
+    values: tuple[Any, ...] = ()
+    """Every value it takes (empty: the members of `kind`, a StrEnum)."""
+    searched_values: tuple[Any, ...] | None = None
+    """The values the search tries unless told otherwise (None: every value)."""
+    default: Any = None
+    """The value the framework runs without its flag (the writer leaves the flag out for it)."""
+    value_since: dict[str, Version] = field(default_factory=dict)
+    """Value -> the first MindSpeed-LLM version that has it (a value missing: never)."""
+    companions: tuple[str, ...] = ()
+    """Flags that only mean something with it set (removed with it)."""
+    value_companions: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+    """(flags, the values they need): flags removed when the knob takes another value."""
+    excludes: tuple[str, ...] = ()
+    """Switches (knobs.KNOBS) that cannot be on with it set (its rule reads them; the search turns
+    them off with it, and the switches that require them: knobs.switched_off_with)."""
+    home: str = "strategy"
+    effect: str = ""
+    """Its row of the README flag table (script/flags.py)."""
+    source: str = "NVIDIA/Megatron-LM megatron/training/arguments.py"
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return tuple(spelling.flag for spelling in self.spellings)
+
+    @property
+    def flag(self) -> str:
+        """The knob's own flag (role "")."""
+        return self.flag_for("")
+
+    def flag_for(self, role: str) -> str:
+        """The one flag of `role`."""
+        return _one(self.key, self.spellings, role)
+
+    def flags_for(self, role: str) -> tuple[str, ...]:
+        """Every flag of `role`, in the record's order."""
+        return tuple(s.flag for s in self.spellings if s.role == role)
+
+    def words_for(self, role: str) -> tuple[str, ...]:
+        """The values the flag of `role` spells, by the knob's value."""
+        return next(s.words for s in self.spellings if s.role == role)
+
+    @property
+    def choices(self) -> tuple[Any, ...]:
+        """Every value, as plain values (a StrEnum's spellings)."""
+        values = self.values or tuple(self.kind)  # type: ignore[arg-type]
+        return tuple(getattr(v, "value", v) for v in values)
+
+    @property
+    def searched_choices(self) -> tuple[Any, ...]:
+        """The values the search tries unless told otherwise."""
+        values = self.choices if self.searched_values is None else self.searched_values
+        return tuple(getattr(v, "value", v) for v in values)
+
+    def companions_off(self, value: object) -> tuple[str, ...]:
+        """The value companions that `value` does not keep."""
+        return tuple(
+            flag for flags, keep in self.value_companions if value not in keep for flag in flags
+        )
+
+
+def _one(key: str, spellings: tuple[Spelling, ...], role: str) -> str:
+    found = [s.flag for s in spellings if s.role == role]
+    assert len(found) == 1, (key, role, found)
+    return found[0]
