@@ -31,7 +31,8 @@ JOBS = {
 """Two sizes whose layers keep the GPU busier than the host issues them (costs/fixed_costs.py):
 a host-bound job's time does not follow the device factor, so it cannot determine it."""
 TRUE_SCALE, TRUE_FIXED_MS = 1.4, 3.0
-"""The machine the synthetic logs ran on: h100-80gb's ops 1.4 times slower, 3 ms per micro-batch."""
+"""The machine the synthetic logs ran on: h100-80gb's ops and links 1.4 times slower, 3 ms per
+micro-batch."""
 
 
 def _log_text(time_ms: float) -> str:
@@ -66,9 +67,10 @@ def machine(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
 
 def test_two_sizes_fit_device_and_fixed_time(machine, tmp_path):
     """Two logs of different size on one machine: the device factor and the fixed time come
-    back, both logs then within 2 % (from -36 % and -26 %), and the description says what was
+    back, both logs then within 3 % (from -36 % and -26 %), and the description says what was
     fitted and from which logs. Not exact: dividing the efficiency curves by a factor does not
-    scale every device-bound term by it (some are priced at the raw memory bandwidth), so the
+    scale every device-bound term by it (the optimizer step's passes, costs/step_costs.py, and
+    the unfused gradient add are priced at the raw memory bandwidth), so the
     device factor comes back within 5 % and the fixed time, a small share of these jobs, within
     10 %, not to the digit."""
     logs = [machine[name][0] for name in JOBS]
@@ -79,7 +81,7 @@ def test_two_sizes_fit_device_and_fixed_time(machine, tmp_path):
     assert report["fixed_ms_per_microbatch"] == pytest.approx(TRUE_FIXED_MS, rel=0.1)
     assert report["comm_scale"] is None
     assert all(abs(row["error_before"]) > 0.2 for row in report["logs"])
-    assert all(abs(row["error_after"]) < 0.02 for row in report["logs"])
+    assert all(abs(row["error_after"]) < 0.03 for row in report["logs"])
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["fixed_ms_per_microbatch"] == report["fixed_ms_per_microbatch"]
     fitted = " ".join(data["calibration"]["fitted"])
@@ -97,6 +99,7 @@ def test_one_log_fits_the_device_only_and_carries_with_the_fixed_time(machine, t
     )
     assert report["fixed_ms_per_microbatch"] is None and report["comm_scale"] is None
     assert len(report["fitted"]) == 1 and "device time x" in report["fitted"][0]
+    assert "communication with it" in report["fitted"][0]
     assert "fixed_ms_per_microbatch" not in json.loads(out.read_text(encoding="utf-8"))
 
 

@@ -113,7 +113,9 @@ def test_logging_and_checkpoint_flags_are_in_no_warning():
     for name in ("--log-throughput", "--ckpt-format", "--async-save", "--exit-interval"):
         assert flags.BY_NAME[name].treatment == "no effect"
         assert name not in named
-    assert "--log-params-norm" in (flags.unpriced_warning(info.launch) or "")
+    # Priced since costs/step_costs.py: the step's logging passes are no longer warned about.
+    assert "--log-params-norm" not in (flags.unpriced_warning(info.launch) or "")
+    assert info.train.step_flags.log_params_norm and info.train.step_flags.log_num_zeros_in_grad
 
 
 @pytest.mark.parametrize(
@@ -124,7 +126,7 @@ def test_logging_and_checkpoint_flags_are_in_no_warning():
         "--optimizer-cpu-offload",
         "--cuda-graph-impl",
         "--empty-unused-memory-level",
-        "--log-params-norm",
+        "--deterministic-mode",
     ],
 )
 def test_flags_that_change_time_or_memory_are_warned(name):

@@ -291,6 +291,27 @@ class OptimizerPrecision:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StepFlags:
+    """The launch's flags that add per-iteration or per-micro-batch work outside the layers
+    (priced by costs/step_costs.py)."""
+
+    clip_grad: bool = True
+    """Gradient clipping: `--clip-grad` above 0 (Megatron-LM's default 1.0)."""
+    log_params_norm: bool = False
+    """`--log-params-norm`: the parameters' L2 norm every iteration."""
+    log_num_zeros_in_grad: bool = False
+    """`--log-num-zeros-in-grad`: the gradients' zero count every iteration."""
+    load_batch: bool = False
+    """Price the data loader's batch per micro-batch: set for every launch the script reader reads;
+    a cost model built without one (JOB_DEFAULTS: Tinker folders set beside Tinker's own formula,
+    synthetic tests) prices no loader."""
+    batch_attention_mask: bool = False
+    """The data loader's batch holds the [b, 1, s, s] attention mask (Megatron-LM's
+    `--create-attention-mask-in-dataloader` default; off with `--no-create-attention-mask-in-dataloader`
+    and for MindSpeed-LLM launches)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class FrameworkInfo:
     """Which framework and version the script is written for, and how it launches."""
 
@@ -341,6 +362,8 @@ class TrainSpec:
     """Megatron-Core `--recompute-modules` (selective recompute by module; None: core_attn alone)."""
     optimizer_precision: OptimizerPrecision = field(default_factory=OptimizerPrecision)
     """Megatron's precision-aware optimizer dtypes (all fp32 without `--use-precision-aware-optimizer`)."""
+    step_flags: StepFlags = field(default_factory=StepFlags)
+    """Flags of the optimizer step and the data loader (costs/step_costs.py)."""
     ulysses_degree_in_cp: int | None = None
     """MindSpeed `--ulysses-degree-in-cp`: the Ulysses group size of `hybrid_cp_algo` (the ring
     runs over cp / this many ranks); None when the script does not give it

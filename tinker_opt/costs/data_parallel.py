@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinker_opt.costs.comm_model import GroupPlacement
+from tinker_opt.costs.step_costs import step_kernels_us, stream_bytes_per_us
 from tinker_opt.costs.term_context import TermContext
 from tinker_opt.costs.units import data_groups
 from tinker_opt.costs.zero_terms import (
@@ -44,7 +45,8 @@ from tinker_opt.strategy import Strategy
 
 ADAM_TOUCH_BYTES = 30
 """Bytes one Adam step moves per parameter: reads fp32 grad, master, m, v (16), writes master,
-m, v (12) and the bf16 weight (2); the step is memory-bound."""
+m, v (12) and the bf16 weight (2); the step is memory-bound, a streaming pass at the HBM
+bandwidth (costs/step_costs.py stream_bytes_per_us)."""
 
 
 def param_bytes(ctx: TermContext, s: Strategy, dense: int, expert: int) -> tuple[int, int]:
@@ -111,7 +113,8 @@ def tail_parts_us(
         grad, gather = grad + both - part, gather + part
     dp_cp, edp = data_groups(s, ctx.model.is_moe)
     local = dense / (dp_cp if s.dist_opt else 1) + expert / (edp if s.dist_opt else 1)
-    step_us = local * ADAM_TOUCH_BYTES / (ctx.mem_bw_gbs * 1e3)
+    step_us = local * ADAM_TOUCH_BYTES / stream_bytes_per_us(ctx)
+    step_us += step_kernels_us(ctx, dense + expert, local)  # zero grads, clip, logging passes
     if swaps(ctx, s):  # host->device and device->host copy of the rank's states (1 GB/s = 1e3 B/us)
         step_us += 2 * local * ctx.opt_state_bytes / (ctx.host_link_gbs * 1e3)
     return grad, gather, step_us

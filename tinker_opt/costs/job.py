@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tinker_opt.costs.recompute_modules import DEFAULT_MODULES
-from tinker_opt.specs import OptimizerPrecision
+from tinker_opt.specs import OptimizerPrecision, StepFlags
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +35,8 @@ class JobOptions:
     """Full recompute covers every layer or none (MindSpeed-LLM FSDP2's parallel.recompute)."""
     optimizer_precision: OptimizerPrecision = field(default_factory=OptimizerPrecision)
     """Gradient-buffer and optimizer-state dtypes (Megatron's precision-aware optimizer)."""
+    step: StepFlags = field(default_factory=StepFlags)
+    """Clipping, step logging and the batch's attention mask (costs/step_costs.py)."""
     ulysses_degree: int | None = None
     """The job's `--ulysses-degree-in-cp` (hybrid_cp_algo; rules.hybrid_ulysses_degree)."""
 

@@ -10,6 +10,7 @@ from tinker_opt.costs import overlap
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, sync_us, tail_slope_us
 from tinker_opt.costs.layer_comm import layer_comm_us
 from tinker_opt.costs.loss_terms import te_loss_saving_bytes
+from tinker_opt.costs.step_costs import batch_load_us, step_fixed_us
 from tinker_opt.costs.term_context import TermContext
 from tinker_opt.costs.units import chunks_per_rank, head_stage, m_tokens, ns_array
 from tinker_opt.costs.zero_terms import gathered_bytes, unit_exposed_us
@@ -67,6 +68,8 @@ def stage_terms(ctx: TermContext, s: Strategy, num_micro: int) -> dict:
     first_params, last_params = emb.param_count, norm.param_count + _head_params(ctx, s, head)
     emb_comm += unit_exposed_us(ctx, s, first_params)  # ZeRO 2/3 units (zero_terms.py)
     head_comm += unit_exposed_us(ctx, s, last_params)
+    for stage in range(p):  # the data loader's batch on the first and the head's stage
+        time[stage] += batch_load_us(ctx, s, stage == 0, stage == last)
     time[0] += emb.fwd_us + emb.bwd_us + emb_comm
     comm[0] += emb_comm
     mtp = _mtp_terms(ctx, s, norm, head, head_act)
@@ -228,7 +231,8 @@ def _stage_tails(ctx: TermContext, s: Strategy, first_params: int, last_params: 
         (sync_us(ctx, s, size, scope, 0.0, False) for size, scope in ctx.sync_groups(s)), 0.0
     )
     sync = np.full(p, latency, dtype=float)
-    total = np.full(p, latency, dtype=float)
+    # The optimizer step's scalar all-reduces, host syncs and launches (costs/step_costs.py).
+    total = np.full(p, latency + step_fixed_us(ctx, s), dtype=float)
     for index, params in ((0, first_params), (head_stage(s), last_params)):
         sync_part, opt_us = tail_slope_us(ctx, s, params, 0)
         sync[index] += sync_part

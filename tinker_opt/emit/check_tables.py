@@ -44,7 +44,7 @@ def check_table(result: dict[str, Any]) -> Table:
 def calibration_table(report: dict[str, Any]) -> Table:
     """Per log: measured time, prediction before and after the fit, and both errors."""
     comm, fixed = report.get("comm_scale"), report.get("fixed_ms_per_microbatch")
-    links = f", communication x {comm:.4f}" if comm is not None else ", communication as described"
+    links = f", communication x {comm:.4f}" if comm is not None else ", communication with it"
     if fixed is not None:
         links += f", fixed {fixed:.2f} ms per micro-batch"
     table = Table(title=f"calibrated: device time x {report['time_scale']:.4f}{links}")

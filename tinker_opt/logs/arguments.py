@@ -28,6 +28,7 @@ TOKENIZER_VOCAB = {
 _NEGATED = {
     "add_bias_linear": "--disable-bias-linear",
     "gradient_accumulation_fusion": "--no-gradient-accumulation-fusion",
+    "create_attention_mask_in_dataloader": "--no-create-attention-mask-in-dataloader",
 }
 _LEFT_OUT = {
     # Present in every dump with a default that is not a choice of the run.

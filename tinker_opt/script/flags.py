@@ -127,6 +127,11 @@ FLAGS: tuple[Flag, ...] = (
            "costs/swap_terms.py)", "--swap-attention"),
     *_rows("job", "weight gradients added to the main grad by a separate kernel per weight and micro-batch "
            "(costs/grad_accumulation.py)", "--no-gradient-accumulation-fusion"),
+    *_rows("job", "optimizer-step passes and scalar all-reduces each iteration: gradient clipping, Megatron-LM "
+           "training.py calc_params_l2_norm and count_zeros (costs/step_costs.py)", "--clip-grad",
+           "--log-params-norm", "--log-num-zeros-in-grad"),
+    *_rows("job", "the data loader's [b, 1, s, s] attention mask copied to the device and broadcast over tp "
+           "each micro-batch, unless this flag (costs/step_costs.py)", "--no-create-attention-mask-in-dataloader"),
     *_rows("job", "Ulysses group of hybrid_cp_algo: all-to-all over it, ring over cp / it (MindSpeed; "
            "rules.hybrid_ulysses_degree)", "--ulysses-degree-in-cp"),
     *_rows("job, not priced", "activation recompute in the first N layers of each chunk only; with it the "
@@ -184,8 +189,6 @@ FLAGS: tuple[Flag, ...] = (
            "--cuda-graph-scope", "--enable-cuda-graph", "--external-cuda-graph"),
     *_rows("not modelled", "caching-allocator cache emptied each iteration (time, reserved memory)",
            "--empty-unused-memory-level"),
-    *_rows("not modelled", "logging that reads every parameter or gradient each iteration (Megatron-LM "
-           "training.py calc_params_l2_norm, count_zeros)", "--log-params-norm", "--log-num-zeros-in-grad"),
     *_rows("not modelled", "deterministic kernels: TE's deterministic attention backward and NCCL's fixed "
            "reduction order (Megatron-LM arguments.py --deterministic-mode)", "--deterministic-mode"),
     *_rows("not modelled", "HybridEP backend of the flex dispatcher (priced as DeepEP)", "--moe-hybridep-num-sms"),
@@ -214,7 +217,7 @@ FLAGS: tuple[Flag, ...] = (
            "--tokenizer-name-or-path", "--tokenizer-model", "--tokenizer-not-use-fast", "--vocab-file",
            "--merge-file", "--prompt-type", "--is-instruction-dataset", "--stage", "--no-shared-storage",
            "--mock-data", "--data-cache-path", "--no-mmap-bin-files", "--num-workers", "--tiktoken-pattern",
-           "--no-create-attention-mask-in-dataloader", "--reset-position-ids"),
+           "--reset-position-ids"),
     *_rows("no effect", "logging, evaluation and checkpoints", "--log-interval", "--eval-interval", "--eval-iters",
            "--save", "--save-interval", "--tensorboard-dir", "--no-load-optim", "--no-load-rng", "--no-save-optim",
            "--no-save-rng", "--lora-load", "--distributed-backend", "--ai-framework", "--DDP-impl",
@@ -230,7 +233,7 @@ FLAGS: tuple[Flag, ...] = (
            "--no-check-for-nan-in-loss-and-grad", "--distributed-timeout-minutes", "--enable-experimental"),
     *_rows("no effect", "optimiser hyper-parameters, schedule and initialisation", "--lr", "--min-lr",
            "--lr-decay-style", "--lr-decay-iters", "--lr-warmup-fraction", "--lr-warmup-iters", "--train-iters",
-           "--weight-decay", "--adam-beta1", "--adam-beta2", "--clip-grad", "--initial-loss-scale", "--seed",
+           "--weight-decay", "--adam-beta1", "--adam-beta2", "--initial-loss-scale", "--seed",
            "--init-method-std", "--rampup-batch-size", "--moe-aux-loss-coeff", "--mtp-loss-scaling-factor",
            "--train-samples", "--lr-decay-samples", "--lr-warmup-samples", "--lr-warmup-init", "--decoupled-lr",
            "--decoupled-min-lr", "--moe-router-bias-update-rate", "--indexer-loss-coeff"),

@@ -10,12 +10,12 @@ from tinker_opt.errors import ScriptError
 from tinker_opt.knobs import LAYOUT
 from tinker_opt.script import versions
 from tinker_opt.script.launch import Launch
-from tinker_opt.script.model_args import int_value
+from tinker_opt.script.model_args import float_value, int_value
 from tinker_opt.script.optimizer_args import optimizer_precision
 from tinker_opt.script.recompute_args import recompute_modules
 from tinker_opt.script.strategy_args import read_strategy
 from tinker_opt.script.swap_recompute import swap_mlp_recompute
-from tinker_opt.specs import FrameworkInfo, ModelSpec, TrainSpec
+from tinker_opt.specs import FrameworkInfo, ModelSpec, StepFlags, TrainSpec
 
 _LORA_FLAGS = ("--lora-r", "--lora-alpha", "--lora-target-modules")
 ULYSSES_DEGREE_FLAG = "--ulysses-degree-in-cp"
@@ -120,6 +120,20 @@ def train_spec(
         gradient_accumulation_fusion=not launch.has("--no-gradient-accumulation-fusion"),
         optimizer_precision=optimizer_precision(launch),
         ulysses_degree_in_cp=int_value(launch, ULYSSES_DEGREE_FLAG),
+        step_flags=step_flags(launch, flavour),
         recompute_modules=swap_modules or recompute_modules(launch),
         **_activation_recompute(launch, version_range),
+    )
+
+
+def step_flags(launch: Launch, flavour: str) -> StepFlags:
+    """The step's clipping and logging flags and whether the batch holds the attention mask
+    (costs/step_costs.py): Megatron-LM's dataset builds it unless told not to."""
+    return StepFlags(
+        clip_grad=float_value(launch, "--clip-grad", 1.0) > 0,
+        log_params_norm=launch.has("--log-params-norm"),
+        log_num_zeros_in_grad=launch.has("--log-num-zeros-in-grad"),
+        load_batch=True,
+        batch_attention_mask=flavour == "megatron"
+        and not launch.has("--no-create-attention-mask-in-dataloader"),
     )

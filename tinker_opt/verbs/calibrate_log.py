@@ -1,19 +1,20 @@
 """`calibrate --log`: fit a hardware description to the iteration times of real runs.
 
 A log gives one number per job, its steady-state iteration time (logs/steady.py), so one log
-determines one parameter: the factor by which the device's ops run slower or faster than the
-description's efficiency curves say; exposed communication and fixed time are kept as described
-(one time cannot separate them from compute). Two or more logs also determine a fixed time per
-micro-batch where their jobs differ in size, and a communication factor where their layouts'
-communication shares differ (verbs/log_factors.py; never more factors than logs). The device
-factor divides every efficiency curve (hardware/efficiency.py slowed), the communication factor
-divides every link's bandwidth and multiplies its latency (`_slowed_links`, so each collective's
-alpha-beta time, comm_cost, scales by it), the fixed time is written as the description's
-`fixed_ms_per_microbatch`. The written description is then used for any job on the machine
-(`check LOG2 --hardware calibrated.json`, `search --hardware calibrated.json`); its
-`calibration.fitted` says which factors were fitted and from which logs. Every log is checked
-again on the fitted description: the residuals are measured, not derived (overlap and the costs
-priced at the raw memory bandwidth make the prediction not exactly linear in the factors).
+determines one parameter: the factor by which the machine runs slower or faster than its
+description says, the device's efficiency curves and its links alike (one time cannot separate
+them; verbs/log_factors.py says why alike); the fixed time is kept as described. Two or more logs
+also determine a fixed time per micro-batch where their jobs differ in size, and a communication
+factor where their layouts' communication shares differ (verbs/log_factors.py; never more factors
+than logs). The device factor divides every efficiency curve (hardware/efficiency.py slowed), the
+communication factor (the device factor where the logs fix none of its own) divides every link's
+bandwidth and multiplies its latency (`_slowed_links`, so each collective's alpha-beta time,
+comm_cost, scales by it), the fixed time is written as the description's
+`fixed_ms_per_microbatch`. The written description is then used for any job on the machine (`check
+LOG2 --hardware calibrated.json`, `search --hardware calibrated.json`); its `calibration.fitted`
+says which factors were fitted and from which logs. Every log is checked again on the fitted
+description: the residuals are measured, not derived (overlap and the costs priced at the raw
+memory bandwidth make the prediction not exactly linear in the factors).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def _fitted_description(
 ) -> tuple[dict, bool]:
     """The description's JSON with every curve (matmul, memory, and the FP8 matmul and attention
     curves where the description has them) `scale` times slower, every link `comm` times slower
-    where the logs determine it, and whether a cap was hit."""
+    (`scale` times where the logs determine no comm factor), and whether a cap was hit."""
     from tinker_opt.hardware.efficiency import OPTIONAL_CURVES, slowed
 
     curves, capped = {}, False
@@ -62,10 +63,9 @@ def _fitted_description(
             curves[name], hit = slowed(curve, scale)
             capped = capped or hit
     efficiency = replace(hardware.efficiency, **curves)
-    links = (
-        f", link bandwidths divided and latencies multiplied by {comm:.4f}"
-        if comm is not None
-        else ", links as described"
+    link = comm if comm is not None else scale  # no factor of their own: the device's
+    links = f", link bandwidths divided and latencies multiplied by {link:.4f}" + (
+        "" if comm is not None else " (with the device: the logs do not separate them)"
     )
     if fixed_ms is not None:
         links += f", fixed time {fixed_ms:.3f} ms per micro-batch and stage"
@@ -78,14 +78,14 @@ def _fitted_description(
     data = hardware.to_dict()
     data["name"] = f"{hardware.name} (calibrated on logs)"
     data["efficiency"] = {**efficiency.to_dict(), "notes": [*hardware.efficiency.notes, note]}
-    if comm is not None:
-        _slowed_links(data, comm)
+    _slowed_links(data, link)
     if fixed_ms is not None:
         data["fixed_ms_per_microbatch"] = fixed_ms
     data["calibration"] = {
         "logs": sources,
         "time_scale": scale,
         "comm_scale": comm,
+        "links_scale": link,
         "fixed_ms_per_microbatch": fixed_ms,
         "num_samples": fit.num_samples,
     }

@@ -248,6 +248,7 @@ def job_options(info: ScriptInfo):
         recompute_modules=train.recompute_modules or DEFAULT_MODULES,
         ulysses_degree=train.ulysses_degree_in_cp,
         optimizer_precision=train.optimizer_precision,
+        step=train.step_flags,
     )
 
 

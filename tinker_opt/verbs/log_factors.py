@@ -11,7 +11,13 @@ into the part that runs at the device's efficiency (`device`), the exposed commu
   each log's job (measured by pricing the job again with it, so the pipeline schedule's count of
   micro-batch slots is the cost model's own);
 * `comm` (logs of different layouts, when a log is left over after the others): how much slower
-  the links run than described.
+  the links run than described. Where the logs do not determine it, the links follow the device
+  factor: one time cannot say whether the described device or the described links are off, and
+  the logs of one machine say they are off alike (the Megatron CI 7B job on GB200 and on H100,
+  laid out tp 1 pp 4 (no tensor-parallel traffic) and tp 4 pp 1 (a quarter of its predicted time
+  in tensor-parallel collectives), is predicted 55 % / 54 % and 12 % / 10 % too fast on the two
+  machines: the same share whatever the communication share), so a factor on the device alone
+  would carry to a job of another communication share wrongly (GB200: +13 % / -13 %).
 
 Never more factors than logs, and a factor only where the logs' columns are not alike
 (hardware/fit.py well_conditioned); what is not fitted is kept as the description has it.
@@ -62,6 +68,8 @@ class Factors:
     fit: FitResult
     fitted: tuple[str, ...] = field(default=())
     """One line per factor: its value and the logs that determined it."""
+    links_follow_device: bool = False
+    """No communication factor of its own: the links are slowed by the device factor."""
 
 
 def split_of(result: dict[str, Any]) -> LogSplit:
@@ -101,19 +109,19 @@ def fit_logs(
     splits: list[LogSplit], sources: list[str], fixed_slots: list[float] | None
 ) -> Factors:
     """Fit what the logs determine. `fixed_slots`: per log, the iteration time one ms of fixed
-    time per micro-batch adds (None: the jobs are of one size, no fixed cost is fitted)."""
+    time per micro-batch adds (None: the jobs are of one size, no fixed cost is fitted). Where the
+    logs do not determine a communication factor of its own, the links follow the device factor
+    (module docstring)."""
     columns = _columns(splits, fixed_slots)
-    kept = [
-        (0.0 if "comm" in columns else s.comm_ms)
-        + (0.0 if "fixed" in columns else s.fixed_ms)
-        + s.host_ms
-        for s in splits
-    ]
+    tied = "comm" not in columns
+    if tied:
+        columns["device"] = [s.device_ms + s.comm_ms for s in splits]
+    kept = [(0.0 if "fixed" in columns else s.fixed_ms) + s.host_ms for s in splits]
     measured = [s.measured_ms for s in splits]
     values, fit = fit_factors(columns, kept, measured)
     names = ", ".join(sources)
     what = {
-        "device": "device time x {:.4f}",
+        "device": "device time x {:.4f}" + (" and communication with it" if tied else ""),
         "comm": "communication x {:.4f}",
         "fixed": "fixed time {:.2f} ms per micro-batch and stage",
     }
@@ -127,4 +135,5 @@ def fit_logs(
         fixed_ms=values.get("fixed"),
         fit=fit,
         fitted=fitted,
+        links_follow_device=tied,
     )
