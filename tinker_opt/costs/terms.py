@@ -145,9 +145,9 @@ class TermBuilder:
         weights, optimizer = self._static_terms(s, cost)
         grad_us, gather_us, opt_us, sync_us = self._tail_us(s, cost, dense_params)
         act = (cost.selective_activation_bytes if selective else cost.activation_bytes) + pace_bytes
-        recompute_us = cost.fwd_us + extra_fwd + fwd_comm if s.recompute == Recompute.FULL else 0.0
-        # The host's issue time above the GPU's, dense and MoE layers (costs/fixed_costs.py).
         gpu_fwd, gpu_bwd = cost.fwd_us + extra_fwd + fwd_comm, cost.bwd_us + extra_bwd + bwd_comm
+        recompute_us = gpu_fwd if s.recompute == Recompute.FULL else 0.0
+        # The host's issue time above the GPU's, dense and MoE layers (costs/fixed_costs.py).
         host = layer_host_time(ctx, kind, s, cost, gpu_fwd, gpu_bwd)
         compute += host.exposed_us
         recompute_us += host.recompute_exposed_us

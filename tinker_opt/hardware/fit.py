@@ -160,8 +160,11 @@ def _efficiency_errors(
     )
 
 
-def link_columns(ops, group_sizes, nbytes, shares) -> tuple[np.ndarray, np.ndarray]:
-    """Latency steps and traffic over the link's share (bytes) of each measured collective."""
+def link_columns(
+    ops, group_sizes, nbytes, shares, times_us
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(latency steps, traffic over the link's share in bytes, time us, kept) of the measured
+    collectives with a time and traffic (`kept`: their mask over the inputs)."""
     steps = np.array(
         [latency_steps(o, g) for o, g in zip(ops, group_sizes, strict=True)], dtype=float
     )
@@ -169,7 +172,11 @@ def link_columns(ops, group_sizes, nbytes, shares) -> tuple[np.ndarray, np.ndarr
         [traffic_factor(o, g) * b for o, g, b in zip(ops, group_sizes, nbytes, strict=True)],
         dtype=float,
     ) / np.asarray(shares if shares is not None else [1.0] * len(steps), dtype=float)
-    return steps, traffic
+    t = np.asarray(times_us, dtype=float)
+    keep = (t > 0) & (traffic > 0)
+    if keep.sum() < 2:
+        raise ValueError("need at least two measured collectives with traffic to fit a link")
+    return steps[keep], traffic[keep], t[keep], keep
 
 
 def relative_line(
@@ -217,12 +224,8 @@ def fit_link(
 
     `shares`: the fraction of the link each measurement's group gets, as the cost model prices
     it (a full mesh's (g - 1) / mesh_links, the network cards per device; default 1)."""
-    steps, traffic = link_columns(ops, group_sizes, nbytes, shares)
-    t = np.asarray(times_us, dtype=float)
-    keep = (t > 0) & (traffic > 0)
-    if keep.sum() < 2:
-        raise ValueError("need at least two measured collectives with traffic to fit a link")
-    latency_us, inv_bw, rel = relative_line(steps[keep], traffic[keep], t[keep])
+    steps, traffic, t, _ = link_columns(ops, group_sizes, nbytes, shares, times_us)
+    latency_us, inv_bw, rel = relative_line(steps, traffic, t)
     return latency_us, 1 / inv_bw, fit_result((latency_us, 1 / inv_bw), rel)
 
 

@@ -61,12 +61,10 @@ class _Rows:
 
 
 def _rows(curve: Curve) -> _Rows:
-    steps, traffic = link_columns(curve.ops, curve.group_sizes, curve.nbytes, curve.shares)
-    t, sizes = np.asarray(curve.times_us, dtype=float), np.asarray(curve.nbytes, dtype=float)
-    keep = (t > 0) & (traffic > 0)
-    if keep.sum() < 2:
-        raise ValueError("need at least two measured collectives with traffic to fit a link")
-    return _Rows(steps[keep], traffic[keep], t[keep], sizes[keep])
+    steps, traffic, t, keep = link_columns(
+        curve.ops, curve.group_sizes, curve.nbytes, curve.shares, curve.times_us
+    )
+    return _Rows(steps, traffic, t, np.asarray(curve.nbytes, dtype=float)[keep])
 
 
 def _one(rows: _Rows, mask: np.ndarray, start: int) -> tuple[Regime, np.ndarray]:
