@@ -21,7 +21,7 @@ from tinker_opt.knobs import (
 from tinker_opt.rules import overlap_message
 from tinker_opt.script import flags, versions
 from tinker_opt.script.reader import read_script_text
-from tinker_opt.solve.space import overlap_choices
+from tinker_opt.solve.space import SearchSpace, overlap_choices
 from tinker_opt.strategy import OVERLAP_KEYS, Strategy
 
 
@@ -246,17 +246,19 @@ def test_moe_allgather_overlap_comm_is_added_by_its_record_and_cost_term():
     assert (
         getattr(s, key) is True and getattr(read_script_text(alltoall).train.strategy, key) is None
     )
-    assert overlap_message(s, True, "allgather") is None
-    assert "allgather token dispatcher" in overlap_message(s, True, "alltoall")
+    assert overlap_message(s, True, "allgather", grouped_gemm=True) is None
+    assert "--moe-grouped-gemm" in overlap_message(s, True, "allgather")
+    assert "allgather token dispatcher" in overlap_message(s, True, "alltoall", True)
     assert flags.BY_NAME[flag].treatment == "strategy" and flag not in flags.unpriced_flags(
         info.launch
     )
     assert versions.FLAG_SINCE[flag] == {"mindspeed": (2, 0, 0), "megatron": None}
     assert key in searched_overlaps(info, info.version_range)
-    assert key not in searched_overlaps(read_script_text(alltoall), info.version_range)
     on = s.replace(ep=2) if s.ep == 1 else s
-    assert all(c[key] is True for c in overlap_choices(on, True, OVERLAP_KEYS, "allgather"))
-    assert all(c[key] is None for c in overlap_choices(on, True, OVERLAP_KEYS, "alltoall"))
+    choices = overlap_choices(on, True, OVERLAP_KEYS, "allgather", grouped_gemm=True)
+    assert all(c[key] is True for c in choices)
+    assert all(c[key] is False for c in overlap_choices(on, True, OVERLAP_KEYS, "allgather"))
+    assert all(c[key] is None for c in overlap_choices(on, True, OVERLAP_KEYS, "alltoall", True))
     nodes, per_node = info.train.nnodes, info.train.nproc_per_node
     off = apply_strategy(
         text, s.replace(**{key: False}), nnodes=nodes, nproc_per_node=per_node
@@ -269,6 +271,7 @@ def test_moe_allgather_overlap_comm_is_added_by_its_record_and_cost_term():
     model = dataclasses.replace(
         moe_model(num_layers=4, hidden=4096, heads=32, experts=4, seq=4096),
         moe_token_dispatcher_type="allgather",
+        moe_grouped_gemm=True,
     )  # layers the GPU is busier with than the host's issue (costs/moe_host.py)
     profile = synthetic_profile(model, tps=(1,), cps=(1,), eps=(1, 2), mbss=(1,))
     costs = CostModel.from_profile(profile, model, cluster(2, 2, 60000), 8)
@@ -295,3 +298,45 @@ def test_no_module_spells_a_knob_flag_of_its_own():
         if isinstance(node, ast.Constant) and node.value in declared
     ]
     assert found == []
+
+
+def test_a_switch_on_is_written_with_the_flags_its_framework_needs():
+    """MindSpeed refuses `--moe-allgather-overlap-comm` without `--moe-permutation-async-comm`
+    and `--moe-grouped-gemm` (mindspeed/features_manager/moe/moe_allgather_overlap.py
+    validate_args): a plain search (no script to narrow it) turns it on only with grouped GEMM,
+    the model's priced fact, and the writer adds the unpriced companion (`Knob.with_flags`), so
+    the written script launches; turned off, the knob's flag goes and the companion stays."""
+    key, flag = "moe_allgather_overlap_comm", "--moe-allgather-overlap-comm"
+    needed = KNOBS[key].with_flags
+    assert needed == ("--moe-permutation-async-comm",)
+    text = (FIXTURES / "pretrain_mixtral_8x7b_ptd.sh").read_text()
+    text = text.replace(
+        "--moe-token-dispatcher-type alltoall", "--moe-token-dispatcher-type allgather"
+    )
+    text = text.replace(f"{needed[0]} \\\n", "")
+    assert flag not in text and needed[0] not in text
+    info = read_script_text(text)
+    s, model = info.train.strategy, info.model
+    assert model.moe_grouped_gemm and getattr(s, key) is False
+    plain = overlap_choices(s, True, SearchSpace().overlaps, "allgather", model.moe_grouped_gemm)
+    assert all(choice[key] is True for choice in plain)
+    nodes, per_node = info.train.nnodes, info.train.nproc_per_node
+    written = apply_strategy(text, s.replace(**{key: True}), nnodes=nodes, nproc_per_node=per_node)
+    assert flag in written.text and needed[0] in written.text
+    again = read_script_text(written.text)
+    assert getattr(again.train.strategy, key) is True
+    assert (
+        overlap_message(again.train.strategy, True, "allgather", again.model.moe_grouped_gemm)
+        is None
+    )
+    off = apply_strategy(written.text, s, nnodes=nodes, nproc_per_node=per_node).text
+    assert flag not in off and needed[0] in off
+    no_gemm = text.replace("--moe-grouped-gemm", "")
+    bare = read_script_text(no_gemm).model
+    assert not bare.moe_grouped_gemm
+    assert all(
+        choice[key] is False
+        for choice in overlap_choices(
+            s, True, SearchSpace().overlaps, "allgather", bare.moe_grouped_gemm
+        )
+    )

@@ -11,8 +11,10 @@ from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.errors import ConfigError, InfeasibleError, TinkerError
 from tinker_opt.script.reader import read_script
 from tinker_opt.solve.picks import (
+    comparison_sentence,
     computing_layer_strategy,
     current_evaluation,
+    current_note,
     find_picks,
     fold_near_copies,
     layout,
@@ -144,8 +146,14 @@ def test_current_error_on_other_cluster_and_on_memory(example):
     info, _ = example
     assert "16 devices" in current_evaluation(_cost_model(example, nodes=1), info)["error"]
     tight = current_evaluation(_cost_model(example, memory_mb=50), info)
-    assert "MB more than the 50 MB limit" in tight["error"]
-    assert tight["evaluation"]["fits"] is False
+    assert tight["fits"] is False and "error" not in tight
+    worst = max(st["memory_mb"] for st in tight["stages"])
+    assert tight["over_by_mb"] == pytest.approx(worst - 50)
+    assert "MB more than the 50 MB limit" in current_note(tight)
+    best = dict(tight, iteration_time_ms=tight["iteration_time_ms"] / 2)
+    assert speedup(best, tight) == pytest.approx(2.0)
+    assert "modelled not to fit" in comparison_sentence(best, tight)
+    assert current_note(current_evaluation(_cost_model(example), info)) is None
 
 
 def test_picks_come_from_the_ranking_or_a_restricted_search():

@@ -88,7 +88,10 @@ def _overlaps(s: Strategy, info: ScriptInfo, vr: VersionRange) -> dict:
     applies keeps the script's setting; a knob switched on needs a flag the version has."""
     out: dict[str, bool | None] = {}
     current = info.train.strategy
-    layout = KnobContext.of(s, info.model.is_moe, info.model.moe_token_dispatcher_type)
+    model = info.model
+    layout = KnobContext.of(
+        s, model.is_moe, model.moe_token_dispatcher_type, model.moe_grouped_gemm
+    )
     for key, knob in KNOBS.items():
         if not knob.exists(layout):
             out[key] = None
@@ -99,7 +102,7 @@ def _overlaps(s: Strategy, info: ScriptInfo, vr: VersionRange) -> dict:
             _needs(knob.flags[-1 if vr.family == versions.MEGATRON else 0], key, info, vr)
         out[key] = value
     message = overlap_message(
-        s.replace(**out), info.model.is_moe, info.model.moe_token_dispatcher_type
+        s.replace(**out), model.is_moe, model.moe_token_dispatcher_type, model.moe_grouped_gemm
     )
     if message:
         raise StrategyError(message)

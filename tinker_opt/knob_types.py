@@ -86,10 +86,15 @@ class KnobContext:
     is_moe: bool
     dispatcher: str | None = None
     """The model's `--moe-token-dispatcher-type` (None: not known, or a dense model)."""
+    grouped_gemm: bool = False
+    """The model's experts run as one grouped GEMM (`--moe-grouped-gemm`; False: not known)."""
 
     @classmethod
-    def of(cls, s: Layout, is_moe: bool, dispatcher: str | None = None) -> KnobContext:
-        return cls(s.tp, s.sp, s.ep, s.vpp, s.dist_opt, is_moe, dispatcher if is_moe else None)
+    def of(
+        cls, s: Layout, is_moe: bool, dispatcher: str | None = None, grouped_gemm: bool = False
+    ) -> KnobContext:
+        moe = dispatcher if is_moe else None
+        return cls(s.tp, s.sp, s.ep, s.vpp, s.dist_opt, is_moe, moe, is_moe and grouped_gemm)
 
 
 def _always(context: KnobContext) -> bool:
@@ -126,6 +131,10 @@ class Knob:
     the script already sets it: expressible.searched_overlaps)."""
     companions: tuple[str, ...] = ()
     """Flags that only mean something with it on: the writer removes them with it."""
+    with_flags: tuple[str, ...] = ()
+    """Flags the framework refuses it without and that change nothing the cost model prices: the
+    writer adds those the script lacks when it turns the knob on (it leaves them when it turns
+    the knob off: the script may want them for themselves)."""
     effect: str = ""
     """What it changes, in words: the README flag table's row of its flags (script/flags.py)."""
     source: str = ""

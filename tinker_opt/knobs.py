@@ -104,13 +104,14 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          effect="MoE dispatch / combine all-to-all hidden behind the shared expert's compute (costs/overlap.py)",
          source="NVIDIA/Megatron-LM megatron/core/transformer/moe/shared_experts.py (shared expert stream)"),
     # ASSUMPTION: MindSpeed-LLM 2.0.0, the release of its --moe-alltoall-overlap-comm twin (the
-    # feature registers in mindspeed/features_manager at MindSpeed's optimization level 2). It also
-    # needs --moe-permutation-async-comm and --moe-grouped-gemm, which the writer does not add:
-    # searched only where the script already sets it.
+    # feature registers in mindspeed/features_manager at MindSpeed's optimization level 2). Its
+    # validate_args also needs --moe-grouped-gemm (a model fact the cost model prices: accepted
+    # only with it) and --moe-permutation-async-comm (unpriced: the writer adds it with the knob).
     Knob(key="moe_allgather_overlap_comm", spellings=(_spell("--moe-allgather-overlap-comm", (2, 0, 0), None),),
-         exists=lambda c: c.dispatcher == Dispatcher.ALLGATHER, accepts=lambda c: c.dispatcher == Dispatcher.ALLGATHER,
-         needs="a MoE model with the allgather token dispatcher", pays_off=lambda c: c.ep > 1 or c.tp > 1,
-         added_by_search=False,
+         exists=lambda c: c.dispatcher == Dispatcher.ALLGATHER,
+         accepts=lambda c: c.dispatcher == Dispatcher.ALLGATHER and c.grouped_gemm,
+         needs="a MoE model with the allgather token dispatcher and --moe-grouped-gemm",
+         pays_off=lambda c: c.ep > 1 or c.tp > 1, with_flags=("--moe-permutation-async-comm",),
          effect="MoE allgather dispatcher: backward all-gather / reduce-scatter hidden behind the weight gradients",
          source="Ascend/MindSpeed docs/features/megatron_moe/megatron-moe-allgather-overlap-comm.md; "
                 "mindspeed/features_manager/moe/moe_allgather_overlap.py"),
@@ -307,9 +308,11 @@ def _excluded_pairs() -> tuple[tuple[str, str], ...]:
     return tuple(sorted(pairs))  # type: ignore[arg-type]
 
 
-def knob_message(s: Any, is_moe: bool, dispatcher: str | None = None) -> str | None:
+def knob_message(
+    s: Any, is_moe: bool, dispatcher: str | None = None, grouped_gemm: bool = False
+) -> str | None:
     """Why the framework refuses the strategy's switches (the first reason), or None."""
-    context = KnobContext.of(s, is_moe, dispatcher)
+    context = KnobContext.of(s, is_moe, dispatcher, grouped_gemm)
     for knob in KNOBS.values():
         if not getattr(s, knob.key):
             continue

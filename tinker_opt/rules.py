@@ -212,13 +212,15 @@ def interleaved_pipeline_message(pp: int, vpp: int, fw: FrameworkRules) -> str |
 def _rule_overlap(
     s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
 ) -> str | None:
-    return overlap_message(s, model.is_moe, model.moe_token_dispatcher_type)
+    return overlap_message(s, model.is_moe, model.moe_token_dispatcher_type, model.moe_grouped_gemm)
 
 
-def overlap_message(s: Strategy, is_moe: bool, dispatcher: str | None = None) -> str | None:
+def overlap_message(
+    s: Strategy, is_moe: bool, dispatcher: str | None = None, grouped_gemm: bool = False
+) -> str | None:
     """Where each overlap switch is accepted, what it requires and excludes: the knob registry's
     declarations (knobs.py OVERLAP_KNOBS, with their sources)."""
-    return knob_message(s, is_moe, dispatcher)
+    return knob_message(s, is_moe, dispatcher, grouped_gemm)
 
 
 def _rule_schedule(

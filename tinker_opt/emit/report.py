@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from tinker_opt.emit.search_report import SearchReport
-from tinker_opt.solve.picks import FOLD_MEMORY_SHARE, comparison_sentence
+from tinker_opt.solve.picks import FOLD_MEMORY_SHARE, comparison_sentence, current_note
 from tinker_opt.strategy import Strategy
 
 STYLE = """
@@ -133,10 +133,9 @@ def _current_vs_best(report: SearchReport, speedup: float | None) -> str:
         note = '<p class="note">No launch script is known for this profile: the current strategy was not evaluated.</p>'
     elif "error" in current:
         note = f'<p class="error">The script\'s own strategy cannot be compared: {escape(current["error"])}</p>'
-        if "evaluation" in current:
-            rows.append(
-                _row(["current (does not fit)"] + _figures(current["evaluation"]), "current")
-            )
+    elif not current["fits"]:
+        note = f'<p class="error">{escape(str(current_note(current)).capitalize())}.</p>'
+        rows.append(_row(["current (does not fit)"] + _figures(current), "current"))
     else:
         rows.append(_row(["current"] + _figures(current), "current"))
     if speedup is not None and current is not None:  # a speedup needs the script's evaluation

@@ -22,7 +22,7 @@ import pandas as pd
 from tinker_opt.emit.picture_worker import PictureJob, PictureWorker, draw_here
 from tinker_opt.emit.search_report import RunLabels, SearchReport
 from tinker_opt.errors import ConfigError
-from tinker_opt.solve.picks import speedup
+from tinker_opt.solve.picks import current_note, speedup
 from tinker_opt.strategy import STRATEGY_KEYS, Strategy
 
 RESULTS_CSV = "results.csv"
@@ -198,9 +198,7 @@ def _write_scripts(
 def _current_for_pictures(report: SearchReport) -> dict[str, Any] | None:
     """The script's own Evaluation when it has one (also when it does not fit), else None."""
     current = report.current
-    if current is None:
-        return None
-    return current.get("evaluation") if "error" in current else current
+    return None if current is None or "error" in current else current
 
 
 def picture_jobs(folder: Path, report: SearchReport) -> list[PictureJob]:
@@ -210,7 +208,7 @@ def picture_jobs(folder: Path, report: SearchReport) -> list[PictureJob]:
     best, limit = report.top[0], report.labels.memory_limit_mb
     gbs = report.labels.global_batch_size
     current = _current_for_pictures(report)
-    note = report.current.get("error") if report.current else "no launch script known"
+    note = current_note(report.current) if report.current else "no launch script known"
     evaluated = report.evaluated or report.top
     return [
         ("plot_stage_breakdown", (best, current, gbs, limit, folder / STAGES_SVG), {"current_note": note}),

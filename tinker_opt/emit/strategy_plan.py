@@ -276,6 +276,8 @@ def _overlaps(plan: _Plan, s: Strategy) -> None:
             assert flag is not None, key
             if not any(plan.launch.has(spelling) for spelling in knob.flags):
                 plan.switch(flag, True)
+            for needed in knob.with_flags:  # what the framework refuses it without
+                plan.switch(needed, True)
         else:
             plan.remove(*knob.flags, *knob.companions)
 

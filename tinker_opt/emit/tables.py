@@ -26,7 +26,8 @@ def strategies_table(
     folded: int = 0,
 ) -> Table:
     """One row per strategy: its short label, the layer split and the modelled figures; the
-    script's own strategy (`current`: an Evaluation or {"error": ...}) as a last row of its own.
+    script's own strategy (`current`: an Evaluation or {"error": ...}) as a last row of its own
+    ("now!" in red where it is modelled above the memory limit).
 
     Fits an 80-column terminal with labels up to about 50 characters: the label never wraps
     (no_wrap), the layer split folds, light borders; tokens/s per device is in results.csv."""
@@ -49,6 +50,8 @@ def strategies_table(
         table.add_section()
         if "error" in current:
             table.add_row("now", _short(current) if "strategy" in current else "", "", "-", "-")
+        elif not current["fits"]:  # priced, above the memory limit: its figures, marked
+            table.add_row("now!", *_cells(current), style="red")
         else:
             table.add_row("now", *_cells(current), style="yellow")
     return table
@@ -97,7 +100,7 @@ def current_line(best: dict[str, Any] | None, current: dict[str, Any] | None) ->
         return None
     if "error" in current:
         return f"the script's own strategy cannot be compared: {current['error']}"
-    return comparison_sentence(best, current)
+    return comparison_sentence(best, current)  # says so where the script's does not fit
 
 
 def search_summary(outcome: Any, title: str) -> Group:

@@ -1,7 +1,9 @@
 """Choices a user can act on: the script's own strategy, near-copies folded, named picks, Pareto front.
 
 * `current_evaluation`: the strategy the launch script runs now (as `inspect` reads it), under the
-  same CostModel as the search, or `{"error": ...}` naming the rule it breaks or the memory it lacks.
+  same CostModel as the search: its Evaluation (with `fits` false and `over_by_mb` where it is
+  modelled above the memory limit: still priced and compared), or `{"error": ...}` naming the rule
+  it breaks or why it cannot be compared.
 * `fold_near_copies`: a ranked strategy is folded into a higher-ranked one of the same parallel
   layout (tp, pp, dp, cp, ep, vpp) when it is no faster and saves no more than FOLD_MEMORY_SHARE
   of that one's memory: it offers nothing the higher one does not (typically the same layout with
@@ -68,23 +70,44 @@ def pareto_front(evaluations: Sequence[Evaluation]) -> list[Evaluation]:
 
 
 def speedup(best: Evaluation | None, current: dict[str, Any] | None) -> float | None:
-    """How many times faster the best strategy is than the script's own (None when not comparable)."""
+    """How many times faster the best strategy is than the script's own (None when not comparable:
+    no script, or a strategy the rules refuse). A current strategy modelled above the memory limit
+    is compared too; `current_note` says so beside the figure."""
     if not best or not current or "error" in current:
         return None
     return current["iteration_time_ms"] / best["iteration_time_ms"]
 
 
+def current_note(current: dict[str, Any] | None) -> str | None:
+    """Why the script's own strategy is not a plain comparison: the rule it breaks, or the memory
+    it is modelled to lack (None: it fits, or no script is known)."""
+    if current is None:
+        return None
+    if "error" in current:
+        return str(current["error"])
+    if current.get("fits", True):
+        return None
+    over = current["over_by_mb"]
+    worst = max(current["stages"], key=lambda st: st["memory_mb"])
+    return (
+        f"the script's strategy is modelled not to fit: it needs {worst['memory_mb']:.0f} MB on "
+        f"stage {worst['stage']}, {over:.0f} MB more than the {worst['memory_mb'] - over:.0f} MB limit"
+    )
+
+
 def comparison_sentence(best: Evaluation, current: Evaluation) -> str:
-    """The best strategy against the script's own (both evaluated), in one sentence."""
+    """The best strategy against the script's own (both evaluated), in one sentence; a current
+    strategy that does not fit is named as such."""
     ratio = current["iteration_time_ms"] / best["iteration_time_ms"]
     times = (
         f"{current['iteration_time_ms']:.1f} ms -> {best['iteration_time_ms']:.1f} ms per iteration"
     )
+    caveat = "" if current.get("fits", True) else f" ({current_note(current)})"
     if ratio >= 1:
-        return f"the best strategy is {ratio:.2f}x as fast as the script's own ({times})"
+        return f"the best strategy is {ratio:.2f}x as fast as the script's own ({times}){caveat}"
     return (
         f"the script's own strategy is modelled {1 / ratio:.2f}x faster than the best found ({times}): "
-        "it uses something the search space leaves out"
+        f"it uses something the search space leaves out{caveat}"
     )
 
 
@@ -94,8 +117,10 @@ def comparison_sentence(best: Evaluation, current: Evaluation) -> str:
 
 
 def current_evaluation(cost_model, info) -> dict[str, Any]:
-    """The script's own strategy under `cost_model`: an Evaluation dict, or {"error": ...} (with the
-    Evaluation beside it when the strategy is valid but does not fit in memory)."""
+    """The script's own strategy under `cost_model`: its Evaluation dict (a strategy modelled above
+    the memory limit keeps `fits` false and gains `over_by_mb`, the worst stage's excess: the user
+    still sees its time and the speed-up against it), or {"error": ..., "strategy": ...} when it
+    cannot be compared (another device count, a rule it breaks)."""
     strategy = computing_layer_strategy(
         info.train.strategy, info.model.noop_layers, info.num_layers_in_script
     )
@@ -112,14 +137,8 @@ def current_evaluation(cost_model, info) -> dict[str, Any]:
     except TinkerError as exc:
         return {"error": " ".join(str(exc).split()), "strategy": strategy.to_dict()}
     if not evaluation["fits"]:
-        limit = cost_model.cluster.memory_limit_mb
-        worst = max(evaluation["stages"], key=lambda st: st["memory_mb"])
-        return {
-            "error": f"the script's strategy needs {worst['memory_mb']:.0f} MB on stage {worst['stage']}, "
-            f"{worst['memory_mb'] - limit:.0f} MB more than the {limit:g} MB limit",
-            "strategy": strategy.to_dict(),
-            "evaluation": evaluation,
-        }
+        worst = max(st["memory_mb"] for st in evaluation["stages"])
+        evaluation["over_by_mb"] = worst - cost_model.cluster.memory_limit_mb
     return evaluation
 
 
@@ -302,7 +321,8 @@ def choices(
     picks, missing = find_picks(ranked, rules, space, restricted_search)
     extra = [
         e
-        for e in list(picks.values()) + ([current] if current and "error" not in current else [])
+        for e in list(picks.values())
+        + ([current] if current and current_note(current) is None else [])
         if e not in evaluated
     ]
     return Choices(

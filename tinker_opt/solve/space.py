@@ -216,6 +216,7 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
             model.is_moe,
             space.overlaps,
             model.moe_token_dispatcher_type,
+            model.moe_grouped_gemm,
         )
         for z in zeros
         for v in vpps
@@ -259,7 +260,11 @@ def schedule_choices(s: Strategy, space: SearchSpace) -> Iterator[Strategy]:
 
 
 def overlap_choices(
-    s: Strategy, is_moe: bool, allowed: tuple[str, ...] | None, dispatcher: str | None = None
+    s: Strategy,
+    is_moe: bool,
+    allowed: tuple[str, ...] | None,
+    dispatcher: str | None = None,
+    grouped_gemm: bool = False,
 ) -> list[dict[str, bool | None]]:
     """The overlap switches of an outer configuration (knobs.search_choices: on where allowed,
     accepted and useful, off where they exist but not, None where they do not exist; one choice
@@ -267,4 +272,4 @@ def overlap_choices(
     overlap). `allowed` None: the backend has none of these knobs, every key stays None."""
     if allowed is None:
         return [dict.fromkeys(OVERLAP_KEYS)]
-    return search_choices(KnobContext.of(s, is_moe, dispatcher), allowed)
+    return search_choices(KnobContext.of(s, is_moe, dispatcher, grouped_gemm), allowed)

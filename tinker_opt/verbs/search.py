@@ -278,7 +278,7 @@ def _choices(best: Searched, run, script_cost_model, log: RunLog):
     """Near-copies folded, the script's own strategy (priced in the script's precision by
     `script_cost_model`), the picks (from the search's presolve where the ranking cannot answer)
     and the Pareto front (solve/picks.py), of the chosen precision's search `best`."""
-    from tinker_opt.solve.picks import choices
+    from tinker_opt.solve.picks import choices, current_note
 
     result, space, cost_model = best.result, best.space, best.cost_model
     settings, info = run.settings, run.info
@@ -300,7 +300,7 @@ def _choices(best: Searched, run, script_cost_model, log: RunLog):
     )
     log(
         f"{chosen.folded} near-copies folded; picks: {', '.join(chosen.picks) or 'none'}; script's own strategy: "
-        f"{'not known' if chosen.current is None else chosen.current.get('error', 'evaluated')}"
+        f"{'not known' if chosen.current is None else current_note(chosen.current) or 'evaluated'}"
     )
     return chosen
 
