@@ -88,3 +88,43 @@ def test_rc3_mixtral_8x22b_32k_row_fits_its_device():
         folder = Profiles(Path(tmp)).folder("row", model, limits_for(run), hardware)
         prediction = predict(run, model, strategy, folder, hardware, job)
     assert run.ran and prediction.peak_gib < prediction.device_gib == 64
+
+
+@pytest.mark.parametrize(
+    ("flags", "target", "count"),
+    [
+        # The same strategy: the script's own flags, untouched.
+        ("--swap-attention --recompute-method block --recompute-num-layers 16", {}, "16"),
+        # pp 4: 8 layers a stage, 16 still covers them.
+        ("--swap-attention --recompute-num-layers 16", {"pp": 4, "dp": 2}, "16"),
+        # pp 1: 32 layers a stage, N grows to cover them.
+        ("--swap-attention --recompute-num-layers 16", {"pp": 1, "dp": 8}, "32"),
+        # uniform lists every layer whatever N is.
+        (
+            "--swap-attention --recompute-method uniform --recompute-num-layers 1",
+            {"pp": 1, "dp": 8},
+            "1",
+        ),
+    ],
+)
+def test_the_swap_policy_is_written_back_as_the_script_has_it(flags, target, count):
+    """Selective recompute read from the swap policy is written back as that policy (no
+    `--recompute-granularity selective`: Megatron's would recompute core attention, and RC3 has no
+    `--recompute-modules`), with a count that covers the new strategy's chunks; read again, the
+    written script gives the same reading."""
+    from tinker_opt.emit.script_writer import apply_strategy
+
+    text = LLAMA.replace("--use-flash-attn", f"--use-flash-attn {flags}")
+    info = read_script_text(text)
+    s = info.train.strategy.replace(**target)
+    out = apply_strategy(
+        text, s, nnodes=info.train.nnodes, nproc_per_node=info.train.nproc_per_node
+    ).text
+    assert "--recompute-granularity" not in out and "--recompute-modules" not in out
+    assert f"--recompute-num-layers {count}" in out
+    if not target:
+        assert out == text
+    again = read_script_text(out)
+    assert again.train.strategy.recompute == "selective"
+    assert again.train.recompute_modules == SWAP_RECOMPUTE_MODULES
+    assert again.train.strategy.pp == s.pp

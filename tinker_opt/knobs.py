@@ -210,11 +210,17 @@ CHOICE_KNOBS: tuple[ChoiceKnob, ...] = (
                spellings=(_spell_always("--recompute-method"),),
                rules="rules._recompute_count_message", priced="costs/recompute.py chunk_plan",
                effect=_RECOMPUTE_EFFECT),
+    # Role "per_rank": MindSpeed's switch that makes the count a pipeline rank's over its virtual
+    # stages (script/recompute_args.py); its first examples are MindSpeed-LLM 1.0.0's.
     ChoiceKnob(key="recompute_num_layers", kind=int, searched=True, default=1,
-               spellings=(_spell_always("--recompute-num-layers"),),
-               companions=("--enable-recompute-layers-per-pp-rank",),
+               spellings=(_spell_always("--recompute-num-layers"),
+                          _spell("--enable-recompute-layers-per-pp-rank", (1, 0, 0), None, role="per_rank",
+                                 effect="full block recompute: --recompute-num-layers counts a pipeline rank's "
+                                        "layers over its virtual stages (MindSpeed; read per chunk)")),
                rules="rules._recompute_count_message", priced="costs/recompute.py chunk_plan",
-               effect=_RECOMPUTE_EFFECT),
+               effect=_RECOMPUTE_EFFECT,
+               source="Ascend/MindSpeed mindspeed/core/transformer/transformer_block.py "
+                      "_block_method_checkpointed_forward_func"),
     ChoiceKnob(key="zero", kind=int, searched=True, values=(0, 1, 2, 3), searched_values=(0, 1), default=0,
                spellings=(_spell_always("--use-distributed-optimizer", role="dist_opt",
                                         effect="optimizer states sharded over dp (ZeRO-1)"),

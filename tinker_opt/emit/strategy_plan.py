@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from tinker_opt.choices import CpAlgo, Recompute, Schedule, assert_never
+from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod, Schedule, assert_never
 from tinker_opt.emit import script_edit
 from tinker_opt.emit.script_edit import Edit
 from tinker_opt.errors import StrategyError
@@ -20,8 +20,10 @@ from tinker_opt.knobs import CHOICES, KNOBS, LAYOUT, LAYOUT_KNOBS
 from tinker_opt.rules import hybrid_ulysses_degree
 from tinker_opt.script import versions
 from tinker_opt.script.launch import ArgOccurrence
+from tinker_opt.script.model_args import int_value
 from tinker_opt.script.pipeline_layout import EMBEDDING_FLAG, LAYOUT_FLAG, LOSS_FLAG, layout_text
 from tinker_opt.script.reader import ScriptInfo
+from tinker_opt.script.recompute_args import PER_RANK_FLAG, rank_count
 from tinker_opt.script.strategy_args import (
     DEFAULT_CP_ALGO,
     SHARDING_FLAG,
@@ -31,6 +33,7 @@ from tinker_opt.script.strategy_args import (
     ZERO_STAGE_FLAG,
     zero_backend,
 )
+from tinker_opt.script.swap_recompute import is_swap_policy, swap_policy_count
 from tinker_opt.script.train_args import ULYSSES_DEGREE_FLAG
 from tinker_opt.strategy import Strategy
 
@@ -230,6 +233,12 @@ def _recompute(plan: _Plan, s: Strategy) -> None:
     match s.recompute:
         case Recompute.NONE:
             plan.remove(*RECOMPUTE_OWNED)
+        case Recompute.SELECTIVE if is_swap_policy(plan.launch, plan.info.train.recompute_modules):
+            # MindSpeed's swap policy recomputes the MLP (script/swap_recompute.py): kept as it is
+            count = swap_policy_count(plan.launch, s, plan.info.num_layers_in_script)
+            plan.value(_COUNT.flag, count, group="recompute")
+            if s.vpp == 1:  # MindSpeed refuses the per-rank switch without virtual stages
+                plan.remove(PER_RANK_FLAG)
         case Recompute.SELECTIVE:
             plan.remove(*RECOMPUTE_FULL_ONLY)
             if plan.launch.has(_RECOMPUTE.flag_for("selective")):
@@ -241,9 +250,26 @@ def _recompute(plan: _Plan, s: Strategy) -> None:
             plan.remove(_RECOMPUTE.flag_for("selective"), *CHOICES["recompute_modules"].flags)
             plan.value(_RECOMPUTE.flag, Recompute.FULL, group="recompute")
             plan.value(_METHOD.flag, s.recompute_method, group="recompute")
-            plan.value(_COUNT.flag, s.recompute_num_layers, group="recompute")
+            plan.value(_COUNT.flag, _full_count(plan, s), group="recompute")
         case _:
             assert_never(s.recompute)
+
+
+def _full_count(plan: _Plan, s: Strategy) -> int | None:
+    """Full recompute's count as the script says it: per pipeline rank where the script has
+    MindSpeed's per-rank switch and the strategy keeps block recompute over virtual stages
+    (script/recompute_args.py), else per chunk (the switch removed: MindSpeed refuses it without
+    a virtual pipeline, and only the block method reads it)."""
+    if not plan.launch.has(PER_RANK_FLAG):
+        return s.recompute_num_layers
+    if s.vpp == 1 or s.recompute_method != RecomputeMethod.BLOCK or s.recompute_num_layers is None:
+        plan.remove(PER_RANK_FLAG)
+        return s.recompute_num_layers
+    current = plan.info.train.strategy
+    kept = ("vpp", "recompute", "recompute_method", "recompute_num_layers")
+    if all(getattr(current, key) == getattr(s, key) for key in kept):
+        return int_value(plan.launch, _COUNT.flag)  # the script's own count (read rounded up)
+    return rank_count(s.recompute_num_layers, s.vpp)
 
 
 def _zero(plan: _Plan, s: Strategy) -> None:

@@ -168,7 +168,7 @@ FLAGS: tuple[Flag, ...] = (
     *_rows("not modelled", "swapped modules other than mcore's default self_attention (MindSpeed swap-attention)",
            "--swap-modules"),
     *_rows("not modelled", "further recompute / memory features (MindSpeed)", "--recompute-norm",
-           "--recompute-mtp-norm", "--recompute-mtp-layer", "--enable-recompute-layers-per-pp-rank",
+           "--recompute-mtp-norm", "--recompute-mtp-layer",
            "--recompute-in-advance", "--moe-zero-memory", "--release-fp32-grad",
            "--dualpipev-dw-detach"),
     *_rows("not modelled", "communication-compute fusion (MindSpeed CoC)", "--use-ascend-coc", "--coc-fused-kernel",

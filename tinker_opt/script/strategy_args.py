@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tinker_opt.choices import CpAlgo, Recompute, Schedule, choice
+from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod, Schedule, choice
 from tinker_opt.errors import ScriptError, StrategyError
 from tinker_opt.knobs import CHOICES, LAYOUT, KnobContext, read_switches
 from tinker_opt.script.launch import Launch
@@ -49,6 +49,7 @@ from tinker_opt.script.pipeline_layout import (
     layout_split,
     parse_layout,
 )
+from tinker_opt.script.recompute_args import PER_RANK_FLAG, chunk_count
 from tinker_opt.strategy import Strategy
 
 DEFAULT_CP_ALGO = CpAlgo(CHOICES["cp_algo"].default)
@@ -95,7 +96,7 @@ VPP_LAYERS_FLAG = _VPP.flag_for("layers")
 VPP_SIZE_FLAGS = _VPP.flags_for("size")
 
 
-def _recompute(launch: Launch, warn: Callable[[str], None]) -> dict:
+def _recompute(launch: Launch, vpp: int, warn: Callable[[str], None]) -> dict:
     granularity = launch.value(_RECOMPUTE.flag)
     if launch.has(_RECOMPUTE.flag_for("selective")) or granularity == Recompute.SELECTIVE:
         return {"recompute": Recompute.SELECTIVE}
@@ -110,11 +111,10 @@ def _recompute(launch: Launch, warn: Callable[[str], None]) -> dict:
             f"read as {method_knob.default} (Megatron needs the method)"
         )
         method = method_knob.default
-    return {
-        "recompute": Recompute.FULL,
-        "recompute_method": method,
-        "recompute_num_layers": int_value(launch, count_knob.flag, count_knob.default),
-    }
+    count = int_value(launch, count_knob.flag, count_knob.default)
+    if method == RecomputeMethod.BLOCK and launch.has(PER_RANK_FLAG):
+        count = chunk_count(count, vpp, warn)  # MindSpeed's count per pipeline rank
+    return {"recompute": Recompute.FULL, "recompute_method": method, "recompute_num_layers": count}
 
 
 def _vpp(launch: Launch, pp: int, total_layers: int, warn: Callable[[str], None]) -> int:
@@ -278,7 +278,7 @@ def read_strategy(
             zero=zero,
             mbs=_size(launch, "mbs"),
             num_layer_list=_layer_list(launch, pp, vpp, total_layers, mtp_layers, warn),
-            **_recompute(launch, warn),
+            **_recompute(launch, vpp, warn),
             **_schedule(launch, is_moe),
         )
         return layout.replace(

@@ -18,6 +18,12 @@ layer's MLP) and `moe` module (a MoE layer's whole MoELayer: router, dispatch, e
 without `core_attn` (costs/recompute_modules.py prices both). A policy that lists only some of
 the stage's layers is not expressible per layer: it is read as no MLP recompute, with a warning
 (the modelled memory then errs high).
+
+Written back (`swap_policy_count`, emit/strategy_plan.py): selective recompute of such a script
+stays the swap policy, `--swap-attention --recompute-num-layers N` with no granularity, N covering
+every layer of the new strategy's chunks. Megatron's `--recompute-granularity selective` would
+recompute core attention instead, and MindSpeed-LLM RC3's Megatron has no `--recompute-modules`
+to say `mlp` / `moe` with.
 """
 
 from __future__ import annotations
@@ -43,9 +49,28 @@ def _covers_every_layer(launch: Launch, strategy: Strategy, total_layers: int, n
     if launch.value(_METHOD.flag) == RecomputeMethod.UNIFORM:
         return True
     per_stage = total_layers // strategy.pp
-    if any(launch.has(flag) for flag in _COUNT.companions):  # --enable-recompute-layers-per-pp-rank
+    if launch.has(_COUNT.flag_for("per_rank")):
         return n >= per_stage
     return n >= per_stage // max(strategy.vpp, 1)
+
+
+def is_swap_policy(launch: Launch, modules: tuple[str, ...] | None) -> bool:
+    """Whether a script's recompute modules were read from MindSpeed's swap policy."""
+    return modules == SWAP_RECOMPUTE_MODULES and launch.has("--swap-attention")
+
+
+def swap_policy_count(launch: Launch, target: Strategy, total_layers: int) -> int:
+    """The `--recompute-num-layers` that keeps the swap policy over every layer of `target`: the
+    script's own N where it still covers each chunk (each stage with
+    `--enable-recompute-layers-per-pp-rank`; any N with `--recompute-method uniform`), else the
+    largest chunk's (stage's) layer count."""
+    n = int_value(launch, _COUNT.flag, 0) or 0
+    if launch.value(_METHOD.flag) == RecomputeMethod.UNIFORM:
+        return n
+    per_stage = launch.has(_COUNT.flag_for("per_rank")) and target.vpp > 1
+    chunked = not per_stage and (target.vpp > 1 or target.dualpipev)
+    layers = target.chunk_layers(total_layers) if chunked else target.stage_layers(total_layers)
+    return max(n, *layers)
 
 
 def swap_mlp_recompute(
