@@ -335,7 +335,7 @@ def search_space_for(
         zero_levels=CHOICES["zero"].choices
         if zero_backend(info.launch)
         else CHOICES["zero"].searched_choices,
-        # MindSpeed-LLM's DualPipeV and MoE fb-overlap (mcore models; rules._rule_schedule).
+        # MindSpeed-LLM's DualPipeV and MoE fb-overlap (mcore models; knob_rules.dualpipev_rule, fb_overlap_rule).
         schedules=schedule.searched_choices
         if mcore and can(schedule.flag)
         else (schedule.default.value,),

@@ -97,6 +97,12 @@ class KnobContext:
         return cls(s.tp, s.sp, s.ep, s.vpp, s.dist_opt, is_moe, moe, is_moe and grouped_gemm)
 
 
+OuterRule = Callable[[Any, Any, Any, int, int, Any], "str | None"]
+"""(record, strategy, model, devices, global batch, FrameworkRules) -> why it is refused, or None."""
+SplitRule = Callable[[Any, Any, Any, str], "str | None"]
+"""(record, strategy, model, layer form) -> why the split is refused, or None."""
+
+
 def _always(context: KnobContext) -> bool:
     return True
 
@@ -158,6 +164,8 @@ class LayoutKnob:
     """What the framework runs without the flag (the writer then leaves the flag out)."""
     group: str = "parallel"
     """The flags the writer adds it next to (emit/strategy_plan.py anchors)."""
+    check: OuterRule | None = None
+    """Its rule against the model, the batch and the other sizes (knob_rules.py; rules.check_outer)."""
     effect: str = "parallel sizes"
     """Its row of the README flag table."""
     source: str = "NVIDIA/Megatron-LM megatron/training/arguments.py"
@@ -185,8 +193,6 @@ class ChoiceKnob:
     spellings: tuple[Spelling, ...]
     kind: type
     """The value's type: a StrEnum of choices.py for a choice, else int or bool."""
-    rules: str
-    """Where its validity rules are (module.function)."""
     priced: str
     """Where the cost model prices it."""
     searched: bool
@@ -206,6 +212,13 @@ class ChoiceKnob:
     excludes: tuple[str, ...] = ()
     """Switches (knobs.KNOBS) that cannot be on with it set (its rule reads them; the search turns
     them off with it, and the switches that require them: knobs.switched_off_with)."""
+    check: OuterRule | None = None
+    """Its rule against the model, the batch and the other knobs (knob_rules.py), run on every
+    outer configuration by rules.check_outer and the search space."""
+    split_check: SplitRule | None = None
+    """Its rule on the layer split (knob_rules.py), run by rules.check_strategy."""
+    rules: str = ""
+    """Where rules other than `check` / `split_check` hold it (module.function), if any."""
     home: str = "strategy"
     effect: str = ""
     """Its row of the README flag table (script/flags.py)."""

@@ -13,8 +13,8 @@ The records: the communication-overlap switches (`Knob`, `OVERLAP_KNOBS`), the k
 parallel layout that one flag spells (`LayoutKnob`, `LAYOUT_KNOBS`: tp, pp, cp, ep, etp, mbs and
 sp) and the knobs with more than one setting (`ChoiceKnob`, `CHOICE_KNOBS`: vpp, the schedule,
 fb-overlap, recompute kind / method / count / modules, ZeRO, the cp algorithm, the dispatcher,
-FP8). Complex rules (divisibility, the layer split, DualPipeV's V) stay functions of rules.py and
-layer_stack.py that each record names.
+FP8). A choice knob's rules are functions of knob_rules.py its record holds (`check` on the outer
+configuration, `split_check` on the layer split); rules.py runs every record's.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from tinker_opt import knob_rules
 from tinker_opt.choices import (
     CpAlgo,
     Dispatcher,
@@ -130,19 +131,22 @@ userbuffers set up for the job, so a script cannot simply gain it."""
 # fmt: off
 LAYOUT_KNOBS: tuple[LayoutKnob, ...] = (
     LayoutKnob(key="pp", spelling=_spell_always("--pipeline-model-parallel-size")),
-    LayoutKnob(key="tp", spelling=_spell_always("--tensor-model-parallel-size")),
+    LayoutKnob(key="tp", spelling=_spell_always("--tensor-model-parallel-size"), check=knob_rules.tp_rule),
     LayoutKnob(key="cp", spelling=_spell("--context-parallel-size", (0, 9, 3), (0, 5))),
-    LayoutKnob(key="ep", spelling=_spell("--expert-model-parallel-size", (0, 9, 1), (0, 4)), group="moe"),
+    LayoutKnob(key="ep", spelling=_spell("--expert-model-parallel-size", (0, 9, 1), (0, 4)), group="moe",
+               check=knob_rules.ep_rule),
     # role "one": MindSpeed-LLM's experts split over tp instead of tp inside the experts (etp 1).
     LayoutKnob(key="etp", spelling=_spell("--expert-tensor-parallel-size", (2, 2, 0), (0, 10)), group="moe",
                others=(_spell("--moe-tp-extend-ep", (2, 0, 0), None, role="one",
                               effect="whole experts over tp x ep ranks (read as ep x tp at etp 1; MindSpeed)"),)),
     LayoutKnob(key="sp", spelling=_spell_always("--sequence-parallel"), default=False,
-               effect="activations split over tp outside the matmuls"),
-    LayoutKnob(key="mbs", spelling=_spell_always("--micro-batch-size"), effect="micro-batch size"),
+               effect="activations split over tp outside the matmuls", check=knob_rules.sp_rule),
+    LayoutKnob(key="mbs", spelling=_spell_always("--micro-batch-size"), effect="micro-batch size",
+               check=knob_rules.mbs_rule),
 )
 # fmt: on
-"""The layout knobs one flag spells (their rules: rules.check_outer; the writer: strategy_plan)."""
+"""The layout knobs one flag spells (their rules: `check`, run by rules.check_outer; the writer:
+strategy_plan)."""
 
 LAYOUT: dict[str, LayoutKnob] = {knob.key: knob for knob in LAYOUT_KNOBS}
 
@@ -168,9 +172,16 @@ CHOICE_KNOBS: tuple[ChoiceKnob, ...] = (
                spellings=(_spell("--num-layers-per-virtual-pipeline-stage", (0, 9, 2), (0, 0), role="layers"),
                           _spell_always("--virtual-pipeline-model-parallel-size", role="size"),
                           _spell("--num-virtual-stages-per-pipeline-rank", None, (0, 13), role="size")),
-               rules="rules._rule_vpp, rules.interleaved_pipeline_message, layer_stack (chunks)",
+               check=knob_rules.vpp_rule,
                priced="costs/pipeline.py (v chunks per rank), costs/coefficients.py _chunk_bounds",
                effect="virtual pipeline (interleaved schedule)"),
+    ChoiceKnob(key="dualpipev", kind=Schedule, searched=True,
+               values=(Schedule.ONE_F_ONE_B, Schedule.DUALPIPEV), default=Schedule.ONE_F_ONE_B,
+               spellings=(_spell("--schedules-method", (2, 0, 0), None),), companions=("--dualpipev-dw-detach",),
+               excludes=("overlap_grad_reduce",),
+               check=knob_rules.dualpipev_rule, split_check=knob_rules.dualpipev_split_rule,
+               priced="costs/pipeline.py, costs/stage_terms.py dualpipev_inflight_x_v", effect=_SCHEDULE_EFFECT,
+               source="Ascend/MindSpeed mindspeed/features_manager/pipeline_parallel/dualpipev_feature.py"),
     # Roles: "" MindSpeed-LLM's list, "first" / "last" Megatron-LM's first and last stage,
     # "embedding" / "loss" its account-for switches, "layout" its layout string (per virtual stage).
     # Uneven virtual pipelines (layout, account-for): Megatron-LM main after core_v0.12
@@ -185,31 +196,24 @@ CHOICE_KNOBS: tuple[ChoiceKnob, ...] = (
                           _spell("--pipeline-model-parallel-layout", None, (0, 13), role="layout",
                                  effect="layers per virtual stage (Megatron layout string; "
                                         "script/pipeline_layout.py)")),
-               rules="rules._layer_split_message, layer_stack (layer forms, DualPipeV's V)",
+               split_check=knob_rules.layer_split_rule,
                priced="costs/coefficients.py (per-stage and per-chunk layers), solve/ (the exact split)",
                effect="uneven layer split over stages"),
-    ChoiceKnob(key="dualpipev", kind=Schedule, searched=True,
-               values=(Schedule.ONE_F_ONE_B, Schedule.DUALPIPEV), default=Schedule.ONE_F_ONE_B,
-               spellings=(_spell("--schedules-method", (2, 0, 0), None),), companions=("--dualpipev-dw-detach",),
-               excludes=("overlap_grad_reduce",),
-               rules="rules._rule_schedule, layer_stack.dualpipev_message (the padded layer count)",
-               priced="costs/pipeline.py, costs/stage_terms.py dualpipev_inflight_x_v", effect=_SCHEDULE_EFFECT,
-               source="Ascend/MindSpeed mindspeed/features_manager/pipeline_parallel/dualpipev_feature.py"),
     ChoiceKnob(key="moe_fb_overlap", kind=bool, searched=True, values=(False, True), default=False,
                spellings=(_spell("--moe-fb-overlap", (2, 0, 0), None),),
                excludes=("overlap_grad_reduce", "overlap_moe_comm"),
-               rules="rules._rule_schedule", priced="costs/layer_comm.py (overlap.fb_overlap_exposed)",
+               check=knob_rules.fb_overlap_rule, priced="costs/layer_comm.py (overlap.fb_overlap_exposed)",
                effect=_SCHEDULE_EFFECT,
                source="Ascend/MindSpeed docs/features/megatron_moe/megatron-moe-fb-overlap.md"),
     ChoiceKnob(key="recompute", kind=Recompute, searched=True, default=Recompute.NONE,
                spellings=(_spell_always("--recompute-granularity"),
                           _spell_always("--recompute-activations", role="selective")),
-               rules="rules._rule_recompute_kind", priced="costs/terms.py, costs/recompute.py",
+               check=knob_rules.recompute_kind_rule, priced="costs/terms.py, costs/recompute.py",
                effect=_RECOMPUTE_EFFECT),
     ChoiceKnob(key="recompute_method", kind=RecomputeMethod, searched=True, default=RecomputeMethod.UNIFORM,
                spellings=(_spell_always("--recompute-method"),),
-               rules="rules._recompute_count_message", priced="costs/recompute.py chunk_plan",
-               effect=_RECOMPUTE_EFFECT),
+               rules="knob_rules.recompute_count_rule (recompute_num_layers' record)",
+               priced="costs/recompute.py chunk_plan", effect=_RECOMPUTE_EFFECT),
     # Role "per_rank": MindSpeed's switch that makes the count a pipeline rank's over its virtual
     # stages (script/recompute_args.py); its first examples are MindSpeed-LLM 1.0.0's.
     ChoiceKnob(key="recompute_num_layers", kind=int, searched=True, default=1,
@@ -217,7 +221,7 @@ CHOICE_KNOBS: tuple[ChoiceKnob, ...] = (
                           _spell("--enable-recompute-layers-per-pp-rank", (1, 0, 0), None, role="per_rank",
                                  effect="full block recompute: --recompute-num-layers counts a pipeline rank's "
                                         "layers over its virtual stages (MindSpeed; read per chunk)")),
-               rules="rules._recompute_count_message", priced="costs/recompute.py chunk_plan",
+               split_check=knob_rules.recompute_count_rule, priced="costs/recompute.py chunk_plan",
                effect=_RECOMPUTE_EFFECT,
                source="Ascend/MindSpeed mindspeed/core/transformer/transformer_block.py "
                       "_block_method_checkpointed_forward_func"),
@@ -246,7 +250,7 @@ CHOICE_KNOBS: tuple[ChoiceKnob, ...] = (
                                  (("--kv-head-repeat-before-uly-alltoall",), ("ulysses_cp_algo", "hybrid_cp_algo")),
                                  (_CP_ADAPTIVE_ONLY, ("adaptive_cp_algo",)),
                                  (("--ulysses-degree-in-cp",), ("hybrid_cp_algo",))),
-               rules="rules._rule_cp, cp_rules", priced="costs/cp_terms.py",
+               check=knob_rules.cp_rule, priced="costs/cp_terms.py",
                effect="context-parallel algorithm (MindSpeed)",
                source="Ascend/MindSpeed mindspeed/features_manager/context_parallel/context_parallel_feature.py"),
     ChoiceKnob(key="recompute_modules", kind=RecomputeModule, searched=False, home="job",
@@ -257,7 +261,7 @@ CHOICE_KNOBS: tuple[ChoiceKnob, ...] = (
                       "(costs/recompute_modules.py)"),
     ChoiceKnob(key="moe_token_dispatcher_type", kind=Dispatcher, searched=False, home="model",
                spellings=(_spell_always("--moe-token-dispatcher-type"),),
-               rules="rules._rule_schedule (fb-overlap needs alltoall)", priced="costs/moe_terms.py",
+               rules="knob_rules.fb_overlap_rule (fb-overlap needs alltoall)", priced="costs/moe_terms.py",
                effect="how tokens reach the experts and how the experts run (costs/moe_terms.py)"),
     ChoiceKnob(key="fp8_format", kind=str, searched=True, home="model", values=("e4m3", "hybrid"),
                spellings=(_spell_always("--fp8-format"),),
@@ -267,7 +271,9 @@ CHOICE_KNOBS: tuple[ChoiceKnob, ...] = (
                source="NVIDIA/Megatron-LM arguments.py; searched by `search --allow-fp8` (verbs/precision.py)"),
 )
 # fmt: on
-"""The knobs with more than one setting, or spelled by more than one flag."""
+"""The knobs with more than one setting, or spelled by more than one flag. Their rules run in this
+order (rules.py): a record whose rule is the more specific comes first (DualPipeV's split, the
+framework's own, before the layer split's general rules)."""
 
 CHOICES: dict[str, ChoiceKnob] = {knob.key: knob for knob in CHOICE_KNOBS}
 

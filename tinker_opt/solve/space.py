@@ -199,7 +199,7 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
     zeros = zeros or [0]  # no data-parallel group: every stage is the same strategy as 0
     if model.num_layers % base.pp and space.layer_form == "even":
         return
-    # Cheap pre-filters of the batch rules (rules._rule_batch / _rule_vpp check them again).
+    # Cheap pre-filters of the batch rules (knob_rules.mbs_rule / vpp_rule check them again).
     mbss = [b for b in range(1, max_mbs + 1) if gbs % (b * base.dp) == 0]
     # Full recompute comes with each of Megatron's methods (block, uniform): the solver picks the
     # method with the count and the split.
@@ -240,7 +240,7 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
 def schedule_choices(s: Strategy, space: SearchSpace) -> Iterator[Strategy]:
     """The strategy under each searched schedule and fb-overlap setting. DualPipeV and the
     fb-overlap exclude switches (their records' `excludes`: the asynchronous gradient reduce;
-    fb-overlap also replaces the MoE all-to-all overlap; rules._rule_schedule), so those variants
+    fb-overlap also replaces the MoE all-to-all overlap; knob_rules.fb_overlap_rule), so those variants
     turn them off, with the switches that require them (the parameter gather)."""
     for schedule in space.schedules:
         if schedule != Schedule.ONE_F_ONE_B and s.vpp > 1:
