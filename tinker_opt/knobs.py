@@ -260,6 +260,7 @@ CHOICE_KNOBS: tuple[ChoiceKnob, ...] = (
                       "layernorm, moe and shared_experts, each by what it frees and reruns "
                       "(costs/recompute_modules.py)"),
     ChoiceKnob(key="moe_token_dispatcher_type", kind=Dispatcher, searched=False, home="model",
+               default=Dispatcher.ALLGATHER,
                spellings=(_spell_always("--moe-token-dispatcher-type"),),
                rules="knob_rules.fb_overlap_rule (fb-overlap needs alltoall)", priced="costs/moe_terms.py",
                effect="how tokens reach the experts and how the experts run (costs/moe_terms.py)"),

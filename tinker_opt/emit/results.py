@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from tinker_opt.choices import Recompute
 from tinker_opt.emit.picture_worker import PictureJob, PictureWorker, draw_here
 from tinker_opt.emit.search_report import RunLabels, SearchReport
 from tinker_opt.errors import ConfigError
@@ -52,7 +53,7 @@ def config_script_name(labels: RunLabels, rank: int | str, evaluation: dict[str,
     """Tinker's tuned-script name, extended with dp, cp, ep and vpp; a string `rank` names a pick."""
     s = Strategy.from_dict(evaluation["strategy"])
     layers = "_".join(str(stage["layers"]) for stage in evaluation["stages"])
-    rc = {"none": "none", "selective": "sel"}.get(
+    rc = {Recompute.NONE: "none", Recompute.SELECTIVE: "sel"}.get(
         s.recompute, f"full{s.recompute_num_layers or ''}"
     )
     tag = f"rank{rank}" if isinstance(rank, int) else f"pick_{rank}"

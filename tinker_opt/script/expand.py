@@ -227,7 +227,9 @@ class _Walker:
         for word in words[3:]:
             fields.extend(self.expand_word(word))
         segs = fields[0] if fields else ()
-        self.out.variables[words[1].literal_text()] = Scalar(tuple(segs), None)
+        name = words[1].literal_text()
+        if name is not None:  # `for "$x" in ...` names no variable
+            self.out.variables[name] = Scalar(tuple(segs), None)
 
     def _assign(self, word: Word) -> None:
         split = split_assignment(word)

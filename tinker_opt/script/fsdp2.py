@@ -197,7 +197,8 @@ def load_fsdp2_config(
             raise ScriptError(f"cannot read the FSDP2 config {path}: {exc}") from None
     overrides = _overrides(launch)
     merged = _merge(_parse_yaml(yaml_text, str(path or reference)), overrides)
-    model = merged.get("model") if isinstance(merged.get("model"), dict) else {}
+    raw_model = merged.get("model")
+    model = raw_model if isinstance(raw_model, dict) else {}
     bases = [Path.cwd()] + ([script_path.parent] if script_path is not None else [])
     hf_config, config_path = load_hf_config(model.get("model_name_or_path"), model_config, bases)
     return Fsdp2Config(

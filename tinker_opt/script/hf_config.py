@@ -166,7 +166,7 @@ def load_hf_config(
     if model_config is not None:
         raise ScriptError(f"--model-config {model_config} not found; give the model's config.json")
     raise ScriptError(
-        f"the model's config.json is not at {Path(model_path) / 'config.json'} "
+        f"the model's config.json is not at {Path(model_path or '') / 'config.json'} "
         "(model.model_name_or_path, not on this machine); pass --model-config FILE"
     )
 

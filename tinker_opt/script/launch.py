@@ -99,7 +99,9 @@ def parse_arguments(
     """Positional fields before the first flag, then the flag occurrences in order."""
     positionals: list[Field] = []
     args: list[ArgOccurrence] = []
-    name, flag, values = None, (), []
+    name: str | None = None
+    flag: Field = ()
+    values: list[Field] = []
     for fld in fields:
         text = field_text(fld)
         if is_flag(text):

@@ -120,7 +120,8 @@ def _layer_freq(launch: Launch, noop: tuple[int, ...]) -> dict:
     return {"moe_layer_freq": value if isinstance(value, int) else 1, "moe_layer_pattern": pattern}
 
 
-DISPATCHER_FLAG = CHOICES["moe_token_dispatcher_type"].flag
+_DISPATCHER = CHOICES["moe_token_dispatcher_type"]
+DISPATCHER_FLAG = _DISPATCHER.flag
 DEEPEP_FLAG = "--moe-enable-deepep"
 FLEX_BACKEND_FLAG = "--moe-flex-dispatcher-backend"
 """Megatron-Core 0.15+ names DeepEP as the flex dispatcher's backend (`deepep`, the default, or
@@ -156,9 +157,9 @@ def _routing_fields(launch: Launch) -> dict:
     gshard = launch.has("--moe-train-capacity-factor")
     flag = "--moe-train-capacity-factor" if gshard else "--moe-expert-capacity-factor"
     capacity = float_value(launch, flag, 0.0)
-    dispatcher = launch.value(DISPATCHER_FLAG) or "allgather"
+    dispatcher = launch.value(DISPATCHER_FLAG) or _DISPATCHER.default
     return {
-        "moe_token_dispatcher_type": "alltoall" if gshard else dispatcher,
+        "moe_token_dispatcher_type": Dispatcher.ALLTOALL if gshard else dispatcher,
         "moe_grouped_gemm": launch.has("--moe-grouped-gemm"),
         "moe_expert_capacity_factor": capacity if capacity > 0 else None,
         "moe_pad_expert_input_to_capacity": gshard
