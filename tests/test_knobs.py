@@ -340,3 +340,35 @@ def test_a_switch_on_is_written_with_the_flags_its_framework_needs():
             s, True, SearchSpace().overlaps, "allgather", bare.moe_grouped_gemm
         )
     )
+
+
+def test_the_rules_are_the_records():
+    """rules.py runs the world-size rule, every layout and choice record's `check` in registry
+    order and the switches' declarations; the split rules are the records' `split_check`. A
+    record's rule reads the record (its `excludes`), so the declaration is the rule."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from tinker_opt import rules
+    from tinker_opt.framework_rules import LATEST_RULES
+    from tinker_opt.knobs import CHOICE_KNOBS, CHOICES
+
+    records = [k for k in (*LAYOUT_KNOBS, *CHOICE_KNOBS) if k.check is not None]
+    names = [rule.__name__ for rule in rules.OUTER_RULES]
+    assert names == ["_rule_world", *(f"{k.key}_rule" for k in records), "_rule_overlap"]
+    assert {"tp", "ep", "sp", "mbs", "vpp", "dualpipev", "moe_fb_overlap", "cp_algo"} <= {
+        k.key for k in records
+    }
+    assert [k.key for k in rules.SPLIT_RULES] == [
+        "dualpipev",
+        "num_layer_list",
+        "recompute_num_layers",
+    ]
+    fb = CHOICES["moe_fb_overlap"]
+    model = SimpleNamespace(
+        is_moe=True, moe_token_dispatcher_type="alltoall", moe_grouped_gemm=True
+    )
+    s = Strategy(dp=8, ep=2, etp=1, moe_fb_overlap=True, overlap_grad_reduce=True)
+    assert fb.check is not None
+    assert "excludes overlap_grad_reduce" in fb.check(fb, s, model, 8, 64, LATEST_RULES)
+    assert fb.check(dataclasses.replace(fb, excludes=()), s, model, 8, 64, LATEST_RULES) is None
