@@ -364,6 +364,7 @@ def test_the_rules_are_the_records():
         "num_layer_list",
         "recompute_num_layers",
     ]
+    assert all(k.check or k.split_check or k.rules for k in CHOICE_KNOBS)  # every record says
     fb = CHOICES["moe_fb_overlap"]
     model = SimpleNamespace(
         is_moe=True, moe_token_dispatcher_type="alltoall", moe_grouped_gemm=True
