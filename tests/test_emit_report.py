@@ -314,3 +314,21 @@ def test_terminal_tables_fit_80_columns_without_wrapping_a_label():
         sum(label in line for line in lines) == 4
     )  # rank 1, the current row and two picks, each whole
     assert "now" in text and "3 near-copies folded" in text
+
+
+def test_a_current_strategy_above_the_limit_is_listed_and_compared():
+    """The script's own strategy modelled above the memory limit keeps its figures: a `now!` row
+    and the speed-up sentence that says it does not fit (summary.json: `fits` false,
+    `over_by_mb`)."""
+    from tinker_opt.emit.tables import current_line
+
+    console = Console(width=80, record=True, color_system=None)
+    best = _wide(Strategy(tp=2, pp=2, dp=4, sp=True), 2)
+    current = dict(_wide(LONG, 16), iteration_time_ms=2 * 123456.7, fits=False, over_by_mb=1234.0)
+    current["stages"] = [dict(st, memory_mb=61234.0) for st in current["stages"]]
+    console.print(strategies_table([best], "top", current=current))
+    text = console.export_text()
+    assert "now!" in text and "246913.4" in text
+    line = current_line(best, current)
+    assert line is not None and "2.00x as fast" in line
+    assert "modelled not to fit" in line and "1234 MB more than the 60000 MB limit" in line

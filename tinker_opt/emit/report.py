@@ -134,7 +134,9 @@ def _current_vs_best(report: SearchReport, speedup: float | None) -> str:
     elif "error" in current:
         note = f'<p class="error">The script\'s own strategy cannot be compared: {escape(current["error"])}</p>'
     elif not current["fits"]:
-        note = f'<p class="error">{escape(str(current_note(current)).capitalize())}.</p>'
+        if speedup is None:  # else the comparison below says it
+            text = str(current_note(current))
+            note = f'<p class="error">{escape(text[0].upper() + text[1:])}.</p>'
         rows.append(_row(["current (does not fit)"] + _figures(current), "current"))
     else:
         rows.append(_row(["current"] + _figures(current), "current"))
