@@ -63,8 +63,11 @@ from tinker_opt.solve.virtual_split import (
 
 
 def stack_of(c: SplitCoefficients) -> Stack:
-    """The stack of a configuration: uniform when every layer costs the same, else mixed."""
-    return UniformStack(c) if c.homogeneous else MixedStack(c)
+    """The stack of a configuration: uniform when every layer costs the same, else mixed (kept
+    in the coefficients' memo)."""
+    if c.memo.stack is None:
+        c.memo.stack = UniformStack(c) if c.homogeneous else MixedStack(c)
+    return c.memo.stack
 
 
 def feasible_many(cs: list[SplitCoefficients]) -> list[bool]:
