@@ -48,8 +48,18 @@ def draw_split(jobs: list[PictureJob]) -> None:
     if len(jobs) < 2:
         draw_here(jobs)
         return
-    read_end, write_end = os.pipe()
-    helper = os.fork()
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:  # no descriptor to spare: all of them here
+        draw_here(jobs)
+        return
+    try:
+        helper = os.fork()
+    except OSError:  # no process to spare: all of them here
+        os.close(read_end)
+        os.close(write_end)
+        draw_here(jobs)
+        return
     if helper == 0:  # the helper: draw, report a failure on the pipe, and leave at once
         status = 1
         try:
