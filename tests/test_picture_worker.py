@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tinker_opt.emit.picture_worker import PictureWorker, draw_here, picture_worker
+from tinker_opt.emit.picture_worker import PictureWorker, draw_here, draw_split, picture_worker
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the worker forks (Linux only)")
 
@@ -66,3 +66,21 @@ def test_a_failed_search_stops_the_worker() -> None:
         process = worker.process
         raise ValueError("the search failed")
     assert not process.is_alive()
+
+
+def test_split_drawing_draws_every_picture_as_drawing_here(tmp_path: Path) -> None:
+    """The helper draws all but the first job: every file is written, byte for byte as here."""
+    split = [*_schedule_job(tmp_path / "a.svg"), *_schedule_job(tmp_path / "b.svg")]
+    draw_split(split)
+    draw_here(_schedule_job(tmp_path / "here.svg"))
+    here = (tmp_path / "here.svg").read_bytes()
+    assert (tmp_path / "a.svg").read_bytes() == here
+    assert (tmp_path / "b.svg").read_bytes() == here
+
+
+def test_a_failed_drawing_in_the_helper_is_raised(tmp_path: Path) -> None:
+    """A job the helper draws fails: its traceback reaches the caller; the first is drawn."""
+    split = [*_schedule_job(tmp_path / "a.svg"), *_schedule_job(tmp_path / "no" / "b.svg")]
+    with pytest.raises(RuntimeError, match="FileNotFoundError"):
+        draw_split(split)
+    assert (tmp_path / "a.svg").exists()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tinker_opt.choices import (
     CpAlgo,
@@ -139,16 +139,6 @@ class Strategy:
     """The registry's other switches (`_KEPT_SWITCHES`) that are set, as (key, value) in the
     registry's order; a key left out is None. Set them through `replace` or `from_dict`."""
 
-    if not TYPE_CHECKING:  # the type checker sees only the fields; kept switches by getattr(s, key)
-
-        def __getattr__(self, name: str) -> bool | None:
-            if name not in _KEPT_SWITCHES:
-                raise AttributeError(f"Strategy has no attribute {name!r}")
-            for key, value in self.__dict__.get("switches", ()):
-                if key == name:
-                    return value
-            return None
-
     def __post_init__(self) -> None:
         if self.zero not in ZERO_LEVELS or isinstance(self.zero, bool):
             raise StrategyError(f"zero must be one of {ZERO_LEVELS}, got {self.zero!r}")
@@ -160,14 +150,15 @@ class Strategy:
             raise StrategyError(
                 f"dualpipev runs two chunks per rank of its own; vpp must be 1, got {self.vpp}"
             )
-        object.__setattr__(
-            self, "recompute", choice(Recompute, self.recompute, "recompute", StrategyError)
-        )
+        # A member already (every strategy the search space lists): nothing to convert.
+        if type(self.recompute) is not Recompute:
+            object.__setattr__(
+                self, "recompute", choice(Recompute, self.recompute, "recompute", StrategyError)
+            )
         for name, kind in (("recompute_method", RecomputeMethod), ("cp_algo", CpAlgo)):
-            if getattr(self, name) is not None:
-                object.__setattr__(
-                    self, name, choice(kind, getattr(self, name), name, StrategyError)
-                )
+            value = getattr(self, name)
+            if value is not None and type(value) is not kind:
+                object.__setattr__(self, name, choice(kind, value, name, StrategyError))
         for name in FIELD_SWITCHES:
             if getattr(self, name) not in (None, True, False):
                 raise StrategyError(
@@ -364,3 +355,23 @@ class Strategy:
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Strategy))
 """The fields `Strategy.replace` may change."""
+
+
+def _kept_switch(key: str) -> property:
+    """`getattr(s, key)` of a kept switch: its value in `switches`, None when left out. A class
+    property rather than `__getattr__`, which Python calls only after the instance and class
+    lookups fail: the cost terms and rules read these keys for every configuration a search
+    lists (issue 30)."""
+
+    def value(self: Strategy) -> bool | None:
+        for name, setting in self.switches:
+            if name == key:
+                return setting
+        return None
+
+    return property(value, doc=f"The kept switch {key!r} (None when not set).")
+
+
+for _key in _KEPT_SWITCHES:
+    # the type checker sees only the fields; kept switches are read by getattr(s, key)
+    setattr(Strategy, _key, _kept_switch(_key))

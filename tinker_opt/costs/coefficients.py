@@ -53,6 +53,9 @@ class Memo:
     """(the exact split of a mixed stack under a layer form, or None,) (stacks.MixedStack)."""
     prefix_arrays: dict[str, Any] | None = None
     """Prefix sums of the layer arrays as numpy arrays (solve/virtual_split.py)."""
+    stack: Any = None
+    """The solvers' view of these coefficients (solve/stacks.stack_of), made once: the presolve's
+    feasibility, its bound and the walk's split each ask for it."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -95,6 +95,10 @@ class CostModel:
         self.warnings: list[str] = list(context.comm.warnings)
         self._terms = terms or TermBuilder(context)
         self._cache: dict[Strategy, SplitCoefficients] = {}
+        self.listed: set[Strategy] = set()
+        """Outer configurations that pass the outer rules (rules.OUTER_RULES) for this model,
+        cluster and batch, as solve/space.outer_choices lists them: `coefficients` does not
+        check them again (issue 30: a search builds thousands)."""
 
     @classmethod
     def from_profile(
@@ -171,7 +175,9 @@ class CostModel:
         inputs and priced terms, its own coefficient cache."""
         if rules == self.rules:
             return self
-        return CostModel(self.context, rules, self._terms)
+        model = CostModel(self.context, rules, self._terms)
+        model.listed = self.listed  # the same model, cluster and batch: the same outer rules
+        return model
 
     def available(self, tp: int, sp: bool, cp: int, ep: int, etp: int) -> bool:
         """Whether every block was profiled at this shard shape (any micro-batch size)."""
@@ -204,7 +210,8 @@ class CostModel:
         cached = self._cache.get(key)
         if cached is None:
             # The outer itself: a virtual pipeline with a layer list needs no even chunks.
-            check_outer(outer, self.model, self.cluster.num_devices, self.global_batch_size)
+            if outer not in self.listed:
+                check_outer(outer, self.model, self.cluster.num_devices, self.global_batch_size)
             cached = self._terms.build(key, self.rules)
             self._cache[key] = cached
         self._cache[outer] = cached

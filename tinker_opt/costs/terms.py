@@ -18,6 +18,8 @@ p2p): costs/overlap.py states each rule and its source; the terms below charge t
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 
 from tinker_opt.choices import Recompute, RecomputeModule
@@ -42,6 +44,9 @@ from tinker_opt.costs.units import chunks_per_rank, data_groups, m_tokens, to_ns
 from tinker_opt.costs.zero_terms import layer_exposed_us
 from tinker_opt.strategy import OVERLAP_KEYS, Strategy
 
+_OVERLAPS = attrgetter(*OVERLAP_KEYS)
+"""The overlap switches of a strategy, in OVERLAP_KEYS order, in one call."""
+
 
 class TermBuilder:
     """Builds the integer coefficients of outer configurations from one TermContext, caching the
@@ -52,21 +57,26 @@ class TermBuilder:
         """The inputs of the terms (costs/term_context.py)."""
         self._layer_cache: dict[tuple, dict[str, np.ndarray]] = {}
         self._stage_cache: dict[tuple, dict] = {}
+        self._static_cache: dict[tuple, int] = {}
 
     # -- building ------------------------------------------------------------------------------
+    @staticmethod
+    def _keys(s: Strategy) -> tuple[tuple, tuple]:
+        """(layer key, stage key): the fields of `s` the per-layer and the per-stage terms read.
+        The per-layer terms do not depend on pp / vpp (but the fb-overlap's warmup share does),
+        the per-stage ones not on the recompute."""
+        knobs = (*map(bool, _OVERLAPS(s)), s.schedule, s.moe_fb_overlap)
+        shape = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.zero, knobs)
+        return (*shape, s.recompute, s.pp if s.moe_fb_overlap else 0), (*shape, s.pp, s.vpp)
+
     def build(self, s: Strategy, rules: SplitRules) -> SplitCoefficients:
         """The coefficients of outer `s`, split under the search's `rules`."""
         L, p, v = self.ctx.model.num_layers, s.pp, chunks_per_rank(s)
         num_micro = self.ctx.gbs // (s.mbs * s.dp)
-        knobs = (*(bool(getattr(s, key)) for key in OVERLAP_KEYS), s.schedule, s.moe_fb_overlap)
-        # The per-layer terms do not depend on pp / vpp (but the fb-overlap's warmup share does),
-        # the per-stage ones not on the recompute.
-        shape = (s.tp, s.sp, s.cp, s.cp_algo, s.ep, s.etp, s.mbs, s.dp, s.dist_opt, s.zero, knobs)
-        layer_key = (*shape, s.recompute, s.pp if s.moe_fb_overlap else 0)
+        layer_key, stage_key = self._keys(s)
         layer = self._layer_cache.get(layer_key)
         if layer is None:
             layer = self._layer_cache[layer_key] = self._layer_arrays(s)
-        stage_key = (*shape, s.pp, s.vpp)
         stage = self._stage_cache.get(stage_key)
         if stage is None:
             stage = self._stage_cache[stage_key] = self._stage_terms(s, num_micro)
@@ -120,10 +130,11 @@ class TermBuilder:
     def _layer_arrays(self, s: Strategy) -> dict[str, np.ndarray]:
         """Per-position arrays of the layer terms (one row per layer kind, indexed by position)."""
         per_kind = [self._layer_terms(kind, s) for kind in self.ctx.kind_names]
-        return {
-            name: np.array([terms[name] for terms in per_kind], dtype=np.int64)[self.ctx.kind_index]
-            for name in per_kind[0]
-        }
+        names = list(per_kind[0])
+        # one table (kinds x terms) indexed by position at once; a row per term, contiguous
+        table = np.array([[terms[name] for name in names] for terms in per_kind], dtype=np.int64)
+        rows = np.ascontiguousarray(table[self.ctx.kind_index].T)
+        return dict(zip(names, rows, strict=True))
 
     def _layer_terms(self, kind: str, s: Strategy) -> dict[str, int]:
         ctx = self.ctx
@@ -260,13 +271,19 @@ class TermBuilder:
         return weights + fp8_weight_extra_bytes(self.ctx.model, cost.param_count), optimizer
 
     def layers_static_bytes(self, s: Strategy) -> int:
-        """The sum over every layer of build's layer_static_bytes, without building the rest."""
+        """The sum over every layer of build's layer_static_bytes, without building the rest;
+        kept per layer key (the layer terms read no other field of `s`)."""
+        key = self._keys(s)[0]
+        total = self._static_cache.get(key)
+        if total is not None:
+            return total
         ctx = self.ctx
         total = 0
         for index, kind in enumerate(ctx.kind_names):
             ep, etp = ctx.layer_shape(kind, s)
             cost = ctx.cost(ctx.layer_block[kind], s, ep, etp)
             total += sum(self._static_terms(s, cost)) * int((ctx.kind_index == index).sum())
+        self._static_cache[key] = total
         return total
 
     def _stage_terms(self, s: Strategy, num_micro: int) -> dict:

@@ -11,12 +11,17 @@ and nothing runs after the verb returns: the worker is joined (or, when the sear
 anything is drawn, stopped) on leaving `picture_worker`. Where `fork` is not the platform's way
 (macOS, Windows) there is no worker and the pictures are drawn in the process, as before.
 
+With more than one picture to draw, the worker forks a helper that draws all but the first while
+the worker draws the first (`draw_split`): the parent only writes text meanwhile and then waits, so
+the second core would otherwise idle; both have matplotlib imported already (the fork copies it).
+
 The worker draws; it does not search: `--cpus` still counts the solver's workers alone.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import sys
 import traceback
@@ -37,12 +42,65 @@ def draw_here(jobs: list[PictureJob]) -> None:
         getattr(plots, name)(*args, **kwargs)
 
 
+def draw_split(jobs: list[PictureJob]) -> None:
+    """Draw `jobs`, all but the first in a forked helper while this process draws the first
+    (module docstring); the helper's traceback, if it failed, raised as RuntimeError here."""
+    if len(jobs) < 2:
+        draw_here(jobs)
+        return
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:  # no descriptor to spare: all of them here
+        draw_here(jobs)
+        return
+    try:
+        helper = os.fork()
+    except OSError:  # no process to spare: all of them here
+        os.close(read_end)
+        os.close(write_end)
+        draw_here(jobs)
+        return
+    if helper == 0:  # the helper: draw, report a failure on the pipe, and leave at once
+        status = 1
+        try:
+            os.close(read_end)
+            draw_here(jobs[1:])
+            status = 0
+        except BaseException:
+            os.write(write_end, traceback.format_exc().encode())
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    _HELPERS.add(helper)
+    try:
+        draw_here(jobs[:1])
+    finally:
+        with os.fdopen(read_end, "rb") as pipe:
+            failure = pipe.read().decode()
+        os.waitpid(helper, 0)
+        _HELPERS.discard(helper)
+    if failure:
+        raise RuntimeError(failure)
+
+
+_HELPERS: set[int] = set()
+"""The worker's helper drawing now (draw_split), stopped with the worker (`_stop_helpers`)."""
+
+
+def _stop_helpers(signum, frame) -> None:
+    """SIGTERM in the worker (PictureWorker.stop): the helper stops too, then the worker."""
+    for helper in _HELPERS:
+        os.kill(helper, signal.SIGKILL)
+    os._exit(128 + signum)
+
+
 def _serve(connection, parent_end) -> None:
     """The worker: import matplotlib now, then draw each batch of jobs sent, answering None or
     the error (as text: the parent raises it); returns on None or when the parent's end closes
     (the copy of that end the fork gave this process is closed first). Ctrl-C is the parent's
     to handle (it stops the worker), so the worker prints no traceback of its own."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop_helpers)
     parent_end.close()
     try:
         from tinker_opt.emit import plots
@@ -58,7 +116,7 @@ def _serve(connection, parent_end) -> None:
         if jobs is None:
             return
         try:
-            draw_here(jobs)
+            draw_split(jobs)
             answer = None
         except BaseException:
             answer = traceback.format_exc()

@@ -181,13 +181,25 @@ def _least_max(
     return int(least_max_rows(offsets, low, high, r, caps[None, :], total)[0])
 
 
+CANDIDATES = 4096
+"""Up to this many candidate values (rows x stages x counts) least_max_rows bisects over the
+sorted candidates; beyond, sorting them costs more than bisecting over the integers."""
+
+
 def least_max_rows(
     offsets: np.ndarray, low, high, knee, caps: np.ndarray, total: int
 ) -> np.ndarray:
     """Per row of caps (rows x stages): min over splits (n_s <= caps_s) of max_s offset_s +
     cost(n_s), cost = piecewise(n, low, high, knee) (scalars or row columns). The least integer
     value whose caps pack: a bisection run for every row at once. A row that does not pack gives
-    the largest value, max_s offset_s + cost(total)."""
+    the largest value, max_s offset_s + cost(total).
+
+    Whether a value v packs is monotone in v and changes only where v reaches a stage's value at
+    some layer count, offset_s + cost(n) with 0 <= n <= total (piecewise_cap's counts step there
+    alone), so the least such v is one of those candidates clipped to [lo, hi]. Where they are
+    few (CANDIDATES: the walk's tight bound of one configuration), the bisection runs over each
+    row's sorted candidates, about log2(p L) steps instead of about 40 over the integers from lo
+    to hi, and finds the same value (issue 30)."""
     rows = caps.shape[0]
     low, high, knee = (
         np.broadcast_to(np.asarray(x, dtype=np.int64), (rows, 1)) for x in (low, high, knee)
@@ -195,13 +207,33 @@ def least_max_rows(
     lo = int(offsets.min()) + piecewise(1, low[:, 0], high[:, 0], knee[:, 0])  # a layer per stage
     hi = int(offsets.max()) + piecewise(total, low[:, 0], high[:, 0], knee[:, 0])
     lo = np.minimum(lo, hi)
-    while (lo < hi).any():
-        mid = (lo + hi) // 2
-        under = piecewise_cap(mid[:, None] - offsets[None, :], low, high, knee, total)
+    every = np.arange(rows)
+    if rows * offsets.size * (total + 1) <= CANDIDATES:
+        n = np.arange(total + 1, dtype=np.int64)[None, :]
+        stage_values = (
+            offsets.astype(np.int64)[None, :, None] + piecewise(n, low, high, knee)[:, None, :]
+        )
+        values = np.clip(stage_values.reshape(rows, -1), lo[:, None], hi[:, None])
+        values = np.concatenate([np.sort(values, axis=1), hi[:, None]], axis=1)
+
+        def value_at(index: np.ndarray) -> np.ndarray:
+            return values[every, index]
+
+        last = np.full(rows, values.shape[1] - 1, dtype=np.int64)
+    else:
+
+        def value_at(index: np.ndarray) -> np.ndarray:
+            return lo + index  # every integer from lo to hi
+
+        last = hi - lo
+    first = np.zeros(rows, dtype=np.int64)
+    while (first < last).any():  # the least index whose value packs (the last one: hi)
+        mid = (first + last) // 2
+        under = piecewise_cap(value_at(mid)[:, None] - offsets[None, :], low, high, knee, total)
         fit = packs(np.minimum(caps, under), total)
-        hi = np.where(fit, mid, hi)
-        lo = np.where(fit, lo, mid + 1)
-    return hi
+        last = np.where(fit, mid, last)
+        first = np.where(fit, first, mid + 1)
+    return value_at(last)
 
 
 def least_peak_split(c: SplitCoefficients, k: Scalars, r: int) -> tuple[tuple[int, ...], int]:

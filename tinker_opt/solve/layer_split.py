@@ -198,8 +198,9 @@ def lower_bounds_for_r(c: SplitCoefficients, k: Scalars, rs) -> dict[int, int]:
     return {r: int(b) for r, b in zip(rs, bounds, strict=True)}
 
 
-def best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
-    """Virtual pipeline: the even split, feasible or not, for recompute count r."""
+def even_fits(c: SplitCoefficients, k: Scalars, r) -> np.ndarray:
+    """Virtual pipeline: whether the even split fits in memory at recompute count r, per row
+    of `r` (an int: one row; a column of counts: one row each, every count at once)."""
     p, v = c.num_stages, c.vpp
     n = np.full(p, c.num_layers // p, dtype=np.int64)
     chunk = c.num_layers // (p * v)
@@ -207,17 +208,31 @@ def best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
     if c.method == RecomputeMethod.UNIFORM:
         # Every layer recomputed; per chunk ceil(chunk / r) group inputs in flight and one group of
         # min(r, chunk) layers live while recomputed (recompute.chunk_plan; coefficients.stage_costs).
-        mem_x_v = v * (k.w * n + c.stage_static_bytes + min(r, chunk) * c.work_bytes) + kk * (
-            v * -(-chunk // r) * c.checkpoint_bytes + c.stage_act_bytes
-        )
+        mem_x_v = v * (
+            k.w * n + c.stage_static_bytes + np.minimum(r, chunk) * c.work_bytes
+        ) + kk * (v * -(-chunk // r) * c.checkpoint_bytes + c.stage_act_bytes)
     else:
-        rs = v * min(r, chunk)
-        mem_x_v = v * (k.w * n + c.stage_static_bytes + (c.work_bytes if r else 0)) + kk * (
-            k.act * (n - rs) + k.inp * rs + c.stage_act_bytes
-        )
-    if (mem_x_v > v * c.memory_limit_bytes).any():
+        rs = v * np.minimum(r, chunk)
+        mem_x_v = v * (
+            k.w * n + c.stage_static_bytes + np.where(np.asarray(r) > 0, c.work_bytes, 0)
+        ) + kk * (k.act * (n - rs) + k.inp * rs + c.stage_act_bytes)
+    return ~np.atleast_2d(mem_x_v > v * c.memory_limit_bytes).any(axis=1)
+
+
+def best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
+    """Virtual pipeline: the even split for recompute count r, None when it does not fit."""
+    if not even_fits(c, k, r)[0]:
         return None
+    n = np.full(c.num_stages, c.num_layers // c.num_stages, dtype=np.int64)
     return Split(tuple(int(x) for x in n), r, objective_x_v(c, k, n, r))
+
+
+def first_even(c: SplitCoefficients, k: Scalars) -> Split | None:
+    """Virtual pipeline: the even split at the smallest recompute count where it fits (time
+    grows with r), every count's memory checked at once; None when none fits."""
+    rs = np.array(recompute_range(c), dtype=np.int64)
+    fits = even_fits(c, k, rs[:, None])
+    return best_even(c, k, int(rs[np.argmax(fits)])) if fits.any() else None
 
 
 def inverse_caps(

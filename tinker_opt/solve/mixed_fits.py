@@ -110,9 +110,10 @@ def _relaxations(batch: Batch, rs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(k, r, stage): the largest length that fits, or the lengths 1, 2, .. that all fit."""
         static, work, per_micro = parts
         ok = (static + work)[:, :, None, :] + kk * per_micro[:, :, None, :] <= room
-        if prefix:
-            return np.cumprod(ok, axis=-1).sum(axis=-1)
-        return np.where(ok, np.arange(1, L + 1), 0).max(axis=-1)
+        if prefix:  # the leading lengths that fit: the index of the first that does not
+            return np.where(ok.all(axis=-1), L, np.argmin(ok, axis=-1))
+        # one past the last length that fits (0: none)
+        return np.where(ok.any(axis=-1), L - np.argmax(ok[..., ::-1], axis=-1), 0)
 
     def enough(cap: np.ndarray) -> np.ndarray:
         return (cap.min(axis=-1) >= 1) & (cap.sum(axis=-1) >= L)

@@ -25,6 +25,7 @@ import numpy as np
 from tinker_opt.choices import Recompute, RecomputeMethod
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.pipeline import pipeline_bound_x_v, pipeline_x_v
+from tinker_opt.solve.row_split import prefix_arrays
 
 BIG = np.iinfo(np.int64).max // 4
 LAYER_ARRAYS = (
@@ -83,8 +84,10 @@ def memory_parts(c: Any, r, b: np.ndarray, e: np.ndarray):
 
 
 def span(c: Any, name: str, b, e):
-    """Sum of a layer array over [b, e) (prefix sums, int64; leading axes of the array kept)."""
-    pre = _prefix(getattr(c, name))
+    """Sum of a layer array over [b, e) (prefix sums, int64; leading axes of the array kept). A
+    SplitCoefficients' prefix sums are computed once (row_split.prefix_arrays, in its memo): the
+    bisections of fits_each ask for the same sums at every step."""
+    pre = prefix_arrays(c)[name] if isinstance(c, SplitCoefficients) else _prefix(getattr(c, name))
     return pre[..., e] - pre[..., b]
 
 

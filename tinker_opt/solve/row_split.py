@@ -50,8 +50,9 @@ def _plan(c: SplitCoefficients, n: np.ndarray, r: int | np.ndarray):
     return np.minimum(r, n), zero, (n > 0).astype(np.int64)
 
 
-def _prefix(c: SplitCoefficients) -> dict[str, np.ndarray]:
-    """Prefix sums (leading 0, int64) of ROW_ARRAYS, kept in the coefficients' memo."""
+def prefix_arrays(c: SplitCoefficients) -> dict[str, np.ndarray]:
+    """Prefix sums (leading 0, int64) of ROW_ARRAYS, kept in the coefficients' memo (the range
+    sums of mixed_split.span read them too)."""
     if c.memo.prefix_arrays is None:
         c.memo.prefix_arrays = {
             name: np.concatenate([[0], np.cumsum(getattr(c, name).astype(np.int64))])
@@ -67,7 +68,7 @@ def _spans(c: SplitCoefficients, rows: np.ndarray, r: int | np.ndarray):
     ends = np.cumsum(rows, axis=1)
     starts = ends - rows
     recomputed, checkpoints, work = _plan(c, rows, r)
-    prefix = _prefix(c)
+    prefix = prefix_arrays(c)
 
     def span(name: str, upto: np.ndarray | None = None) -> np.ndarray:
         return prefix[name][ends if upto is None else upto] - prefix[name][starts]
@@ -178,7 +179,7 @@ def uniform_memory(c: SplitCoefficients, rows: np.ndarray, counts: np.ndarray) -
     own activations) + v min(r, largest chunk) x working set, only the last two terms in r."""
     p, v = c.num_stages, c.vpp
     ends = np.cumsum(rows, axis=1)
-    prefix = _prefix(c)["layer_static_bytes"]
+    prefix = prefix_arrays(c)["layer_static_bytes"]
     static = (prefix[ends] - prefix[ends - rows]).reshape(len(rows), v, p).sum(axis=1)
     kk = c.stage_inflight_x_v.astype(np.int64)
     fixed = v * (static + c.stage_static_bytes) + kk * c.stage_act_bytes  # (rows, p)

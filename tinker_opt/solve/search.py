@@ -259,7 +259,7 @@ def _narrowed_outers(ranking: Ranking, space: SearchSpace) -> set:
 def _outers(cost_model: CostModel, space: SearchSpace):
     profiled = cost_model.blocks.profiled_mbs()
     max_mbs = space.max_mbs or max([DEFAULT_MAX_MBS] + profiled)
-    return outer_choices(
+    outers = outer_choices(
         cost_model.model,
         cost_model.cluster.num_devices,
         cost_model.global_batch_size,
@@ -267,6 +267,8 @@ def _outers(cost_model: CostModel, space: SearchSpace):
         cost_model.available,
         max_mbs,
     )
+    cost_model.listed.update(outers)  # they pass the outer rules: not checked again
+    return outers
 
 
 @dataclass(frozen=True)

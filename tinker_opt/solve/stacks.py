@@ -39,8 +39,8 @@ from tinker_opt.solve.layer_split import (
     INF,
     Scalars,
     Split,
-    best_even,
     best_free_split,
+    first_even,
     lower_bounds_for_r,
     recompute_range,
 )
@@ -63,8 +63,11 @@ from tinker_opt.solve.virtual_split import (
 
 
 def stack_of(c: SplitCoefficients) -> Stack:
-    """The stack of a configuration: uniform when every layer costs the same, else mixed."""
-    return UniformStack(c) if c.homogeneous else MixedStack(c)
+    """The stack of a configuration: uniform when every layer costs the same, else mixed (kept
+    in the coefficients' memo)."""
+    if c.memo.stack is None:
+        c.memo.stack = UniformStack(c) if c.homogeneous else MixedStack(c)
+    return c.memo.stack
 
 
 def feasible_many(cs: list[SplitCoefficients]) -> list[bool]:
@@ -198,11 +201,7 @@ class UniformStack(Stack):
         return self.even_split() if self.c.vpp > 1 else best_free_split(self.c, self.k)
 
     def compute_even_split(self) -> Split | None:
-        for r in recompute_range(self.c):
-            found = best_even(self.c, self.k, r)
-            if found is not None:
-                return found
-        return None
+        return first_even(self.c, self.k)
 
     def form_split(self) -> Split | None:
         """The form's rows per recompute count r, visited by r's lower bound, FORM_BATCH counts
