@@ -3,6 +3,7 @@ fp32 path, traced as separate kernels (profile/softmax.py, op_trace.unfused_kern
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 from torch._subclasses import FakeTensorMode
@@ -76,3 +77,21 @@ def test_fallback_runs_fp32_ops_as_separate_kernels() -> None:
     assert load_hardware("a100-40gb").efficiency.fuse_elementwise
     memory_kernels = lambda t: [k for k in fused_kernels(t.records) if k.flops == 0]
     assert len(memory_kernels(slow)) >= len(memory_kernels(fast)) + 6
+
+
+def test_host_ops_follow_the_micro_batch_row() -> None:
+    """Operator counts come from the row of the micro-batch size (the fallback at mbs 1 issues
+    more), the nearest profiled one where it was not profiled: never mbs 1's for all."""
+    from tinker_opt.costs.profile_table import BlockTable
+    from tinker_opt.profile.store import BLOCK_COLUMNS
+
+    rows = [
+        {"block": "layer", "tp": 8, "sp": 0, "cp": 1, "ep": 1, "etp": 1, "mbs": mbs, "fwd_us": us,
+         "bwd_us": 2 * us, "fwd_host_ops": fwd, "bwd_host_ops": fwd + 58, "status": "ok"}
+        for mbs, us, fwd in ((1, 170, 51), (2, 142, 49), (4, 243, 49))
+    ]  # fmt: skip
+    table = BlockTable(pd.DataFrame(rows).reindex(columns=list(BLOCK_COLUMNS), fill_value=0))
+    ops = lambda mbs: (lambda c: (c.fwd_host_ops, c.bwd_host_ops))(
+        table.cost("layer", tp=8, sp=False, cp=1, mbs=mbs)
+    )
+    assert [ops(m) for m in (1, 2, 4, 8)] == [(51, 109), (49, 107), (49, 107), (49, 107)]
