@@ -14,11 +14,15 @@ from tinker_opt.profile.subgraphs import build_block, saved_activation_bytes, se
 
 SEQ, MBS, HIDDEN, HEADS = 128, 2, 128, 8
 TP_SP = [(1, False), (2, False), (2, True), (4, False), (4, True)]
+KORTHIKANTI_SEQ = 256
+"""Korthikanti's formula is the fused softmax's (16-bit probabilities); Megatron runs that kernel
+only where b x heads/tp is a multiple of its rows per block, 8 up to sk 128 and 4 above
+(profile/softmax.py), so at 128 tokens tp 4 (2 x 2 batches) takes the unfused fp32 path."""
 
 
-def korthikanti_bytes(tp: int, sp: bool, selective: bool) -> float:
+def korthikanti_bytes(tp: int, sp: bool, selective: bool, seq: int = KORTHIKANTI_SEQ) -> float:
     """Korthikanti et al. (2022), Table 2: activation bytes of one GPT layer in 16-bit."""
-    s, b, h, a = SEQ, MBS, HIDDEN, HEADS
+    s, b, h, a = seq, MBS, HIDDEN, HEADS
     scores = 0.0 if selective else 5 * a * s / h
     if sp:
         return s * b * h * (34 + scores) / tp
@@ -30,10 +34,24 @@ def korthikanti_bytes(tp: int, sp: bool, selective: bool) -> float:
 def test_gpt_layer_matches_korthikanti(tp, sp, selective):
     """GPT-style layer activations equal Korthikanti's formula within 2 %."""
     block = build_block(
-        gpt_model(seq=SEQ, hidden=HIDDEN, heads=HEADS), "layer", Shape(tp=tp, sp=sp, mbs=MBS)
+        gpt_model(seq=KORTHIKANTI_SEQ, hidden=HIDDEN, heads=HEADS),
+        "layer",
+        Shape(tp=tp, sp=sp, mbs=MBS),
     )
     measured = saved_activation_bytes(block, selective=selective)
     assert measured == pytest.approx(korthikanti_bytes(tp, sp, selective), rel=0.02)
+
+
+def test_unfused_softmax_keeps_fp32_probabilities():
+    """Where the fused kernel's conditions fail (128 tokens, tp 4: 4 attention batches, not a
+    multiple of 8), the layer keeps the fp32 softmax output: 2 a s^2 b / tp bytes more."""
+    block = build_block(
+        gpt_model(seq=SEQ, hidden=HIDDEN, heads=HEADS), "layer", Shape(tp=4, mbs=MBS)
+    )
+    extra = 2 * HEADS * SEQ * SEQ * MBS / 4
+    assert saved_activation_bytes(block) == pytest.approx(
+        korthikanti_bytes(4, False, False, seq=SEQ) + extra, rel=0.02
+    )
 
 
 @pytest.mark.parametrize("groups,ffn", [(2, 344), (8, 512), (1, 256)])

@@ -32,10 +32,12 @@ STATIC_MEASURES = (
     "param_count",
     "expert_param_count",
     "weight_bytes",
-    "fwd_host_ops",
-    "bwd_host_ops",
 )
 """Measures that do not depend on the micro-batch size."""
+HOST_OP_MEASURES = ("fwd_host_ops", "bwd_host_ops")
+"""Operator counts: the same at every micro-batch size but where the framework takes another path
+(Megatron's unfused softmax where b x heads/tp misses the fused kernel's multiple, profile/
+softmax.py), so the row of the nearest profiled micro-batch size gives them, never a line."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,10 @@ def _cached_cost(
     if rows is None:
         raise ProfileDataError(table.missing_message(block, tp, sp, cp, ep, etp))
     static = {name: int(rows[name][0]) if name in rows else 0 for name in STATIC_MEASURES}
+    nearest = int(np.argmin(np.abs(rows["mbs"].astype(float) - mbs)))
+    static.update(
+        {name: int(rows[name][nearest]) if name in rows else 0 for name in HOST_OP_MEASURES}
+    )
     exact = np.flatnonzero(rows["mbs"] == mbs)
     if exact.size:
         per_mbs = {name: float(rows[name][exact[0]]) for name in PER_MBS_MEASURES}

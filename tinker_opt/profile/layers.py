@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tinker_opt.profile.kernels import REFERENCE
+from tinker_opt.profile.softmax import UnfusedScaleMaskSoftmax, fused_softmax_available
 from tinker_opt.profile.tp_emulation import (
     CheckpointCore,
     FusedScaleMaskSoftmax,
@@ -156,9 +157,13 @@ def materialised_attention(q, k, v, *, scale: float, causal: bool, p: float) -> 
     """Megatron's core attention with the scores in memory. q: [sq, b*np, d], k / v: [sk, b*np, d].
 
     Saves q, k (views of the QKV output), the softmax output, the dropout mask, the dropped
-    probabilities and v: 5 a s^2 b bytes of scores in 16-bit (Korthikanti et al.)."""
+    probabilities and v: 5 a s^2 b bytes of scores in 16-bit (Korthikanti et al.). The softmax
+    is Megatron's fused kernel where its shape conditions hold, else its unfused fp32 path
+    (profile/softmax.py), which keeps the fp32 probabilities instead."""
     scores = torch.bmm(q.transpose(0, 1), k.transpose(0, 1).transpose(1, 2))  # [b*np, sq, sk]
-    probs = dropout(FusedScaleMaskSoftmax.apply(scores, scale, causal), p)
+    fused = fused_softmax_available(q.shape[1], q.shape[0], k.shape[0], q.dtype, causal)
+    softmax = FusedScaleMaskSoftmax if fused else UnfusedScaleMaskSoftmax
+    probs = dropout(softmax.apply(scores, scale, causal), p)
     return torch.bmm(probs, v.transpose(0, 1))  # [b*np, sq, d]
 
 

@@ -17,6 +17,9 @@ memory-bound ops between two matrix ops is one kernel: it reads each outside ten
 writes each tensor that is used outside the run once; tensors produced and consumed only inside
 the run never touch memory. That is what a fused kernel saves (Dao et al., "FlashAttention",
 2022, section 2; Megatron's fused softmax), and it pays one launch overhead instead of many.
+An op the trace marks `unfused` (a framework's eager fallback, op_trace.unfused_kernels: the
+unfused softmax where the fused kernel's shape conditions fail, profile/softmax.py) is its own
+kernel, as a matrix op is: the framework issues it alone.
 
 The fused attention kernel (flash / cuDNN fused attention, which the analytic trace records as
 the CPU flash kernel, `ATTENTION_KERNELS`) is timed under the description's attention curves
@@ -59,6 +62,7 @@ class TracedOp(OpLike, Protocol):
     phase: str
     reads: tuple[tuple[int, int], ...]
     writes: tuple[tuple[int, int], ...]
+    unfused: bool
 
 
 @dataclass(frozen=True)
@@ -86,16 +90,18 @@ class Kernel:
 
 
 def _runs(ops: Sequence[TracedOp]) -> list[list[int]]:
-    """Indices of ops grouped into kernels: each matrix op alone, memory-bound neighbours together."""
+    """Indices of ops grouped into kernels: each matrix op and each `unfused` op alone,
+    memory-bound neighbours together."""
     runs: list[list[int]] = []
     current: list[int] = []
     for index, op in enumerate(ops):
         if op.flops == 0 and op.bytes_moved == 0:
             continue  # views and metadata: no kernel, no break
-        if op.flops > 0 or (current and ops[current[-1]].phase != op.phase):
+        alone = op.flops > 0 or op.unfused
+        if alone or (current and ops[current[-1]].phase != op.phase):
             runs += [current] if current else []
             current = []
-            if op.flops > 0:
+            if alone:
                 runs.append([index])
                 continue
         current.append(index)

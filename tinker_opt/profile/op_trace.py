@@ -14,12 +14,16 @@ Per op:
   unfused traffic; fused device kernels move less, which the memory-efficiency curve absorbs.
 * The modules it ran in (torch.utils.module_tracker.ModuleTracker), so a region such as the core
   attention can be timed on its own (selective recompute).
+* Whether it ran inside `unfused_kernels()`: a framework's eager fallback whose ops the device
+  runs one kernel each, never fused with their neighbours (op_timing.py; the unfused softmax,
+  profile/softmax.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +133,23 @@ class OpRecord:
     """(storage id, bytes) of each tensor input: ids are unique within one trace."""
     writes: tuple[tuple[int, int], ...] = ()
     """(storage id, bytes) of each tensor output (an in-place op writes its input's storage)."""
+    unfused: bool = False
+    """Ran inside `unfused_kernels()`: its own kernel on the device, not fused with neighbours."""
+
+
+_UNFUSED: ContextVar[bool] = ContextVar("unfused_kernels", default=False)
+
+
+@contextlib.contextmanager
+def unfused_kernels() -> Iterator[None]:
+    """Ops run inside are recorded `unfused`: the framework issues them as separate eager
+    kernels (a fallback such as Megatron's unfused softmax), so the analytic device times each
+    alone even where the hardware description fuses elementwise runs (op_timing._runs)."""
+    token = _UNFUSED.set(True)
+    try:
+        yield
+    finally:
+        _UNFUSED.reset(token)
 
 
 @dataclass
@@ -222,6 +243,7 @@ class _OpRecorder(EagerDispatchMode):
                 modules=frozenset(self.modules.parents),
                 reads=reads,
                 writes=writes,
+                unfused=_UNFUSED.get(),
             )
         )
         return out
