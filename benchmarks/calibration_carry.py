@@ -1,5 +1,5 @@
 """One log calibrates the machine: every log of tests/fixtures/logs checked before calibration
-and after `calibrate --log` on the other log of its machine (issue 28 item 4).
+and after `calibrate --log` on each other log of its machine, one row per pair (issue 28 item 4).
 
 Per log: the device description, measured / predicted iteration time and peak allocated memory
 before calibration, and the prediction after calibrating on the named log (the description
@@ -21,7 +21,11 @@ from tinker_opt.verbs.check import DeviceChoice, run_check
 
 LOGS = ROOT / "tests" / "fixtures" / "logs"
 MACHINES = {
-    "h100-80gb": ("mlm-ci-gpt7b-tp1pp4vpp-h100", "mlm-ci-gpt7b-tp4pp1-h100"),
+    "h100-80gb": (
+        "mlm-ci-gpt7b-tp1pp4vpp-h100",
+        "mlm-ci-gpt7b-tp4pp1-h100",
+        "mlm-ci-moe-mla-tp2pp2ep4-h100",
+    ),
     "gb200-nvl72": ("mlm-ci-gpt7b-tp1pp4vpp-gb200", "mlm-ci-gpt7b-tp4pp1-gb200"),
     "v100-32gb": ("kisti-v100x4-gpt345m-tp4-main202409", "kisti-v100x4-gpt345m-tp4-core050"),
     "910b": ("ms-ci-llama2-l8-tp8-coc-910b", "ms-ci-llama2-7b-tp2pp4vpp2-swap-910b"),
@@ -91,6 +95,21 @@ def _both_rows(hardware: str, folders: tuple[str, ...], scratch: Path) -> None:
         print(_row(folder, hardware, before, after, "all logs of the machine"), flush=True)
 
 
+def _machine_rows(hardware: str, folders: tuple[str, ...], scratch: Path) -> None:
+    """One row per (log, other log of the machine): checked on the description calibrated on the
+    other one."""
+    device = DeviceChoice(device="analytic", hardware=hardware)
+    calibrated = {
+        other: _calibrated(hardware, [other], scratch / f"{other}.json") for other in folders
+    }
+    for folder in folders:
+        log, script = _pair(folder)
+        before = run_check(log, script, device)[0]
+        for other in (f for f in folders if f != folder):
+            after = run_check(log, script, calibrated[other])[0]
+            print(_row(folder, hardware, before, after, other), flush=True)
+
+
 def main() -> None:
     print(
         "| log | device | measured ms | predicted ms before | after calibration | measured "
@@ -99,17 +118,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as scratch:
         for hardware, folders in MACHINES.items():
-            device = DeviceChoice(device="analytic", hardware=hardware)
-            for folder in folders:
-                log, script = _pair(folder)
-                before = run_check(log, script, device)[0]
-                others = [f for f in folders if f != folder]
-                if not others:
-                    print(_row(folder, hardware, before, None, "(no other log of this machine)"))
-                    continue
-                carried = _calibrated(hardware, others[:1], Path(scratch) / f"{others[0]}.json")
-                after = run_check(log, script, carried)[0]
-                print(_row(folder, hardware, before, after, others[0]), flush=True)
+            _machine_rows(hardware, folders, Path(scratch))
             if hardware in BOTH:
                 _both_rows(hardware, folders, Path(scratch))
 

@@ -340,7 +340,7 @@ def test_unfused_gradient_accumulation_adds_one_add_per_weight(tmp_path, mindspe
 def test_calibration_carried_between_the_two_gb200_ci_jobs(tmp_path):
     """Calibrate gb200-nvl72 on the tp 1 pp 4 vpp Megatron CI job, check its sibling (same 7B
     model, batch, deterministic settings and 2 x 4 GB200 machines; tp 4 pp 1): the parsed
-    figures are the golden values', and the carried prediction moves from -55 % to within 5 %:
+    figures are the golden values', and the carried prediction moves from -47 % to within 5 %:
     one log fits one factor, and the links follow it (verbs/log_factors.py), so the tp 4 job's
     97 ms of tensor-parallel collectives, which the pipeline-only job has none of, slow with the
     device (with links as described it carried to -13 %)."""
@@ -366,7 +366,7 @@ def test_calibration_carried_between_the_two_gb200_ci_jobs(tmp_path):
     calibration = json.loads(out.read_text())["calibration"]
     assert calibration["comm_scale"] is None
     assert calibration["links_scale"] == pytest.approx(calibration["time_scale"])
-    assert before["error"]["iteration_time_ms"] < -0.5
+    assert before["error"]["iteration_time_ms"] < -0.4
     assert abs(after["error"]["iteration_time_ms"]) < 0.05
     assert abs(after["error"]["peak_allocated_mb"]) < 0.10
 
@@ -375,8 +375,8 @@ def test_two_gb200_layouts_determine_a_communication_factor(tmp_path):
     """Both GB200 CI jobs (one script per log): their communication shares differ (0 ms of tp
     all-reduce at tp 1 pp 4, 97 ms at tp 4), so they fix a device factor and a communication
     factor; both logs are then within 5 % (measured on the written description, not derived).
-    The links come out about twice as slow as described (585 GB/s NVLink), the device about 2.35
-    times."""
+    The links come out about twice as slow as described (585 GB/s NVLink), the device about 1.9
+    times (2.35 before the BF16 asymptote 0.63 and the attention curves of gb200-nvl72.json)."""
     out = tmp_path / "gb200-two.json"
     run = _cli(
         "calibrate",
@@ -388,7 +388,7 @@ def test_two_gb200_layouts_determine_a_communication_factor(tmp_path):
     assert "communication x" in run.stdout
     calibration = json.loads(out.read_text())["calibration"]
     assert 1.5 < calibration["comm_scale"] < 3.0
-    assert 2.0 < calibration["time_scale"] < 2.7
+    assert 1.6 < calibration["time_scale"] < 2.2
     for log, script in ((MLM, MLM), (MLM_TP4, MLM_TP4)):
         after = _check_json(
             str(log / "log.txt"),
