@@ -9,8 +9,11 @@ sorts (moe_terms.chunk_sort_us); the iteration's breakdown; the slowest stage pe
 and, when the row is measured, the gap per layer and micro-batch of the slowest stage
 ((measured - predicted) / (micro-batches x its layers)): a term that grows with the tokens
 changes with the sequence and tp, a fixed cost per layer call does not.
+With `--loads 1.0,1.5,2.0` also the predicted iteration time at each busiest-rank load
+(profile/shape.py expert_load; the profile setting `moe_load_imbalance`, 1.25 by default): the
+load a row would need to meet its measurement, read against what a source says, never fitted.
 
-    PYTHONPATH=. python benchmarks/moe_breakdown.py [RUNS.json] [--only WORD,WORD]
+    PYTHONPATH=. python benchmarks/moe_breakdown.py [RUNS.json] [--only WORD,WORD] [--loads X,Y]
 """
 
 from __future__ import annotations
@@ -30,16 +33,31 @@ from tinker_opt.costs.layer_comm import layer_comm_us
 from tinker_opt.costs.moe_terms import chunk_sort_us, moe_comm_us
 
 
-def breakdown(run, profiles: Profiles) -> list[str]:
-    """The lines printed for one run (module docstring)."""
+def _cost_model(run, profiles: Profiles, load: float):
+    """The run's strategy and cost model with the busiest EP rank at `load` x the mean."""
     model, s, _, job = read_run(run, launch_script(run))
-    model = model.with_load_imbalance(setting("profile", "moe_load_imbalance").default)
+    model = model.with_load_imbalance(load)
     hardware = hardware_for(run, None)
     folder = profiles.folder(
-        f"{model.num_layers}L{model.hidden_size}h", model, limits_for(run), hardware
+        f"{model.num_layers}L{model.hidden_size}h{load}", model, limits_for(run), hardware
     )
-    cost = cost_model_for(run, model, folder, hardware, job)
+    return s, cost_model_for(run, model, folder, hardware, job)
+
+
+def load_scan(run, profiles: Profiles, loads: list[float]) -> str:
+    """Predicted iteration time (s) of the run at each busiest-rank load (module docstring)."""
+    times = []
+    for load in loads:
+        s, cost = _cost_model(run, profiles, load)
+        times.append(f"{load:g}: {cost.evaluate(s).iteration_time_ms / 1e3:.2f}")
+    return "   predicted s by load: " + ", ".join(times)
+
+
+def breakdown(run, profiles: Profiles) -> list[str]:
+    """The lines printed for one run (module docstring)."""
+    s, cost = _cost_model(run, profiles, setting("profile", "moe_load_imbalance").default)
     ev, ctx = cost.evaluate(s), cost.context
+    model = ctx.model
     measured = run.iteration_time_s
     lines = [
         f"== {run.run_id}: measured {measured} s, predicted {ev.iteration_time_ms / 1e3:.2f} s",
@@ -76,13 +94,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="?", default=str(DEFAULT_RUNS_FILE))
     parser.add_argument("--only", default="", help="comma-separated words of the run ids")
+    parser.add_argument("--loads", default="", help="comma-separated busiest-rank loads to scan")
     args = parser.parse_args(argv)
     words = [w for w in args.only.split(",") if w]
+    loads = [float(x) for x in args.loads.split(",") if x]
     profiles = Profiles(Path(tempfile.mkdtemp(prefix="moe-breakdown-")))
     for run in load_runs(Path(args.runs)):
         if not run.model.get("moe") or (words and not any(w in run.run_id for w in words)):
             continue
         print("\n".join(breakdown(run, profiles)))
+        if loads:
+            print(load_scan(run, profiles, loads))
     return 0
 
 

@@ -108,8 +108,13 @@ rows.append(
             "stated: TP 8 PP 2 CP 4 EP 1, 8 nodes, tokens/s/p, step time (the table's caption '2 "
             "nodes and 16 chips with tp8 pp4' contradicts the training section; 1568.3*64*20.9 = 64 x"
             " 32768 tokens agrees with 64 NPUs, gbs 64 [derived]); dispatcher allgather (core_r0.6 "
-            "default), distributed optimizer, overlap grad reduce, no recompute [inferred]"
+            "default), distributed optimizer, overlap grad reduce, no recompute [inferred]. "
+            "Consistency (moe_s28_findings.md): at 32K the figure is 160 TFLOPS per NPU by "
+            "Megatron's formula (45 % of 354), 2.2x the RC3 README's 706 tokens/s/p for the same "
+            "model at 32K on 64 NPUs; the caption's tp8 pp4 on 16 chips is impossible (32 chips) "
+            "and states no sequence: the figure may not be this script's run [unconfirmed]"
         ),
+        "derived": {"check_tflops_per_npu_at_32k": 160.4, "check_tflops_per_npu_at_4k": 125.0},
         "flags": {"moe": True, "cp_gt_1": True, "fp8": False, "iteration_time_from": "step time"},
     }
 )

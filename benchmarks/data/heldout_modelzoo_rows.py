@@ -68,7 +68,11 @@ def qwen_flops_per_token(seq):
     return 3 * (L * per_layer + 2 * h * V)
 
 
-def qwen(rid, tp, ep, pp, vpp, dp, dispatcher, recompute_modules, step, tf, extra=(), note=""):
+def qwen(
+    rid, tp, ep, pp, vpp, dp, dispatcher, recompute_modules, step, tf, extra=(), note="", **more
+):
+    """One row of the 4K Performance Results table; `more` overrides strategy keys (the FSDP
+    row's mbs, fsdp and full recompute)."""
     strategy = {
         "tp": tp,
         "pp": pp,
@@ -94,6 +98,7 @@ def qwen(rid, tp, ep, pp, vpp, dp, dispatcher, recompute_modules, step, tf, extr
         + (["--moe-enable-deepep"] if dispatcher == "flex" else [])
         + ([f"--recompute-modules {' '.join(recompute_modules)}"] if recompute_modules else [])
         + list(extra),
+        **more,
     }
     rows.append(
         {
@@ -170,6 +175,28 @@ qwen(
     200,
 )
 qwen("mz_qwen3_235b_deepep_tp4_ep8_pp8_vpp4_norecompute", 4, 8, 8, 4, 8, "flex", [], 29.0, 167)
+qwen(
+    "mz_qwen3_235b_deepep_tp2_ep8_fsdp_mbs4_full",
+    2,
+    8,
+    1,
+    1,
+    128,
+    "flex",
+    [],
+    17.6,
+    276,
+    note=(
+        "; the table's FSDP 'On' row (EDP 32, MBS 4, GA 4, recompute 'full', note 'disable log "
+        "para norm', main(1e057005)): Megatron-FSDP read as --use-megatron-fsdp "
+        "--data-parallel-sharding-strategy optim_grads_params [inferred: the sharding is not "
+        "stated]; 'full' read as --recompute-granularity full --recompute-method uniform "
+        "--recompute-num-layers 1 (the readme's own full-recompute fallback) [inferred]"
+    ),
+    mbs=4,
+    fsdp="FSDP on (table column), sharding not stated",
+    recompute="full (table column)",
+)
 
 # Long context (same readme, 'Long Context' table): TFLOPS only -> time by the formula checked above.
 for seq, cp, forced, dropless in (

@@ -150,8 +150,13 @@ class TermBuilder:
         extra_fwd, extra_bwd, pace_bytes = self._extra_us(kind, s, cost, share)
         compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
         compute += extra_fwd + extra_bwd
+        # ZeRO-2/3 traffic hides behind the layer's time on the compute stream (zero_terms.py):
+        # its compute, its exposed collectives and, under full recompute, the rerun forward.
+        window_fwd = cost.fwd_us + extra_fwd + fwd_comm
+        window_bwd = cost.bwd_us + extra_bwd + bwd_comm
+        window_bwd += window_fwd if s.recompute == Recompute.FULL else 0.0
         bwd_comm += layer_exposed_us(
-            ctx, s, dense_params, cost.expert_param_count, cost.fwd_us, cost.bwd_us
+            ctx, s, dense_params, cost.expert_param_count, window_fwd, window_bwd
         )
         weights, optimizer = self._static_terms(s, cost)
         grad_us, gather_us, opt_us, sync_us = self._tail_us(s, cost, dense_params)

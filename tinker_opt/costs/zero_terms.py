@@ -20,9 +20,13 @@ group dp*cp and the expert data-parallel group edp, as Megatron's distributed op
 * time, per micro-batch and unit: stage 3 all-gathers the unit's weights before forward and again
   before backward and reduce-scatters its fp32 gradients in backward; stage 2 only reduce-scatters
   (every micro-batch, as DeepSpeed ZeRO-2 and Megatron-FSDP optim_grads do). With prefetch a
-  decoder layer's traffic overlaps its own compute: exposed = max(0, gather - forward) forward and
-  max(0, gather + reduce-scatter - backward) backward (ASSUMPTION: one stream each way, no
-  contention with the TP / EP collectives). The embedding and head units are the first and last
+  decoder layer's traffic overlaps the layer's own time on the compute stream: exposed = max(0,
+  gather - forward) forward and max(0, gather + reduce-scatter - backward) backward, where forward
+  and backward are the compute plus the collectives the compute stream waits for (TP, EP, CP: the
+  sharding traffic runs on its own stream meanwhile), and backward also holds the rerun forward
+  under full recompute (torch.utils.checkpoint / Megatron's CheckpointFunction rerun the unit's
+  forward inside its backward, after its parameters are gathered) (ASSUMPTION: one stream each
+  way, no contention with the TP / EP collectives). The embedding and head units are the first and last
   to run, so their traffic is counted exposed. The step tail then has no gradient reduction left:
   stage 2 all-gathers the updated weights as stage 1 does, stage 3 gathers nothing (the next
   forward does).
