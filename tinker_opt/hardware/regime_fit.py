@@ -95,24 +95,25 @@ description (hardware.comm_table, times rounded to 1e-3 us), which need no switc
 
 
 def fit_curves(
-    curves: Sequence[Curve], significance: float = SWITCH_SIGNIFICANCE
+    curves: Sequence[Curve], significance: float = SWITCH_SIGNIFICANCE, own: bool = True
 ) -> list[RegimeFit]:
     """Each curve's regimes: one line each, or two split at the tier's switch, the split (between
     two consecutive measured sizes) that explains the curves best, or at a switch of its own. A
     curve with fewer than MIN_REGIME_SIZES sizes on a side of a split, or that one line fits
     exactly (EXACT), keeps its line. The tier's switch is kept where switch_p_value times the
     splits tried is below `significance` (infinite: always, for a report of what the test turned
-    down); then _own_switches moves a curve's switch where its own pays for it."""
+    down); then _own_switches moves a curve's switch where its own pays for it (`own` False:
+    the tier's switch only, for a report of what an op's own changes)."""
     rows = [_rows(curve) for curve in curves]
     lines = [_one(r, np.ones(len(r.times), dtype=bool), 0) for r in rows]
     fits: list[_Regimes] = [((regime,), rel) for regime, rel in lines]
     bends = [i for i, (_, rel) in enumerate(lines) if np.max(np.abs(rel)) > EXACT]
     shared = _shared_switch(rows, fits, bends, significance)
     fits = [shared.get(i, fit) for i, fit in enumerate(fits)]
-    own = _own_switches(rows, fits, bends, set(shared), significance)
-    fits = [own.get(i, fit) for i, fit in enumerate(fits)]
+    moved = _own_switches(rows, fits, bends, set(shared), significance) if own else {}
+    fits = [moved.get(i, fit) for i, fit in enumerate(fits)]
     return [
-        _fit(regimes, rel, own=i in own, shared=i in shared and i not in own)
+        _fit(regimes, rel, own=i in moved, shared=i in shared and i not in moved)
         for i, (regimes, rel) in enumerate(fits)
     ]
 
@@ -171,17 +172,7 @@ def _own_switches(
     `significance` of tiers without a switch get one. A switch of its own costs one figure, its
     place; from a line, its regimes' two more figures too. A curve its fit already prices
     exactly (EXACT: a description's own table) has nothing to gain."""
-    tests = {}
-    for i in bends:
-        if np.max(np.abs(fits[i][1])) <= EXACT:
-            continue
-        splits = [s for s in np.unique(rows[i].sizes) if _can_split(rows[i], s)]
-        splits = [s for s in splits if s != _switch(fits[i])]
-        if splits:
-            fit = min((_split(rows[i], s) for s in splits), key=_rss)
-            extra = 1 if i in shared else 3
-            p = own_switch_p_value(_rss(fits[i]), _rss(fit), len(rows[i].times), extra)
-            tests[i] = (p, len(splits), fit)
+    tests = _own_tests(rows, fits, bends, shared)
     new = sum(count for i, (_, count, _) in tests.items() if i not in shared)
     own: dict[int, _Regimes] = {}
     for i, (p, count, fit) in sorted(tests.items(), key=lambda test: test[1][0]):
@@ -195,6 +186,36 @@ def _own_switches(
     return own
 
 
+def _own_tests(
+    rows: list[_Rows], fits: list[_Regimes], bends: list[int], shared: set[int]
+) -> dict[int, tuple[float, int, _Regimes]]:
+    """(p-value, splits tried, fit) of each bending curve's best own split against its fit so
+    far (own_switch_p_value). The pooled variance is the tier's bending curves' at their best
+    fits (their own split where it fits better): what is left once every switch is placed."""
+    best = {}
+    for i in bends:
+        splits = [s for s in np.unique(rows[i].sizes) if _can_split(rows[i], s)]
+        splits = [s for s in splits if s != _switch(fits[i])]
+        if splits and np.max(np.abs(fits[i][1])) > EXACT:
+            best[i] = (min((_split(rows[i], s) for s in splits), key=_rss), len(splits))
+    full = [
+        (_rss(best[i][0]), OWN_SWITCH_FIGURES)
+        if i in best and _rss(best[i][0]) < _rss(fits[i])
+        else (_rss(fits[i]), 2 * len(fits[i][0]))
+        for i in bends
+    ]
+    pooled = (
+        sum(r for r, _ in full),
+        sum(len(rows[i].times) for i in bends) - sum(f for _, f in full),
+    )
+    tests = {}
+    for i, (fit, count) in best.items():
+        extra = 1 if i in shared else 3
+        p = own_switch_p_value(_rss(fits[i]), _rss(fit), len(rows[i].times), extra, pooled)
+        tests[i] = (p, count, fit)
+    return tests
+
+
 def _switch(fit: _Regimes) -> float | None:
     """The size where the curve's second regime starts (None: one line)."""
     return float(fit[0][1].from_bytes) if len(fit[0]) > 1 else None
@@ -204,16 +225,25 @@ OWN_SWITCH_FIGURES = 5
 """Figures of a curve with a switch of its own: two per regime and the switch's place."""
 
 
-def own_switch_p_value(rss_before: float, rss_after: float, rows: int, extra: int) -> float:
-    """The F-test of one curve's own switch (nested least squares on that curve alone: `extra`
-    more figures, OWN_SWITCH_FIGURES in all): P(F(extra, rows - 5) >= observed) for a curve the
-    own switch explains no better. The variance is the curve's own: each op's noise is its own
-    (a ping-pong's is not a ring's), and a variance pooled over the tier's curves would let a
-    noisy curve's chance gain pass against its quieter neighbours'."""
-    left = rows - OWN_SWITCH_FIGURES
-    if left <= 0 or rss_after <= 0:
-        return 0.0 if rss_after <= 0 < rss_before else 1.0
-    f = (rss_before - rss_after) / extra / (rss_after / left)
+def own_switch_p_value(
+    rss_before: float, rss_after: float, rows: int, extra: int, pooled: tuple[float, int]
+) -> float:
+    """The F-test of one curve's own switch (nested least squares: `extra` more figures,
+    OWN_SWITCH_FIGURES in all): P(F(extra, dof) >= observed) for a curve the own switch explains
+    no better. The variance is the larger of the curve's own (its residuals over rows - 5
+    degrees of freedom) and the tier's pooled (`pooled`: residuals and degrees of freedom of
+    every bending curve at its best fit), with its degrees of freedom: a noisy curve is tested
+    on its own noise (each op's is its own: a ping-pong's is not a ring's, and a pooled one
+    would let its chance gains pass), a quiet one on the tier's, whose many rows leave a
+    5-figure curve of 9 sizes its power."""
+    own = (rss_after, rows - OWN_SWITCH_FIGURES)
+    variances = [(r / left, left) for r, left in (own, pooled) if left > 0]
+    if not variances:
+        return 1.0
+    variance, left = max(variances)
+    if variance <= 0:
+        return 0.0 if rss_after < rss_before else 1.0
+    f = (rss_before - rss_after) / extra / variance
     return _beta_regularized(left / 2, extra / 2, left / (left + extra * f)) if f > 0 else 1.0
 
 
