@@ -86,7 +86,7 @@ def _columns(hardware: HardwareSpec, tier: str, rows: pd.DataFrame) -> tuple[lis
 
 def fit_tier(hardware: HardwareSpec, tier: str, rows: pd.DataFrame) -> TierFit:
     """The tier's link fitted to its rows: its own figures over every op, then each op's size
-    regimes (one switch for the tier)."""
+    regimes (the tier's switch, or the op's own)."""
     try:
         latency_us, bandwidth_gbs, result = fit_link(*_columns(hardware, tier, rows))
         names, curves = [], []
