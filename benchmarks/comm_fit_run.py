@@ -6,10 +6,13 @@ cluster; `calibrate --comm` (verbs/calibrate_comm.py) fits the description's lin
 every row back on the written description. The report holds the commands, the rows of the run,
 the fitted figures (size regimes per op, figures vs rows), the residuals per tier, op, group and
 size, and, for comparison on the same rows, one alpha-beta line per op (no size regimes: the fit
-before the regimes).
+before the regimes), the tier's one switch without an op's own (the fit before), and every
+switch forced (what the F-tests weigh).
 
     PYTHONPATH=. python benchmarks/comm_fit_run.py --report benchmarks/results/comm_fit_NAME.md \
-        [--repeats 30] [--max-bytes 4194304] [--hardware a100-80gb] [--port 29711] [--out DIR]
+        [--repeats 40] [--max-bytes 4194304] [--hardware a100-80gb] [--port 29711] [--out DIR]
+
+(about 30 s on two idle cores; the report records the machine's load before and after).
 """
 
 from __future__ import annotations
@@ -71,9 +74,11 @@ def single_line_errors(comm: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["scope", "op", "group_size", "bytes", "error"])
 
 
-def forced_switch_errors(comm: pd.DataFrame) -> pd.DataFrame:
-    """Each scope's curves with the switch forced at its best split (hardware/regime_fit.py
-    fit_curves at an infinite significance): what the F-test weighs, for the report only."""
+def regime_errors(comm: pd.DataFrame, significance: float, own: bool) -> pd.DataFrame:
+    """Each scope's curves priced by their size regimes (hardware/regime_fit.py fit_curves at
+    `significance`; `own` False: the tier's one switch, the fit before an op's own switch; an
+    infinite significance: every switch forced at its best split, what the F-tests weigh), for
+    the report only."""
     from tinker_opt.comm_cost import collective_time_us, regime_at
     from tinker_opt.hardware.regime_fit import Curve, fit_curves
 
@@ -85,7 +90,8 @@ def forced_switch_errors(comm: pd.DataFrame) -> pd.DataFrame:
                 Curve([op] * len(r), list(r["group_size"]), list(r["bytes"]), list(r["time_us"]))
                 for op, r in curves.items()
             ],
-            significance=float("inf"),
+            significance=significance,
+            own=own,
         )
         for (op, r), fit in zip(curves.items(), fits, strict=True):
             for row in r.itertuples():
@@ -133,6 +139,7 @@ def summary(frame: pd.DataFrame, key: str) -> str:
 
 
 def report(args: argparse.Namespace, out: Path, commands: list[str]) -> str:
+    from tinker_opt.hardware.regime_fit import SWITCH_SIGNIFICANCE
     from tinker_opt.verbs.calibrate_comm import run_calibrate_comm
 
     mine = out / "mine.json"
@@ -149,6 +156,8 @@ def report(args: argparse.Namespace, out: Path, commands: list[str]) -> str:
         calibrate,
         "```",
         "",
+        f"Machine: {os.cpu_count()} cores; {args.load}.",
+        "",
         "## Rows of the run (comm.csv)",
         "",
         "```",
@@ -159,29 +168,41 @@ def report(args: argparse.Namespace, out: Path, commands: list[str]) -> str:
         "",
     ]
     for tier in result["tiers"]:
+        switches = ", ".join(
+            f"{op} {figures['small'][0]['below_bytes'] >> 10} KiB"
+            for op, figures in tier["ops"].items()
+            if figures.get("small")
+        )
         lines.append(
-            f"* {tier['tier']}: {tier['parameters']} figures fitted on {tier['rows']} rows"
+            f"* {tier['tier']}: {tier['parameters']} figures fitted on {tier['rows']} rows; "
+            f"switches: {switches or 'none'}"
         )
     fitted = json.loads(mine.read_text())
     links = {k: fitted[k] for k in ("intra_node", "inter_node", "domain") if k in fitted}
     lines += ["", "```", json.dumps(links, indent=1), "```", ""]
     lines += ["## Residuals after (size regimes; predicted / measured - 1, %)", ""]
     lines += error_table(priced, "tier") + ["", summary(priced, "tier"), ""]
-    lines += ["## Same rows, one alpha-beta line per op (no regimes), %", ""]
-    lines += error_table(before, "scope") + ["", summary(before, "scope"), ""]
-    forced = forced_switch_errors(comm)
-    lines += [
-        "## Same rows, the switch forced at each tier's best split (not what is written), %",
-        "",
+    sections = [
+        ("one alpha-beta line per op (no regimes)", before),
+        (
+            "the tier's one switch, no op's own (the fit before; F-test at 1 %)",
+            regime_errors(comm, SWITCH_SIGNIFICANCE, own=False),
+        ),
+        (
+            "every switch forced at its best split (not what is written)",
+            regime_errors(comm, float("inf"), own=True),
+        ),
     ]
-    lines += error_table(forced, "scope") + ["", summary(forced, "scope"), ""]
+    for title, frame in sections:
+        lines += [f"## Same rows, {title}, %", ""]
+        lines += error_table(frame, "scope") + ["", summary(frame, "scope"), ""]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--report", type=Path, required=True)
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--max-bytes", type=int, default=4 * 1024 * 1024)
     parser.add_argument("--hardware", default="a100-80gb")
@@ -191,9 +212,18 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="report on --out's rows, no new run")
     args = parser.parse_args()
     if args.reuse:
-        text = report(args, args.out, ["(the rows of an earlier run in " + str(args.out) + ")"])
+        args.load = "load not recorded (--reuse: the rows of an earlier run)"
+        commands = ["(the rows of an earlier run in " + str(args.out) + ")"]
     else:
-        text = report(args, args.out, measure(args.out, args))
+        start = os.getloadavg()
+        commands = measure(args.out, args)
+        args.load = (
+            "load average (1 / 5 / 15 min) before the run "
+            + " / ".join(f"{x:.2f}" for x in start)
+            + ", after "
+            + " / ".join(f"{x:.2f}" for x in os.getloadavg())
+        )
+    text = report(args, args.out, commands)
     args.report.write_text(text, encoding="utf-8")
     print(text)
 

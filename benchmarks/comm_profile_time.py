@@ -61,7 +61,7 @@ def main() -> None:
     model = CommModel(comm_table(spec, max_group_size=64), hardware=spec)
     per_node = spec.devices_per_node
     print(
-        f"profile-comm on {args.hardware} ({per_node} devices a node), sizes 32 KiB x 2^i to 256 MiB, "
+        f"profile-comm on {args.hardware} ({per_node} devices a node), sizes 16 KiB x 2^i to 256 MiB, "
         f"warmup {args.warmup}, repeats {args.repeats}: ESTIMATE\n"
     )
     print("| nodes | group kinds | calls | collectives s | + set-up, start s |")

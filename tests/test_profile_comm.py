@@ -7,10 +7,10 @@ from tinker_opt.profile.store import COMM_OPS
 
 
 def test_sizes_and_groups():
-    """Sizes run 32 KiB x 2^i up to the maximum (at least the smallest); groups 2, 4, ... up to
+    """Sizes run 16 KiB x 2^i up to the maximum (at least the smallest); groups 2, 4, ... up to
     the process count, and the count itself."""
-    assert comm_sizes(1 << 20) == tuple(32768 * 2**i for i in range(6))
-    assert comm_sizes(100_000) == (32768, 65536) and comm_sizes(1) == (32768,)
+    assert comm_sizes(1 << 20) == tuple(16384 * 2**i for i in range(7))
+    assert comm_sizes(100_000) == (16384, 32768, 65536) and comm_sizes(1) == (16384,)
     assert group_sizes(8) == [2, 4, 8] and group_sizes(6) == [2, 4, 6]
 
 
@@ -26,7 +26,7 @@ def test_gloo_measures_every_collective():
         timeout_s=120,
     )
     assert notes == []
-    assert set(frame["op"]) == set(COMM_OPS) and len(frame) == len(COMM_OPS) * 4  # 32..256 KiB
+    assert set(frame["op"]) == set(COMM_OPS) and len(frame) == len(COMM_OPS) * 5  # 16..256 KiB
     assert (frame["time_us"] > 0).all() and set(frame["scope"]) == {"intra_node"}
 
 

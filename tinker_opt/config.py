@@ -193,7 +193,7 @@ TABLE = (
     # profile-comm: the collectives of the user's cluster, under torchrun (or on this node)
     _s("output_dir", "str", "./comm_profile", "Folder that receives comm.csv, comm_world.csv, meta.json and profile-comm.log (rank 0 writes).", C),
     _s("device", "str", "auto", "Device of the ranks: auto | npu (hccl) | cuda (nccl) | cpu (gloo).", C),
-    _s("max_bytes", "int", None, "Largest buffer of a collective (sizes 32 KiB x 2^i up to it; default 256 MiB, 16 MiB on the CPU).", C, unit="bytes", positive=True),
+    _s("max_bytes", "int", None, "Largest buffer of a collective (sizes 16 KiB x 2^i up to it; default 256 MiB, 16 MiB on the CPU).", C, unit="bytes", positive=True),
     _s("warmup", "int", 2, "Untimed calls of each collective and size.", C),
     _s("repeats", "int", 5, "Timed calls of each collective and size, the sizes interleaved (lower quartile reported).", C, positive=True),
     _s("timeout", "float", 300, "Longest wait of a rank (joining, a collective, a barrier) before the run stops with an error.", C, unit="s", positive=True),

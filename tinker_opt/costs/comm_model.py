@@ -3,7 +3,7 @@
 Each measured (op, scope, group size) curve of comm.csv is fitted by relative least squares to
 `time = steps * latency + traffic * bytes / bandwidth` (tinker_opt.comm_cost, the one place of the
 ring formulas) in each of the library's size regimes (comm_cost.Regime; hardware/regime_fit.py
-fit_curves, one switch for a scope's curves, the fit `calibrate --comm` uses too), which
+fit_curves, a scope's switch or an op's own, the fit `calibrate --comm` uses too), which
 makes every collective time affine in its byte count within a regime: the solvers use the
 same figures as `CostModel.evaluate`. A group size that was not measured borrows the link
 (latency, bandwidth) of the nearest measured size of that op and scope, then of any op of that
@@ -253,8 +253,8 @@ def _as_placement(scope: str | GroupPlacement, size: int) -> GroupPlacement:
 
 def _fit_rows(comm: pd.DataFrame) -> dict[tuple[str, str, int], _Fit]:
     """Each measured (op, scope, group size) curve's size regimes, a scope's curves together
-    (hardware/regime_fit.py fit_curves: relative least squares, one switch where it pays for
-    itself); a curve of one size is a line through the origin."""
+    (hardware/regime_fit.py fit_curves: relative least squares, the scope's switch or the op's
+    own where it pays for itself); a curve of one size is a line through the origin."""
     fits: dict[tuple[str, str, int], _Fit] = {}
     if comm is None or comm.empty:
         return fits

@@ -17,9 +17,9 @@ tier's figures, what an op not measured takes), and each op measured at two or m
 its own figures on the tier (LinkSpec.ops): an all-to-all reaches another bus bandwidth than a
 ring all-reduce over the same link (nccl-tests PERFORMANCE.md reports each op's bus bandwidth on
 its own). An op's figures are its size regimes (comm_cost.Regime, hardware/regime_fit.py
-fit_curves: the library's protocols by size, one switch for the tier's ops, kept only where it
-pays for its figures), the fit the cost model makes of a comm.csv's curves too
-(costs/comm_model.py).
+fit_curves: the library's protocols by size, one switch for the tier's ops or, where an op
+bends elsewhere, its own, each kept only where it pays for its figures), the fit the cost model
+makes of a comm.csv's curves too (costs/comm_model.py).
 The whole-world rows (several members a node, comm_world.csv) are not fitted: the cost
 model prices them from the two tiers (NCCL's rings, HCCL's two-level forms), and `calibrate
 --comm` reports how well.
@@ -86,7 +86,7 @@ def _columns(hardware: HardwareSpec, tier: str, rows: pd.DataFrame) -> tuple[lis
 
 def fit_tier(hardware: HardwareSpec, tier: str, rows: pd.DataFrame) -> TierFit:
     """The tier's link fitted to its rows: its own figures over every op, then each op's size
-    regimes (one switch for the tier)."""
+    regimes (the tier's switch, or the op's own)."""
     try:
         latency_us, bandwidth_gbs, result = fit_link(*_columns(hardware, tier, rows))
         names, curves = [], []
@@ -100,8 +100,8 @@ def fit_tier(hardware: HardwareSpec, tier: str, rows: pd.DataFrame) -> TierFit:
     ops = [
         (op, tuple(_rounded(r) for r in fit.regimes)) for op, fit in zip(names, fits, strict=True)
     ]
-    switched = any(len(fit.regimes) > 1 for fit in fits)
-    parameters = 2 + sum(fit.parameters for fit in fits) + int(switched)
+    shared = any(fit.shared_switch for fit in fits)  # the tier's switch, counted once
+    parameters = 2 + sum(fit.parameters for fit in fits) + int(shared)
     mesh = hardware.intra_node.mesh_links if tier == "intra_node" else None
     link = LinkSpec(round(bandwidth_gbs, 4), round(latency_us, 4), mesh, tuple(ops))
     return TierFit(tier, link, result, parameters)

@@ -2,12 +2,13 @@
 
 A link's curves (each op and group size of one tier) are fitted together: each curve is one
 alpha-beta line (hardware/fit.py relative_line, relative least squares), or, where the transport
-switches protocol at a buffer size, two lines split there. The switch is the tier's (one place
-for every curve of the tier: the transport's eager / rendezvous limit, NCCL's protocol
-thresholds, the socket buffer of gloo's TCP pairs, comm_cost.Regime) and is kept only where an
-F-test says curves without a switch would rarely fit as well (`SWITCH_SIGNIFICANCE`): a switch
-must pay for its figures. `calibrate --comm` (comm_fit.py) and the cost model's fit of a
-comm.csv (costs/comm_model.py) both call `fit_curves`.
+switches protocol at a buffer size, two lines split there. The switch is first the tier's (one
+place for every curve of the tier: the transport's eager / rendezvous limit, NCCL's protocol
+thresholds, comm_cost.Regime), then an op's own where its curve bends elsewhere (the library
+picks its protocol per op, or its algorithm cuts the buffer into other messages: _own_switches).
+Each is kept only where an F-test says curves without it would rarely fit as well
+(`SWITCH_SIGNIFICANCE`): a switch must pay for its figures. `calibrate --comm` (comm_fit.py)
+and the cost model's fit of a comm.csv (costs/comm_model.py) both call `fit_curves`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ MIN_REGIME_SIZES = 3
 one size more to check them (no regime is an exact interpolation of two points)."""
 
 SWITCH_SIGNIFICANCE = 0.01
-"""Chance, on curves with no switch, that fit_curves places one anyway (its F-test's level over
-all the splits it tries, Bonferroni). ASSUMPTION: a conventional 1 % level, not a sourced figure."""
+"""Chance, on curves with no switch, that fit_curves places one anyway (its F-tests' level over
+all the splits they try: Bonferroni for the tier's switch, Holm for an op's own), and, for a
+curve switched at the tier's switch, that it moves it elsewhere. ASSUMPTION: a conventional 1 %
+level, not a sourced figure."""
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,10 @@ class RegimeFit:
     regimes: tuple[Regime, ...]
     result: FitResult
     parameters: int
-    """Figures fitted to the curve: a latency and a bandwidth per regime (the tier's switch is
-    counted once, by the caller)."""
+    """Figures fitted to the curve: a latency and a bandwidth per regime, and its switch where
+    the switch is its own (the tier's switch is counted once, by the caller)."""
+    shared_switch: bool = False
+    """Whether the curve is split at the tier's switch."""
 
 
 @dataclass(frozen=True)
@@ -90,43 +95,161 @@ description (hardware.comm_table, times rounded to 1e-3 us), which need no switc
 
 
 def fit_curves(
-    curves: Sequence[Curve], significance: float = SWITCH_SIGNIFICANCE
+    curves: Sequence[Curve], significance: float = SWITCH_SIGNIFICANCE, own: bool = True
 ) -> list[RegimeFit]:
     """Each curve's regimes: one line each, or two split at the tier's switch, the split (between
-    two consecutive measured sizes) that explains the curves best; a curve with fewer than
-    MIN_REGIME_SIZES sizes on a side of it, or that one line fits exactly (EXACT), keeps its
-    line. The switch is kept where switch_p_value times the splits tried is below
-    `significance` (infinite: always, for a report of what the test turned down)."""
+    two consecutive measured sizes) that explains the curves best, or at a switch of its own. A
+    curve with fewer than MIN_REGIME_SIZES sizes on a side of a split, or that one line fits
+    exactly (EXACT), keeps its line. The tier's switch is kept where switch_p_value times the
+    splits tried is below `significance` (infinite: always, for a report of what the test turned
+    down); then _own_switches moves a curve's switch where its own pays for it (`own` False:
+    the tier's switch only, for a report of what an op's own changes)."""
     rows = [_rows(curve) for curve in curves]
     lines = [_one(r, np.ones(len(r.times), dtype=bool), 0) for r in rows]
-    fits: list[tuple[tuple[Regime, ...], np.ndarray]] = [((regime,), rel) for regime, rel in lines]
+    fits: list[_Regimes] = [((regime,), rel) for regime, rel in lines]
     bends = [i for i, (_, rel) in enumerate(lines) if np.max(np.abs(rel)) > EXACT]
-    line_rss = {i: float(np.sum(lines[i][1] ** 2)) for i in bends}
+    shared = _shared_switch(rows, fits, bends, significance)
+    fits = [shared.get(i, fit) for i, fit in enumerate(fits)]
+    moved = _own_switches(rows, fits, bends, set(shared), significance) if own else {}
+    fits = [moved.get(i, fit) for i, fit in enumerate(fits)]
+    return [
+        _fit(regimes, rel, own=i in moved, shared=i in shared and i not in moved)
+        for i, (regimes, rel) in enumerate(fits)
+    ]
+
+
+_Regimes = tuple[tuple[Regime, ...], np.ndarray]
+"""A curve's regimes and the relative residuals of its rows under them."""
+
+
+def _rss(fit: _Regimes) -> float:
+    return float(np.sum(fit[1] ** 2))
+
+
+def _shared_switch(
+    rows: list[_Rows], fits: list[_Regimes], bends: list[int], significance: float
+) -> dict[int, _Regimes]:
+    """The curves split at the tier's one switch (the split of the largest gain over the bending
+    curves), or none where the F-test turns it down."""
     splits = sorted({float(s) for i in bends for s in rows[i].sizes})
     trials = {s: {i: _split(rows[i], s) for i in bends if _can_split(rows[i], s)} for s in splits}
     trials = {s: trial for s, trial in trials.items() if trial}
     if not trials:
-        return _fits(fits)
+        return {}
 
     def gain(split: float) -> float:
-        return sum(line_rss[i] - float(np.sum(rel**2)) for i, (_, rel) in trials[split].items())
+        return sum(_rss(fits[i]) - _rss(fit) for i, fit in trials[split].items())
 
-    split = max(trials, key=gain)
-    switched = trials[split]
-    before = sum(line_rss[i] for i in switched)
-    after = sum(float(np.sum(rel**2)) for _, rel in switched.values())
+    switched = trials[max(trials, key=gain)]
+    before = sum(_rss(fits[i]) for i in switched)
+    after = sum(_rss(fit) for fit in switched.values())
     count = sum(len(rows[i].times) for i in switched)
     if switch_p_value(before, after, count, len(switched)) * len(trials) < significance:
-        fits = [switched.get(i, fit) for i, fit in enumerate(fits)]
-    return _fits(fits)
+        return switched
+    return {}
 
 
-def _fits(fits: list[tuple[tuple[Regime, ...], np.ndarray]]) -> list[RegimeFit]:
-    out = []
-    for regimes, rel in fits:
-        values = tuple(v for r in regimes for v in (r.latency_us, r.bandwidth_gbs))
-        out.append(RegimeFit(regimes, fit_result(values, rel), 2 * len(regimes)))
-    return out
+def _own_switches(
+    rows: list[_Rows],
+    fits: list[_Regimes],
+    bends: list[int],
+    shared: set[int],
+    significance: float,
+) -> dict[int, _Regimes]:
+    """Curves whose switch is their own. A library picks its protocol per operation: NCCL sends
+    an all-to-all's peers (point-to-point) LL up to NCCL_P2P_LL_THRESHOLD each (enqueue.cc
+    addP2pToPlan) while a ring's protocol comes from tuning.cc's per-algorithm cost table; gloo
+    reaches a transport's switch at one message size with a buffer of another size per
+    algorithm (alltoall.cc sends buffer / ranks to each peer, allreduce.cc and allgather.cc
+    segments of buffer / (2 x ranks)). So an op's curve can bend at its own size.
+
+    Each curve's best own split (the least residuals) is tested against its fit so far
+    (own_switch_p_value) and kept where its p-value times the splits it was chosen from is
+    below `significance`. A tier's switch moved is chosen from that curve's other splits (the
+    switch is there, only its place is in question); a new switch from the splits of every
+    curve without one, step-down (Holm: smallest p-value first, each kept one's splits leave
+    the count, the first turned down ends it), so that, as the tier's test, at most
+    `significance` of tiers without a switch get one. A switch of its own costs one figure, its
+    place; from a line, its regimes' two more figures too. A curve its fit already prices
+    exactly (EXACT: a description's own table) has nothing to gain."""
+    tests = _own_tests(rows, fits, bends, shared)
+    new = sum(count for i, (_, count, _) in tests.items() if i not in shared)
+    own: dict[int, _Regimes] = {}
+    for i, (p, count, fit) in sorted(tests.items(), key=lambda test: test[1][0]):
+        if i in shared and p * count < significance:
+            own[i] = fit
+        elif i not in shared and new > 0:
+            if p * new >= significance:
+                new = 0  # Holm: the first new switch turned down ends them
+                continue
+            own[i], new = fit, new - count
+    return own
+
+
+def _own_tests(
+    rows: list[_Rows], fits: list[_Regimes], bends: list[int], shared: set[int]
+) -> dict[int, tuple[float, int, _Regimes]]:
+    """(p-value, splits tried, fit) of each bending curve's best own split against its fit so
+    far (own_switch_p_value). The pooled variance is the tier's bending curves' at their best
+    fits (their own split where it fits better): what is left once every switch is placed."""
+    best = {}
+    for i in bends:
+        splits = [s for s in np.unique(rows[i].sizes) if _can_split(rows[i], s)]
+        splits = [s for s in splits if s != _switch(fits[i])]
+        if splits and np.max(np.abs(fits[i][1])) > EXACT:
+            best[i] = (min((_split(rows[i], s) for s in splits), key=_rss), len(splits))
+    full = [
+        (_rss(best[i][0]), OWN_SWITCH_FIGURES)
+        if i in best and _rss(best[i][0]) < _rss(fits[i])
+        else (_rss(fits[i]), 2 * len(fits[i][0]))
+        for i in bends
+    ]
+    pooled = (
+        sum(r for r, _ in full),
+        sum(len(rows[i].times) for i in bends) - sum(f for _, f in full),
+    )
+    tests = {}
+    for i, (fit, count) in best.items():
+        extra = 1 if i in shared else 3
+        p = own_switch_p_value(_rss(fits[i]), _rss(fit), len(rows[i].times), extra, pooled)
+        tests[i] = (p, count, fit)
+    return tests
+
+
+def _switch(fit: _Regimes) -> float | None:
+    """The size where the curve's second regime starts (None: one line)."""
+    return float(fit[0][1].from_bytes) if len(fit[0]) > 1 else None
+
+
+OWN_SWITCH_FIGURES = 5
+"""Figures of a curve with a switch of its own: two per regime and the switch's place."""
+
+
+def own_switch_p_value(
+    rss_before: float, rss_after: float, rows: int, extra: int, pooled: tuple[float, int]
+) -> float:
+    """The F-test of one curve's own switch (nested least squares: `extra` more figures,
+    OWN_SWITCH_FIGURES in all): P(F(extra, dof) >= observed) for a curve the own switch explains
+    no better. The variance is the larger of the curve's own (its residuals over rows - 5
+    degrees of freedom) and the tier's pooled (`pooled`: residuals and degrees of freedom of
+    every bending curve at its best fit), with its degrees of freedom: a noisy curve is tested
+    on its own noise (each op's is its own: a ping-pong's is not a ring's, and a pooled one
+    would let its chance gains pass), a quiet one on the tier's, whose many rows leave a
+    5-figure curve of 9 sizes its power."""
+    own = (rss_after, rows - OWN_SWITCH_FIGURES)
+    variances = [(r / left, left) for r, left in (own, pooled) if left > 0]
+    if not variances:
+        return 1.0
+    variance, left = max(variances)
+    if variance <= 0:
+        return 0.0 if rss_after < rss_before else 1.0
+    f = (rss_before - rss_after) / extra / variance
+    return _beta_regularized(left / 2, extra / 2, left / (left + extra * f)) if f > 0 else 1.0
+
+
+def _fit(regimes: tuple[Regime, ...], rel: np.ndarray, own: bool, shared: bool) -> RegimeFit:
+    values = tuple(v for r in regimes for v in (r.latency_us, r.bandwidth_gbs))
+    return RegimeFit(regimes, fit_result(values, rel), 2 * len(regimes) + int(own), shared)
 
 
 def fit_regimes(

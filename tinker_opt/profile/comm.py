@@ -1,7 +1,7 @@
 """Communication profile: collective times with torch.distributed, the timing code of every run.
 
 `measure_group` times send/recv, all-reduce, all-gather, reduce-scatter and all-to-all on one
-group for each buffer size 32 KiB x 2^i up to the maximum (comm.csv semantics: `bytes` is one
+group for each buffer size 16 KiB x 2^i up to the maximum (comm.csv semantics: `bytes` is one
 rank's full buffer, the gathered size for all-gather and the input of reduce-scatter, as
 `tinker_opt.comm_cost` counts it). Sizes a factor 2 apart, from below the 64 KiB the planner
 starts at, give each size regime of the library (comm_cost.Regime) enough rows to fit its
@@ -50,10 +50,14 @@ class CommPlan:
     """Longest wait of any rank (rendezvous, collective, barrier) before the run stops."""
 
 
-SMALLEST_BYTES = 32 * 1024
-"""The smallest buffer measured: half the 64 KiB where the planner's tables start
-(hardware.DEFAULT_COMM_SIZES), so that a small-message regime up to 128 KiB has three sizes of
-its own (hardware/regime_fit.py MIN_REGIME_SIZES)."""
+SMALLEST_BYTES = 16 * 1024
+"""The smallest buffer measured: a quarter of the 64 KiB where the planner's tables start
+(hardware.DEFAULT_COMM_SIZES), so that a small-message regime below 128 KiB has three sizes of
+its own (hardware/regime_fit.py MIN_REGIME_SIZES). An all-to-all sends buffer / ranks to each
+peer, twice the message of a ring's segment (gloo alltoall.cc vs allreduce.cc, allgather.cc:
+buffer / (2 x ranks)), so it reaches a transport's switch at half the ring's buffer: on
+loopback gloo its curve bends at 128 KiB, the rings' at 256 KiB; NCCL sends an all-to-all's
+peers LL up to NCCL_P2P_LL_THRESHOLD (16 KiB) a channel (enqueue.cc addP2pToPlan)."""
 
 ROW_QUANTILE = 0.25
 """Each size's time is this quantile of its timed calls (per rank; then the median over the
@@ -65,7 +69,7 @@ figure; on a quiet machine it is within a few percent of the median."""
 
 
 def comm_sizes(max_bytes: int) -> tuple[int, ...]:
-    """32 KiB, 64 KiB, 128 KiB, ... (a factor 2 apart) up to max_bytes (at least the smallest)."""
+    """16 KiB, 32 KiB, 64 KiB, ... (a factor 2 apart) up to max_bytes (at least the smallest)."""
     sizes = [SMALLEST_BYTES]
     while sizes[-1] * 2 <= max_bytes:
         sizes.append(sizes[-1] * 2)
