@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -182,12 +184,31 @@ def run_rank(plan: CommPlan, env: RankEnv) -> RankResult | None:
             "joining or the rendezvous address is unreachable: see each node's output",
             own=True,
         ) from None
+    _stop_on_sigterm()
     try:
         result = _measure(plan, env)
     except Exception as exc:
         raise _failure_report(store, env, exc) from None
     dist.destroy_process_group()
     return result
+
+
+class _Terminated(RuntimeError):
+    """torchrun's agent stopped this rank (SIGTERM) because a rank of the job failed."""
+
+
+def _stop_on_sigterm() -> None:
+    """When a worker fails, torchrun's agents stop the others with SIGTERM and wait before
+    SIGKILL (torch.distributed.elastic `PContext.close`). Turn it into an exception, so a
+    rank stopped before its own wait failed still reads the store and, on rank 0, writes the
+    failing rank into the log."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def _raise(signum, frame):
+        raise _Terminated("stopped by torchrun's agent (SIGTERM) after a rank failed")
+
+    signal.signal(signal.SIGTERM, _raise)
 
 
 def _main(plan_json: str, out_file: str) -> int:
