@@ -68,6 +68,14 @@ def qwen_flops_per_token(seq):
     return 3 * (L * per_layer + 2 * h * V)
 
 
+def _qwen_check(step, tf):
+    """GFLOP per token implied by the row's TFLOPS and step time, beside the formula's."""
+    return {
+        "check_gflop_per_token_implied": round(tf * 1e12 * 256 * step / (2048 * 4096) / 1e9, 1),
+        "check_gflop_per_token_formula": round(qwen_flops_per_token(4096) / 1e9, 1),
+    }
+
+
 def qwen(
     rid, tp, ep, pp, vpp, dp, dispatcher, recompute_modules, step, tf, extra=(), note="", **more
 ):
@@ -110,12 +118,7 @@ def qwen(
             "strategy": strategy,
             "n_devices": 256,
             "measured": {"step_time_s": step, "tflops_per_device": tf},
-            "derived": {
-                "check_gflop_per_token_implied": round(
-                    tf * 1e12 * 256 * step / (2048 * 4096) / 1e9, 1
-                ),
-                "check_gflop_per_token_formula": round(qwen_flops_per_token(4096) / 1e9, 1),
-            },
+            "derived": _qwen_check(step, tf),
             (
                 "stated_vs_inferred"
             ): "stated: dispatcher, tp/cp/ep/pp/etp/vpp/dp, mbs, gbs, recompute column, step time, "

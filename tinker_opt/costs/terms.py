@@ -150,19 +150,18 @@ class TermBuilder:
         extra_fwd, extra_bwd, pace_bytes = self._extra_us(kind, s, cost, share)
         compute = cost.fwd_us + cost.bwd_us + (cost.selective_recompute_us if selective else 0.0)
         compute += extra_fwd + extra_bwd
+        gpu_fwd = cost.fwd_us + extra_fwd + fwd_comm
+        recompute_us = gpu_fwd if s.recompute == Recompute.FULL else 0.0
         # ZeRO-2/3 traffic hides behind the layer's time on the compute stream (zero_terms.py):
         # its compute, its exposed collectives and, under full recompute, the rerun forward.
-        window_fwd = cost.fwd_us + extra_fwd + fwd_comm
-        window_bwd = cost.bwd_us + extra_bwd + bwd_comm
-        window_bwd += window_fwd if s.recompute == Recompute.FULL else 0.0
+        window_bwd = cost.bwd_us + extra_bwd + bwd_comm + recompute_us
         bwd_comm += layer_exposed_us(
-            ctx, s, dense_params, cost.expert_param_count, window_fwd, window_bwd
+            ctx, s, dense_params, cost.expert_param_count, gpu_fwd, window_bwd
         )
         weights, optimizer = self._static_terms(s, cost)
         grad_us, gather_us, opt_us, sync_us = self._tail_us(s, cost, dense_params)
         act = (cost.selective_activation_bytes if selective else cost.activation_bytes) + pace_bytes
-        gpu_fwd, gpu_bwd = cost.fwd_us + extra_fwd + fwd_comm, cost.bwd_us + extra_bwd + bwd_comm
-        recompute_us = gpu_fwd if s.recompute == Recompute.FULL else 0.0
+        gpu_bwd = cost.bwd_us + extra_bwd + bwd_comm
         # The host's issue time above the GPU's, dense and MoE layers (costs/fixed_costs.py).
         host = layer_host_time(ctx, kind, s, cost, gpu_fwd, gpu_bwd)
         compute += host.exposed_us
@@ -173,12 +172,7 @@ class TermBuilder:
             saved, extra_us = self._module_recompute(kind, s, dims, act)
             act, compute = act - saved, compute + extra_us
         if ctx.job.recompute_activation:
-            # MindSpeed's activation-function recompute (costs/recompute.py): layers that keep
-            # their activations drop the activation output and re-run it; a fully recomputed
-            # layer does not (should_recompute), so its recompute term gives that time back.
-            saved, extra_us = activation_function_terms(
-                ctx.model, kind, m_tokens(ctx.model, s), s.tp, ctx.bpe, ctx.mem_bw_gbs
-            )
+            saved, extra_us = self._activation_recompute(kind, s)
             act, compute = act - saved, compute + extra_us
             recompute_us = recompute_us - extra_us if s.recompute == Recompute.FULL else 0.0
         if ctx.job.swap_attention:
@@ -201,6 +195,15 @@ class TermBuilder:
             "tail_sync": to_ns(sync_us),
             "estimated": cost.estimated,
         }
+
+    def _activation_recompute(self, kind: str, s: Strategy) -> tuple[int, float]:
+        """MindSpeed's activation-function recompute (costs/recompute.py): layers that keep their
+        activations drop the activation output and re-run it; a fully recomputed layer does not
+        (should_recompute), so its recompute term gives that time back."""
+        ctx = self.ctx
+        return activation_function_terms(
+            ctx.model, kind, m_tokens(ctx.model, s), s.tp, ctx.bpe, ctx.mem_bw_gbs
+        )
 
     def _tail_us(self, s: Strategy, cost, dense_params: int) -> tuple[float, float, float, float]:
         """The data-parallel tail of one layer (us): its gradient reduce, parameter gather and
