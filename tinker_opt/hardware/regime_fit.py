@@ -243,8 +243,7 @@ def own_switch_p_value(
     variance, left = max(variances)
     if variance <= 0:
         return 0.0 if rss_after < rss_before else 1.0
-    f = (rss_before - rss_after) / extra / variance
-    return _beta_regularized(left / 2, extra / 2, left / (left + extra * f)) if f > 0 else 1.0
+    return _f_survival((rss_before - rss_after) / extra / variance, extra, left)
 
 
 def _fit(regimes: tuple[Regime, ...], rel: np.ndarray, own: bool, shared: bool) -> RegimeFit:
@@ -271,7 +270,12 @@ def switch_p_value(rss_one: float, rss_two: float, rows: int, curves: int = 1) -
     extra, left = 2 * curves, rows - 4 * curves
     if left <= 0 or rss_two <= 0:
         return 0.0 if rss_two <= 0 < rss_one else 1.0
-    f = (rss_one - rss_two) / extra / (rss_two / left)
+    return _f_survival((rss_one - rss_two) / extra / (rss_two / left), extra, left)
+
+
+def _f_survival(f: float, extra: int, left: float) -> float:
+    """P(F(extra, left) >= f), the F distribution's upper tail through the regularized
+    incomplete beta function; 1 where the larger fit gained nothing (f <= 0)."""
     return _beta_regularized(left / 2, extra / 2, left / (left + extra * f)) if f > 0 else 1.0
 
 
