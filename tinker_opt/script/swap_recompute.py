@@ -34,6 +34,7 @@ from tinker_opt.choices import Recompute, RecomputeMethod, RecomputeModule
 from tinker_opt.knobs import CHOICES
 from tinker_opt.script.launch import Launch
 from tinker_opt.script.model_args import int_value
+from tinker_opt.script.recompute_args import PER_RANK_FLAG
 from tinker_opt.strategy import Strategy
 
 SWAP_RECOMPUTE_MODULES = (RecomputeModule.MLP.value, RecomputeModule.MOE.value)
@@ -49,7 +50,7 @@ def _covers_every_layer(launch: Launch, strategy: Strategy, total_layers: int, n
     if launch.value(_METHOD.flag) == RecomputeMethod.UNIFORM:
         return True
     per_stage = total_layers // strategy.pp
-    if launch.has(_COUNT.flag_for("per_rank")):
+    if launch.has(PER_RANK_FLAG):
         return n >= per_stage
     return n >= per_stage // max(strategy.vpp, 1)
 
@@ -67,7 +68,7 @@ def swap_policy_count(launch: Launch, target: Strategy, total_layers: int) -> in
     n = int_value(launch, _COUNT.flag, 0) or 0
     if launch.value(_METHOD.flag) == RecomputeMethod.UNIFORM:
         return n
-    per_stage = launch.has(_COUNT.flag_for("per_rank")) and target.vpp > 1
+    per_stage = launch.has(PER_RANK_FLAG) and target.vpp > 1
     chunked = not per_stage and (target.vpp > 1 or target.dualpipev)
     layers = target.chunk_layers(total_layers) if chunked else target.stage_layers(total_layers)
     return max(n, *layers)
