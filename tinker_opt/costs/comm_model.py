@@ -20,10 +20,11 @@ two-level algorithms, with the inter-node figure as one card's link).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
+from tinker_opt.columns import Columns
 from tinker_opt.comm_cost import (
     NodeNetwork,
     Regime,
@@ -35,6 +36,9 @@ from tinker_opt.comm_cost import (
 )
 from tinker_opt.hardware import HardwareSpec, LinkSpec
 from tinker_opt.hardware.regime_fit import Curve, fit_curves
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_LINKS = {
     # Atlas 800T A2 / DGX-class intra-node links deliver 100+ GB/s per device and direction; the
@@ -121,7 +125,7 @@ class CommModel:
 
     def __init__(
         self,
-        comm: pd.DataFrame,
+        comm: Columns | pd.DataFrame | None,
         *,
         hardware: HardwareSpec | None = None,
         inter_node_bandwidth_gbs: float | None = None,
@@ -251,16 +255,17 @@ def _as_placement(scope: str | GroupPlacement, size: int) -> GroupPlacement:
     )
 
 
-def _fit_rows(comm: pd.DataFrame) -> dict[tuple[str, str, int], _Fit]:
+def _fit_rows(comm: Columns | pd.DataFrame | None) -> dict[tuple[str, str, int], _Fit]:
     """Each measured (op, scope, group size) curve's size regimes, a scope's curves together
     (hardware/regime_fit.py fit_curves: relative least squares, the scope's switch or the op's
     own where it pays for itself); a curve of one size is a line through the origin."""
     fits: dict[tuple[str, str, int], _Fit] = {}
-    if comm is None or comm.empty:
+    table = Columns.of(comm)
+    if table.empty:
         return fits
-    all_bytes, all_times = comm["bytes"].to_numpy(float), comm["time_us"].to_numpy(float)
+    all_bytes, all_times = table["bytes"].astype(float), table["time_us"].astype(float)
     by_scope: dict[str, list[tuple[tuple[str, str, int], Curve]]] = {}
-    for (op, scope, group), index in comm.groupby(["op", "scope", "group_size"]).indices.items():
+    for (op, scope, group), index in table.groups(["op", "scope", "group_size"]).items():
         key = (str(op), str(scope), int(group))
         if traffic_factor(key[0], key[2]) <= 0:
             continue

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+from tinker_opt.columns import Columns
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from tinker_opt.errors import ProfileDataError
 
@@ -69,13 +74,14 @@ looks shapes up thousands of times and a data-frame filter costs far more (issue
 class BlockTable:
     """The `ok` rows of blocks.csv, looked up by shape and micro-batch size."""
 
-    def __init__(self, blocks: pd.DataFrame) -> None:
+    def __init__(self, blocks: Columns | pd.DataFrame) -> None:
+        table = Columns.of(blocks)
         self._rows: dict[tuple, Rows] = {}
-        for key, group in blocks.groupby(["block", "tp", "sp", "cp", "ep", "etp"], sort=True):
+        for key, index in table.groups(["block", "tp", "sp", "cp", "ep", "etp"]).items():
             block, tp, sp, cp, ep, etp = key
             shape = (str(block), int(tp), int(sp), int(cp), int(ep), int(etp))
-            ordered = group.sort_values("mbs")
-            self._rows[shape] = {name: ordered[name].to_numpy() for name in ordered.columns}
+            ordered = index[np.argsort(table["mbs"][index], kind="stable")]
+            self._rows[shape] = {name: table[name][ordered] for name in table.names}
         self.blocks = frozenset(shape[0] for shape in self._rows)
 
     def shapes(self, block: str) -> list[tuple[int, int, int, int, int]]:

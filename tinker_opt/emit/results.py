@@ -7,7 +7,9 @@ the end, so an interrupted run leaves no half-written results folder. Layout (RE
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -16,8 +18,6 @@ from datetime import datetime
 from io import StringIO
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from tinker_opt.choices import Recompute
 from tinker_opt.emit.picture_worker import PictureJob, PictureWorker, draw_here
@@ -85,7 +85,11 @@ def script_header(rank: int | str, evaluation: dict[str, Any], report: SearchRep
     ]
 
 
-def results_frame(report: SearchReport, script_names: Sequence[str | None]) -> pd.DataFrame:
+INTEGER_COLUMNS = ("recompute_num_layers", "etp")
+"""Columns of integers that may be empty (pandas' nullable Int64 before: never written as 4.0)."""
+
+
+def results_rows(report: SearchReport, script_names: Sequence[str | None]) -> list[dict[str, Any]]:
     """One row per ranked strategy; units in the headers."""
     rows = []
     for rank, (evaluation, name) in enumerate(zip(report.top, script_names, strict=True), start=1):
@@ -101,11 +105,40 @@ def results_frame(report: SearchReport, script_names: Sequence[str | None]) -> p
         row["estimated"] = evaluation.get("estimated", False)
         row["script"] = name or ""
         rows.append(row)
-    frame = pd.DataFrame(rows)
-    for column in ("recompute_num_layers", "etp"):
-        if column in frame:
-            frame[column] = frame[column].astype("Int64")
-    return frame
+    return rows
+
+
+def results_csv(rows: list[dict[str, Any]]) -> str:
+    """results.csv's text: each column written as a data frame writes it (pandas' `to_csv`, which
+    wrote it before: issue 30 keeps pandas off the search), so the file is byte for byte the same:
+    a column of numbers with a float or an empty cell in it has every number as a float (`4.0`)
+    except INTEGER_COLUMNS; empty cells for None."""
+    if not rows:
+        return "\n"
+    names = list(rows[0])
+    cells = {name: _column_cells(name, [row.get(name) for row in rows]) for name in names}
+    buffer = StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(names)
+    writer.writerows(zip(*(cells[name] for name in names), strict=True))
+    return buffer.getvalue()
+
+
+def _column_cells(name: str, values: list[Any]) -> list[str]:
+    def missing(value: Any) -> bool:
+        return value is None or (isinstance(value, float) and math.isnan(value))
+
+    present = [v for v in values if not missing(v)]
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present)
+    if name in INTEGER_COLUMNS and numbers:
+        return ["" if missing(v) else str(int(v)) for v in values]
+    if (
+        numbers
+        and present
+        and (len(present) < len(values) or any(isinstance(v, float) for v in present))
+    ):
+        return ["" if missing(v) else repr(float(v)) for v in values]
+    return ["" if missing(v) else str(v) for v in values]
 
 
 def summary_dict(report: SearchReport) -> dict[str, Any]:
@@ -242,9 +275,7 @@ def _fill_folder(
             strict=True,
         )
     )
-    buffer = StringIO()
-    results_frame(report, names).to_csv(buffer, index=False, lineterminator="\n")
-    (folder / RESULTS_CSV).write_text(buffer.getvalue(), encoding="utf-8")
+    (folder / RESULTS_CSV).write_text(results_csv(results_rows(report, names)), encoding="utf-8")
     summary = summary_dict(report)
     (folder / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (folder / SEARCH_LOG).write_text("\n".join(report.log_lines) + "\n", encoding="utf-8")

@@ -42,20 +42,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
+from tinker_opt.columns import Columns
 from tinker_opt.comm_cost import COMM_OPS, Regime, collective_time_us
 from tinker_opt.errors import ConfigError
 from tinker_opt.hardware.efficiency import DeviceEfficiency, EfficiencyCurve
 from tinker_opt.hardware.links import LinkSpec, link_dict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "DeviceEfficiency",
     "EfficiencyCurve",
     "HardwareSpec",
     "LinkSpec",
+    "comm_columns",
     "comm_table",
     "load_hardware",
     "shipped_hardware",
@@ -347,6 +350,13 @@ def regime_sizes(regimes: tuple[Regime, ...], sizes: tuple[int, ...]) -> list[in
 def comm_table(
     hardware: HardwareSpec, *, max_group_size: int, sizes: tuple[int, ...] = DEFAULT_COMM_SIZES
 ) -> pd.DataFrame:
+    """comm_columns as a DataFrame (the profile verbs write it as comm.csv)."""
+    return comm_columns(hardware, max_group_size=max_group_size, sizes=sizes).frame()
+
+
+def comm_columns(
+    hardware: HardwareSpec, *, max_group_size: int, sizes: tuple[int, ...] = DEFAULT_COMM_SIZES
+) -> Columns:
     """comm.csv rows (op, group_size, scope, bytes, time_us) computed from the description.
 
     Inter-node rows for every group size up to max_group_size (tensor, data or expert groups
@@ -369,4 +379,4 @@ def comm_table(
                     bandwidth = op_link.group_bandwidth_gbs(group)  # a mesh: g - 1 links
                     time_us = collective_time_us(op, group, nbytes, bandwidth, op_link.latency_us)
                     rows.append((op, group, scope, nbytes, round(time_us, 3)))
-    return pd.DataFrame(rows, columns=["op", "group_size", "scope", "bytes", "time_us"])
+    return Columns.from_rows(rows, ["op", "group_size", "scope", "bytes", "time_us"])

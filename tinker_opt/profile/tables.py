@@ -6,13 +6,17 @@ Kept apart from `store` (which reads and writes the folder) so that the Tinker-f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+import numpy as np
 
+from tinker_opt.columns import Columns
 from tinker_opt.profile.meta import ProfileMeta
 from tinker_opt.specs import ModelSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 BLOCKS_FILE = "blocks.csv"
 COMM_FILE = "comm.csv"
@@ -65,23 +69,67 @@ COMM_SCOPES = ("intra_node", "inter_node")
 COMM_COLUMNS = ("op", "group_size", "scope", "bytes", "time_us")
 
 
-@dataclass(frozen=True)
 class ProfiledData:
-    """A loaded profiled-data folder: the two tables and the metadata."""
+    """A loaded profiled-data folder: the two tables and the metadata.
 
-    path: Path
-    blocks: pd.DataFrame
-    """Columns BLOCK_COLUMNS; only rows with status `ok` are kept."""
-    comm: pd.DataFrame
-    """Columns COMM_COLUMNS (may be empty when only a hardware file gives bandwidths)."""
-    meta: ProfileMeta = field(default_factory=ProfileMeta)
+    Each table is kept as it was given (Columns from the folder's readers, a DataFrame from the
+    profiler or a test) and converted the other way on first use: the search reads Columns
+    (`block_columns`, `comm_columns`) and never imports pandas (issue 30); `blocks` and `comm`
+    are the DataFrames the profile, calibrate and report verbs use."""
+
+    def __init__(
+        self,
+        path: Path,
+        blocks: Columns | pd.DataFrame,
+        comm: Columns | pd.DataFrame,
+        meta: ProfileMeta | None = None,
+    ) -> None:
+        self.path = path
+        self.meta = meta if meta is not None else ProfileMeta()
+        self._tables: dict[str, Columns | pd.DataFrame] = {"blocks": blocks, "comm": comm}
+
+    def _frame(self, name: str) -> pd.DataFrame:
+        table = self._tables[name]
+        if isinstance(table, Columns):
+            table = self._tables[name] = table.frame()
+        return table
+
+    @property
+    def blocks(self) -> pd.DataFrame:
+        """Columns BLOCK_COLUMNS; only rows with status `ok` are kept."""
+        return self._frame("blocks")
+
+    @property
+    def comm(self) -> pd.DataFrame:
+        """Columns COMM_COLUMNS (may be empty when only a hardware file gives bandwidths)."""
+        return self._frame("comm")
+
+    @property
+    def block_columns(self) -> Columns:
+        return Columns.of(self._tables["blocks"])
+
+    @property
+    def comm_columns(self) -> Columns:
+        return Columns.of(self._tables["comm"])
+
+    def with_comm(self, comm: Columns | pd.DataFrame) -> ProfiledData:
+        """The same folder with another comm table (one computed from a hardware description)."""
+        return ProfiledData(self.path, self._tables["blocks"], comm, self.meta)
 
     @property
     def model(self) -> ModelSpec:
         return self.meta.model_spec(self.path)
 
 
-def empty_comm() -> pd.DataFrame:
-    return pd.DataFrame(
-        {c: pd.Series(dtype="object" if c in ("op", "scope") else "float64") for c in COMM_COLUMNS}
+def empty_comm_columns() -> Columns:
+    """A comm table without rows, typed as `empty_comm`'s."""
+    return Columns(
+        {
+            c: np.array([], dtype=object if c in ("op", "scope") else np.float64)
+            for c in COMM_COLUMNS
+        }
     )
+
+
+def empty_comm() -> pd.DataFrame:
+    return empty_comm_columns().frame()

@@ -41,11 +41,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
+import numpy as np
 
+from tinker_opt.columns import Columns, CsvError, read_csv
 from tinker_opt.errors import ConfigError, ProfileDataError
 from tinker_opt.profile.meta import ProfileMeta
-from tinker_opt.profile.tables import BLOCK_COLUMNS, ProfiledData, empty_comm
+from tinker_opt.profile.tables import BLOCK_COLUMNS, ProfiledData, empty_comm_columns
 
 TINKER_FILE = "profiled_data.csv"
 P2P_FILE = "p2p_intra_node.csv"
@@ -158,35 +159,47 @@ def _block_row(record: dict[str, Any], weight_size: int, path: Path) -> dict[str
     }
 
 
-def read_tinker_rows(path: Path, weight_size: int = 2) -> tuple[pd.DataFrame, str]:
+def read_tinker_rows(path: Path, weight_size: int = 2) -> tuple[Columns, str]:
     """Every row of profiled_data.csv as blocks.csv columns, failed (1e9) rows with status `oom`,
     and the `<name>_<size>` prefix of the first config."""
     try:
-        frame = pd.read_csv(path, skip_blank_lines=True)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        frame = read_csv(path, skip_blank_lines=True)
+    except CsvError as exc:
         raise ProfileDataError(
             f"{path} is not a readable Tinker CSV ({str(exc).splitlines()[0]})"
         ) from None
-    missing = [c for c in TINKER_COLUMNS if c not in frame.columns]
+    missing = [c for c in TINKER_COLUMNS if c not in frame]
     if missing:
         raise ProfileDataError(f"{path} lacks Tinker column(s) {missing}")
-    frame = frame.dropna(subset=["config", "block_name"])
+    names = frame.names
+    records = [
+        dict(zip(names, values, strict=True))
+        for values in zip(*(frame[name].tolist() for name in names), strict=True)
+    ]
+    records = [r for r in records if not (_missing(r["config"]) or _missing(r["block_name"]))]
     try:
-        rows = [_block_row(r, weight_size, path) for r in frame.to_dict("records")]
+        rows = [_block_row(r, weight_size, path) for r in records]
     except (TypeError, ValueError) as exc:
         raise ProfileDataError(f"{path}: a Tinker row holds a non-number ({exc})") from None
     if not rows:
         raise ProfileDataError(f"{path} has no profiled rows")
-    key = ["block", "tp", "sp", "cp", "ep", "etp", "mbs"]
-    table = pd.DataFrame(rows, columns=list(BLOCK_COLUMNS)).drop_duplicates(subset=key, keep="last")
+    key = ("block", "tp", "sp", "cp", "ep", "etp", "mbs")
+    last = {tuple(row[k] for k in key): i for i, row in enumerate(rows)}  # the last row of a shape
+    kept = [row for i, row in enumerate(rows) if last[tuple(row[k] for k in key)] == i]
     # Tinker's block times ran on the device: the host's issue time is in them (no op counts).
-    table[["fwd_host_ops", "bwd_host_ops"]] = 0
-    return table, parse_config(str(frame["config"].iloc[0]))["prefix"]
+    for row in kept:
+        row["fwd_host_ops"] = row["bwd_host_ops"] = 0
+    table = Columns.from_rows([[row[c] for c in BLOCK_COLUMNS] for row in kept], BLOCK_COLUMNS)
+    return table, parse_config(str(records[0]["config"]))["prefix"]
 
 
-def _measured(rows: pd.DataFrame, path: Path) -> pd.DataFrame:
-    """Only the measured (`ok`) rows, as store.read_blocks_csv keeps them."""
-    ok = rows[rows["status"] == "ok"].reset_index(drop=True)
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def _measured(rows: Columns, path: Path) -> Columns:
+    """Only the measured (`ok`) rows, as store.read_block_columns keeps them."""
+    ok = rows.take(rows["status"] == "ok")
     if ok.empty:
         raise ProfileDataError(
             f"{path}: every Tinker row failed (time {EXCEPTIONAL_US:g} us = out of memory)"
@@ -318,9 +331,14 @@ def read_tinker_folder(folder: str | Path) -> ProfiledData:
         "block times include the TP/SP collectives (and the expert all-to-all with ep > 1): Tinker "
         "measures each block on real tp x ep ranks, so these are not added again",
     ]
-    failed = rows[rows["status"] != "ok"]
-    if not failed.empty:
-        shapes = sorted({f"tp{r.tp}_sp{r.sp}_ep{r.ep}_mbs{r.mbs}" for r in failed.itertuples()})
+    failed = np.flatnonzero(rows["status"] != "ok")
+    if failed.size:
+        shapes = sorted(
+            {
+                f"tp{rows['tp'][i]}_sp{rows['sp'][i]}_ep{rows['ep'][i]}_mbs{rows['mbs'][i]}"
+                for i in failed
+            }
+        )
         notes.append(
             f"{len(failed)} rows failed in Tinker's profiling (time {EXCEPTIONAL_US:g} us, out of memory), "
             f"left out: {', '.join(shapes)}"
@@ -340,5 +358,5 @@ def read_tinker_folder(folder: str | Path) -> ProfiledData:
     meta.update(_p2p_meta(folder, notes))
     meta["notes"] = notes
     return ProfiledData(
-        path=folder, blocks=blocks, comm=empty_comm(), meta=ProfileMeta.from_dict(meta)
+        path=folder, blocks=blocks, comm=empty_comm_columns(), meta=ProfileMeta.from_dict(meta)
     )

@@ -212,13 +212,11 @@ def described_comm(profiled, hardware):
     where the profile's rows were computed from a description (an analytic profile, or `profile
     --hardware`), so that a description fitted by `calibrate --comm` or `--log` prices the links;
     measured rows (profile, profile-comm) are kept: they are the machine's own."""
-    from dataclasses import replace
-
-    from tinker_opt.hardware import COMM_MAX_GROUP, comm_table
+    from tinker_opt.hardware import COMM_MAX_GROUP, comm_columns
 
     if not str(profiled.meta.comm_source or "").startswith("hardware"):
         return profiled
-    return replace(profiled, comm=comm_table(hardware, max_group_size=COMM_MAX_GROUP))
+    return profiled.with_comm(comm_columns(hardware, max_group_size=COMM_MAX_GROUP))
 
 
 def job_options(info: ScriptInfo):
