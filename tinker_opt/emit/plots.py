@@ -58,7 +58,7 @@ def _figure(width: float, height: float, path: Path | StringIO) -> Iterator[Any]
 
     # SVG text as text (small, fast, selectable) and a fixed id salt: the same folder, the same file
     with matplotlib.rc_context(
-        {"svg.fonttype": "none", "svg.hashsalt": "tinker-opt", "font.size": 9}
+        {"svg.fonttype": "none", "svg.hashsalt": "tinker-opt", "font.size": 9, "axes.titley": 1.0}
     ):
         fig = Figure(figsize=(width, height))
         yield fig

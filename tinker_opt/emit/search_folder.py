@@ -8,6 +8,7 @@ without a script: a finished search never fails on one row.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,8 +147,12 @@ def script_writer(
     global_batch_size: int,
 ):
     """The results folder's ScriptWriter (emit/results.py) for this script; refused rows are logged
-    and appended to `warnings`."""
-    from tinker_opt.emit.script_writer import apply_strategy
+    and appended to `warnings`. A strategy written twice (a pick that is a ranked row: `fastest`
+    is rank 1) is edited and read back once; each copy gets its own header (issue 30: nothing
+    computed twice)."""
+    from tinker_opt.emit.script_writer import AppliedScript, apply_strategy, with_header
+
+    edited: dict[tuple[Strategy, str], AppliedScript] = {}
 
     def write(
         rank: int | str, evaluation: dict[str, Any], header: list[str], name: str
@@ -157,15 +162,18 @@ def script_writer(
             strategy = strategy_to_write(evaluation, info)
             if info.fsdp2 is not None:
                 return _fsdp2_files(info, strategy, cluster, global_batch_size, header, name)
-            applied = apply_strategy(
-                info.text,
-                strategy,
-                nnodes=cluster.num_nodes,
-                nproc_per_node=cluster.devices_per_node,
-                version=version,
-                header=header,
-                precision=evaluation.get("precision"),
-            )
+            precision = evaluation.get("precision")
+            key = (strategy, json.dumps(precision, sort_keys=True))
+            if key not in edited:
+                edited[key] = apply_strategy(
+                    info.text,
+                    strategy,
+                    nnodes=cluster.num_nodes,
+                    nproc_per_node=cluster.devices_per_node,
+                    version=version,
+                    precision=precision,
+                )
+            applied = edited[key]
         except TinkerError as exc:
             message = f"{row}: no tuned script written: {exc}"
             log(message)
@@ -173,7 +181,7 @@ def script_writer(
             return None
         for warning in applied.warnings:
             log(f"{row}: {warning}")
-        return applied.text
+        return with_header(applied.text, header)
 
     return write
 

@@ -221,18 +221,21 @@ def even_fits(c: SplitCoefficients, k: Scalars, r) -> np.ndarray:
 
 def best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
     """Virtual pipeline: the even split for recompute count r, None when it does not fit."""
-    if not even_fits(c, k, r)[0]:
-        return None
+    return _even_split(c, k, r) if even_fits(c, k, r)[0] else None
+
+
+def _even_split(c: SplitCoefficients, k: Scalars, r: int) -> Split:
+    """The even split at recompute count r (known to fit)."""
     n = np.full(c.num_stages, c.num_layers // c.num_stages, dtype=np.int64)
     return Split(tuple(int(x) for x in n), r, objective_x_v(c, k, n, r))
 
 
 def first_even(c: SplitCoefficients, k: Scalars) -> Split | None:
     """Virtual pipeline: the even split at the smallest recompute count where it fits (time
-    grows with r), every count's memory checked at once; None when none fits."""
+    grows with r), every count's memory checked at once (and not again); None when none fits."""
     rs = np.array(recompute_range(c), dtype=np.int64)
     fits = even_fits(c, k, rs[:, None])
-    return best_even(c, k, int(rs[np.argmax(fits)])) if fits.any() else None
+    return _even_split(c, k, int(rs[np.argmax(fits)])) if fits.any() else None
 
 
 def inverse_caps(
