@@ -207,14 +207,15 @@ class CostModel:
                 recompute_method=method,
                 cp_algo=algo,
             )
-        cached = self._cache.get(key)
+        cached = self._cache.get(key) if key is not outer else None  # outer: missed above
         if cached is None:
             # The outer itself: a virtual pipeline with a layer list needs no even chunks.
             if outer not in self.listed:
                 check_outer(outer, self.model, self.cluster.num_devices, self.global_batch_size)
             cached = self._terms.build(key, self.rules)
             self._cache[key] = cached
-        self._cache[outer] = cached
+        if key is not outer:
+            self._cache[outer] = cached
         return cached
 
     def static_overflows(self, outer: Strategy) -> bool:

@@ -39,8 +39,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod
 from tinker_opt.errors import ScriptError, StrategyError
 from tinker_opt.script.expand import Field, field_text
@@ -133,6 +131,8 @@ def find_yaml(reference: str, script_path: Path | None) -> Path:
 
 
 def _parse_yaml(text: str, source: str) -> dict[str, Any]:
+    import yaml  # an FSDP2 launch's alone: every other script is read without it (issue 30)
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -153,6 +153,8 @@ def _override_value(arg: ArgOccurrence) -> Any:
     if not arg.values:
         return True
     text = arg.value_text or ""
+    import yaml
+
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:
