@@ -15,6 +15,8 @@ from cli_support import (
     write_synthetic_profile,
 )
 
+from tinker_opt.emit.script_writer import HEADER_PREFIX
+
 
 @pytest.fixture(scope="module")
 def profile_dir(tmp_path_factory):
@@ -431,6 +433,15 @@ def test_all_end_to_end_on_cpu(tmp_path):
     assert summary["best"]["strategy"]["tp"] in (1, 2)
     assert {"current", "speedup_vs_current", "picks", "pareto"} <= set(summary)
     assert len(list((results / "configs").glob("*-pick_*.sh"))) == len(summary["picks"])
+    # the fastest pick is rank 1: the same script (written once, emit/search_folder.py), its own header
+    rank1, fastest = (
+        next((results / "configs").glob(f"*-{tag}_*.sh")).read_text().splitlines()
+        for tag in ("rank1", "pick_fastest")
+    )
+    assert rank1 != fastest
+    assert [line for line in rank1 if not line.startswith(HEADER_PREFIX)] == [
+        line for line in fastest if not line.startswith(HEADER_PREFIX)
+    ]
     for name in (
         "best_stages.svg",
         "best_schedule.svg",

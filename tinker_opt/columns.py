@@ -114,7 +114,7 @@ def typed(values: list[Any]) -> np.ndarray:
     """A column of Python values as pandas types it: int64 when every value is an integer,
     float64 when every value is a number or missing (None / NaN), bool when every value is a
     bool, else object (missing as NaN)."""
-    present = [v for v in values if not _missing(v)]
+    present = [v for v in values if not is_missing(v)]
     if present and len(present) == len(values) and all(isinstance(v, bool) for v in values):
         return np.array(values, dtype=bool)
     numbers = all(
@@ -123,11 +123,12 @@ def typed(values: list[Any]) -> np.ndarray:
     if numbers and len(present) == len(values) and all(_integral_type(v) for v in values):
         return np.array(values, dtype=np.int64)
     if numbers:
-        return np.array([math.nan if _missing(v) else v for v in values], dtype=np.float64)
-    return np.array([math.nan if _missing(v) else v for v in values], dtype=object)
+        return np.array([math.nan if is_missing(v) else v for v in values], dtype=np.float64)
+    return np.array([math.nan if is_missing(v) else v for v in values], dtype=object)
 
 
-def _missing(value: Any) -> bool:
+def is_missing(value: Any) -> bool:
+    """None or NaN: a cell pandas leaves empty."""
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_opt.choices import Recompute
+from tinker_opt.columns import is_missing
 from tinker_opt.emit.picture_worker import PictureJob, PictureWorker, draw_here
 from tinker_opt.emit.search_report import RunLabels, SearchReport
 from tinker_opt.errors import ConfigError
@@ -125,20 +125,17 @@ def results_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def _column_cells(name: str, values: list[Any]) -> list[str]:
-    def missing(value: Any) -> bool:
-        return value is None or (isinstance(value, float) and math.isnan(value))
-
-    present = [v for v in values if not missing(v)]
+    present = [v for v in values if not is_missing(v)]
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present)
     if name in INTEGER_COLUMNS and numbers:
-        return ["" if missing(v) else str(int(v)) for v in values]
+        return ["" if is_missing(v) else str(int(v)) for v in values]
     if (
         numbers
         and present
         and (len(present) < len(values) or any(isinstance(v, float) for v in present))
     ):
-        return ["" if missing(v) else repr(float(v)) for v in values]
-    return ["" if missing(v) else str(v) for v in values]
+        return ["" if is_missing(v) else repr(float(v)) for v in values]
+    return ["" if is_missing(v) else str(v) for v in values]
 
 
 def summary_dict(report: SearchReport) -> dict[str, Any]:

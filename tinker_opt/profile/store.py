@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tinker_opt.columns import Columns, CsvError, read_csv
+from tinker_opt.columns import Columns, CsvError, is_missing, read_csv
 from tinker_opt.comm_cost import COMM_OPS
 from tinker_opt.errors import ProfileDataError
 from tinker_opt.io_utils import write_text_atomic
@@ -143,9 +143,7 @@ def _numeric(values: np.ndarray) -> np.ndarray:
 
 def _filled(values: np.ndarray, fallback: np.ndarray) -> np.ndarray:
     """`values` with its missing cells (None, NaN) taken from `fallback` (pandas' `where(notna)`)."""
-    missing = np.array(
-        [v is None or (isinstance(v, float) and np.isnan(v)) for v in values.tolist()]
-    )
+    missing = np.array([is_missing(v) for v in values.tolist()])
     if not missing.any():
         return values
     out = values.astype(object) if values.dtype != np.float64 else values.copy()
@@ -160,7 +158,7 @@ def read_block_columns(path: Path) -> Columns:
     for column, default in OPTIONAL_BLOCK_COLUMNS.items():
         if column not in table:
             table = table.with_column(column, default)
-    status = np.array(["ok" if v is None or v != v else str(v) for v in table["status"].tolist()])
+    status = np.array(["ok" if is_missing(v) else str(v) for v in table["status"].tolist()])
     lines = np.flatnonzero(status == "ok") + 2  # the file's line of each row kept
     table = table.with_column("status", status.astype(object)).take(status == "ok")
     ep, tp = _numeric(table["ep"]), _numeric(table["tp"])

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from tinker_opt.columns import Columns, CsvError, read_csv
+from tinker_opt.columns import Columns, CsvError, is_missing, read_csv
 from tinker_opt.errors import ConfigError, ProfileDataError
 from tinker_opt.profile.meta import ProfileMeta
 from tinker_opt.profile.tables import BLOCK_COLUMNS, ProfiledData, empty_comm_columns
@@ -176,7 +176,7 @@ def read_tinker_rows(path: Path, weight_size: int = 2) -> tuple[Columns, str]:
         dict(zip(names, values, strict=True))
         for values in zip(*(frame[name].tolist() for name in names), strict=True)
     ]
-    records = [r for r in records if not (_missing(r["config"]) or _missing(r["block_name"]))]
+    records = [r for r in records if not (is_missing(r["config"]) or is_missing(r["block_name"]))]
     try:
         rows = [_block_row(r, weight_size, path) for r in records]
     except (TypeError, ValueError) as exc:
@@ -191,10 +191,6 @@ def read_tinker_rows(path: Path, weight_size: int = 2) -> tuple[Columns, str]:
         row["fwd_host_ops"] = row["bwd_host_ops"] = 0
     table = Columns.from_rows([[row[c] for c in BLOCK_COLUMNS] for row in kept], BLOCK_COLUMNS)
     return table, parse_config(str(records[0]["config"]))["prefix"]
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and value != value)
 
 
 def _measured(rows: Columns, path: Path) -> Columns:
