@@ -115,7 +115,7 @@ class CostModel:
         """Build from a loaded profiled-data folder; see CommModel for the inter-node defaults and
         costs/job.py for the script's job flags."""
         comm = CommModel(
-            profiled.comm_columns,
+            profiled.columns("comm"),
             hardware=hardware,
             inter_node_bandwidth_gbs=inter_node_bandwidth_gbs,
             multi_node=cluster.num_nodes > 1,
@@ -123,7 +123,7 @@ class CostModel:
         )
         context = TermContext(
             Workload(model, cluster, global_batch_size, job),
-            BlockTable(profiled.block_columns),
+            BlockTable(profiled.columns("blocks")),
             comm,
             ProfileConventions.of(profiled.meta),
             HardwareRates.of(hardware, str(profiled.meta.device)),

@@ -6,6 +6,7 @@ Kept apart from `store` (which reads and writes the folder) so that the Tinker-f
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,52 +70,47 @@ COMM_SCOPES = ("intra_node", "inter_node")
 COMM_COLUMNS = ("op", "group_size", "scope", "bytes", "time_us")
 
 
-class ProfiledData:
-    """A loaded profiled-data folder: the two tables and the metadata.
+class _Table:
+    """A ProfiledData table (a dataclass field): kept as it was given (Columns from the folder's
+    readers, a DataFrame from the profiler or a test), read as a DataFrame, converted (and pandas
+    imported) on the first such read; `ProfiledData.columns` reads it as Columns."""
 
-    Each table is kept as it was given (Columns from the folder's readers, a DataFrame from the
-    profiler or a test) and converted the other way on first use: the search reads Columns
-    (`block_columns`, `comm_columns`) and never imports pandas (issue 30); `blocks` and `comm`
-    are the DataFrames the profile, calibrate and report verbs use."""
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}"
 
-    def __init__(
-        self,
-        path: Path,
-        blocks: Columns | pd.DataFrame,
-        comm: Columns | pd.DataFrame,
-        meta: ProfileMeta | None = None,
-    ) -> None:
-        self.path = path
-        self.meta = meta if meta is not None else ProfileMeta()
-        self._tables: dict[str, Columns | pd.DataFrame] = {"blocks": blocks, "comm": comm}
-
-    def _frame(self, name: str) -> pd.DataFrame:
-        table = self._tables[name]
+    def __get__(self, obj: ProfiledData | None, owner: type | None = None) -> pd.DataFrame:
+        if obj is None:
+            raise AttributeError(self.slot)  # the dataclass field has no default
+        table = obj.__dict__[self.slot]
         if isinstance(table, Columns):
-            table = self._tables[name] = table.frame()
+            table = obj.__dict__[self.slot] = table.frame()
         return table
 
-    @property
-    def blocks(self) -> pd.DataFrame:
-        """Columns BLOCK_COLUMNS; only rows with status `ok` are kept."""
-        return self._frame("blocks")
+    def __set__(self, obj: ProfiledData, value: Columns | pd.DataFrame) -> None:
+        obj.__dict__[self.slot] = value
 
-    @property
-    def comm(self) -> pd.DataFrame:
-        """Columns COMM_COLUMNS (may be empty when only a hardware file gives bandwidths)."""
-        return self._frame("comm")
 
-    @property
-    def block_columns(self) -> Columns:
-        return Columns.of(self._tables["blocks"])
+@dataclass(frozen=True)
+class ProfiledData:
+    """A loaded profiled-data folder: the two tables and the metadata. The search reads the
+    tables as Columns (`columns`) and never imports pandas (issue 30); `blocks` and `comm` are
+    the DataFrames the profile, calibrate and report verbs use (`_Table`)."""
 
-    @property
-    def comm_columns(self) -> Columns:
-        return Columns.of(self._tables["comm"])
+    path: Path
+    blocks: _Table = _Table()
+    """Columns BLOCK_COLUMNS; only rows with status `ok` are kept."""
+    comm: _Table = _Table()
+    """Columns COMM_COLUMNS (may be empty when only a hardware file gives bandwidths)."""
+    meta: ProfileMeta = field(default_factory=ProfileMeta)
+
+    def columns(self, name: str) -> Columns:
+        """The table `name` (blocks, comm) as Columns, as it was given or from its DataFrame."""
+        return Columns.of(self.__dict__[f"_{name}"])
 
     def with_comm(self, comm: Columns | pd.DataFrame) -> ProfiledData:
-        """The same folder with another comm table (one computed from a hardware description)."""
-        return ProfiledData(self.path, self._tables["blocks"], comm, self.meta)
+        """This folder with another comm table (one computed from a hardware description); the
+        blocks as they are (`dataclasses.replace` would read them as a DataFrame)."""
+        return ProfiledData(self.path, self.__dict__["_blocks"], comm, self.meta)
 
     @property
     def model(self) -> ModelSpec:
