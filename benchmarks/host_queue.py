@@ -24,6 +24,12 @@
    time per layer and micro-batch, b per micro-batch (embedding, head, loss, data), c per layer
    and iteration (gradients, optimizer), d the rest. The same fit of the cost model's times prints
    next to it, so each residual lands on the term it belongs to.
+3. **The tp all-reduce on the A100 against nccl-tests on vTrain's machine.** The description's
+   intra-node link (hardware/a100-40gb.json, comm_cost.collective_time_us) against the all-reduce
+   times vTrain measured with nccl-tests on its DGX A100 (VIA-Research/vTrain @f8dda84,
+   `trace/a100/AR_GPU{2,4,8}_1M_1024M_LUT`, the first time column, the figures its own predictor
+   prices tp all-reduces with, src/predictor.py `compute_comm_time`), at the buffer sizes of
+   vTrain's tp collectives (micro-batch x 1024 x hidden x 2 bytes: 2-16 MiB).
 
     PYTHONPATH=. python benchmarks/host_queue.py
 """
@@ -43,7 +49,8 @@ from published_runs import hardware_for, launch_script
 from ranking import vtrain_runs, vtrain_times
 from validate_published import Profiles, read_run
 
-from tinker_opt.hardware import DEFAULT_HOST_OP_US
+from tinker_opt.comm_cost import collective_time_us
+from tinker_opt.hardware import DEFAULT_HOST_OP_US, load_hardware
 from tinker_opt.profile.analytic import trace_block
 from tinker_opt.profile.op_timing import OpArrays, fused_kernels, kernel_runs, op_times_us
 from tinker_opt.profile.shape import Shape
@@ -51,6 +58,13 @@ from tinker_opt.profile.shape import Shape
 LAYERS = 24
 """Layers of the periodic stream whose per-layer step is printed (vTrain's deepest model)."""
 TERMS = ("per layer x mb", "per mb", "per layer", "rest")
+MIB = 1 << 20
+VTRAIN_ALL_REDUCE_US = {
+    2: {1: 44.21, 2: 53.43, 4: 61.18, 8: 86.90, 16: 131.9, 32: 230.0, 64: 404.7},
+    4: {1: 51.40, 2: 55.74, 4: 77.32, 8: 116.8, 16: 179.6, 32: 284.2, 64: 543.8},
+    8: {1: 92.79, 2: 93.25, 4: 95.80, 8: 134.3, 16: 232.4, 32: 358.1, 64: 579.9},
+}
+"""GPUs -> MiB -> microseconds of one all-reduce, nccl-tests on vTrain's DGX A100 (table 3)."""
 
 
 def queue_finish_us(host_us: np.ndarray, gpu_us: np.ndarray) -> float:
@@ -150,6 +164,21 @@ def queue_table(per_layer: dict[tuple[int, int, int], float]) -> pd.DataFrame:
     return pd.DataFrame(rows).round(0)
 
 
+def collective_table() -> pd.DataFrame:
+    """Table 3: the A100 description's all-reduce against vTrain's nccl-tests, per size."""
+    link = load_hardware("a100-40gb").intra_node
+    rows = []
+    for gpus, by_size in VTRAIN_ALL_REDUCE_US.items():
+        for mib, measured in by_size.items():
+            model = collective_time_us(
+                "all_reduce", gpus, mib * MIB, link.bandwidth_gbs, link.latency_us
+            )
+            rows.append(dict(gpus=gpus, MiB=mib, nccl_tests=measured, model=model))
+    table = pd.DataFrame(rows)
+    table["model - measured"] = table.model - table.nccl_tests
+    return table.round(1)
+
+
 def main() -> int:
     terms = decomposition()
     per_layer = terms.groupby(["h", "tp", "mbs"])["per layer x mb meas"].median().to_dict()
@@ -159,6 +188,10 @@ def main() -> int:
     print(queue_table(per_layer).to_string(index=False))
     print("\n== 2. vTrain pp 1 times split as a L n + b n + c L + d (us), measured and modelled ==")
     print(terms.to_string(index=False))
+    print(
+        "\n== 3. one all-reduce (us): hardware/a100-40gb.json against nccl-tests on vTrain's A100 =="
+    )
+    print(collective_table().to_string(index=False))
     return 0
 
 
