@@ -10,12 +10,13 @@ from types import SimpleNamespace
 import pytest
 
 from tinker_opt.costs.deterministic import (
-    EXTRA_FACTOR,
+    DEFAULT_FACTOR,
     THROUGHPUT_LOSS,
     attention_backward_flops,
     deterministic_backward_us,
 )
 from tinker_opt.costs.inputs import HardwareRates
+from tinker_opt.errors import ConfigError
 from tinker_opt.hardware import load_hardware
 from tinker_opt.specs import StepFlags
 from tinker_opt.strategy import Strategy
@@ -35,8 +36,8 @@ def _model(**extra) -> SimpleNamespace:
     return SimpleNamespace(**{**fields, **extra})
 
 
-def _ctx(deterministic: bool, **model) -> SimpleNamespace:
-    rates = HardwareRates.of(load_hardware("h100-80gb"))
+def _ctx(deterministic: bool, hardware: str = "h100-80gb", **model) -> SimpleNamespace:
+    rates = HardwareRates.of(load_hardware(hardware))
     step = StepFlags(deterministic=deterministic)
     return SimpleNamespace(job=SimpleNamespace(step=step), model=_model(**model), rates=rates)
 
@@ -55,13 +56,30 @@ def test_extra_is_the_backward_time_times_the_throughput_loss():
     s = Strategy(tp=1, mbs=1)
     on = _ctx(True)
     flops = attention_backward_flops(on, s)
-    assert pytest.approx(1 / (1 - THROUGHPUT_LOSS) - 1) == EXTRA_FACTOR
+    assert pytest.approx(1 / (1 - THROUGHPUT_LOSS)) == DEFAULT_FACTOR
+    assert on.rates.deterministic_attention_bwd is None  # h100-80gb states none: the default
     assert deterministic_backward_us(on, s) == pytest.approx(
-        on.rates.attention_bwd_us(flops) * EXTRA_FACTOR
+        on.rates.attention_bwd_us(flops) * (DEFAULT_FACTOR - 1)
     )
     assert deterministic_backward_us(on, s) > 0
     assert deterministic_backward_us(_ctx(False), s) == 0.0
     assert deterministic_backward_us(_ctx(True, use_flash_attn=False), s) == 0.0
+
+
+def test_blackwell_states_no_slowdown_and_the_factor_round_trips(tmp_path):
+    """cuDNN >= 9.18.1's deterministic backward on Blackwell costs nothing extra (gb200-nvl72.json
+    states 1.0); a description's factor below 1 is refused, and to_dict keeps it."""
+    s = Strategy(tp=1, mbs=1)
+    assert deterministic_backward_us(_ctx(True, "gb200-nvl72"), s) == 0.0
+    spec = load_hardware("gb200-nvl72")
+    assert spec.deterministic_attention_bwd == 1.0
+    data = {**spec.to_dict(), "deterministic_attention_bwd": 1.3}
+    path = tmp_path / "hw.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert load_hardware(path).to_dict()["deterministic_attention_bwd"] == 1.3
+    path.write_text(json.dumps({**data, "deterministic_attention_bwd": 0.5}), encoding="utf-8")
+    with pytest.raises(ConfigError, match="deterministic_attention_bwd >= 1"):
+        load_hardware(path)
 
 
 def _predicted_ms(tmp_path: Path, text: str) -> float:

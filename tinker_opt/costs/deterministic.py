@@ -10,14 +10,21 @@ support table).
 
 The deterministic backward serializes the accumulation of dQ over the key blocks: Qiang et al.,
 "DASH: Deterministic Attention Scheduling for High-throughput Reproducible LLM Training"
-(arXiv 2601.21824, abstract): in FlashAttention-3 "the deterministic backward pass can incur up
-to a 37.9 % throughput reduction relative to its non-deterministic counterpart". So the
-attention backward takes 1 / (1 - 0.379) = 1.61x its time: the extra is the kernel's time (its
-FLOPs under the description's `attention_bwd` curve, the curve the analytic profile times it
-at, profile/op_timing.py) x 0.61, GPU work added to the layer's backward (costs/terms.py
-`_extra_us`). ASSUMPTION: cuDNN's deterministic backward (the kernel TE runs on Hopper and, from
-cuDNN 9.18.1, Blackwell: TransformerEngine PR 2584) pays what FA3's does; DASH's "up to" is its
-long-sequence end, the regime where the attention backward is a visible share of the layer.
+(arXiv 2601.21824, abstract): in FlashAttention-3 (Hopper) "the deterministic backward pass can
+incur up to a 37.9 % throughput reduction relative to its non-deterministic counterpart". So the
+attention backward takes `factor` = 1 / (1 - 0.379) = 1.61x its time: the extra is the kernel's
+time (its FLOPs under the description's `attention_bwd` curve, the curve the analytic profile
+times it at, profile/op_timing.py) x (factor - 1), GPU work added to the layer's backward
+(costs/terms.py `_extra_us`).
+
+The factor is the device's: a description states it as `deterministic_attention_bwd`, else
+DEFAULT_FACTOR (DASH's Hopper figure). ASSUMPTION: cuDNN's deterministic backward on Hopper (the
+kernel TE runs there) pays what FA3's does; before cuDNN 9.25 it materializes dP in a workspace
+quadratic in the sequence (NVIDIA/cudnn-frontend PR 398, "SDPA bwd: linear-workspace deterministic
+path on Hopper"), a serialization of the same order. Blackwell differs: from cuDNN 9.18.1 the
+deterministic backward is a two-kernel algorithm (TransformerEngine PR 2584) that NVIDIA measured
+"~1-3 % speedup for Blackwell" on DeepSeek-V3 against the default (NVIDIA-NeMo/Megatron-Bridge
+issue 2340), so b200.json / gb200-nvl72.json state 1.0.
 
 Not priced: the fill of uninitialized memory that `torch.use_deterministic_algorithms(True)`
 adds to every `torch.empty` (torch.utils.deterministic.fill_uninitialized_memory; AMD's Primus
@@ -37,9 +44,11 @@ if TYPE_CHECKING:
     from tinker_opt.strategy import Strategy
 
 THROUGHPUT_LOSS = 0.379
-"""The deterministic attention backward's throughput loss (DASH, arXiv 2601.21824, abstract)."""
-EXTRA_FACTOR = 1.0 / (1.0 - THROUGHPUT_LOSS) - 1.0
-"""The deterministic backward's time above the non-deterministic one, per unit of the latter."""
+"""FlashAttention-3's deterministic backward's throughput loss on Hopper (DASH, arXiv 2601.21824,
+abstract)."""
+DEFAULT_FACTOR = 1.0 / (1.0 - THROUGHPUT_LOSS)
+"""The deterministic backward's time per unit of the non-deterministic one, where a description
+states none (module docstring)."""
 BACKWARD_MATMULS = 5
 """The attention backward's matmuls of the score size (dV, dP, dS, dQ, dK; the forward has 2:
 QK^T and PV), as torch's `sdpa_backward_flop_count` counts them."""
@@ -68,5 +77,8 @@ def deterministic_backward_us(ctx: TermContext, s: Strategy) -> float:
     attention kernel (`ModelSpec.use_flash_attn`: Transformer Engine's, or flash attention)."""
     if not (ctx.job.step.deterministic and ctx.model.use_flash_attn):
         return 0.0
-    flops = attention_backward_flops(ctx, s)
-    return ctx.rates.attention_bwd_us(flops) * EXTRA_FACTOR
+    factor = ctx.rates.deterministic_attention_bwd
+    extra = (DEFAULT_FACTOR if factor is None else factor) - 1.0
+    if extra <= 0:
+        return 0.0
+    return ctx.rates.attention_bwd_us(attention_backward_flops(ctx, s)) * extra

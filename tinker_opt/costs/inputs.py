@@ -91,6 +91,8 @@ class HardwareRates:
     curve) at `peak_tflops`; None: the backward runs at `matmul_tflops` (costs/deterministic.py)."""
     peak_tflops: float = DEFAULT_MATMUL_TFLOPS
     """The bf16 peak the attention curve is a fraction of."""
+    deterministic_attention_bwd: float | None = None
+    """The description's `deterministic_attention_bwd` (None: costs/deterministic.py's default)."""
     fixed_us_per_microbatch: float = 0.0
     """Fixed time per micro-batch and stage (HardwareSpec.fixed_ms_per_microbatch, fitted by
     calibrate --log): added to every stage's micro-batch time (stage_terms.py)."""
@@ -112,6 +114,7 @@ class HardwareRates:
             fixed_us_per_microbatch=1e3 * hardware.fixed_ms_per_microbatch,
             attention_bwd=hardware.efficiency.attention("bwd"),
             peak_tflops=hardware.peak_tflops.get("bf16") or DEFAULT_MATMUL_TFLOPS,
+            deterministic_attention_bwd=hardware.deterministic_attention_bwd,
         )
 
     def attention_bwd_us(self, flops: float) -> float:

@@ -125,8 +125,9 @@ FLAGS: tuple[Flag, ...] = (
     *_knob_rows(CHOICES["recompute_modules"]),
     *_rows("job", "attention activations kept on the host, copied out and back behind compute (MindSpeed; "
            "costs/swap_terms.py)", "--swap-attention"),
-    *_rows("job", "the fused attention's deterministic backward, 1.61x its time (Megatron-LM arguments.py, "
-           "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0; costs/deterministic.py)", "--deterministic-mode"),
+    *_rows("job", "the fused attention's deterministic backward: the description's factor on its time (1.61x, "
+           "FlashAttention-3 on Hopper, where it states none; 1.0 on Blackwell; costs/deterministic.py)",
+           "--deterministic-mode"),
     *_rows("job", "weight gradients added to the main grad by a separate kernel per weight and micro-batch "
            "(costs/grad_accumulation.py)", "--no-gradient-accumulation-fusion"),
     *_rows("job", "optimizer-step passes and scalar all-reduces each iteration: gradient clipping, Megatron-LM "
