@@ -9,7 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from script_support import FIXTURES
 
+from tinker_opt.choices import Recompute
 from tinker_opt.emit.script_writer import apply_strategy
+from tinker_opt.errors import StrategyError
 from tinker_opt.knobs import (
     KNOBS,
     LAYOUT_KNOBS,
@@ -65,7 +67,10 @@ def test_moe_overlap_and_mc2_exclude_each_other_in_the_rules_too():
     """The rules refuse what the space never produces: the MoE all-to-all overlap with MC2
     (MindSpeed's moe_alltoall_overlap incompatible_check use_ascend_mc2); each alone is accepted."""
     both = Strategy(tp=2, sp=True, dp=4, ep=2, overlap_moe_comm=True, tp_comm_overlap=True)
-    assert excluded_pairs() == [("overlap_moe_comm", "tp_comm_overlap")]
+    assert excluded_pairs() == [
+        ("moe_shared_expert_overlap", "overlap_moe_comm"),
+        ("overlap_moe_comm", "tp_comm_overlap"),
+    ]
     message = overlap_message(both, is_moe=True)
     assert message is not None and "exclude each other" in message
     assert overlap_message(both.replace(tp_comm_overlap=False), is_moe=True) is None
@@ -111,6 +116,7 @@ def test_rules_accept_exactly_the_valid_switch_settings(is_moe):
         on = {key for key, value in switches.items() if value}
         bad = (
             any(not KNOBS[key].accepts(context) for key in on)
+            or any(KNOBS[k].refusal and KNOBS[k].refusal(context) for k in on)
             or any(KNOBS[k].requires and not set(KNOBS[k].requires) <= on for k in on)
             or any({a, b} <= on for a, b in excluded_pairs())
         )
@@ -160,7 +166,13 @@ def test_delay_wgrad_compute_is_read_checked_and_kept():
     assert "a MoE model" in overlap_message(s, is_moe=False)
     assert all(choice[key] is None for choice in overlap_choices(s, True, OVERLAP_KEYS))
     assert versions.FLAG_SINCE["--delay-wgrad-compute"] == {"mindspeed": None, "megatron": (0, 14)}
-    kept = apply_strategy(text, s.replace(**{key: None}), nnodes=4, nproc_per_node=8).text
+    # Megatron-Core refuses the all-to-all overlap with full recompute (the script's): apply says so.
+    with pytest.raises(StrategyError, match="no full recompute"):
+        apply_strategy(text, s.replace(**{key: None}), nnodes=4, nproc_per_node=8)
+    selective = s.replace(
+        recompute=Recompute.SELECTIVE, recompute_method=None, recompute_num_layers=None
+    )
+    kept = apply_strategy(text, selective.replace(**{key: None}), nnodes=4, nproc_per_node=8).text
     assert "--delay-wgrad-compute" in kept
 
 
@@ -185,7 +197,11 @@ def test_moe_shared_expert_overlap_is_read_priced_searched_and_written():
     assert "a MoE model" in overlap_message(s, is_moe=False)
     assert flags.BY_NAME[flag].treatment == "strategy"
     assert versions.FLAG_SINCE[flag] == {"mindspeed": None, "megatron": (0, 10)}
-    assert all(choice[key] is True for choice in overlap_choices(s, True, OVERLAP_KEYS))
+    # It excludes the MoE all-to-all overlap (Megatron-Core's transformer_config check): the
+    # search tries each of the two, never both.
+    choices = overlap_choices(s, True, OVERLAP_KEYS)
+    assert any(choice[key] for choice in choices)
+    assert not any(choice[key] and choice["overlap_moe_comm"] for choice in choices)
     off = apply_strategy(text, s.replace(**{key: False}), nnodes=4, nproc_per_node=8).text
     assert flag not in off and flag in apply_strategy(text, s, nnodes=4, nproc_per_node=8).text
 

@@ -40,6 +40,7 @@ from tinker_opt.knob_types import (
     Knob,
     KnobContext,
     LayoutKnob,
+    ModelFacts,
     Spelling,
     Version,
 )
@@ -65,10 +66,11 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
                                             _spell("--overlap-moe-expert-parallel-comm", None, (0, 14))),
          exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe,
          needs="a MoE model; it applies to MoE models only and this model has no experts",
-         excludes=("tp_comm_overlap",), pays_off=lambda c: c.ep > 1,
-         effect="MoE all-to-all: backward one hidden behind the weight gradients",
+         refusal=knob_rules.moe_comm_refusal, excludes=("tp_comm_overlap", "moe_shared_expert_overlap"),
+         pays_off=lambda c: c.ep > 1, effect="MoE all-to-all: backward one hidden behind the weight gradients",
          source="Ascend/MindSpeed mindspeed/features_manager/moe/moe_alltoall_overlap.py validate_args "
-                "(incompatible_check use_ascend_mc2)"),
+                "(incompatible_check use_ascend_mc2); megatron-core transformer_config.py __post_init__ "
+                "('disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm')"),
     Knob(key="tp_comm_overlap", spellings=(_spell("--use-ascend-mc2", (2, 2, 0), None),
                                            _spell("--use-mc2", (0, 9, 2), None, until_mindspeed=(2, 2, 0)),
                                            _spell("--tp-comm-overlap", None, (0, 0))),
@@ -322,10 +324,16 @@ def _excluded_pairs() -> tuple[tuple[str, str], ...]:
 
 
 def knob_message(
-    s: Any, is_moe: bool, dispatcher: str | None = None, grouped_gemm: bool = False
+    s: Any,
+    is_moe: bool,
+    dispatcher: str | None = None,
+    grouped_gemm: bool = False,
+    facts: ModelFacts | None = None,
 ) -> str | None:
-    """Why the framework refuses the strategy's switches (the first reason), or None."""
-    context = KnobContext.of(s, is_moe, dispatcher, grouped_gemm)
+    """Why the framework refuses the strategy's switches (the first reason), or None; `facts`
+    (the model's and the framework family's, knob_types.ModelFacts) replace the three before."""
+    facts = facts or ModelFacts(is_moe, dispatcher, grouped_gemm)
+    context = KnobContext.of_facts(s, facts)
     for knob in KNOBS.values():
         if not getattr(s, knob.key):
             continue
@@ -333,6 +341,8 @@ def knob_message(
             return (
                 f"{knob.key} needs {knob.needs} (tp {s.tp}, sp {s.sp}, zero {s.zero}); turn it off"
             )
+        if knob.refusal and (reason := knob.refusal(context)):
+            return f"{knob.key} needs {reason}; turn it off ({knob.flags[-1]} / {knob.flags[0]})"
         for other in knob.requires:
             if getattr(s, other) is False:
                 return f"{knob.key} needs {other} on ({knob.source})"
@@ -362,16 +372,17 @@ def search_choices(context: KnobContext, allowed: tuple[str, ...]) -> list[dict[
         if key in allowed
         and knob.priced
         and knob.accepts(context)
+        and not (knob.refusal and knob.refusal(context))
         and knob.pays_off(context)
-        and all(other in allowed for other in knob.requires)
     }
-    choices = [on]
+    choices = [on - set(switched_off_with(frozenset(KNOBS.keys() - on)))]
     for a, b in excluded_pairs():
         choices = [
-            variant
+            variant - set(switched_off_with(frozenset(variant) ^ chosen))
             for chosen in choices
             for variant in ((chosen - {a}, chosen - {b}) if {a, b} <= chosen else (chosen,))
         ]
+    choices = [c for i, c in enumerate(choices) if c not in choices[:i]]
     return [
         {
             key: (key in chosen) if knob.exists(context) and knob.priced else None
