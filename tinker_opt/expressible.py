@@ -20,6 +20,7 @@ from tinker_opt.rules import (
     overlap_message,
 )
 from tinker_opt.script import versions
+from tinker_opt.script.knob_report import searched_switch
 from tinker_opt.script.pipeline_layout import LAYOUT_FLAG
 from tinker_opt.script.reader import ScriptInfo
 from tinker_opt.script.strategy_args import (
@@ -346,15 +347,9 @@ def searched_overlaps(info: ScriptInfo, vr: VersionRange) -> tuple[str, ...]:
     """Overlap knobs the search switches on where they apply: those whose flag this version has,
     and those the search may not add (`Knob.added_by_search` false: TP overlap, knobs.py) only
     where the script already sets them."""
-    keys = [
-        key for key, knob in KNOBS.items() if knob.added_by_search and overlap_flag(key, info, vr)
-    ]
-    keys += [
-        key
-        for key, knob in KNOBS.items()
-        if not knob.added_by_search and any(info.launch.has(flag) for flag in knob.flags)
-    ]
-    return tuple(keys)
+    keys = [key for key, knob in KNOBS.items() if knob.added_by_search]
+    keys += [key for key, knob in KNOBS.items() if not knob.added_by_search]
+    return tuple(key for key in keys if searched_switch(KNOBS[key], info.launch.has, vr))
 
 
 def fsdp2_search_space(info: ScriptInfo, base: SearchSpace | None = None) -> SearchSpace:

@@ -230,6 +230,8 @@ class LayoutKnob:
     """The flags the writer adds it next to (emit/strategy_plan.py anchors)."""
     check: OuterRule | None = None
     """Its rule against the model, the batch and the other sizes (knob_rules.py; rules.check_outer)."""
+    priced: str = "costs/ (the layout: every term)"
+    """Where the cost model prices it."""
     effect: str = "parallel sizes"
     """Its row of the README flag table."""
     source: str = "NVIDIA/Megatron-LM megatron/training/arguments.py"
