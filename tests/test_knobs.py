@@ -389,3 +389,37 @@ def test_the_rules_are_the_records():
     assert fb.check is not None
     assert "excludes overlap_grad_reduce" in fb.check(fb, s, model, 8, 64, LATEST_RULES)
     assert fb.check(dataclasses.replace(fb, excludes=()), s, model, 8, 64, LATEST_RULES) is None
+
+
+def test_ep_overlap_early_attn_memory_release_came_in_through_its_record():
+    """Megatron-Core 0.16's `--ep-overlap-early-attn-memory-release`, added as its record alone
+    (knobs.py; the README flag table regenerated): read on a MoE model, refused without the MoE
+    all-to-all overlap (transformer_config.py), not priced (the search keeps the script's
+    setting), written back, its version in the table, its row in `inspect`."""
+    from tinker_opt.script.knob_report import NOT_PRICED, knob_section
+
+    key, flag = "ep_overlap_early_attn_memory_release", "--ep-overlap-early-attn-memory-release"
+    text = (FIXTURES / "train_mixtral_8x7b_distributed.sh").read_text()
+    text = text.replace(
+        "--expert-model-parallel-size 8",
+        f"--expert-model-parallel-size 8 \\\n    --overlap-moe-expert-parallel-comm \\\n    {flag}",
+    ).replace("--recompute-granularity full", "--recompute-granularity selective")
+    info = read_script_text(text)
+    s = info.train.strategy
+    assert getattr(s, key) is True and overlap_message(s, is_moe=True) is None
+    assert "needs overlap_moe_comm on" in overlap_message(
+        s.replace(overlap_moe_comm=False), is_moe=True
+    )
+    assert all(choice[key] is None for choice in overlap_choices(s, True, OVERLAP_KEYS))
+    assert versions.FLAG_SINCE[flag] == {"mindspeed": None, "megatron": (0, 16)}
+    assert flags.BY_NAME[flag].treatment == "strategy, not priced"
+    assert knob_section(info)[key] == {
+        "value": True,
+        "flags": [flag],
+        "searched": False,
+        "priced": NOT_PRICED,
+    }
+    kept = apply_strategy(text, s.replace(**{key: None}), nnodes=4, nproc_per_node=8).text
+    assert flag in kept
+    off = s.replace(overlap_moe_comm=False, **{key: False})
+    assert flag not in apply_strategy(text, off, nnodes=4, nproc_per_node=8).text

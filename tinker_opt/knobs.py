@@ -98,6 +98,13 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          effect="expert weight gradients delayed behind the MoE all-to-all (with its overlap)",
          source="Megatron-LM megatron/core/transformer/transformer_config.py: "
                 "'overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute'"),
+    # ASSUMPTION: Megatron-LM core 0.16, the release whose ModelParallelConfig has it (0.16.1 read).
+    Knob(key="ep_overlap_early_attn_memory_release", requires=("overlap_moe_comm",), priced=False,
+         spellings=(_spell("--ep-overlap-early-attn-memory-release", None, (0, 16)),),
+         exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe, needs="a MoE model with the MoE all-to-all overlap",
+         effect="attention backward before the MoE forward in the MoE all-to-all overlap (less peak memory)",
+         source="megatron-core model_parallel_config.py, transformer_config.py: 'overlap_moe_expert_parallel_comm "
+                "must be enabled when enabling ep_overlap_early_attn_memory_release'"),
     # ASSUMPTION: Megatron-LM core 0.10, the first release read with the shared-expert stream; no
     # MindSpeed-LLM example found. Megatron also needs shared experts and the alltoall dispatcher
     # (transformer_config.py); the cost term prices nothing without shared experts.
