@@ -15,7 +15,9 @@ from tinker_opt.errors import StrategyError
 from tinker_opt.knobs import (
     KNOBS,
     LAYOUT_KNOBS,
+    MEGATRON,
     KnobContext,
+    ModelFacts,
     excluded_pairs,
     knob_message,
     read_switches,
@@ -198,16 +200,23 @@ def test_moe_shared_expert_overlap_is_read_priced_searched_and_written():
     assert flags.BY_NAME[flag].treatment == "strategy"
     assert versions.FLAG_SINCE[flag] == {"mindspeed": None, "megatron": (0, 10)}
     # It excludes the MoE all-to-all overlap (Megatron-Core's transformer_config check): the
-    # search tries each of the two, never both.
-    choices = overlap_choices(s, True, OVERLAP_KEYS)
+    # search tries each of the two, never both; it prices nothing without shared experts (not
+    # searched there) and Megatron-Core wants the alltoall dispatcher with them.
+    shared = ModelFacts(True, "alltoall", True, MEGATRON, shared_experts=True)
+    choices = overlap_choices(s, True, OVERLAP_KEYS, facts=shared)
     assert any(choice[key] for choice in choices)
     assert not any(choice[key] and choice["overlap_moe_comm"] for choice in choices)
+    assert not any(choice[key] for choice in overlap_choices(s, True, OVERLAP_KEYS))
+    flex = dataclasses.replace(shared, dispatcher="flex")
+    assert not any(c[key] for c in overlap_choices(s, True, OVERLAP_KEYS, facts=flex))
+    assert "alltoall token dispatcher" in overlap_message(s, True, facts=flex)
     off = apply_strategy(text, s.replace(**{key: False}), nnodes=4, nproc_per_node=8).text
     assert flag not in off and flag in apply_strategy(text, s, nnodes=4, nproc_per_node=8).text
 
     model = dataclasses.replace(
         moe_model(num_layers=4, hidden=4096, heads=32, experts=4, seq=4096),
         moe_shared_expert_intermediate_size=8192,
+        moe_token_dispatcher_type="alltoall",  # Megatron-Core's with shared experts
     )  # layers the GPU is busier with than the host's issue (costs/moe_host.py)
     profile = synthetic_profile(model, tps=(1,), cps=(1,), eps=(1, 2), mbss=(1,))
     costs = CostModel.from_profile(profile, model, cluster(2, 2, 60000), 8)

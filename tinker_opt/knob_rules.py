@@ -342,3 +342,13 @@ def moe_comm_refusal(c: KnobContext) -> str | None:
     if c.mtp_layers > 1 or (c.mtp_layers == 1 and c.pp < 2):
         return f"at most one MTP layer, and then pp > 1 (mtp {c.mtp_layers}, pp {c.pp})"
     return None
+
+
+def shared_expert_refusal(c: KnobContext) -> str | None:
+    """Why the shared-expert overlap (`moe_shared_expert_overlap`) would not launch, or None:
+    with shared experts Megatron-Core wants the alltoall dispatcher (megatron-core 0.16.1
+    transformer_config.py __post_init__: 'moe_shared_expert_overlap only works with alltoall
+    token dispatcher'); a dispatcher not known is not refused."""
+    if c.shared_experts and c.dispatcher is not None and c.dispatcher != Dispatcher.ALLTOALL:
+        return f"the alltoall token dispatcher with shared experts (this model's is {c.dispatcher})"
+    return None

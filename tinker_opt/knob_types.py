@@ -91,6 +91,8 @@ class ModelFacts:
     """Multi-token prediction layers (`--mtp-num-layers`)."""
     precision: str = "bf16"
     """The training precision (specs.ModelSpec.precision)."""
+    shared_experts: bool = False
+    """The MoE layers have shared experts (`--moe-shared-expert-intermediate-size`)."""
 
     @classmethod
     def of(cls, model: Any, family: str | None = None) -> ModelFacts:
@@ -103,6 +105,7 @@ class ModelFacts:
             family,
             int(getattr(model, "mtp_num_layers", 0) or 0),
             str(getattr(model, "precision", "bf16")),
+            is_moe and bool(getattr(model, "moe_shared_expert_intermediate_size", None)),
         )
 
 
@@ -128,6 +131,7 @@ class KnobContext:
     """ModelFacts.family: the framework family (None: not known)."""
     mtp_layers: int = 0
     precision: str = "bf16"
+    shared_experts: bool = False
 
     @classmethod
     def of(
@@ -155,6 +159,7 @@ class KnobContext:
             facts.family,
             facts.mtp_layers,
             facts.precision,
+            moe and facts.shared_experts,
         )
 
 

@@ -106,11 +106,11 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          source="megatron-core model_parallel_config.py, transformer_config.py: 'overlap_moe_expert_parallel_comm "
                 "must be enabled when enabling ep_overlap_early_attn_memory_release'"),
     # ASSUMPTION: Megatron-LM core 0.10, the first release read with the shared-expert stream; no
-    # MindSpeed-LLM example found. Megatron also needs shared experts and the alltoall dispatcher
-    # (transformer_config.py); the cost term prices nothing without shared experts.
+    # MindSpeed-LLM example found. With shared experts Megatron needs the alltoall dispatcher
+    # (knob_rules.shared_expert_refusal); without them it prices nothing, so it is not searched.
     Knob(key="moe_shared_expert_overlap", spellings=(_spell("--moe-shared-expert-overlap", None, (0, 10)),),
-         exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe,
-         needs="a MoE model with shared experts", pays_off=lambda c: c.ep > 1,
+         exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe, refusal=knob_rules.shared_expert_refusal,
+         needs="a MoE model with shared experts", pays_off=lambda c: c.ep > 1 and c.shared_experts,
          effect="MoE dispatch / combine all-to-all hidden behind the shared expert's compute (costs/overlap.py)",
          source="NVIDIA/Megatron-LM megatron/core/transformer/moe/shared_experts.py (shared expert stream)"),
     # ASSUMPTION: MindSpeed-LLM 2.0.0, the release of its --moe-alltoall-overlap-comm twin (the
