@@ -116,6 +116,22 @@ def test_false_further_switches_stay_rare():
     assert third <= 1
 
 
+def test_a_noisy_ping_pong_is_tested_on_its_own_noise():
+    """Rings switched at 256 KiB at 2 % noise beside a send/recv line at 8 % (a ping-pong is
+    noisier than a ring on loopback gloo): of 50 seeded tiers at most 1 gives the send/recv a
+    switch, while the rings keep theirs."""
+    line = (Regime(0, 2.0, 60.0),)
+    switched = 0
+    for seed in range(50):
+        curves = _tier(dict.fromkeys(RINGS, TWO), 0.02, seed, LARGE)
+        times = _curve("send_recv", line, 0.08, seed + 7000, LARGE)
+        curves.append(Curve(["send_recv"] * len(LARGE), [2] * len(LARGE), LARGE, times))
+        fits = fit_curves(curves)
+        assert [f.regimes[-1].from_bytes for f in fits[:3]] == [262144] * 3
+        switched += len(fits[3].regimes) > 1
+    assert switched <= 1
+
+
 def test_a_line_with_noise_keeps_one_regime():
     """An alpha-beta line with 3 % noise: a switch does not pay for its three figures."""
     one = (Regime(0, 2.0, 60.0),)

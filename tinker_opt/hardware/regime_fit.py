@@ -66,6 +66,8 @@ class _Rows:
     traffic: np.ndarray
     times: np.ndarray
     sizes: np.ndarray
+    ping_pong: bool = False
+    """A send/recv curve: two ranks' messages timed one way, not a collective of the tier."""
 
 
 _Regimes = tuple[tuple[Regime, ...], np.ndarray]
@@ -76,7 +78,8 @@ def _rows(curve: Curve) -> _Rows:
     steps, traffic, t, keep = link_columns(
         curve.ops, curve.group_sizes, curve.nbytes, curve.shares, curve.times_us
     )
-    return _Rows(steps, traffic, t, np.asarray(curve.nbytes, dtype=float)[keep])
+    sizes = np.asarray(curve.nbytes, dtype=float)[keep]
+    return _Rows(steps, traffic, t, sizes, all(op == "send_recv" for op in curve.ops))
 
 
 def _one(rows: _Rows, mask: np.ndarray, start: int) -> tuple[Regime, np.ndarray]:
@@ -123,15 +126,16 @@ def fit_curves(
     two consecutive measured sizes) that explains the curves best, or at a switch of its own,
     and a third regime where a further switch of its own pays (_further_switches). A curve with
     fewer than MIN_REGIME_SIZES sizes in a regime, or that one line fits exactly (EXACT), keeps
-    its line. The tier's switch is kept where switch_p_value times the splits tried is below
-    `significance` (infinite: always, for a report of what the test turned down); then
+    its line. The tier's switch (placed on its collectives: a ping-pong, timed otherwise, gets a
+    switch of its own only, _variances) is kept where switch_p_value times the splits tried is
+    below `significance` (infinite: always, for a report of what the test turned down); then
     _own_switches moves a curve's switch where its own pays for it (`own` False: the tier's
     switch only; `further` False: two regimes at most; both for a report of what they change)."""
     rows = [_rows(curve) for curve in curves]
     lines = [_one(r, np.ones(len(r.times), dtype=bool), 0) for r in rows]
     fits: list[_Regimes] = [((regime,), rel) for regime, rel in lines]
     bends = [i for i, (_, rel) in enumerate(lines) if np.max(np.abs(rel)) > EXACT]
-    shared = _shared_switch(rows, fits, bends, significance)
+    shared = _shared_switch(rows, fits, [i for i in bends if not rows[i].ping_pong], significance)
     fits = [shared.get(i, fit) for i, fit in enumerate(fits)]
     moved = _own_switches(rows, fits, bends, set(shared), significance) if own else {}
     fits = [moved.get(i, fit) for i, fit in enumerate(fits)]
@@ -243,21 +247,9 @@ def _further_switches(
         trials = [t for t in trials if _can_split(rows[i], *t)]
         if trials:
             best[i] = (min((_piecewise(rows[i], t) for t in trials), key=_rss), len(trials))
-    full = [
-        best[i][0] if i in best and _rss(best[i][0]) < _rss(fits[i]) else fits[i] for i in bends
-    ]
-    pooled = (
-        sum(_rss(fit) for fit in full),
-        sum(len(rows[i].times) for i in bends) - sum(3 * len(fit[0]) - 1 for fit in full),
-    )
+    noise = _variances(rows, fits, bends)
     tests = {
-        i: (
-            own_switch_p_value(
-                _rss(fits[i]), _rss(fit), len(rows[i].times), 3, pooled, 3 * MAX_REGIMES - 1
-            ),
-            count,
-            fit,
-        )
+        i: (own_switch_p_value(_rss(fits[i]), _rss(fit), 3, noise[i]), count, fit)
         for i, (fit, count) in best.items()
     }
     return {i: tests[i][2] for i in _holm(tests, significance)}
@@ -267,30 +259,53 @@ def _own_tests(
     rows: list[_Rows], fits: list[_Regimes], bends: list[int], shared: set[int]
 ) -> dict[int, tuple[float, int, _Regimes]]:
     """(p-value, splits tried, fit) of each bending curve's best own split against its fit so
-    far (own_switch_p_value). The pooled variance is the tier's bending curves' at their best
-    fits (their own split where it fits better): what is left once every switch is placed."""
+    far (own_switch_p_value, the variance pooled by _pooled)."""
     best = {}
     for i in bends:
         splits = [s for s in np.unique(rows[i].sizes) if _can_split(rows[i], s)]
         splits = [s for s in splits if s != _switch(fits[i])]
         if splits and np.max(np.abs(fits[i][1])) > EXACT:
             best[i] = (min((_split(rows[i], s) for s in splits), key=_rss), len(splits))
-    full = [
-        (_rss(best[i][0]), OWN_SWITCH_FIGURES)
-        if i in best and _rss(best[i][0]) < _rss(fits[i])
-        else (_rss(fits[i]), 2 * len(fits[i][0]))
-        for i in bends
-    ]
-    pooled = (
-        sum(r for r, _ in full),
-        sum(len(rows[i].times) for i in bends) - sum(f for _, f in full),
-    )
+    noise = _variances(rows, fits, bends)
     tests = {}
     for i, (fit, count) in best.items():
         extra = 1 if i in shared else 3
-        p = own_switch_p_value(_rss(fits[i]), _rss(fit), len(rows[i].times), extra, pooled)
+        p = own_switch_p_value(_rss(fits[i]), _rss(fit), extra, noise[i])
         tests[i] = (p, count, fit)
     return tests
+
+
+def _noise(rows: _Rows, fit: _Regimes) -> tuple[float, int]:
+    """Residuals and degrees of freedom of a curve at the fit of its least residual variance
+    (residuals / (rows - figures)) among its fit so far and its best split into two and into
+    MAX_REGIMES regimes: the noise once every switch is placed. A curve bent twice then is not
+    tested on a variance swollen by the bend its one switch leaves out, while a line keeps its
+    line (a split of noise lowers the residuals less than it spends degrees of freedom)."""
+    n = len(rows.times)
+    options = [(_rss(fit), 3 * len(fit[0]) - 1)]
+    sizes = np.unique(rows.sizes)
+    for count in range(1, MAX_REGIMES):
+        trials = [t for t in itertools.combinations(sizes, count) if _can_split(rows, *t)]
+        if trials:
+            options.append((min(_rss(_piecewise(rows, t)) for t in trials), 3 * count + 2))
+    rss, figures = min(
+        (o for o in options if n > o[1]), key=lambda o: o[0] / (n - o[1]), default=options[0]
+    )
+    return rss, n - figures
+
+
+def _variances(
+    rows: list[_Rows], fits: list[_Regimes], bends: list[int]
+) -> dict[int, list[tuple[float, int]]]:
+    """The noise each bending curve's switch is tested on (own_switch_p_value): a collective's
+    own (_noise) and the tier's, its collectives' summed; a ping-pong's own alone. A ping-pong
+    is timed otherwise (one pair's messages, half a round trip, profile/comm.py), so its noise
+    is not the rings' (on loopback gloo several times theirs: benchmarks/results/comm_fit_*.md)
+    and theirs would let its chance gains pass."""
+    noise = {i: _noise(rows[i], fits[i]) for i in bends}
+    collectives = [noise[i] for i in bends if not rows[i].ping_pong]
+    pooled = (sum(r for r, _ in collectives), sum(d for _, d in collectives))
+    return {i: [noise[i]] if rows[i].ping_pong else [noise[i], pooled] for i in bends}
 
 
 def _switch(fit: _Regimes) -> float | None:
@@ -298,34 +313,39 @@ def _switch(fit: _Regimes) -> float | None:
     return float(fit[0][1].from_bytes) if len(fit[0]) > 1 else None
 
 
-OWN_SWITCH_FIGURES = 5
-"""Figures of a curve with a switch of its own: two per regime and the switch's place."""
-
-
 def own_switch_p_value(
-    rss_before: float,
-    rss_after: float,
-    rows: int,
-    extra: int,
-    pooled: tuple[float, int],
-    figures: int = OWN_SWITCH_FIGURES,
+    rss_before: float, rss_after: float, extra: int, noise: Sequence[tuple[float, int]]
 ) -> float:
-    """The F-test of one curve's own switch (nested least squares: `extra` more figures,
-    OWN_SWITCH_FIGURES in all): P(F(extra, dof) >= observed) for a curve the own switch explains
-    no better. The variance is the larger of the curve's own (its residuals over rows - 5
-    degrees of freedom) and the tier's pooled (`pooled`: residuals and degrees of freedom of
-    every bending curve at its best fit), with its degrees of freedom: a noisy curve is tested
-    on its own noise (each op's is its own: a ping-pong's is not a ring's, and a pooled one
-    would let its chance gains pass), a quiet one on the tier's, whose many rows leave a
-    5-figure curve of 9 sizes its power."""
-    own = (rss_after, rows - figures)
-    variances = [(r / left, left) for r, left in (own, pooled) if left > 0]
-    if not variances:
+    """The F-test of one curve's own switch (nested least squares: `extra` more figures):
+    P(F(extra, dof) >= observed) for a curve the switch explains no better. `noise` is the
+    curve's own (residuals, degrees of freedom) and the tier's pooled (_noise, _pooled). The
+    test takes the tier's variance, whose many degrees of freedom give a curve of 11 sizes and 8
+    figures its power, unless the curve's own is larger by more than chance
+    (NOISIER_SIGNIFICANCE): a noisy curve is tested on its own noise (each op's is its own: a
+    ping-pong's is not a ring's, and the tier's would let its chance gains pass)."""
+    (own_rss, own_left), (pooled_rss, pooled_left) = noise[0], noise[-1]
+    if own_left <= 0 and pooled_left <= 0:
         return 1.0
-    variance, left = max(variances)
+    variance, left = pooled_rss / max(pooled_left, 1), pooled_left
+    if own_left > 0 and (
+        pooled_left <= 0 or _noisier(own_rss / own_left, own_left, variance, left)
+    ):
+        variance, left = own_rss / own_left, own_left
     if variance <= 0:
         return 0.0 if rss_after < rss_before else 1.0
     return f_survival((rss_before - rss_after) / extra / variance, extra, left)
+
+
+NOISIER_SIGNIFICANCE = 0.05
+"""Chance that a curve whose noise is the tier's is taken for a noisier one (the F-test of its
+variance against the tier's). ASSUMPTION: a conventional 5 % level, not a sourced figure."""
+
+
+def _noisier(own: float, own_left: int, pooled: float, pooled_left: int) -> bool:
+    """Whether a curve's variance is above the tier's by more than chance (F-test of the ratio)."""
+    if pooled <= 0:
+        return own > 0
+    return f_survival(own / pooled, own_left, pooled_left) < NOISIER_SIGNIFICANCE
 
 
 def _fit(regimes: tuple[Regime, ...], rel: np.ndarray, own: int, shared: bool) -> RegimeFit:
