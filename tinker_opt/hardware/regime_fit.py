@@ -155,7 +155,9 @@ def _shared_switch(
     rows: list[_Rows], fits: list[_Regimes], bends: list[int], significance: float
 ) -> dict[int, _Regimes]:
     """The curves split at the tier's one switch (the split of the largest gain over the bending
-    curves), or none where the F-test turns it down."""
+    curves), or none where the F-test turns it down: its gain against the noise the curves leave
+    once every switch is placed (_noise), so that a second bend (a third regime, an op's own
+    switch elsewhere) does not hide the tier's."""
     splits = sorted({float(s) for i in bends for s in rows[i].sizes})
     trials = {s: {i: _split(rows[i], s) for i in bends if _can_split(rows[i], s)} for s in splits}
     trials = {s: trial for s, trial in trials.items() if trial}
@@ -169,7 +171,9 @@ def _shared_switch(
     before = sum(_rss(fits[i]) for i in switched)
     after = sum(_rss(fit) for fit in switched.values())
     count = sum(len(rows[i].times) for i in switched)
-    if switch_p_value(before, after, count, len(switched)) * len(trials) < significance:
+    noise = [_noise(rows[i], fits[i]) for i in switched]
+    left = (sum(r for r, _ in noise), sum(d for _, d in noise))
+    if switch_p_value(before, after, count, len(switched), left) * len(trials) < significance:
         return switched
     return {}
 
@@ -364,12 +368,25 @@ def fit_regimes(
     return fit_curves([Curve(ops, group_sizes, nbytes, times_us, shares)])[0]
 
 
-def switch_p_value(rss_one: float, rss_two: float, rows: int, curves: int = 1) -> float:
+def switch_p_value(
+    rss_one: float,
+    rss_two: float,
+    rows: int,
+    curves: int = 1,
+    noise: tuple[float, int] | None = None,
+) -> float:
     """The F-test of each curve's two regimes against its one line (nested least squares over
     `rows` rows of `curves` curves: 2 more figures a curve, 4 a curve in all; the switch's place
-    is paid for by the caller's Bonferroni factor): P(F(2c, rows - 4c) >= observed) for curves
-    with no switch."""
-    extra, left = 2 * curves, rows - 4 * curves
-    if left <= 0 or rss_two <= 0:
-        return 0.0 if rss_two <= 0 < rss_one else 1.0
-    return f_survival((rss_one - rss_two) / extra / (rss_two / left), extra, left)
+    is paid for by the caller's Bonferroni factor): P(F(2c, dof) >= observed) for curves with no
+    switch. The variance is the smaller of the two regimes' (rows - 4c degrees of freedom) and
+    `noise`'s (residuals, degrees of freedom: what the curves leave once every switch is placed),
+    with its degrees of freedom."""
+    extra = 2 * curves
+    options = [(rss_two, rows - 4 * curves), *([noise] if noise is not None else [])]
+    options = [(rss, left) for rss, left in options if left > 0]
+    if not options:
+        return 1.0
+    rss, left = min(options, key=lambda option: option[0] / option[1])
+    if rss <= 0:
+        return 0.0 if rss_two < rss_one else 1.0
+    return f_survival((rss_one - rss_two) / extra / (rss / left), extra, left)
