@@ -12,8 +12,8 @@ and every switch forced (what the F-tests weigh).
     PYTHONPATH=. python benchmarks/comm_fit_run.py --report benchmarks/results/comm_fit_NAME.md \
         [--repeats 40] [--max-bytes 16777216] [--hardware a100-80gb] [--port 29711] [--out DIR]
 
-(16 KiB .. 16 MiB: about 60 s on two idle cores, 16 KiB .. 4 MiB about 35 s; the report records
-the machine's load before and after).
+(16 KiB .. 16 MiB: 80-105 s at load 9-20 on two cores, 16 KiB .. 4 MiB: 37 s at load 0.5-3.4;
+the report records the machine's load before and after).
 """
 
 from __future__ import annotations
