@@ -20,14 +20,14 @@ from tinker_opt.verbs.calibrate_log import run_calibrate_log
 from tinker_opt.verbs.check import DeviceChoice, run_check
 
 LOGS = ROOT / "tests" / "fixtures" / "logs"
-MACHINES = {
+MACHINES = {  # the KISTI logs ran on A100s (benchmarks/small_logs.py HARDWARE says why)
     "h100-80gb": (
         "mlm-ci-gpt7b-tp1pp4vpp-h100",
         "mlm-ci-gpt7b-tp4pp1-h100",
         "mlm-ci-moe-mla-tp2pp2ep4-h100",
     ),
     "gb200-nvl72": ("mlm-ci-gpt7b-tp1pp4vpp-gb200", "mlm-ci-gpt7b-tp4pp1-gb200"),
-    "v100-32gb": ("kisti-v100x4-gpt345m-tp4-main202409", "kisti-v100x4-gpt345m-tp4-core050"),
+    "a100-80gb": ("kisti-v100x4-gpt345m-tp4-main202409", "kisti-v100x4-gpt345m-tp4-core050"),
     "910b": ("ms-ci-llama2-l8-tp8-coc-910b", "ms-ci-llama2-7b-tp2pp4vpp2-swap-910b"),
 }
 

@@ -8,7 +8,12 @@ combine of one direction (costs/moe_terms.moe_comm_us) and the all-to-all dispat
 sorts (moe_terms.chunk_sort_us); the iteration's breakdown; the slowest stage per micro-batch;
 and, when the row is measured, the gap per layer and micro-batch of the slowest stage
 ((measured - predicted) / (micro-batches x its layers)): a term that grows with the tokens
-changes with the sequence and tp, a fixed cost per layer call does not.
+changes with the sequence and tp, a fixed cost per layer call does not. Then the counts a fixed
+cost would scale with, on the slowest stage per step: the dispatcher's host syncs (one per MoE
+layer forward, and again in a full-recompute rerun: costs/moe_host.py) and the pipeline's chunk
+steps (a forward and a backward per chunk and micro-batch), with the gap per sync and per chunk
+step; and the MoE layer's host issue time (costs/moe_host.py host_ops x host_op_us) beside its
+GPU time per pass, the two the host rule compares.
 With `--loads 1.0,1.5,2.0` also the predicted iteration time at each busiest-rank load
 (profile/shape.py expert_load; the profile setting `moe_load_imbalance`, 1.25 by default): the
 load a row would need to meet its measurement, read against what a source says, never fitted.
@@ -28,8 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from published_runs import DEFAULT_RUNS_FILE, hardware_for, launch_script, load_runs
 from validate_published import Profiles, cost_model_for, limits_for, read_run
 
+from tinker_opt.choices import Recompute
 from tinker_opt.config import setting
 from tinker_opt.costs.layer_comm import layer_comm_us
+from tinker_opt.costs.moe_host import host_ops
 from tinker_opt.costs.moe_terms import chunk_sort_us, moe_comm_us
 
 
@@ -87,7 +94,33 @@ def breakdown(run, profiles: Profiles) -> list[str]:
     if measured:
         gap = (measured * 1e3 - ev.iteration_time_ms) / (micro * max(slow.layers, 1))
         lines.append(f"   gap per layer and micro-batch: {gap:.2f} ms")
+    lines += fixed_cost_counts(ctx, s, slow.layers, micro, measured, ev.iteration_time_ms)
     return lines
+
+
+def fixed_cost_counts(ctx, s, layers: int, micro: int, measured, predicted_ms: float) -> list[str]:
+    """Per step on the slowest stage: the dispatcher's host syncs and the chunk steps, the gap per
+    each, and the MoE layer's host issue time against its GPU time (module docstring)."""
+    reruns = 2 if s.recompute == Recompute.FULL else 1
+    syncs = layers * micro * reruns
+    steps = 2 * s.vpp * micro if s.pp > 1 else 2 * micro
+    line = f"   per step: {syncs} dispatcher syncs, {steps} chunk steps"
+    if measured:
+        gap_ms = measured * 1e3 - predicted_ms
+        line += f"; gap per sync {gap_ms / syncs:.2f} ms, per chunk step {gap_ms / steps:.2f} ms"
+    if "moe" not in ctx.kind_names:
+        return [line]
+    ep, etp = ctx.layer_shape("moe", s)
+    block = ctx.cost(ctx.layer_block["moe"], s, ep, etp)
+    fwd_comm, bwd_comm, _ = layer_comm_us(ctx, "moe", s, block)
+    ops_fwd, ops_bwd = host_ops(ctx, s)
+    per_op = ctx.rates.host_op_us
+    return [
+        line,
+        f"   moe layer host vs GPU us: fwd {ops_fwd} ops x {per_op:g} = {ops_fwd * per_op:.0f}"
+        f" vs {block.fwd_us + fwd_comm:.0f}; bwd {ops_bwd} ops = {ops_bwd * per_op:.0f}"
+        f" vs {block.bwd_us + bwd_comm:.0f}",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from tinker_opt.knobs import KNOBS, KnobContext, knob_message
+from tinker_opt.knobs import KNOBS, KnobContext, ModelFacts, knob_message
 from tinker_opt.script import versions
 from tinker_opt.script.reader import ScriptInfo
 from tinker_opt.script.train_args import p2p_overlap
@@ -205,13 +205,14 @@ def _overlaps(draw, info, s, allowed):
     the script's setting; knobs that do not apply read back as None; only valid combinations (a
     knob whose effective value the registry's rules refuse, given the knobs before it, is off)."""
     current, is_moe = info.train.strategy, info.model.is_moe
-    context = KnobContext.of(s, is_moe)
+    facts = ModelFacts.of(info.model, info.version_range.family)
+    context = KnobContext.of_facts(s, facts)
     chosen, expected = {}, {}
     for key, knob in KNOBS.items():
         can_on = any(info.launch.has(f) or allowed(f) for f in knob.flags)
         value = draw(st.sampled_from([None, True, False] if can_on else [None, False]))
         effective = bool(getattr(current, key)) if value is None else value
-        if effective and knob_message(s.replace(**expected, **{key: True}), is_moe):
+        if effective and knob_message(s.replace(**expected, **{key: True}), is_moe, facts=facts):
             value, effective = False, False
         chosen[key] = value
         expected[key] = effective if knob.exists(context) else None

@@ -13,7 +13,13 @@ from torch._subclasses import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from tinker_opt.hardware import load_hardware
-from tinker_opt.profile.op_timing import OpArrays, fused_kernels, op_times_us, total_time_us
+from tinker_opt.profile.op_timing import (
+    OpArrays,
+    fused_kernels,
+    kernel_runs,
+    op_times_us,
+    total_time_us,
+)
 from tinker_opt.profile.op_trace import EXTRA_FLOP_FORMULAS, OpRecord, OpTrace, trace_ops
 
 
@@ -93,6 +99,8 @@ def test_fused_chain_reads_inputs_and_writes_outputs_once() -> None:
     kernels = fused_kernels(ops)
     assert [k.num_ops for k in kernels] == [1, 2, 1]
     assert kernels[1].bytes_moved == 200
+    assert kernel_runs(ops) == [[0], [1, 2], [3]]
+    assert kernel_runs(ops, fuse=False) == [[0], [1], [2], [3]]
 
 
 def test_tensor_used_later_is_written_by_the_fused_kernel() -> None:

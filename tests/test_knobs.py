@@ -9,11 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from script_support import FIXTURES
 
+from tinker_opt.choices import Recompute
 from tinker_opt.emit.script_writer import apply_strategy
+from tinker_opt.errors import StrategyError
 from tinker_opt.knobs import (
     KNOBS,
     LAYOUT_KNOBS,
+    MEGATRON,
     KnobContext,
+    ModelFacts,
     excluded_pairs,
     knob_message,
     read_switches,
@@ -65,7 +69,10 @@ def test_moe_overlap_and_mc2_exclude_each_other_in_the_rules_too():
     """The rules refuse what the space never produces: the MoE all-to-all overlap with MC2
     (MindSpeed's moe_alltoall_overlap incompatible_check use_ascend_mc2); each alone is accepted."""
     both = Strategy(tp=2, sp=True, dp=4, ep=2, overlap_moe_comm=True, tp_comm_overlap=True)
-    assert excluded_pairs() == [("overlap_moe_comm", "tp_comm_overlap")]
+    assert excluded_pairs() == [
+        ("moe_shared_expert_overlap", "overlap_moe_comm"),
+        ("overlap_moe_comm", "tp_comm_overlap"),
+    ]
     message = overlap_message(both, is_moe=True)
     assert message is not None and "exclude each other" in message
     assert overlap_message(both.replace(tp_comm_overlap=False), is_moe=True) is None
@@ -111,6 +118,7 @@ def test_rules_accept_exactly_the_valid_switch_settings(is_moe):
         on = {key for key, value in switches.items() if value}
         bad = (
             any(not KNOBS[key].accepts(context) for key in on)
+            or any(KNOBS[k].refusal and KNOBS[k].refusal(context) for k in on)
             or any(KNOBS[k].requires and not set(KNOBS[k].requires) <= on for k in on)
             or any({a, b} <= on for a, b in excluded_pairs())
         )
@@ -160,7 +168,13 @@ def test_delay_wgrad_compute_is_read_checked_and_kept():
     assert "a MoE model" in overlap_message(s, is_moe=False)
     assert all(choice[key] is None for choice in overlap_choices(s, True, OVERLAP_KEYS))
     assert versions.FLAG_SINCE["--delay-wgrad-compute"] == {"mindspeed": None, "megatron": (0, 14)}
-    kept = apply_strategy(text, s.replace(**{key: None}), nnodes=4, nproc_per_node=8).text
+    # Megatron-Core refuses the all-to-all overlap with full recompute (the script's): apply says so.
+    with pytest.raises(StrategyError, match="no full recompute"):
+        apply_strategy(text, s.replace(**{key: None}), nnodes=4, nproc_per_node=8)
+    selective = s.replace(
+        recompute=Recompute.SELECTIVE, recompute_method=None, recompute_num_layers=None
+    )
+    kept = apply_strategy(text, selective.replace(**{key: None}), nnodes=4, nproc_per_node=8).text
     assert "--delay-wgrad-compute" in kept
 
 
@@ -185,13 +199,24 @@ def test_moe_shared_expert_overlap_is_read_priced_searched_and_written():
     assert "a MoE model" in overlap_message(s, is_moe=False)
     assert flags.BY_NAME[flag].treatment == "strategy"
     assert versions.FLAG_SINCE[flag] == {"mindspeed": None, "megatron": (0, 10)}
-    assert all(choice[key] is True for choice in overlap_choices(s, True, OVERLAP_KEYS))
+    # It excludes the MoE all-to-all overlap (Megatron-Core's transformer_config check): the
+    # search tries each of the two, never both; it prices nothing without shared experts (not
+    # searched there) and Megatron-Core wants the alltoall dispatcher with them.
+    shared = ModelFacts(True, "alltoall", True, MEGATRON, shared_experts=True)
+    choices = overlap_choices(s, True, OVERLAP_KEYS, facts=shared)
+    assert any(choice[key] for choice in choices)
+    assert not any(choice[key] and choice["overlap_moe_comm"] for choice in choices)
+    assert not any(choice[key] for choice in overlap_choices(s, True, OVERLAP_KEYS))
+    flex = dataclasses.replace(shared, dispatcher="flex")
+    assert not any(c[key] for c in overlap_choices(s, True, OVERLAP_KEYS, facts=flex))
+    assert "alltoall token dispatcher" in overlap_message(s, True, facts=flex)
     off = apply_strategy(text, s.replace(**{key: False}), nnodes=4, nproc_per_node=8).text
     assert flag not in off and flag in apply_strategy(text, s, nnodes=4, nproc_per_node=8).text
 
     model = dataclasses.replace(
         moe_model(num_layers=4, hidden=4096, heads=32, experts=4, seq=4096),
         moe_shared_expert_intermediate_size=8192,
+        moe_token_dispatcher_type="alltoall",  # Megatron-Core's with shared experts
     )  # layers the GPU is busier with than the host's issue (costs/moe_host.py)
     profile = synthetic_profile(model, tps=(1,), cps=(1,), eps=(1, 2), mbss=(1,))
     costs = CostModel.from_profile(profile, model, cluster(2, 2, 60000), 8)
@@ -373,3 +398,37 @@ def test_the_rules_are_the_records():
     assert fb.check is not None
     assert "excludes overlap_grad_reduce" in fb.check(fb, s, model, 8, 64, LATEST_RULES)
     assert fb.check(dataclasses.replace(fb, excludes=()), s, model, 8, 64, LATEST_RULES) is None
+
+
+def test_ep_overlap_early_attn_memory_release_came_in_through_its_record():
+    """Megatron-Core 0.16's `--ep-overlap-early-attn-memory-release`, added as its record alone
+    (knobs.py; the README flag table regenerated): read on a MoE model, refused without the MoE
+    all-to-all overlap (transformer_config.py), not priced (the search keeps the script's
+    setting), written back, its version in the table, its row in `inspect`."""
+    from tinker_opt.script.knob_report import NOT_PRICED, knob_section
+
+    key, flag = "ep_overlap_early_attn_memory_release", "--ep-overlap-early-attn-memory-release"
+    text = (FIXTURES / "train_mixtral_8x7b_distributed.sh").read_text()
+    text = text.replace(
+        "--expert-model-parallel-size 8",
+        f"--expert-model-parallel-size 8 \\\n    --overlap-moe-expert-parallel-comm \\\n    {flag}",
+    ).replace("--recompute-granularity full", "--recompute-granularity selective")
+    info = read_script_text(text)
+    s = info.train.strategy
+    assert getattr(s, key) is True and overlap_message(s, is_moe=True) is None
+    assert "needs overlap_moe_comm on" in overlap_message(
+        s.replace(overlap_moe_comm=False), is_moe=True
+    )
+    assert all(choice[key] is None for choice in overlap_choices(s, True, OVERLAP_KEYS))
+    assert versions.FLAG_SINCE[flag] == {"mindspeed": None, "megatron": (0, 16)}
+    assert flags.BY_NAME[flag].treatment == "strategy, not priced"
+    assert knob_section(info)[key] == {
+        "value": True,
+        "flags": [flag],
+        "searched": False,
+        "priced": NOT_PRICED,
+    }
+    kept = apply_strategy(text, s.replace(**{key: None}), nnodes=4, nproc_per_node=8).text
+    assert flag in kept
+    off = s.replace(overlap_moe_comm=False, **{key: False})
+    assert flag not in apply_strategy(text, off, nnodes=4, nproc_per_node=8).text

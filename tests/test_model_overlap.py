@@ -14,6 +14,7 @@ from model_support import cluster, dense_model, moe_model, solvers_agree, synthe
 from tinker_opt.costs import overlap
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.costs.job import JobOptions
+from tinker_opt.knobs import ModelFacts
 from tinker_opt.solve.search import _outers
 from tinker_opt.solve.space import SearchSpace, overlap_choices
 from tinker_opt.strategy import OVERLAP_KEYS, Strategy
@@ -75,7 +76,9 @@ def test_an_overlap_never_makes_an_iteration_slower(cost_model, keys):
         for on, r in itertools.product(
             [
                 outer.replace(**k)
-                for k in overlap_choices(outer, cost_model.model.is_moe, tuple(keys))
+                for k in overlap_choices(
+                    outer, True, tuple(keys), facts=ModelFacts.of(cost_model.model)
+                )
             ],
             (1,) if outer.recompute == "full" else (0,),
         ):

@@ -126,7 +126,6 @@ def test_logging_and_checkpoint_flags_are_in_no_warning():
         "--optimizer-cpu-offload",
         "--cuda-graph-impl",
         "--empty-unused-memory-level",
-        "--deterministic-mode",
     ],
 )
 def test_flags_that_change_time_or_memory_are_warned(name):

@@ -113,7 +113,13 @@ def test_megatron_moe_overlap_flag():
     """Megatron-LM's MoE all-to-all overlap is --overlap-moe-expert-parallel-comm (core_v0.14+)."""
     text = _text("train_mixtral_8x7b_distributed.sh")
     info = read_script_text(text)
-    s = info.train.strategy.replace(overlap_moe_comm=True)
+    # Megatron-Core refuses it with the script's full recompute (transformer_config.py): selective.
+    s = info.train.strategy.replace(
+        overlap_moe_comm=True,
+        recompute="selective",
+        recompute_method=None,
+        recompute_num_layers=None,
+    )
     out = apply_strategy(
         text,
         s,
@@ -122,6 +128,15 @@ def test_megatron_moe_overlap_flag():
         version="core_v0.14",
     )
     assert "--overlap-moe-expert-parallel-comm" in out.text
+    full = info.train.strategy.replace(overlap_moe_comm=True)
+    with pytest.raises(StrategyError, match="no full recompute"):
+        apply_strategy(
+            text,
+            full,
+            nnodes=info.train.nnodes,
+            nproc_per_node=info.train.nproc_per_node,
+            version="core_v0.14",
+        )
     with pytest.raises(StrategyError, match="--overlap-moe-expert-parallel-comm"):
         apply_strategy(
             text,

@@ -170,9 +170,9 @@ def test_warnings_for_undefined_variables():
 
 
 def test_inspect_dict_shape():
-    """inspect --json has model / cluster / strategy / framework with Megatron key names."""
+    """inspect --json has model / cluster / strategy / knobs / framework with Megatron key names."""
     data = inspect_dict(fixture("pretrain_mixtral_8x7b_ptd.sh"))
-    assert set(data) == {"model", "cluster", "strategy", "framework"}
+    assert set(data) == {"model", "cluster", "strategy", "knobs", "framework"}
     assert data["cluster"] == {"nnodes": 2, "nproc_per_node": 8}
     assert data["model"]["micro_batch_size"] == 1 and data["model"]["global_batch_size"] == 8
     assert data["model"]["num_experts"] == 8 and data["model"]["moe_router_topk"] == 2

@@ -189,7 +189,7 @@ def inspect_(
     for section, values in data.items():
         table = Table(title=section, show_header=False)
         for key, value in values.items():
-            table.add_row(key, "" if value is None else str(value))
+            table.add_row(key, verbs.inspect_cell(value))
         console.print(table)
 
 

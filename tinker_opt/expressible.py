@@ -12,7 +12,7 @@ import dataclasses
 
 from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod
 from tinker_opt.errors import StrategyError
-from tinker_opt.knobs import CHOICES, KNOBS, LAYOUT, KnobContext
+from tinker_opt.knobs import CHOICES, KNOBS, LAYOUT, KnobContext, ModelFacts
 from tinker_opt.rules import (
     FrameworkRules,
     interleaved_pipeline_message,
@@ -20,6 +20,7 @@ from tinker_opt.rules import (
     overlap_message,
 )
 from tinker_opt.script import versions
+from tinker_opt.script.knob_report import searched_switch
 from tinker_opt.script.pipeline_layout import LAYOUT_FLAG
 from tinker_opt.script.reader import ScriptInfo
 from tinker_opt.script.strategy_args import (
@@ -62,6 +63,7 @@ def framework_rules(info: ScriptInfo, vr: VersionRange) -> FrameworkRules:
         layer_form=layer_form(info, vr),
         unaligned_ulysses=vr.family == versions.MINDSPEED
         and vr.allows(versions.UNALIGNED_ULYSSES_SINCE),
+        family=vr.family,
     )
 
 
@@ -89,9 +91,8 @@ def _overlaps(s: Strategy, info: ScriptInfo, vr: VersionRange) -> dict:
     out: dict[str, bool | None] = {}
     current = info.train.strategy
     model = info.model
-    layout = KnobContext.of(
-        s, model.is_moe, model.moe_token_dispatcher_type, model.moe_grouped_gemm
-    )
+    facts = ModelFacts.of(model, vr.family)
+    layout = KnobContext.of_facts(s, facts)
     for key, knob in KNOBS.items():
         if not knob.exists(layout):
             out[key] = None
@@ -101,9 +102,7 @@ def _overlaps(s: Strategy, info: ScriptInfo, vr: VersionRange) -> dict:
         if value and overlap_flag(key, info, vr) is None:
             _needs(knob.flags[-1 if vr.family == versions.MEGATRON else 0], key, info, vr)
         out[key] = value
-    message = overlap_message(
-        s.replace(**out), model.is_moe, model.moe_token_dispatcher_type, model.moe_grouped_gemm
-    )
+    message = overlap_message(s.replace(**out), model.is_moe, facts=facts)
     if message:
         raise StrategyError(message)
     return out
@@ -331,6 +330,7 @@ def search_space_for(
         # MindSpeed raises on --swap-optimizer without the distributed optimizer.
         require_dist_opt=info.train.swap_optimizer_times is not None,
         overlaps=searched_overlaps(info, vr),
+        family=vr.family,
         # ZeRO 2/3 only where the script already picks its stage by flag (DeepSpeed, Megatron-FSDP).
         zero_levels=CHOICES["zero"].choices
         if zero_backend(info.launch)
@@ -347,15 +347,9 @@ def searched_overlaps(info: ScriptInfo, vr: VersionRange) -> tuple[str, ...]:
     """Overlap knobs the search switches on where they apply: those whose flag this version has,
     and those the search may not add (`Knob.added_by_search` false: TP overlap, knobs.py) only
     where the script already sets them."""
-    keys = [
-        key for key, knob in KNOBS.items() if knob.added_by_search and overlap_flag(key, info, vr)
-    ]
-    keys += [
-        key
-        for key, knob in KNOBS.items()
-        if not knob.added_by_search and any(info.launch.has(flag) for flag in knob.flags)
-    ]
-    return tuple(keys)
+    keys = [key for key, knob in KNOBS.items() if knob.added_by_search]
+    keys += [key for key, knob in KNOBS.items() if not knob.added_by_search]
+    return tuple(key for key in keys if searched_switch(KNOBS[key], info.launch.has, vr))
 
 
 def fsdp2_search_space(info: ScriptInfo, base: SearchSpace | None = None) -> SearchSpace:

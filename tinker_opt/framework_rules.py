@@ -22,6 +22,9 @@ class FrameworkRules:
     """Ulysses context parallelism runs with num_attention_heads not a multiple of tp*cp (the
     uneven head split of MindSpeed's unaligned all-to-all, `ulysses_heads_message`); False
     where the version lacks it (script/versions.py UNALIGNED_ULYSSES_SINCE)."""
+    family: str | None = None
+    """The framework family (knob_types.MINDSPEED, MEGATRON; None: not known): the switches'
+    own argument checks differ by family (knob_rules.moe_comm_refusal)."""
 
     def __post_init__(self) -> None:
         if self.layer_form not in LAYER_FORMS:

@@ -19,6 +19,7 @@ from typing import Any
 from tinker_opt.choices import CpAlgo, Dispatcher, Recompute, RecomputeMethod, assert_never
 from tinker_opt.cp_rules import MODELLED_CP_ALGOS, ulysses_heads_message
 from tinker_opt.framework_rules import FrameworkRules
+from tinker_opt.knob_types import MEGATRON, MINDSPEED, KnobContext
 from tinker_opt.layer_stack import (
     dualpipev_layer_list,
     dualpipev_message,
@@ -294,4 +295,60 @@ def recompute_count_rule(knob: Any, s: Any, model: Any, form: str) -> str | None
             f"full recompute needs recompute_num_layers between 1 and the layers of the largest "
             f"stage chunk ({chunk_max}), got {r}"
         )
+    return None
+
+
+_A2A_DISPATCHERS = {
+    MEGATRON: (Dispatcher.ALLTOALL, Dispatcher.FLEX),
+    MINDSPEED: (Dispatcher.ALLTOALL, Dispatcher.ALLTOALL_SEQ),
+}
+"""The dispatchers each family's MoE all-to-all overlap runs with (sources: moe_comm_refusal)."""
+
+
+def moe_comm_refusal(c: KnobContext) -> str | None:
+    """Why the MoE all-to-all overlap (`overlap_moe_comm`) would not launch in context `c`, or None.
+
+    Megatron-LM `--overlap-moe-expert-parallel-comm` (megatron-core 0.16.1
+    transformer_config.py TransformerConfig.__post_init__): ep > 1, the alltoall or flex
+    dispatcher, no full recompute (and so no recompute method or count), a virtual pipeline when
+    pp > 1, bf16 or fp16, at most one MTP layer and then pp > 1; not with the shared-expert
+    overlap (the record's `excludes`). MindSpeed `--moe-alltoall-overlap-comm` (Ascend/MindSpeed
+    mindspeed/features_manager/moe/moe_alltoall_overlap.py MoEAlltoAllOverLapFeature.validate_args):
+    the alltoall or alltoall_seq dispatcher with --moe-grouped-gemm; not with MC2 (`excludes`).
+    A family not known (a search without a script): only what both share, a dispatcher of
+    either list where the dispatcher is known. ASSUMPTION: MindSpeed's alltoall_seq branch also
+    needs `--moe-permutation-async-comm` and, at tp > 1, `--moe-tp-extend-ep`; the context holds
+    neither flag, so they are left to the script (README, "Overlap knobs")."""
+    allowed = _A2A_DISPATCHERS.get(
+        c.family or "", (*_A2A_DISPATCHERS[MEGATRON], Dispatcher.ALLTOALL_SEQ)
+    )
+    if c.dispatcher is not None and c.dispatcher not in allowed:
+        names = " or ".join(d.value for d in allowed)
+        return f"the {names} token dispatcher (this model's is {c.dispatcher})"
+    if c.family == MINDSPEED and not c.grouped_gemm:
+        return (
+            "--moe-grouped-gemm (MindSpeed's alltoall overlap runs the experts as one grouped GEMM)"
+        )
+    if c.family != MEGATRON:
+        return None
+    if c.ep < 2:
+        return f"expert parallelism (ep > 1; ep is {c.ep})"
+    if c.recompute == Recompute.FULL:
+        return "no full recompute (Megatron-Core refuses recompute_granularity full with it)"
+    if c.pp > 1 and c.vpp < 2:
+        return f"a virtual pipeline when pp > 1 (pp {c.pp}, vpp {c.vpp})"
+    if c.precision not in ("bf16", "fp16"):
+        return f"bf16 or fp16 training (this model trains in {c.precision})"
+    if c.mtp_layers > 1 or (c.mtp_layers == 1 and c.pp < 2):
+        return f"at most one MTP layer, and then pp > 1 (mtp {c.mtp_layers}, pp {c.pp})"
+    return None
+
+
+def shared_expert_refusal(c: KnobContext) -> str | None:
+    """Why the shared-expert overlap (`moe_shared_expert_overlap`) would not launch, or None:
+    with shared experts Megatron-Core wants the alltoall dispatcher (megatron-core 0.16.1
+    transformer_config.py __post_init__: 'moe_shared_expert_overlap only works with alltoall
+    token dispatcher'); a dispatcher not known is not refused."""
+    if c.shared_experts and c.dispatcher is not None and c.dispatcher != Dispatcher.ALLTOALL:
+        return f"the alltoall token dispatcher with shared experts (this model's is {c.dispatcher})"
     return None

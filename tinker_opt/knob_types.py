@@ -75,8 +75,44 @@ class Layout(Protocol):
 
 
 @dataclass(frozen=True)
+class ModelFacts:
+    """What a knob's rule reads of the model and the framework besides the layout (the defaults:
+    a dense model of an unknown framework)."""
+
+    is_moe: bool = False
+    dispatcher: str | None = None
+    """The model's `--moe-token-dispatcher-type` (None: not known, or a dense model)."""
+    grouped_gemm: bool = False
+    """The model's experts run as one grouped GEMM (`--moe-grouped-gemm`; False: not known)."""
+    family: str | None = None
+    """The framework family the strategy is written for (MINDSPEED, MEGATRON; None: not known,
+    a search without a script: only the rules both families share apply)."""
+    mtp_layers: int = 0
+    """Multi-token prediction layers (`--mtp-num-layers`)."""
+    precision: str = "bf16"
+    """The training precision (specs.ModelSpec.precision)."""
+    shared_experts: bool = False
+    """The MoE layers have shared experts (`--moe-shared-expert-intermediate-size`)."""
+
+    @classmethod
+    def of(cls, model: Any, family: str | None = None) -> ModelFacts:
+        """The facts of a ModelSpec (read by attribute) for `family`."""
+        is_moe = bool(model.is_moe)
+        return cls(
+            is_moe,
+            model.moe_token_dispatcher_type if is_moe else None,
+            is_moe and bool(model.moe_grouped_gemm),
+            family,
+            int(getattr(model, "mtp_num_layers", 0) or 0),
+            str(getattr(model, "precision", "bf16")),
+            is_moe and bool(getattr(model, "moe_shared_expert_intermediate_size", None)),
+        )
+
+
+@dataclass(frozen=True)
 class KnobContext:
-    """What decides where a knob exists and is accepted: the strategy's layout and the model."""
+    """What decides where a knob exists and is accepted: the strategy's layout, its recompute kind
+    and the model's facts."""
 
     tp: int
     sp: bool
@@ -88,13 +124,43 @@ class KnobContext:
     """The model's `--moe-token-dispatcher-type` (None: not known, or a dense model)."""
     grouped_gemm: bool = False
     """The model's experts run as one grouped GEMM (`--moe-grouped-gemm`; False: not known)."""
+    pp: int = 1
+    recompute: str | None = None
+    """The recompute kind (choices.Recompute; None: not chosen yet, or none)."""
+    family: str | None = None
+    """ModelFacts.family: the framework family (None: not known)."""
+    mtp_layers: int = 0
+    precision: str = "bf16"
+    shared_experts: bool = False
 
     @classmethod
     def of(
         cls, s: Layout, is_moe: bool, dispatcher: str | None = None, grouped_gemm: bool = False
     ) -> KnobContext:
-        moe = dispatcher if is_moe else None
-        return cls(s.tp, s.sp, s.ep, s.vpp, s.dist_opt, is_moe, moe, is_moe and grouped_gemm)
+        """The context of a layout and the model's MoE facts (no family: only the rules both
+        families share)."""
+        return cls.of_facts(s, ModelFacts(is_moe, dispatcher if is_moe else None, grouped_gemm))
+
+    @classmethod
+    def of_facts(cls, s: Layout, facts: ModelFacts) -> KnobContext:
+        """The context of a layout (pp and recompute read where it has them) and model facts."""
+        moe = facts.is_moe
+        return cls(
+            s.tp,
+            s.sp,
+            s.ep,
+            s.vpp,
+            s.dist_opt,
+            moe,
+            facts.dispatcher if moe else None,
+            moe and facts.grouped_gemm,
+            getattr(s, "pp", 1),
+            getattr(s, "recompute", None),
+            facts.family,
+            facts.mtp_layers,
+            facts.precision,
+            moe and facts.shared_experts,
+        )
 
 
 OuterRule = Callable[[Any, Any, Any, int, int, Any], "str | None"]
@@ -122,6 +188,9 @@ class Knob:
     """Where the framework accepts it on (a rule of rules.py; `needs` says it in words)."""
     needs: str = ""
     """Why `accepts` is false, in words, for the rule's message."""
+    refusal: Callable[[KnobContext], str | None] | None = None
+    """The framework's own argument checks on it (knob_rules.py): why it would not launch in this
+    context, or None (run after `accepts`, by the rules and the search alike)."""
     requires: tuple[str, ...] = ()
     """Knobs that must not be off (False) when this one is on."""
     excludes: tuple[str, ...] = ()
@@ -166,6 +235,8 @@ class LayoutKnob:
     """The flags the writer adds it next to (emit/strategy_plan.py anchors)."""
     check: OuterRule | None = None
     """Its rule against the model, the batch and the other sizes (knob_rules.py; rules.check_outer)."""
+    priced: str = "costs/ (the layout: every term)"
+    """Where the cost model prices it."""
     effect: str = "parallel sizes"
     """Its row of the README flag table."""
     source: str = "NVIDIA/Megatron-LM megatron/training/arguments.py"

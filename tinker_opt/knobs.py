@@ -40,6 +40,7 @@ from tinker_opt.knob_types import (
     Knob,
     KnobContext,
     LayoutKnob,
+    ModelFacts,
     Spelling,
     Version,
 )
@@ -65,10 +66,11 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
                                             _spell("--overlap-moe-expert-parallel-comm", None, (0, 14))),
          exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe,
          needs="a MoE model; it applies to MoE models only and this model has no experts",
-         excludes=("tp_comm_overlap",), pays_off=lambda c: c.ep > 1,
-         effect="MoE all-to-all: backward one hidden behind the weight gradients",
+         refusal=knob_rules.moe_comm_refusal, excludes=("tp_comm_overlap", "moe_shared_expert_overlap"),
+         pays_off=lambda c: c.ep > 1, effect="MoE all-to-all: backward one hidden behind the weight gradients",
          source="Ascend/MindSpeed mindspeed/features_manager/moe/moe_alltoall_overlap.py validate_args "
-                "(incompatible_check use_ascend_mc2)"),
+                "(incompatible_check use_ascend_mc2); megatron-core transformer_config.py __post_init__ "
+                "('disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm')"),
     Knob(key="tp_comm_overlap", spellings=(_spell("--use-ascend-mc2", (2, 2, 0), None),
                                            _spell("--use-mc2", (0, 9, 2), None, until_mindspeed=(2, 2, 0)),
                                            _spell("--tp-comm-overlap", None, (0, 0))),
@@ -96,12 +98,19 @@ OVERLAP_KNOBS: tuple[Knob, ...] = (
          effect="expert weight gradients delayed behind the MoE all-to-all (with its overlap)",
          source="Megatron-LM megatron/core/transformer/transformer_config.py: "
                 "'overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute'"),
+    # ASSUMPTION: Megatron-LM core 0.16, the release whose ModelParallelConfig has it (0.16.1 read).
+    Knob(key="ep_overlap_early_attn_memory_release", requires=("overlap_moe_comm",), priced=False,
+         spellings=(_spell("--ep-overlap-early-attn-memory-release", None, (0, 16)),),
+         exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe, needs="a MoE model with the MoE all-to-all overlap",
+         effect="attention backward before the MoE forward in the MoE all-to-all overlap (less peak memory)",
+         source="megatron-core model_parallel_config.py, transformer_config.py: 'overlap_moe_expert_parallel_comm "
+                "must be enabled when enabling ep_overlap_early_attn_memory_release'"),
     # ASSUMPTION: Megatron-LM core 0.10, the first release read with the shared-expert stream; no
-    # MindSpeed-LLM example found. Megatron also needs shared experts and the alltoall dispatcher
-    # (transformer_config.py); the cost term prices nothing without shared experts.
+    # MindSpeed-LLM example found. With shared experts Megatron needs the alltoall dispatcher
+    # (knob_rules.shared_expert_refusal); without them it prices nothing, so it is not searched.
     Knob(key="moe_shared_expert_overlap", spellings=(_spell("--moe-shared-expert-overlap", None, (0, 10)),),
-         exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe,
-         needs="a MoE model with shared experts", pays_off=lambda c: c.ep > 1,
+         exists=lambda c: c.is_moe, accepts=lambda c: c.is_moe, refusal=knob_rules.shared_expert_refusal,
+         needs="a MoE model with shared experts", pays_off=lambda c: c.ep > 1 and c.shared_experts,
          effect="MoE dispatch / combine all-to-all hidden behind the shared expert's compute (costs/overlap.py)",
          source="NVIDIA/Megatron-LM megatron/core/transformer/moe/shared_experts.py (shared expert stream)"),
     # ASSUMPTION: MindSpeed-LLM 2.0.0, the release of its --moe-alltoall-overlap-comm twin (the
@@ -322,10 +331,16 @@ def _excluded_pairs() -> tuple[tuple[str, str], ...]:
 
 
 def knob_message(
-    s: Any, is_moe: bool, dispatcher: str | None = None, grouped_gemm: bool = False
+    s: Any,
+    is_moe: bool,
+    dispatcher: str | None = None,
+    grouped_gemm: bool = False,
+    facts: ModelFacts | None = None,
 ) -> str | None:
-    """Why the framework refuses the strategy's switches (the first reason), or None."""
-    context = KnobContext.of(s, is_moe, dispatcher, grouped_gemm)
+    """Why the framework refuses the strategy's switches (the first reason), or None; `facts`
+    (the model's and the framework family's, knob_types.ModelFacts) replace the three before."""
+    facts = facts or ModelFacts(is_moe, dispatcher, grouped_gemm)
+    context = KnobContext.of_facts(s, facts)
     for knob in KNOBS.values():
         if not getattr(s, knob.key):
             continue
@@ -333,6 +348,8 @@ def knob_message(
             return (
                 f"{knob.key} needs {knob.needs} (tp {s.tp}, sp {s.sp}, zero {s.zero}); turn it off"
             )
+        if knob.refusal and (reason := knob.refusal(context)):
+            return f"{knob.key} needs {reason}; turn it off ({knob.flags[-1]} / {knob.flags[0]})"
         for other in knob.requires:
             if getattr(s, other) is False:
                 return f"{knob.key} needs {other} on ({knob.source})"
@@ -362,16 +379,17 @@ def search_choices(context: KnobContext, allowed: tuple[str, ...]) -> list[dict[
         if key in allowed
         and knob.priced
         and knob.accepts(context)
+        and not (knob.refusal and knob.refusal(context))
         and knob.pays_off(context)
-        and all(other in allowed for other in knob.requires)
     }
-    choices = [on]
+    choices = [on - set(switched_off_with(frozenset(KNOBS.keys() - on)))]
     for a, b in excluded_pairs():
         choices = [
-            variant
+            variant - set(switched_off_with(frozenset(variant) ^ chosen))
             for chosen in choices
             for variant in ((chosen - {a}, chosen - {b}) if {a, b} <= chosen else (chosen,))
         ]
+    choices = [c for i, c in enumerate(choices) if c not in choices[:i]]
     return [
         {
             key: (key in chosen) if knob.exists(context) and knob.priced else None

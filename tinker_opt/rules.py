@@ -23,7 +23,7 @@ from tinker_opt.cp_rules import (
 from tinker_opt.errors import StrategyError
 from tinker_opt.framework_rules import LATEST_RULES, FrameworkRules
 from tinker_opt.knob_rules import interleaved_pipeline_message
-from tinker_opt.knob_types import ChoiceKnob, LayoutKnob
+from tinker_opt.knob_types import ChoiceKnob, LayoutKnob, ModelFacts
 from tinker_opt.knobs import CHOICE_KNOBS, LAYOUT_KNOBS, knob_message
 from tinker_opt.layer_stack import (
     LAYER_FORMS,
@@ -73,15 +73,20 @@ def _rule_world(
 def _rule_overlap(
     s: Strategy, model: ModelSpec, num_devices: int, gbs: int, fw: FrameworkRules = LATEST_RULES
 ) -> str | None:
-    return overlap_message(s, model.is_moe, model.moe_token_dispatcher_type, model.moe_grouped_gemm)
+    return knob_message(s, model.is_moe, facts=ModelFacts.of(model, fw.family))
 
 
 def overlap_message(
-    s: Strategy, is_moe: bool, dispatcher: str | None = None, grouped_gemm: bool = False
+    s: Strategy,
+    is_moe: bool,
+    dispatcher: str | None = None,
+    grouped_gemm: bool = False,
+    facts: ModelFacts | None = None,
 ) -> str | None:
     """Where each overlap switch is accepted, what it requires and excludes: the knob registry's
-    declarations (knobs.py OVERLAP_KNOBS, with their sources)."""
-    return knob_message(s, is_moe, dispatcher, grouped_gemm)
+    declarations (knobs.py OVERLAP_KNOBS, with their sources); `facts`: the model's and the
+    framework family's (knob_types.ModelFacts), in place of the three before."""
+    return knob_message(s, is_moe, dispatcher, grouped_gemm, facts)
 
 
 def _record_rule(knob: LayoutKnob | ChoiceKnob) -> Rule:

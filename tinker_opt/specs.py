@@ -309,6 +309,9 @@ class StepFlags:
     """The data loader's batch holds the [b, 1, s, s] attention mask (Megatron-LM's
     `--create-attention-mask-in-dataloader` default; off with `--no-create-attention-mask-in-dataloader`
     and for MindSpeed-LLM launches)."""
+    deterministic: bool = False
+    """Megatron-LM's `--deterministic-mode`: the fused attention's deterministic backward
+    (costs/deterministic.py)."""
 
 
 @dataclass(frozen=True, kw_only=True)

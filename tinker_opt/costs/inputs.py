@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from tinker_opt.costs.framework_memory import accelerator_of
 from tinker_opt.costs.job import JOB_DEFAULTS, JobOptions
 from tinker_opt.hardware import DEFAULT_HOST_LINK_GBS, DEFAULT_HOST_OP_US, HardwareSpec
+from tinker_opt.hardware.efficiency import EfficiencyCurve
 from tinker_opt.profile.meta import ProfileMeta
 from tinker_opt.specs import ClusterSpec, ModelSpec
 
@@ -85,6 +86,13 @@ class HardwareRates:
     file states none; 0: not priced): costs/fixed_costs.py, costs/moe_host.py."""
     accelerator: str = "cuda"
     """cuda | npu: the framework's context and communication buffers (framework_memory.py)."""
+    attention_bwd: EfficiencyCurve | None = None
+    """The fused attention backward's curve (the description's `attention_bwd`, else its matmul
+    curve) at `peak_tflops`; None: the backward runs at `matmul_tflops` (costs/deterministic.py)."""
+    peak_tflops: float = DEFAULT_MATMUL_TFLOPS
+    """The bf16 peak the attention curve is a fraction of."""
+    deterministic_attention_bwd: float | None = None
+    """The description's `deterministic_attention_bwd` (None: costs/deterministic.py's default)."""
     fixed_us_per_microbatch: float = 0.0
     """Fixed time per micro-batch and stage (HardwareSpec.fixed_ms_per_microbatch, fitted by
     calibrate --log): added to every stage's micro-batch time (stage_terms.py)."""
@@ -104,4 +112,14 @@ class HardwareRates:
             host_op_us=DEFAULT_HOST_OP_US if hardware.host_op_us is None else hardware.host_op_us,
             accelerator=accelerator,
             fixed_us_per_microbatch=1e3 * hardware.fixed_ms_per_microbatch,
+            attention_bwd=hardware.efficiency.attention("bwd"),
+            peak_tflops=hardware.peak_tflops.get("bf16") or DEFAULT_MATMUL_TFLOPS,
+            deterministic_attention_bwd=hardware.deterministic_attention_bwd,
         )
+
+    def attention_bwd_us(self, flops: float) -> float:
+        """Microseconds of a fused attention backward of `flops` (its curve at its size, as the
+        analytic profile times the kernel: profile/op_timing.py compute_times_us)."""
+        if self.attention_bwd is None:
+            return flops / (self.matmul_tflops * 1e6)
+        return float(self.attention_bwd.time_us(flops, self.peak_tflops * 1e6))

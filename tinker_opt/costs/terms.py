@@ -27,6 +27,7 @@ from tinker_opt.costs import overlap
 from tinker_opt.costs.coefficients import SplitCoefficients
 from tinker_opt.costs.cp_terms import unaligned_extra
 from tinker_opt.costs.data_parallel import grad_bytes, param_bytes, tail_parts_us
+from tinker_opt.costs.deterministic import deterministic_backward_us
 from tinker_opt.costs.fixed_costs import layer_host_time
 from tinker_opt.costs.fp8_activation import fp8_saved_input_bytes
 from tinker_opt.costs.fp8_terms import fp8_gather_factor, fp8_weight_extra_bytes
@@ -229,6 +230,7 @@ class TermBuilder:
         pace_fwd, pace_bwd, pace_bytes = unaligned_extra(ctx, s, cost, share)
         sort_fwd, sort_bwd = chunk_sort_us(ctx, s) if kind == "moe" else (0.0, 0.0)
         fwd, bwd = pace_fwd + sort_fwd, pace_bwd + sort_bwd
+        bwd += deterministic_backward_us(ctx, s)
         if not ctx.job.gradient_accumulation_fusion:
             bwd += unfused_accumulation_us(
                 cost.param_count, ctx.bpe, ctx.grad_bytes, ctx.mem_bw_gbs

@@ -155,9 +155,15 @@ def fsdp2_values(
     return values
 
 
+def _config(info: ScriptInfo) -> Fsdp2Config:
+    """The FSDP2 settings of a script the writer was handed as an FSDP2 launch."""
+    assert info.fsdp2 is not None, "not an FSDP2 launch"
+    return info.fsdp2
+
+
 def _in_yaml(info: ScriptInfo, key: str) -> bool:
     section, name = key.split(".", 1)
-    data = yaml.safe_load(info.fsdp2.yaml_text) or {}
+    data = yaml.safe_load(_config(info).yaml_text) or {}
     return isinstance(data.get(section), dict) and name in data[section]
 
 
@@ -166,13 +172,14 @@ def _split_values(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(launch-line overrides to change, YAML keys to set); defaults absent from both are skipped."""
     line, in_yaml = {}, {}
+    overrides = _config(info).overrides
     for key, value in values.items():
-        if key in info.fsdp2.overrides and isinstance(value, list):
+        if key in overrides and isinstance(value, list):
             raise ScriptError(
                 f"--{key} on the launch line must become {value}; the writer sets lists only "
                 "in the YAML: move it there or set it by hand"
             )
-        if key in info.fsdp2.overrides:
+        if key in overrides:
             line[key] = value
         elif _in_yaml(info, key) or value != DEFAULTS.get(key):
             in_yaml[key] = value
@@ -180,7 +187,7 @@ def _split_values(
 
 
 def _reader(info: ScriptInfo, yaml_text: str):
-    config = info.fsdp2
+    config = _config(info)
 
     def read(text: str) -> ScriptInfo:
         return read_script_text(
@@ -219,7 +226,7 @@ def _layout_reader(info: ScriptInfo, yaml_text: str):
             launch,
             expansion,
             load_fsdp2_config(
-                launch, info.path, yaml_text=yaml_text, model_config=info.fsdp2.model_config_path
+                launch, info.path, yaml_text=yaml_text, model_config=_config(info).model_config_path
             ),
         )
 

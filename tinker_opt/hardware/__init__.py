@@ -19,6 +19,7 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
      "domain": {"size": int, "bandwidth_gbs": float, "latency_us": float},   # optional
      "collectives": "nccl" | "hccl" | "rccl",                       # optional, default nccl
      "fused_attention": bool,                       # optional, default true: TE's fused attention
+     "deterministic_attention_bwd": float,          # optional: --deterministic-mode's backward factor
      "fixed_ms_per_microbatch": float,              # optional, default 0: fitted by calibrate --log
      "sources": [...], "assumptions": [...]}
 
@@ -117,6 +118,10 @@ class HardwareSpec:
     fused_attention: bool = True
     """Transformer Engine's FlashAttention / cuDNN fused attention run here (sm80+); False: TE
     falls back to unfused attention, which keeps the s x s scores (V100)."""
+    deterministic_attention_bwd: float | None = None
+    """The fused attention backward's time under `--deterministic-mode` per unit of its
+    non-deterministic time (costs/deterministic.py); None: the file states none, that module's
+    DEFAULT_FACTOR (Hopper's, from FlashAttention-3) applies."""
     fixed_ms_per_microbatch: float = 0.0
     """Host / latency time per micro-batch and pipeline stage that does not shrink with the work
     (launches, data loading, schedule bookkeeping): 0 in the shipped descriptions; `calibrate
@@ -146,6 +151,11 @@ class HardwareSpec:
         if self.host_link_gbs <= 0:
             raise ConfigError(
                 f"hardware '{self.name}' needs host_link_gbs > 0, got {self.host_link_gbs}"
+            )
+        if self.deterministic_attention_bwd is not None and self.deterministic_attention_bwd < 1:
+            raise ConfigError(
+                f"hardware '{self.name}' needs deterministic_attention_bwd >= 1, got "
+                f"{self.deterministic_attention_bwd}"
             )
         if self.host_op_us is not None and self.host_op_us < 0:
             raise ConfigError(
@@ -215,6 +225,7 @@ class HardwareSpec:
                 host_op_us=float(data["host_op_us"]) if "host_op_us" in data else None,
                 **_network_fields(data),
                 fused_attention=bool(data.get("fused_attention", True)),
+                deterministic_attention_bwd=_optional_float(data, "deterministic_attention_bwd"),
                 fixed_ms_per_microbatch=float(data.get("fixed_ms_per_microbatch", 0.0)),
                 sources=list(data.get("sources", [])),
                 assumptions=list(data.get("assumptions", [])),
@@ -273,6 +284,11 @@ class HardwareSpec:
             **self._network_dict(),
             **({} if self.fused_attention else {"fused_attention": False}),
             **(
+                {}
+                if self.deterministic_attention_bwd is None
+                else {"deterministic_attention_bwd": self.deterministic_attention_bwd}
+            ),
+            **(
                 {"fixed_ms_per_microbatch": self.fixed_ms_per_microbatch}
                 if self.fixed_ms_per_microbatch
                 else {}
@@ -302,6 +318,11 @@ def _network_fields(data: dict[str, Any]) -> dict[str, Any]:
         fields["domain_size"] = int(domain.pop("size"))
         fields["intra_domain"] = LinkSpec(**domain) if domain else None
     return fields
+
+
+def _optional_float(data: dict[str, Any], key: str) -> float | None:
+    """A description's optional number (None where the file states none)."""
+    return float(data[key]) if key in data else None
 
 
 def write_hardware_json(data: dict[str, Any], path: str | Path) -> Path:

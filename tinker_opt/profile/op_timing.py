@@ -136,6 +136,14 @@ def _fused_bytes(
     return outside_reads + sum(b for sid, b in write_bytes.items() if sid not in inner)
 
 
+def kernel_runs(ops: Sequence[TracedOp], fuse: bool = True) -> list[list[int]]:
+    """Indices of the traced ops behind each kernel `fused_kernels` returns, in the same order
+    (one op a kernel when `fuse` is off; views and metadata belong to none)."""
+    if fuse:
+        return _runs(ops)
+    return [[i] for i, op in enumerate(ops) if op.flops > 0 or op.bytes_moved > 0]
+
+
 def fused_kernels(ops: Sequence[TracedOp], fuse: bool = True) -> list[Kernel]:
     """The kernels a device runs for the traced ops (one per op when `fuse` is off)."""
     if not fuse:

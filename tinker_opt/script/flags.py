@@ -125,6 +125,9 @@ FLAGS: tuple[Flag, ...] = (
     *_knob_rows(CHOICES["recompute_modules"]),
     *_rows("job", "attention activations kept on the host, copied out and back behind compute (MindSpeed; "
            "costs/swap_terms.py)", "--swap-attention"),
+    *_rows("job", "the fused attention's deterministic backward: the description's factor on its time (1.61x, "
+           "FlashAttention-3 on Hopper, where it states none; 1.0 on Blackwell; costs/deterministic.py)",
+           "--deterministic-mode"),
     *_rows("job", "weight gradients added to the main grad by a separate kernel per weight and micro-batch "
            "(costs/grad_accumulation.py)", "--no-gradient-accumulation-fusion"),
     *_rows("job", "optimizer-step passes and scalar all-reduces each iteration: gradient clipping, Megatron-LM "
@@ -189,8 +192,6 @@ FLAGS: tuple[Flag, ...] = (
            "--cuda-graph-scope", "--enable-cuda-graph", "--external-cuda-graph"),
     *_rows("not modelled", "caching-allocator cache emptied each iteration (time, reserved memory)",
            "--empty-unused-memory-level"),
-    *_rows("not modelled", "deterministic kernels: TE's deterministic attention backward and NCCL's fixed "
-           "reduction order (Megatron-LM arguments.py --deterministic-mode)", "--deterministic-mode"),
     *_rows("not modelled", "HybridEP backend of the flex dispatcher (priced as DeepEP)", "--moe-hybridep-num-sms"),
     *_rows("not modelled", "MindSpeed MLA / MTP / sparse-attention kernels and layouts", "--mla-mm-split",
            "--mla-fa-without-pad", "--enable-mla-absorb", "--mtp-mem-efficient-logits", "--enable-dsa-indexer",

@@ -29,6 +29,7 @@ from tinker_opt.script.fsdp2 import (
     read_fsdp2_model,
     read_fsdp2_strategy,
 )
+from tinker_opt.script.knob_report import knob_section
 from tinker_opt.script.launch import Launch, find_launch
 from tinker_opt.script.model_args import (
     read_model,
@@ -303,8 +304,10 @@ def read_script(path: str | Path, *, model_config: str | Path | None = None) -> 
 
 
 def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
-    """The `inspect --json` object: model, cluster, strategy and framework; the framework part also
-    lists the launch flags read but not priced and those the reader does not know (script/flags.py)."""
+    """The `inspect --json` object: model, cluster, strategy, the knobs (every registry record:
+    value read, its flags the script has, searched, where priced; script/knob_report.py) and
+    framework; the framework part also lists the launch flags read but not priced and those the
+    reader does not know (script/flags.py)."""
     model = info.model.to_dict()
     model["micro_batch_size"] = info.train.micro_batch_size
     model["global_batch_size"] = info.train.global_batch_size
@@ -335,6 +338,7 @@ def inspect_dict(info: ScriptInfo) -> dict[str, Any]:
         "model": model,
         "cluster": {"nnodes": info.train.nnodes, "nproc_per_node": info.train.nproc_per_node},
         "strategy": info.train.strategy.to_dict(),
+        "knobs": knob_section(info),
         "framework": framework,
     }
 

@@ -136,4 +136,5 @@ def step_flags(launch: Launch, flavour: str) -> StepFlags:
         load_batch=True,
         batch_attention_mask=flavour == "megatron"
         and not launch.has("--no-create-attention-mask-in-dataloader"),
+        deterministic=launch.has("--deterministic-mode"),
     )

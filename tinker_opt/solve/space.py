@@ -10,15 +10,23 @@ the distributed optimizer without any data-parallel group).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from tinker_opt.choices import Recompute, Schedule
 from tinker_opt.errors import ConfigError
-from tinker_opt.knobs import CHOICES, KnobContext, search_choices, switched_off_with
+from tinker_opt.knobs import (
+    CHOICES,
+    KNOBS,
+    KnobContext,
+    ModelFacts,
+    search_choices,
+    switched_off_with,
+)
 from tinker_opt.layer_stack import dualpipev_even
-from tinker_opt.rules import LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES
+from tinker_opt.rules import LATEST_RULES, LAYER_FORMS, MODELLED_CP_ALGOS, OUTER_RULES
 from tinker_opt.strategy import (
     OVERLAP_KEYS,
     RECOMPUTE_KINDS,
@@ -27,6 +35,10 @@ from tinker_opt.strategy import (
     Strategy,
 )
 
+SEARCH_ADDED_OVERLAPS: tuple[str, ...] = tuple(
+    key for key in OVERLAP_KEYS if KNOBS[key].added_by_search
+)
+"""The overlap switches a plain SearchSpace turns on where they apply (knobs.py `added_by_search`)."""
 SEARCHED_CP_ALGOS: tuple[str, ...] = CHOICES["cp_algo"].searched_choices
 """Context-parallel algorithms searched by default (the cp_algo record's searched values;
 kvallgather can be simulated and allowed)."""
@@ -82,13 +94,21 @@ class SearchSpace:
     version has it (expressible.py search_space_for)."""
     fb_overlap: bool = False
     """Search MindSpeed's `--moe-fb-overlap` (on and off) where its rule allows it."""
-    overlaps: tuple[str, ...] | None = OVERLAP_KEYS
+    overlaps: tuple[str, ...] | None = SEARCH_ADDED_OVERLAPS
     """Communication-overlap knobs switched on wherever they apply (`overlap_choices`); the others
     stay off. Not a search dimension: the cost model prices an overlap as the part of the
     collective that cannot hide (costs/overlap.py), never more than without it, and the overlaps
-    add no modelled memory, so on is never worse (tests/test_model_overlap.py). The one exception,
-    TP overlap (MC2) against the MoE all-to-all overlap, which exclude each other, is searched.
-    None: the backend has none of these knobs (MindSpeed-LLM FSDP2), every key stays None."""
+    add no modelled memory, so on is never worse (tests/test_model_overlap.py). The exceptions,
+    pairs that exclude each other (the MoE all-to-all overlap against TP overlap (MC2) and
+    against the shared-expert overlap), are searched. None: the backend has none of these knobs
+    (MindSpeed-LLM FSDP2), every key stays None. The default leaves out the knobs a search may
+    not add to a script (`Knob.added_by_search` false: TP overlap, whose Megatron flag needs
+    Transformer Engine userbuffers set up for the job and MindSpeed's MC2 an edited validation);
+    expressible.search_space_for adds them where the script already sets them."""
+    family: str | None = None
+    """The framework family the strategies are written for (knob_types.MINDSPEED, MEGATRON;
+    expressible.search_space_for): the switches' own checks by family (knob_rules.py). None: not
+    known (a search without a script), only the checks both families share."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.recompute) - set(RECOMPUTE_KINDS))
@@ -208,23 +228,23 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
         for kind in space.recompute
         for method in (space.recompute_methods if kind == Recompute.FULL else (None,))
     ]
-    # The overlap switches depend on the layout, the ZeRO stage and vpp alone (knobs.KnobContext):
-    # listed once per stage and vpp.
+    # The overlap switches depend on the layout, the ZeRO stage, vpp and the recompute kind alone
+    # (knobs.KnobContext; the MoE all-to-all overlap refuses full recompute on Megatron): listed
+    # once per stage, vpp and kind, where the switches and the recompute kind are combined.
+    facts = ModelFacts.of(model, space.family)
     overlaps = {
-        (z, v): overlap_choices(
-            base.replace(zero=z, vpp=v),
-            model.is_moe,
-            space.overlaps,
-            model.moe_token_dispatcher_type,
-            model.moe_grouped_gemm,
+        (z, v, kind): overlap_choices(
+            base.replace(zero=z, vpp=v, recompute=kind), model.is_moe, space.overlaps, facts=facts
         )
         for z in zeros
         for v in vpps
+        for kind in {kind for kind, _ in kinds}
     }
+    fw = dataclasses.replace(LATEST_RULES, family=space.family)
     for vpp, mbs, zero, (recompute, method) in itertools.product(vpps, mbss, zeros, kinds):
         if vpp > 1 and (gbs // (mbs * base.dp)) % base.pp:
             continue
-        for knobs in overlaps[zero, vpp]:
+        for knobs in overlaps[zero, vpp, recompute]:
             candidate = base.replace(
                 vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, recompute_method=method, **knobs
             )
@@ -233,7 +253,7 @@ def _iter_schedule(model, base: Strategy, gbs, space, max_mbs, num_devices) -> I
                     model.num_layers, model.noop_layers, choice.pp
                 ):
                     continue
-                if all(rule(choice, model, num_devices, gbs) is None for rule in OUTER_RULES):
+                if all(rule(choice, model, num_devices, gbs, fw) is None for rule in OUTER_RULES):
                     yield choice
 
 
@@ -265,11 +285,15 @@ def overlap_choices(
     allowed: tuple[str, ...] | None,
     dispatcher: str | None = None,
     grouped_gemm: bool = False,
+    *,
+    facts: ModelFacts | None = None,
 ) -> list[dict[str, bool | None]]:
     """The overlap switches of an outer configuration (knobs.search_choices: on where allowed,
     accepted and useful, off where they exist but not, None where they do not exist; one choice
-    per side of each pair that excludes each other, TP overlap (MC2) against the MoE all-to-all
-    overlap). `allowed` None: the backend has none of these knobs, every key stays None."""
+    per side of each pair that excludes each other). `allowed` None: the backend has none of
+    these knobs, every key stays None. `facts` (the model's and the framework family's) replace
+    is_moe, dispatcher and grouped_gemm."""
     if allowed is None:
         return [dict.fromkeys(OVERLAP_KEYS)]
-    return search_choices(KnobContext.of(s, is_moe, dispatcher, grouped_gemm), allowed)
+    facts = facts or ModelFacts(is_moe, dispatcher if is_moe else None, grouped_gemm)
+    return search_choices(KnobContext.of_facts(s, facts), allowed)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from tinker_opt.verbs.common import Log, Progress, job_options
     from tinker_opt.verbs.profile import run_profile
     from tinker_opt.verbs.profile_comm import CommProfileOutcome, run_profile_comm
-    from tinker_opt.verbs.scripts import run_apply, run_calibrate, run_inspect
+    from tinker_opt.verbs.scripts import inspect_cell, run_apply, run_calibrate, run_inspect
     from tinker_opt.verbs.search import RunLog, SearchOutcome, run_all, run_search
     from tinker_opt.verbs.simulate import run_simulate
 
@@ -43,6 +43,7 @@ _HOMES = {
     "run_apply": "scripts",
     "run_calibrate": "scripts",
     "run_inspect": "scripts",
+    "inspect_cell": "scripts",
     "RunLog": "search",
     "SearchOutcome": "search",
     "run_all": "search",
@@ -64,6 +65,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "inspect_cell",
     "CommProfileOutcome",
     "DeviceChoice",
     "Log",

@@ -7,8 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from tinker_opt.errors import ConfigError
+from tinker_opt.script.knob_report import knob_cell as inspect_cell
 from tinker_opt.strategy import Strategy
 from tinker_opt.verbs.common import num_nodes_for, read_json_object
+
+__all__ = ["inspect_cell", "run_apply", "run_calibrate", "run_inspect"]
 
 
 def run_inspect(

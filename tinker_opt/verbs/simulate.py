@@ -8,7 +8,7 @@ from pathlib import Path
 from tinker_opt.choices import CpAlgo
 from tinker_opt.config import SimulateSettings, require
 from tinker_opt.errors import ConfigError
-from tinker_opt.rules import check_strategy
+from tinker_opt.rules import LATEST_RULES, FrameworkRules, check_strategy
 from tinker_opt.specs import ClusterSpec
 from tinker_opt.strategy import Strategy
 from tinker_opt.verbs.common import (
@@ -78,7 +78,9 @@ def run_simulate(settings: SimulateSettings, strategy_file: Path | None):
     )
     strategy, chosen = _chosen_strategy(strategy, settings, info, cluster, model.num_layers)
     notes += chosen
-    check_strategy(strategy, model, cluster, settings.global_batch_size)
+    check_strategy(
+        strategy, model, cluster, settings.global_batch_size, _family_rules(info, settings)
+    )
     cost_model = cost_model_for(
         profiled, model, cluster, settings.global_batch_size, settings, info
     )
@@ -124,6 +126,19 @@ def _in_computing_layers(strategy: Strategy, info) -> Strategy:
     if info is None or not info.model.noop_layers:
         return strategy
     return computing_layer_strategy(strategy, info.model.noop_layers, info.num_layers_in_script)
+
+
+def _family_rules(info, settings) -> FrameworkRules:
+    """The rules with the script's framework family (the switches' own checks differ by family:
+    knob_rules.moe_comm_refusal); the other facts stay those of recent versions, as before."""
+    from tinker_opt.script import versions
+
+    if info is None:
+        return LATEST_RULES
+    family = versions.resolve(
+        getattr(settings, "version", None), info.text, info.train.framework.flavour
+    ).family
+    return replace(LATEST_RULES, family=family)
 
 
 def _unaligned_ulysses_warning(strategy: Strategy, info, model, settings) -> list[str]:
