@@ -21,14 +21,16 @@ SIZES = [16384 * 2**i for i in range(9)]  # 16 KiB .. 4 MiB, as profile-comm mea
 TWO = (Regime(0, 8.0, 90.0), Regime(262144, 1.5, 40.0))  # flat below 256 KiB, slower above
 EARLY = (Regime(0, 8.0, 90.0), Regime(131072, 1.5, 40.0))  # the same, switched at 128 KiB
 RINGS = ("all_gather", "all_reduce", "reduce_scatter")
+LARGE = [16384 * 2**i for i in range(11)]  # 16 KiB .. 16 MiB
+THREE = (*TWO, Regime(4194304, 1.0, 40.0))  # slower again from 4 MiB (buffers past the L2)
 
 
-def _curve(op: str, regimes, noise: float, seed: int = 0) -> list[float]:
-    """Times of `op` (2 ranks) at SIZES under `regimes`, each off by up to +-noise (uniform,
+def _curve(op: str, regimes, noise: float, seed: int = 0, sizes=SIZES) -> list[float]:
+    """Times of `op` (2 ranks) at `sizes` under `regimes`, each off by up to +-noise (uniform,
     seeded: the same rows every run)."""
     draw = random.Random(seed)
     out = []
-    for nbytes in SIZES:
+    for nbytes in sizes:
         r = regime_at(regimes, nbytes)
         time_us = collective_time_us(op, 2, nbytes, r.bandwidth_gbs, r.latency_us)
         out.append(time_us * (1 + noise * draw.uniform(-1, 1)))
@@ -47,10 +49,14 @@ def test_fit_finds_the_switch_and_each_regime():
     assert fit.result.max_abs_rel_error < 0.05 and fit.parameters == 4  # + the switch, a tier's
 
 
-def _tier(regimes: dict[str, tuple[Regime, ...]], noise: float, seed: int) -> list[Curve]:
-    """One tier's curves (2 ranks, SIZES), each op's noise drawn from its own seed."""
+def _tier(
+    regimes: dict[str, tuple[Regime, ...]], noise: float, seed: int, sizes=SIZES
+) -> list[Curve]:
+    """One tier's curves (2 ranks, `sizes`), each op's noise drawn from its own seed."""
     return [
-        Curve([op] * len(SIZES), [2] * len(SIZES), SIZES, _curve(op, r, noise, seed + 1000 * k))
+        Curve(
+            [op] * len(sizes), [2] * len(sizes), sizes, _curve(op, r, noise, seed + 1000 * k, sizes)
+        )
         for k, (op, r) in enumerate(regimes.items())
     ]
 
@@ -82,6 +88,48 @@ def test_false_switches_stay_rare():
         for s in range(50)
     )
     assert moved <= 1
+
+
+def test_a_curve_bent_twice_gets_three_regimes():
+    """16 KiB .. 16 MiB, the rings switched at 256 KiB and again at 4 MiB, the all-to-all once at
+    128 KiB (1 % noise): the rings' third regime where it starts (a further switch of their own,
+    one figure more than its two), the all-to-all's two regimes; every row within 3 %."""
+    regimes = dict.fromkeys(RINGS, THREE) | {"all_to_all": EARLY}
+    fits = fit_curves(_tier(regimes, 0.01, 0, LARGE))
+    starts = [[r.from_bytes for r in f.regimes] for f in fits]
+    assert starts == [[0, 262144, 4194304]] * 3 + [[0, 131072]]
+    assert [f.parameters for f in fits] == [7, 7, 7, 5]
+    assert fits[1].regimes[2].bandwidth_gbs == pytest.approx(1.0, rel=0.05)
+    assert max(f.result.max_abs_rel_error for f in fits) < 0.03
+    two = fit_curves(_tier(regimes, 0.01, 0, LARGE), further=False)
+    assert max(len(f.regimes) for f in two) == 2
+
+
+def test_false_further_switches_stay_rare():
+    """Seeded tiers of curves switched once at 256 KiB over 16 KiB .. 16 MiB at 3 % noise: of 50,
+    at most 1 gets a third regime (the further switches' Holm level is 1 %)."""
+    shared = dict.fromkeys((*RINGS, "all_to_all"), TWO)
+    third = sum(
+        any(len(f.regimes) > 2 for f in fit_curves(_tier(shared, 0.03, seed, LARGE)))
+        for seed in range(50)
+    )
+    assert third <= 1
+
+
+def test_a_noisy_ping_pong_is_tested_on_its_own_noise():
+    """Rings switched at 256 KiB at 2 % noise beside a send/recv line at 8 % (a ping-pong is
+    noisier than a ring on loopback gloo): of 50 seeded tiers at most 1 gives the send/recv a
+    switch, while the rings keep theirs."""
+    line = (Regime(0, 2.0, 60.0),)
+    switched = 0
+    for seed in range(50):
+        curves = _tier(dict.fromkeys(RINGS, TWO), 0.02, seed, LARGE)
+        times = _curve("send_recv", line, 0.08, seed + 7000, LARGE)
+        curves.append(Curve(["send_recv"] * len(LARGE), [2] * len(LARGE), LARGE, times))
+        fits = fit_curves(curves)
+        assert [f.regimes[-1].from_bytes for f in fits[:3]] == [262144] * 3
+        switched += len(fits[3].regimes) > 1
+    assert switched <= 1
 
 
 def test_a_line_with_noise_keeps_one_regime():
@@ -188,18 +236,18 @@ def test_log_calibration_slows_every_regime():
     }
 
 
-@pytest.mark.parametrize("largest", [1 << 19, 1 << 22])
+@pytest.mark.parametrize("largest", [1 << 19, 1 << 22, 1 << 24])
 def test_description_prices_as_the_fit_on_noisy_rows(tmp_path, largest):
-    """Rows of a quiet to a loaded machine (each slower by up to 1 % .. 40 %, one in ten up to
-    five times that, seeded): whatever regimes the F-tests keep (the tier's switch, the
-    all-to-all's own, none), the written description (its table refitted by
-    the cost model) and the measured comm.csv (fitted as is) price every measured 2-node
-    all-reduce and all-to-all as the description's regimes say: one fit (fit_curves), one
-    pricing. The two-node torchrun test checks the same on live rows."""
+    """Rows of a quiet to a loaded machine (the all-reduce slower again from 4 MiB; each row
+    slower by up to 1 % .. 40 %, one in ten up to five times that, seeded): whatever regimes
+    the F-tests keep (the tier's switch, the all-to-all's own, a third, none), the written
+    description (its table refitted by the cost model) and the measured comm.csv (fitted as
+    is) price every measured 2-node all-reduce and all-to-all as the description's regimes
+    say: one fit (fit_curves), one pricing. The two-node torchrun test checks the same on live rows."""
     from tinker_opt.profile.store import read_comm_csv
 
-    sizes = [n for n in SIZES if n <= largest]
-    ops = {"all_reduce": TWO, "all_gather": TWO, "all_to_all": EARLY}
+    sizes = [n for n in LARGE if n <= largest]
+    ops = {"all_reduce": THREE, "all_gather": TWO, "all_to_all": EARLY}
     for seed, spread in enumerate((0.01, 0.02, 0.05, 0.1, 0.4, 0.4)):
         draw, rows = random.Random(seed), []
         for scope in ("intra_node", "inter_node"):

@@ -65,3 +65,20 @@ def test_inspect_prints_the_section_as_text_and_json():
     data = json.loads(as_json.stdout)
     assert data["knobs"]["ep"]["value"] == data["strategy"]["ep"]
     assert "dist_opt" not in data["strategy"] and "dist_opt" not in data["knobs"]
+
+
+def test_searched_is_judged_at_the_script_model_and_layout():
+    """A switch the search cannot set for this script's model and layout (it does not exist
+    there: its value is None) is not searched: the MindSpeed allgather overlap on an alltoall
+    model. The same script with the allgather dispatcher: the search sets it (knobs.search_choices
+    and the column share Knob.set_by_search)."""
+    key = "moe_allgather_overlap_comm"
+    section = knob_report.knob_section(read_script(_QWEN3))
+    assert section[key]["value"] is None and section[key]["searched"] is False
+    switches = [section[knob.key] for knob in knobs.OVERLAP_KNOBS]
+    assert not any(row["searched"] for row in switches if row["value"] is None)
+    text = _QWEN3.read_text().replace(
+        "--moe-token-dispatcher-type alltoall", "--moe-token-dispatcher-type allgather"
+    )
+    row = knob_report.knob_section(read_script_text(text))[key]
+    assert row["value"] is False and row["searched"] is True

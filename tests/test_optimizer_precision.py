@@ -10,8 +10,8 @@ from model_support import HARDWARE, cluster, dense_model, synthetic_profile
 from tinker_opt.costs.evaluate import CostModel
 from tinker_opt.costs.job import JobOptions
 from tinker_opt.errors import ConfigError, ScriptError
+from tinker_opt.optimizer_precision import OptimizerPrecision
 from tinker_opt.script.reader import read_script_text
-from tinker_opt.specs import OptimizerPrecision
 from tinker_opt.strategy import Strategy
 
 SCRIPT = """#!/bin/bash

@@ -195,7 +195,7 @@ TABLE = (
     _s("device", "str", "auto", "Device of the ranks: auto | npu (hccl) | cuda (nccl) | cpu (gloo).", C),
     _s("max_bytes", "int", None, "Largest buffer of a collective (sizes 16 KiB x 2^i up to it; default 256 MiB, 16 MiB on the CPU).", C, unit="bytes", positive=True),
     _s("warmup", "int", 2, "Untimed calls of each collective and size.", C),
-    _s("repeats", "int", 5, "Timed calls of each collective and size, the sizes interleaved (lower quartile reported).", C, positive=True),
+    _s("repeats", "int", 5, "Timed calls of each collective and size, the sizes interleaved (the fastest reported).", C, positive=True),
     _s("timeout", "float", 300, "Longest wait of a rank (joining, a collective, a barrier) before the run stops with an error.", C, unit="s", positive=True),
     _s("devices", "int", None, "Without torchrun: processes on this node (default: every device; 2 on the CPU).", C, positive=True),
     # search and simulate

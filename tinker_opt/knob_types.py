@@ -218,6 +218,11 @@ class Knob:
     def flags(self) -> tuple[str, ...]:
         return tuple(spelling.flag for spelling in self.spellings)
 
+    def set_by_search(self, context: KnobContext) -> bool:
+        """Whether the search sets it (on or off) in `context` rather than leaving it None: a
+        priced knob where it exists (knobs.search_choices; `inspect`'s searched column)."""
+        return self.priced and self.exists(context)
+
 
 @dataclass(frozen=True, kw_only=True)
 class LayoutKnob:

@@ -392,7 +392,7 @@ def search_choices(context: KnobContext, allowed: tuple[str, ...]) -> list[dict[
     choices = [c for i, c in enumerate(choices) if c not in choices[:i]]
     return [
         {
-            key: (key in chosen) if knob.exists(context) and knob.priced else None
+            key: (key in chosen) if knob.set_by_search(context) else None
             for key, knob in KNOBS.items()
         }
         for chosen in choices

@@ -1,15 +1,20 @@
 """Writes benchmarks/data/blackwell_runs.json: published measured dense runs on B200 and GB200
-(NVIDIA NeMo / Megatron-Bridge performance summaries), each with its source and what is stated vs
-inferred, in the row shape of heldout_runs.json (benchmarks/published_runs.py reads it).
+(NVIDIA NeMo / Megatron-Bridge performance summaries, NVIDIA's dgxc-benchmarking recipes), each
+with its source and what is stated vs inferred, in the row shape of heldout_runs.json
+(benchmarks/published_runs.py reads it).
 
     python benchmarks/data/make_blackwell_runs.py   (from the repository root)
 
-Every Blackwell dense row of those summaries is FP8 (per-tensor current scaling; the MXFP8
-figures in parentheses are left out), so these rows determine the FP8 matmul efficiency of the
-b200 / gb200-nvl72 descriptions (validate_published.py --fit fits the FP8 curve on FP8 rows with
-the BF16 one kept) and nothing else. Left out: Megatron-FSDP rows (FSDP > 0: LLaMA3-70B on GB200),
-MoE rows (DeepSeek-V3, Qwen3, GPT-OSS, Mixtral: dispatch and grouped GEMMs are fitted on their
-own), GPT3-175B (its Model TFLOP/s cell is empty in the 25.04 table) and Nemotron rows.
+Every Blackwell dense row of the performance summaries is FP8 (per-tensor current scaling; the
+MXFP8 figures in parentheses are left out): they determine the FP8 matmul efficiency of the
+b200 / gb200-nvl72 descriptions. The BF16 rows are dgxc-benchmarking's LLaMA-3.1-405B step times
+on 128 / 256 / 512 GB200 (release 25.05): they determine the GB200 BF16 matmul efficiency
+(validate_published.py --fit fits the BF16 curve on the BF16 rows, then the FP8 curve on the FP8
+rows with the BF16 one kept). Left out: Megatron-FSDP rows (FSDP > 0: LLaMA3-70B on GB200),
+MoE rows (DeepSeek-V3, Qwen3, GPT-OSS, Mixtral, also in BF16: dispatch and grouped GEMMs are
+fitted on their own), GPT3-175B (its Model TFLOP/s cell is empty in the 25.04 table), Nemotron
+rows (Nemotron-4's squared-ReLU MLP and 256k vocabulary; dgxc-benchmarking also publishes
+Nemotron-4 340B BF16 step times on GB200), and dgxc-benchmarking's H100 rows (not Blackwell).
 """
 
 import json
@@ -132,6 +137,41 @@ def row(run_id, source, hardware, model, n, gbs, mbs, tp, pp, cp, vp, tokens, tf
     }
 
 
+DGXC_2505 = {
+    "repo": "NVIDIA/dgxc-benchmarking",
+    "path": "llama3.1/README.md ('GB200 Performance': Llama3.1 405b BF16 training step time, "
+    "128x / 256x / 512x GB200 GPUs; release gsw 25.05.04, container nvcr.io/nvidia/nemo:25.04.01 "
+    "per llama3.1/metadata.yaml at the same commit)",
+    "commit": "1f6d9f40e4117d7c71b726f86074ac01c29f87f5",
+    "config_via": (
+        "the README's GB200 table at the same commit (GPUs, SeqLen 8192, Layers 126, FSDP 0, TP 4, "
+        "PP 8, CP 2, VP 8, MBS 1, GBS 64 / 128 / 256, GA 32); the launch runs NeMo 2's "
+        "scripts/performance llama31_405b pretraining (" + NEMO2_RECIPE + ")"
+    ),
+}
+"""NVIDIA's DGX Cloud benchmarking recipes: the only published dense BF16 Blackwell step times found
+(the NeMo / Megatron-Bridge performance summaries' Blackwell BF16 rows are all MoE)."""
+
+
+def bf16_row(run_id, source, hardware, model, n, gbs, mbs, tp, pp, cp, vp, step_s, extra=()):
+    """A BF16 row with a published step time: `row`'s layout and recipe, no FP8 recipe, gradients
+    reduced in BF16 (ASSUMPTION: the NeMo 2 LLaMA performance recipes set
+    plugins.grad_reduce_in_fp32 False, as the FP8 rows' scripts state)."""
+    out = row(run_id, source, hardware, model, n, gbs, mbs, tp, pp, cp, vp, None, None, extra)
+    out["strategy"] |= {"precision": "bf16", "extra_flags": ["--grad-reduce-in-bf16", *extra]}
+    out["measured"] = {"step_time_s": step_s}
+    out["stated_vs_inferred"] = (
+        "stated: system, GPUs, GBS, MBS, sequence, layers, FSDP 0, TP/PP/CP/VP/GA, BF16, training "
+        "step time (mean of iterations 11-44, parse_train_timing.sh); dp = GPUs / (tp pp cp) "
+        "[derived]; from the NeMo 2 recipe read (source.config_via): no recompute and no "
+        "activation offload, distributed optimizer with overlapped grad / param sync, sequence "
+        "parallel and userbuffers tp overlap [stated by the recipe]; gradients reduced in bf16 "
+        "[inferred]"
+    )
+    out["flags"] |= {"fp8": False, "iteration_time_from": "step time"}
+    return out
+
+
 RUNS = [
     row("bridge2511_gb200_llama3_8b_fp8cs_8gpu", BRIDGE_2511, GB200, LLAMA3_8B,
         8, 128, 2, 1, 1, 1, None, 31508, 1622),
@@ -151,12 +191,19 @@ RUNS = [
         64, 128, 1, 2, 4, 2, 5, 3062, 1474),
     row("nemo2502_b200_llama31_405b_fp8_128gpu_cp2", NEMO_2502, B200, LLAMA31_405B,
         128, 64, 1, 4, 8, 2, 8, 625, 1658, SPLIT_405B),
+    bf16_row("dgxc2505_gb200_llama31_405b_bf16_128gpu_cp2", DGXC_2505, GB200, LLAMA31_405B,
+             128, 64, 1, 4, 8, 2, 8, 9.347, SPLIT_405B),
+    bf16_row("dgxc2505_gb200_llama31_405b_bf16_256gpu_cp2", DGXC_2505, GB200, LLAMA31_405B,
+             256, 128, 1, 4, 8, 2, 8, 9.484, SPLIT_405B),
+    bf16_row("dgxc2505_gb200_llama31_405b_bf16_512gpu_cp2", DGXC_2505, GB200, LLAMA31_405B,
+             512, 256, 1, 4, 8, 2, 8, 9.508, SPLIT_405B),
 ]  # fmt: skip
 
 DOC = {
     "about": (
-        "Published measured dense FP8 runs on B200 and GB200 (NeMo 25.02 / 25.04 and "
-        "Megatron-Bridge 25.11 performance summaries), in the row shape of heldout_runs.json; "
+        "Published measured dense runs on B200 and GB200: FP8 (NeMo 25.02 / 25.04 and "
+        "Megatron-Bridge 25.11 performance summaries) and BF16 (NVIDIA dgxc-benchmarking 25.05, "
+        "LLaMA-3.1-405B on GB200), in the row shape of heldout_runs.json; "
         "written by benchmarks/data/make_blackwell_runs.py (its docstring says which rows are "
         "left out and why). Evaluate: validate_published.py benchmarks/data/blackwell_runs.json "
         "[--fit]. H200: no published per-iteration training figure was found (MLPerf Training "

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tinker_opt.costs.recompute_modules import DEFAULT_MODULES
-from tinker_opt.specs import OptimizerPrecision, StepFlags
+from tinker_opt.optimizer_precision import OptimizerPrecision
+from tinker_opt.specs import StepFlags
 
 
 @dataclass(frozen=True, kw_only=True)

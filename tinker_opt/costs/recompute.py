@@ -70,7 +70,7 @@ def time_shape(method: str | None, a: int, f: int, r: int) -> tuple[int, int, in
     return a, a, 0
 
 
-def piecewise(n, low: int, high: int, knee: int):
+def piecewise(n, low: int | np.ndarray, high: int | np.ndarray, knee: int | np.ndarray):
     """low * min(n, knee) + high * (n - min(n, knee)), elementwise."""
     head = np.minimum(n, knee)
     return low * head + high * (np.asarray(n) - head)

@@ -55,7 +55,7 @@ class TermContext:
         model, job = self.workload.model, self.workload.job
         bpe = model.bytes_per_element
         # Optimizer states per parameter: fp32 master + two Adam moments (12 B), or the dtypes of
-        # Megatron's precision-aware optimizer (specs.OptimizerPrecision); --reuse-fp32-param
+        # Megatron's precision-aware optimizer (optimizer_precision.OptimizerPrecision); --reuse-fp32-param
         # (bf16 only) saves sizeof(bf16) of the master copy; fp32 training keeps no master (8 B).
         # All divided by the optimizer's sharding with dist_opt.
         precision = job.optimizer_precision

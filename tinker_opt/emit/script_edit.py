@@ -61,17 +61,18 @@ def locate(fields: Sequence[Field]) -> Location | None:
     path = _common_path(segs)
     while True:
         depth = len(path)
-        spans = []
+        spans: list[tuple[int, int] | None] = []
         for seg in segs:
             if len(seg.path) > depth:
                 ref = seg.path[depth]
                 spans.append((ref.start, ref.end))
-            elif seg.start is not None and seg.exact:
+            elif seg.start is not None and seg.end is not None and seg.exact:
                 spans.append((seg.start, seg.end))
             else:
                 spans.append(None)
-        if None not in spans:
-            return Location(min(s for s, _ in spans), max(e for _, e in spans), path)
+        located = [span for span in spans if span is not None]
+        if len(located) == len(spans):
+            return Location(min(s for s, _ in located), max(e for _, e in located), path)
         if not path:
             return None
         ref = path[-1]

@@ -105,6 +105,7 @@ def _set_one(
             ]
             return
         if match:
+            assert isinstance(value, str)  # a list was written by the branch above
             lines[i] = match.group(1) + value + (match.group(3) or "") + (match.group(4) or "")
             return
     lines[start + 1 : start + 1] = _key_lines(indent, key, value, newline)

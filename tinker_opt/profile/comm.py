@@ -6,7 +6,7 @@ rank's full buffer, the gathered size for all-gather and the input of reduce-sca
 `tinker_opt.comm_cost` counts it). Sizes a factor 2 apart, from below the 64 KiB the planner
 starts at, give each size regime of the library (comm_cost.Regime) enough rows to fit its
 own latency and bandwidth. The sizes of one op are timed interleaved (every repeat calls each
-size once) and each size reports the lower quartile of its calls (`ROW_QUANTILE`).
+size once) and each size reports the fastest of its calls (`ROW_QUANTILE`).
 Its callers are the ranks of profile/comm_dist.py: under
 torchrun on the user's nodes (`tinker-opt profile-comm`, intra- and inter-node groups), or the
 processes `measure_comm` spawns on this node (npu: hccl, cuda: nccl; cpu: gloo), which set
@@ -59,13 +59,16 @@ buffer / (2 x ranks)), so it reaches a transport's switch at half the ring's buf
 loopback gloo its curve bends at 128 KiB, the rings' at 256 KiB; NCCL sends an all-to-all's
 peers LL up to NCCL_P2P_LL_THRESHOLD (16 KiB) a channel (enqueue.cc addP2pToPlan)."""
 
-ROW_QUANTILE = 0.25
-"""Each size's time is this quantile of its timed calls (per rank; then the median over the
-ranks). Interference from other processes only adds time, so a low quantile estimates the
-collective's own time, while, unlike the minimum, one lucky call does not set it
-(Hoefler & Belli, "Scientific Benchmarking of Parallel Computing Systems", SC'15: report
-nonparametric statistics of noisy, non-normal timings). ASSUMPTION: the quartile, not a sourced
-figure; on a quiet machine it is within a few percent of the median."""
+ROW_QUANTILE = 0.0
+"""Each size's time is this quantile of its timed calls, the fastest (per rank; then the median
+over the ranks). Interference from other processes only adds time, so the fastest call is the
+best estimate of the collective's own time (Chen & Revels, "Robust benchmarking in noisy
+environments", arXiv:1608.04295, 2016: under such noise the minimum is the estimator to take;
+Python's timeit documentation says the same of repeated timings), and the median over the ranks
+keeps one rank's short call, its partner already waiting, from setting the row. Measured on the
+shared 2-core machine (benchmarks/comm_row_statistic.py, benchmarks/results/comm28_*.md): at
+load 10-12 the fastest call's rows fit 39-40 of 44 all-reduce / all-to-all rows within 10 %,
+the lower quartile's 26-34, the median's 25-31, and the fastest varies least between runs."""
 
 
 def comm_sizes(max_bytes: int) -> tuple[int, ...]:

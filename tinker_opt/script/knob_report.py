@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from tinker_opt.knob_types import ChoiceKnob, Knob, LayoutKnob
+from tinker_opt.knob_types import ChoiceKnob, Knob, KnobContext, LayoutKnob, ModelFacts
 from tinker_opt.knobs import CHOICE_KNOBS, LAYOUT_KNOBS, OVERLAP_KNOBS
 from tinker_opt.script.versions import VersionRange, flag_allowed
 
@@ -48,7 +48,14 @@ def _value(record: Knob | LayoutKnob | ChoiceKnob, info: Any) -> Any:
 
 def _row(record: Knob | LayoutKnob | ChoiceKnob, info: Any) -> dict[str, Any]:
     if isinstance(record, Knob):
-        searched = record.priced and searched_switch(record, info.launch.has, info.version_range)
+        # The search's own test at the script's model and layout, where `value` is read: a knob
+        # that does not exist there (None) is not set by the search there either.
+        context = KnobContext.of_facts(
+            info.train.strategy, ModelFacts.of(info.model, info.version_range.family)
+        )
+        searched = record.set_by_search(context) and searched_switch(
+            record, info.launch.has, info.version_range
+        )
         priced = SWITCH_PRICING if record.priced else NOT_PRICED
     elif isinstance(record, LayoutKnob):
         searched, priced = True, record.priced

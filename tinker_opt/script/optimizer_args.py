@@ -1,4 +1,4 @@
-"""The optimizer's dtypes a launch script sets (specs.OptimizerPrecision): Megatron-LM's
+"""The optimizer's dtypes a launch script sets (optimizer_precision.OptimizerPrecision): Megatron-LM's
 precision-aware optimizer, `--grad-reduce-in-bf16`, fp16 gradient buffers, and Megatron-Core's
 fp32 master weights kept as 16-bit remainders."""
 
@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from tinker_opt.errors import ConfigError, ScriptError
 from tinker_opt.knobs import CHOICES
+from tinker_opt.optimizer_precision import OptimizerPrecision
 from tinker_opt.script.launch import Launch
-from tinker_opt.specs import OptimizerPrecision
 
 
 def _stores_remainders(launch: Launch) -> bool:
-    """Megatron-Core keeps fp32 master weights as 16-bit remainders (specs.OptimizerPrecision
+    """Megatron-Core keeps fp32 master weights as 16-bit remainders (optimizer_precision.OptimizerPrecision
     .param_remainders) for bf16 training without FP8 or with delayed-scaling FP8, unless
     `--no-store-param-remainders` (megatron/core/optimizer/optimizer_config.py)."""
     fp8_ok = (

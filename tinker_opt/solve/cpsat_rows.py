@@ -5,6 +5,10 @@ formulation). stacks.py calls them; every row is enforced only when the configur
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from tinker_opt.choices import Recompute, RecomputeMethod
@@ -14,6 +18,18 @@ from tinker_opt.solve.layer_bounds import bound_terms, upper_caps
 from tinker_opt.solve.layer_split import Split, memory_caps
 from tinker_opt.solve.mixed_split import layer_prefix
 from tinker_opt.solve.stacks import MixedStack, Stack, UniformStack
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """A configuration's decoder (the solver's value function -> Split) with its hint: the
+    (variable, value) pairs of a known split, which cpsat._cpsat_hint reads."""
+
+    decode: Callable[[Callable[[Any], Any]], Split]
+    hint: Callable[[Split], list]
+
+    def __call__(self, value: Callable[[Any], Any]) -> Split:
+        return self.decode(value)
 
 
 def cpsat_uniform(
@@ -70,11 +86,11 @@ def cpsat_uniform(
         rr = min(int(value(r)), max(layers)) if c.outer.recompute == Recompute.FULL else 0
         return Split(layers, rr, c.time_ns_x_v(layers, rr))
 
-    decode.hint = lambda split: [
+    hint = lambda split: [
         *zip(n, split.layers, strict=True),
         *recompute_hint(r, choice, split),
     ]
-    return decode, bound_term
+    return Decoder(decode, hint), bound_term
 
 
 def cpsat_mixed(
@@ -110,11 +126,11 @@ def cpsat_mixed(
         rr = min(int(value(r)), max(layers)) if c.outer.recompute == Recompute.FULL else 0
         return Split(layers, rr, c.time_ns_x_v(layers, rr))
 
-    decode.hint = lambda split: [
+    hint = lambda split: [
         *zip(bd[1:-1], np.cumsum(split.layers)[:-1].tolist(), strict=True),
         *recompute_hint(r, choice, split),
     ]
-    return decode, bound_term
+    return Decoder(decode, hint), bound_term
 
 
 def _element_reader(model, prefix: dict[str, list[int]], i: int):

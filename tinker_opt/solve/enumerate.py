@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tinker_opt.choices import Recompute
 from tinker_opt.rules import form_allows
@@ -25,7 +26,10 @@ from tinker_opt.solve.stacks import best_split
 from tinker_opt.solve.virtual_split import in_family
 from tinker_opt.strategy import Strategy
 
-_WORKER_MODEL = None
+if TYPE_CHECKING:
+    from tinker_opt.costs.evaluate import CostModel
+
+_WORKER_MODEL: CostModel | None = None
 """The CostModel inherited by forked workers (set before the pool starts)."""
 
 
@@ -43,6 +47,7 @@ class Candidate:
 
 
 def _solve_chunk(outers: Sequence[Strategy]) -> list[Candidate]:
+    assert _WORKER_MODEL is not None  # _map_chunks sets it before any chunk runs
     found = []
     for outer in outers:
         if _WORKER_MODEL.static_overflows(outer):  # no split fits (CostModel.static_overflows)
@@ -58,6 +63,7 @@ def _presolve_chunk(outers: Sequence[Strategy]) -> list[tuple[Strategy, float]]:
     """(outer, cheap lower bound on T in ns) of each configuration in which some split fits."""
     from tinker_opt.solve.bounds import all_feasible, lower_bound_x_v
 
+    assert _WORKER_MODEL is not None  # _map_chunks sets it before any chunk runs
     outers = [o for o in outers if not _WORKER_MODEL.static_overflows(o)]  # no split fits
     coeffs = [_WORKER_MODEL.coefficients(outer) for outer in outers]
     return [
@@ -172,7 +178,7 @@ def brute_force(cost_model, outers: Sequence[Strategy]) -> list[Candidate]:
         best = None
         for layers, chunks in _brute_splits(coeffs):
             largest = max(chunks) if chunks is not None else max(layers) // coeffs.vpp
-            counts = recompute_range(coeffs)
+            counts: Sequence[int] = recompute_range(coeffs)
             if coeffs.outer.recompute == Recompute.FULL:
                 counts = range(1, largest + 1)
             if coeffs.recompute_all and coeffs.outer.recompute == Recompute.FULL:

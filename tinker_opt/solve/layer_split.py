@@ -111,7 +111,7 @@ def memory_caps(c: SplitCoefficients, k: Scalars, r: int) -> np.ndarray:
     return piecewise_cap(budget, low, high, r, c.num_layers)
 
 
-def piecewise_cap(budget: np.ndarray, low, high, r: int, limit: int) -> np.ndarray:
+def piecewise_cap(budget: np.ndarray, low, high, r: int | np.ndarray, limit: int) -> np.ndarray:
     """max n in [0, limit] with cost(n) <= budget, cost = low*n (n <= r), low*r + high*(n-r) beyond;
     -1 where even n = 0 does not fit. `low` and `high` are scalars or broadcast with budget."""
     low = np.asarray(low, dtype=np.int64)
@@ -216,7 +216,8 @@ def even_fits(c: SplitCoefficients, k: Scalars, r) -> np.ndarray:
         mem_x_v = v * (
             k.w * n + c.stage_static_bytes + np.where(np.asarray(r) > 0, c.work_bytes, 0)
         ) + kk * (k.act * (n - rs) + k.inp * rs + c.stage_act_bytes)
-    return ~np.atleast_2d(mem_x_v > v * c.memory_limit_bytes).any(axis=1)
+    # np.any with an axis: one bool per row (the method's stub also admits a scalar result)
+    return ~np.any(np.atleast_2d(mem_x_v > v * c.memory_limit_bytes), axis=1)
 
 
 def best_even(c: SplitCoefficients, k: Scalars, r: int) -> Split | None:
@@ -269,6 +270,7 @@ def _best_for_r(c: SplitCoefficients, k: Scalars, r: int, incumbent: int) -> Spl
     b_values = np.unique(piecewise(n_grid, low, high, knee)[None, :] + e[:, None])
     c_values = np.unique((k.alpha * n_grid)[None, :] + beta[:, None])
     packed_all = pack(mem, L)
+    assert packed_all is not None  # mem >= 1 and sums to >= L (checked above), L >= p stages
     # sum_s t_s >= high L + sum e + (low - high) * the least sum of min(knee, n_s) under any caps
     base = high * L + int(e.sum()) + (low - high) * int(np.minimum(knee, packed_all).sum())
     tail_lb = int((k.alpha * 1 + beta).max())
@@ -292,6 +294,7 @@ def _best_for_r(c: SplitCoefficients, k: Scalars, r: int, incumbent: int) -> Spl
                 break
             u = cap_c(cv)
             n = pack(u, L)
+            assert n is not None  # cv >= the first feasible value, and feasibility is monotone
             obj = objective_x_v(c, k, n, r)
             if obj < best_obj:
                 best_obj, best_n = obj, n

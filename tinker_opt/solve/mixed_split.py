@@ -272,7 +272,10 @@ def best_for_r(c: SplitCoefficients, r: int, incumbent: int):
             if pipeline_bound_x_v(c, sum_lb, int(b_value), int(c_value)) >= best_obj:
                 break
             allowed = under_b & (rc.tail <= c_value)
-            layers = _least_sum(rc, allowed)[1]
+            least = _least_sum(rc, allowed)
+            # c_value >= the least max tail over under_b: the split reaching it uses allowed ranges
+            assert least is not None
+            layers = least[1]
             obj = _objective(c, rc, layers)
             if obj < best_obj:
                 best_obj, best_n = obj, layers
@@ -304,7 +307,9 @@ def least_peak_split(c: SplitCoefficients, r: int) -> tuple[tuple[int, ...], int
     rc = range_costs(c, r)
     ranges = (np.arange(c.num_layers + 1)[None, :] > np.arange(c.num_layers + 1)[:, None])[None]
     peak = int(_least_max(rc.memory, np.broadcast_to(ranges, rc.memory.shape)))
-    return _least_sum(rc, ranges & (rc.memory <= peak))[1], peak
+    least = _least_sum(rc, ranges & (rc.memory <= peak))
+    assert least is not None  # the split whose largest stage memory is `peak` uses these ranges
+    return least[1], peak
 
 
 def cheap_bound(c: SplitCoefficients) -> int:

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from tinker_opt.solve.bounds import lower_bound_x_v
 from tinker_opt.solve.enumerate import Candidate, presolve
 from tinker_opt.solve.stacks import best_split
 from tinker_opt.strategy import Strategy
+
+if TYPE_CHECKING:
+    from tinker_opt.costs.evaluate import Evaluation
 
 
 def candidate(cost_model, outer: Strategy) -> Candidate | None:
@@ -52,7 +56,7 @@ class Ranking:
         self._tight: dict[Strategy, float] = {}
         self.splits: dict[Strategy, Candidate] = {}
         """The best exact split of each configuration split so far (this cost model)."""
-        self.evaluations: dict[Candidate, object] = {}
+        self.evaluations: dict[Candidate, Evaluation] = {}
         """The Evaluation of each candidate evaluated so far (search._evaluate)."""
 
     def tight(self, outer: Strategy) -> float:

@@ -33,6 +33,7 @@ from tinker_opt.errors import ConfigError, InfeasibleError
 from tinker_opt.solve.cpsat import solve_cpsat
 from tinker_opt.solve.enumerate import Candidate, enumerate_splits, presolve
 from tinker_opt.solve.infeasible import infeasible_message
+from tinker_opt.solve.layer_split import Split
 from tinker_opt.solve.milp import solve_milp
 from tinker_opt.solve.ranking import Ranking
 from tinker_opt.solve.space import DEFAULT_MAX_MBS, SearchSpace, outer_choices
@@ -77,6 +78,7 @@ class SearchResult:
 
     def deepen(self, depth: int) -> SearchResult:
         """This result ranked `depth` deep, from the same presolve (exact like the first)."""
+        assert self.ranking is not None  # search() sets it; None is only the field's default
         ranked = self.ranking.walk(depth)
         pool = [_evaluate(self.ranking, cand) for cand in ranked[: max(depth, ENUM_POOL)]]
         return dataclasses.replace(self, top=pool[:depth], pool=pool)
@@ -86,6 +88,7 @@ class SearchResult:
         presolved now), under `memory_fraction` of the search's memory limit (the same cost model
         under lowered rules, split_rules.py); raises InfeasibleError when none fits."""
         ranking = self.ranking
+        assert ranking is not None  # search() sets it; None is only the field's default
         allowed = _narrowed_outers(ranking, space)
         ranking.include(allowed)
         searched = ranking.cost_model
@@ -206,6 +209,7 @@ def _search_model(
     )
     best = hints[0]
     if outcome.split is not None and outcome.split.time_ns_x_v / outcome.split_vpp < best.time_ns:
+        assert outcome.index is not None  # a solver's split comes with its configuration's index
         best = Candidate(in_model[outcome.index], outcome.split, outcome.split_vpp)
         ranking.keep(best)
     ranked = ranking.walk(top_k)
@@ -275,7 +279,7 @@ def _outers(cost_model: CostModel, space: SearchSpace):
 class _Outcome:
     status: str
     index: int | None
-    split: object
+    split: Split | None
     split_vpp: int
     bound_ns: float
     solve_time_s: float
