@@ -376,15 +376,10 @@ def profile_comm(given: dict[str, Any], config_path: Path | None = CONFIG_OPT) -
 
 
 def main() -> None:
-    """Console entry point: one-line errors for user mistakes, exit code 2. The process ends
-    here, so its objects are frozen out of the garbage collector: the collection at exit would
-    walk every object of the search (a few hundred ms on 2 cores; issue 30). The youngest
-    generation is collected every 50,000 allocations, not 700: the verb's imports and the
-    search's configurations make millions of small objects and few cycles (~4 % of its CPU).
-    `search` runs with the collector off: its whole run leaves a few hundred cyclic objects
-    (139 and 317 found by the two collections of a 70B Tinker search), and each collection
-    walks every young object for them: 0.035-0.045 s of CPU (`gc.callbacks`, issue 30); the
-    other verbs (a profile on a device runs for minutes) keep the raised threshold."""
+    """Console entry point: one-line errors for user mistakes, exit code 2. Garbage collection
+    (issue 30): the youngest generation every 50,000 allocations (few cycles among millions of
+    small objects); off for `search` (its few hundred cycles cost 0.04 s of CPU to collect); the
+    objects frozen at the end so the collection at exit does not walk them."""
     gc.set_threshold(50_000, *gc.get_threshold()[1:])
     if sys.argv[1:2] == ["search"]:
         gc.disable()

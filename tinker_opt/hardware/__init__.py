@@ -26,9 +26,9 @@ Schema (every figure carries its source in `sources`, or is listed in `assumptio
     CURVE = {"max_efficiency": float, "half_size": float}      # eff(x) = max * x / (x + half)
           | {"points": [[size, efficiency], ...]}              # log-linear table
 
-The efficiency curves (tinker_opt/hardware/efficiency.py) drive the analytic device: matmul
-efficiency versus the op's FLOPs, memory-bandwidth efficiency versus the bytes an op moves. A
-missing `efficiency` entry takes the defaults of `DeviceEfficiency` (an assumption).
+The efficiency curves (hardware/efficiency.py) drive the analytic device: matmul efficiency versus
+an op's FLOPs, memory-bandwidth efficiency versus the bytes an op moves. A missing `efficiency`
+entry takes the defaults of `DeviceEfficiency` (an assumption).
 
 Network tiers (Calculon's systems files: one link per level of the network): within a node
 (`intra_node`, per device), within the high-bandwidth domain (`domain`: an NVLink / UB domain of
@@ -43,18 +43,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tinker_opt.columns import Columns
-from tinker_opt.comm_cost import COMM_OPS, Regime, collective_time_us
 from tinker_opt.errors import ConfigError
+from tinker_opt.hardware.comm_rows import COMM_MAX_GROUP, comm_columns, comm_table
 from tinker_opt.hardware.efficiency import DeviceEfficiency, EfficiencyCurve
 from tinker_opt.hardware.links import LinkSpec, link_dict
 
-if TYPE_CHECKING:
-    import pandas as pd
-
 __all__ = [
+    "COMM_MAX_GROUP",
     "DeviceEfficiency",
     "EfficiencyCurve",
     "HardwareSpec",
@@ -86,10 +83,6 @@ COLLECTIVE_LIBRARIES = ("nccl", "hccl", "rccl")
 """Libraries whose algorithms comm_cost.spanning_time_us models (NCCL on NVIDIA GPUs, HCCL on
 Ascend, RCCL on AMD Instinct: NCCL's source ported to ROCm, ROCm/rccl README.md, priced with
 NCCL's algorithms)."""
-DEFAULT_COMM_SIZES = tuple(64 * 1024 * 4**i for i in range(7))
-"""64 KiB ... 256 MiB, the sizes the measured communication profile uses too."""
-COMM_MAX_GROUP = 64
-"""comm.csv group sizes computed from a description go up to this (the formulas hold for any size)."""
 
 
 @dataclass(frozen=True)
@@ -286,15 +279,9 @@ class HardwareSpec:
             "efficiency": self.efficiency.to_dict(),
             **self._network_dict(),
             **({} if self.fused_attention else {"fused_attention": False}),
-            **(
-                {}
-                if self.deterministic_attention_bwd is None
-                else {"deterministic_attention_bwd": self.deterministic_attention_bwd}
-            ),
-            **(
-                {"fixed_ms_per_microbatch": self.fixed_ms_per_microbatch}
-                if self.fixed_ms_per_microbatch
-                else {}
+            **_set_only(
+                deterministic_attention_bwd=self.deterministic_attention_bwd,
+                fixed_ms_per_microbatch=self.fixed_ms_per_microbatch or None,
             ),
             "sources": list(self.sources),
             "assumptions": list(self.assumptions),
@@ -321,6 +308,11 @@ def _network_fields(data: dict[str, Any]) -> dict[str, Any]:
         fields["domain_size"] = int(domain.pop("size"))
         fields["intra_domain"] = LinkSpec(**domain) if domain else None
     return fields
+
+
+def _set_only(**values: Any) -> dict[str, Any]:
+    """The keys whose value is set (not None): optional fields a description states."""
+    return {key: value for key, value in values.items() if value is not None}
 
 
 def _optional_float(data: dict[str, Any], key: str) -> float | None:
@@ -358,46 +350,3 @@ def load_hardware(name_or_path: str | Path) -> HardwareSpec:
             f"hardware file {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
         ) from None
     return HardwareSpec.from_dict(data, origin=f"hardware file {path}")
-
-
-def regime_sizes(regimes: tuple[Regime, ...], sizes: tuple[int, ...]) -> list[int]:
-    """`sizes`, and where an op has size regimes three sizes a factor 2 apart on each side of
-    every switch: the rows a fit of the table (costs/comm_model.py, hardware/fit.py
-    fit_regimes, MIN_REGIME_SIZES) needs to find each regime again."""
-    around = {r.from_bytes * 2.0**k for r in regimes[1:] for k in (-3, -2, -1, 0, 1, 2)}
-    return sorted({*sizes, *(int(n) for n in around if n >= 1)})
-
-
-def comm_table(
-    hardware: HardwareSpec, *, max_group_size: int, sizes: tuple[int, ...] = DEFAULT_COMM_SIZES
-) -> pd.DataFrame:
-    """comm_columns as a DataFrame (the profile verbs write it as comm.csv)."""
-    return comm_columns(hardware, max_group_size=max_group_size, sizes=sizes).frame()
-
-
-def comm_columns(
-    hardware: HardwareSpec, *, max_group_size: int, sizes: tuple[int, ...] = DEFAULT_COMM_SIZES
-) -> Columns:
-    """comm.csv rows (op, group_size, scope, bytes, time_us) computed from the description.
-
-    Inter-node rows for every group size up to max_group_size (tensor, data or expert groups
-    that span nodes) on one network card, one member per node (the cost model then shares the
-    node's cards among the groups, comm_cost.spanning_time_us); intra-node rows only for groups
-    that fit in one node (devices_per_node)."""
-    rows = []
-    for scope in ("intra_node", "inter_node"):
-        link = hardware.link(scope)
-        largest = max(max_group_size, 2)
-        if scope == "intra_node":
-            largest = min(largest, max(hardware.devices_per_node, 2))
-        for op in COMM_OPS:
-            groups = (
-                [2] if op == "send_recv" else [g for g in (2, 4, 8, 16, 32, 64) if g <= largest]
-            )
-            for group in groups:
-                for nbytes in regime_sizes(link.regimes(op), sizes):
-                    op_link = link.for_op(op, nbytes)
-                    bandwidth = op_link.group_bandwidth_gbs(group)  # a mesh: g - 1 links
-                    time_us = collective_time_us(op, group, nbytes, bandwidth, op_link.latency_us)
-                    rows.append((op, group, scope, nbytes, round(time_us, 3)))
-    return Columns.from_rows(rows, ["op", "group_size", "scope", "bytes", "time_us"])

@@ -52,7 +52,7 @@ class CommPlan:
 
 SMALLEST_BYTES = 16 * 1024
 """The smallest buffer measured: a quarter of the 64 KiB where the planner's tables start
-(hardware.DEFAULT_COMM_SIZES), so that a small-message regime below 128 KiB has three sizes of
+(hardware/comm_rows.py DEFAULT_COMM_SIZES), so that a small-message regime below 128 KiB has three sizes of
 its own (hardware/regime_fit.py MIN_REGIME_SIZES). An all-to-all sends buffer / ranks to each
 peer, twice the message of a ring's segment (gloo alltoall.cc vs allreduce.cc, allgather.cc:
 buffer / (2 x ranks)), so it reaches a transport's switch at half the ring's buffer: on
