@@ -22,7 +22,6 @@ from tinker_opt.knobs import (
     knob_message,
     read_switches,
 )
-from tinker_opt.rules import overlap_message
 from tinker_opt.script import flags, versions
 from tinker_opt.script.reader import read_script_text
 from tinker_opt.solve.space import SearchSpace, overlap_choices
@@ -73,10 +72,10 @@ def test_moe_overlap_and_mc2_exclude_each_other_in_the_rules_too():
         ("moe_shared_expert_overlap", "overlap_moe_comm"),
         ("overlap_moe_comm", "tp_comm_overlap"),
     ]
-    message = overlap_message(both, is_moe=True)
+    message = knob_message(both, is_moe=True)
     assert message is not None and "exclude each other" in message
-    assert overlap_message(both.replace(tp_comm_overlap=False), is_moe=True) is None
-    assert overlap_message(both.replace(overlap_moe_comm=False), is_moe=True) is None
+    assert knob_message(both.replace(tp_comm_overlap=False), is_moe=True) is None
+    assert knob_message(both.replace(overlap_moe_comm=False), is_moe=True) is None
 
 
 def _strategy(tp, sp, ep, zero, switches):
@@ -136,9 +135,9 @@ def test_param_gather_with_optimizer_step_is_read_checked_and_kept():
     )
     s = read_script_text(text).train.strategy
     assert getattr(s, key) is True and s.vpp > 1 and s.dist_opt
-    assert overlap_message(s, is_moe=False) is None
-    assert "virtual pipeline" in overlap_message(s.replace(vpp=1), is_moe=False)
-    assert "needs overlap_param_gather on" in overlap_message(
+    assert knob_message(s, is_moe=False) is None
+    assert "virtual pipeline" in knob_message(s.replace(vpp=1), is_moe=False)
+    assert "needs overlap_param_gather on" in knob_message(
         s.replace(overlap_param_gather=False), is_moe=False
     )
     assert all(choice[key] is None for choice in overlap_choices(s, False, OVERLAP_KEYS))
@@ -161,11 +160,11 @@ def test_delay_wgrad_compute_is_read_checked_and_kept():
     )
     s = read_script_text(text).train.strategy
     assert getattr(s, key) is True and s.overlap_moe_comm is True
-    assert overlap_message(s, is_moe=True) is None
-    assert "needs overlap_moe_comm on" in overlap_message(
+    assert knob_message(s, is_moe=True) is None
+    assert "needs overlap_moe_comm on" in knob_message(
         s.replace(overlap_moe_comm=False), is_moe=True
     )
-    assert "a MoE model" in overlap_message(s, is_moe=False)
+    assert "a MoE model" in knob_message(s, is_moe=False)
     assert all(choice[key] is None for choice in overlap_choices(s, True, OVERLAP_KEYS))
     assert versions.FLAG_SINCE["--delay-wgrad-compute"] == {"mindspeed": None, "megatron": (0, 14)}
     # Megatron-Core refuses the all-to-all overlap with full recompute (the script's): apply says so.
@@ -195,8 +194,8 @@ def test_moe_shared_expert_overlap_is_read_priced_searched_and_written():
         "--expert-model-parallel-size 8", f"--expert-model-parallel-size 8 \\\n    {flag}"
     )
     s = read_script_text(text).train.strategy
-    assert getattr(s, key) is True and overlap_message(s, is_moe=True) is None
-    assert "a MoE model" in overlap_message(s, is_moe=False)
+    assert getattr(s, key) is True and knob_message(s, is_moe=True) is None
+    assert "a MoE model" in knob_message(s, is_moe=False)
     assert flags.BY_NAME[flag].treatment == "strategy"
     assert versions.FLAG_SINCE[flag] == {"mindspeed": None, "megatron": (0, 10)}
     # It excludes the MoE all-to-all overlap (Megatron-Core's transformer_config check): the
@@ -209,7 +208,7 @@ def test_moe_shared_expert_overlap_is_read_priced_searched_and_written():
     assert not any(choice[key] for choice in overlap_choices(s, True, OVERLAP_KEYS))
     flex = dataclasses.replace(shared, dispatcher="flex")
     assert not any(c[key] for c in overlap_choices(s, True, OVERLAP_KEYS, facts=flex))
-    assert "alltoall token dispatcher" in overlap_message(s, True, facts=flex)
+    assert "alltoall token dispatcher" in knob_message(s, True, facts=flex)
     off = apply_strategy(text, s.replace(**{key: False}), nnodes=4, nproc_per_node=8).text
     assert flag not in off and flag in apply_strategy(text, s, nnodes=4, nproc_per_node=8).text
 
@@ -271,9 +270,9 @@ def test_moe_allgather_overlap_comm_is_added_by_its_record_and_cost_term():
     assert (
         getattr(s, key) is True and getattr(read_script_text(alltoall).train.strategy, key) is None
     )
-    assert overlap_message(s, True, "allgather", grouped_gemm=True) is None
-    assert "--moe-grouped-gemm" in overlap_message(s, True, "allgather")
-    assert "allgather token dispatcher" in overlap_message(s, True, "alltoall", True)
+    assert knob_message(s, True, "allgather", grouped_gemm=True) is None
+    assert "--moe-grouped-gemm" in knob_message(s, True, "allgather")
+    assert "allgather token dispatcher" in knob_message(s, True, "alltoall", True)
     assert flags.BY_NAME[flag].treatment == "strategy" and flag not in flags.unpriced_flags(
         info.launch
     )
@@ -351,8 +350,7 @@ def test_a_switch_on_is_written_with_the_flags_its_framework_needs():
     again = read_script_text(written.text)
     assert getattr(again.train.strategy, key) is True
     assert (
-        overlap_message(again.train.strategy, True, "allgather", again.model.moe_grouped_gemm)
-        is None
+        knob_message(again.train.strategy, True, "allgather", again.model.moe_grouped_gemm) is None
     )
     off = apply_strategy(written.text, s, nnodes=nodes, nproc_per_node=per_node).text
     assert flag not in off and needed[0] in off
@@ -415,8 +413,8 @@ def test_ep_overlap_early_attn_memory_release_came_in_through_its_record():
     ).replace("--recompute-granularity full", "--recompute-granularity selective")
     info = read_script_text(text)
     s = info.train.strategy
-    assert getattr(s, key) is True and overlap_message(s, is_moe=True) is None
-    assert "needs overlap_moe_comm on" in overlap_message(
+    assert getattr(s, key) is True and knob_message(s, is_moe=True) is None
+    assert "needs overlap_moe_comm on" in knob_message(
         s.replace(overlap_moe_comm=False), is_moe=True
     )
     assert all(choice[key] is None for choice in overlap_choices(s, True, OVERLAP_KEYS))

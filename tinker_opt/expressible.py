@@ -12,12 +12,11 @@ import dataclasses
 
 from tinker_opt.choices import CpAlgo, Recompute, RecomputeMethod
 from tinker_opt.errors import StrategyError
-from tinker_opt.knobs import CHOICES, KNOBS, LAYOUT, KnobContext, ModelFacts
+from tinker_opt.knobs import CHOICES, KNOBS, LAYOUT, KnobContext, ModelFacts, knob_message
 from tinker_opt.rules import (
     FrameworkRules,
     interleaved_pipeline_message,
     layer_form_message,
-    overlap_message,
 )
 from tinker_opt.script import versions
 from tinker_opt.script.knob_report import searched_switch
@@ -102,7 +101,7 @@ def _overlaps(s: Strategy, info: ScriptInfo, vr: VersionRange) -> dict:
         if value and overlap_flag(key, info, vr) is None:
             _needs(knob.flags[-1 if vr.family == versions.MEGATRON else 0], key, info, vr)
         out[key] = value
-    message = overlap_message(s.replace(**out), model.is_moe, facts=facts)
+    message = knob_message(s.replace(**out), model.is_moe, facts=facts)
     if message:
         raise StrategyError(message)
     return out

@@ -76,19 +76,6 @@ def _rule_overlap(
     return knob_message(s, model.is_moe, facts=ModelFacts.of(model, fw.family))
 
 
-def overlap_message(
-    s: Strategy,
-    is_moe: bool,
-    dispatcher: str | None = None,
-    grouped_gemm: bool = False,
-    facts: ModelFacts | None = None,
-) -> str | None:
-    """Where each overlap switch is accepted, what it requires and excludes: the knob registry's
-    declarations (knobs.py OVERLAP_KNOBS, with their sources); `facts`: the model's and the
-    framework family's (knob_types.ModelFacts), in place of the three before."""
-    return knob_message(s, is_moe, dispatcher, grouped_gemm, facts)
-
-
 def _record_rule(knob: LayoutKnob | ChoiceKnob) -> Rule:
     """A record's outer rule with the record bound (knob_rules.py)."""
     check = knob.check
